@@ -1,0 +1,33 @@
+// Intra-op thread count for strata's kernels and for OpenBLAS. Default: all cores.
+// Multi-rank runs on one host set 1 per rank.
+#pragma once
+#include <cstdint>
+
+namespace strata {
+
+/// Sets the threads used by strata kernels (OpenMP) and, through the hook the tensor
+/// layer installs, OpenBLAS. n <= 0 means "all hardware threads".
+void set_num_threads(int n);
+int get_num_threads();
+/// Installed by tensor/ so that set_num_threads also reaches the BLAS library.
+void set_blas_threads_hook(void (*hook)(int));
+
+/// Runs fn(begin, end) over [0, n) in chunks of at least `grain` on the OpenMP pool;
+/// serial when n < 2*grain or one thread is configured.
+template <class F>
+void parallel_for(int64_t n, int64_t grain, F&& fn) {
+  const int nt = get_num_threads();
+  if (nt <= 1 || n < 2 * grain) {
+    if (n > 0) fn(int64_t(0), n);
+    return;
+  }
+  int64_t chunks = n / grain;
+  if (chunks > nt) chunks = nt;
+#pragma omp parallel for num_threads(chunks) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
+    fn(b, e);
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian packages strata builds and tests with. Idempotent: when
+# everything is present it only runs dpkg queries and returns in well under a second.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libeigen3-dev libopenblas-dev
+  libspdlog-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev
+  libgtest-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
+  dataset-fashion-mnist fortunes
+)
+# python3-torch and python3-safetensors are only needed to regenerate the reference
+# fixture (tools/make_reference.py); they are not installed by default.
+if [[ "${STRATA_BOOTSTRAP_REFERENCE:-0}" == "1" ]]; then
+  PACKAGES+=(python3-torch python3-safetensors python3-numpy)
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if (( ${#missing[@]} == 0 )); then
+  exit 0
+fi
+
+echo "bootstrap: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
