@@ -11,10 +11,10 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist fortunes
 )
-# python3-torch and python3-safetensors are only needed to regenerate the reference
+# python3-torch is only needed to regenerate the reference
 # fixture (tools/make_reference.py); they are not installed by default.
 if [[ "${STRATA_BOOTSTRAP_REFERENCE:-0}" == "1" ]]; then
-  PACKAGES+=(python3-torch python3-safetensors python3-numpy)
+  PACKAGES+=(python3-torch python3-numpy)
 fi
 
 missing=()
