@@ -1,0 +1,32 @@
+// Reader for the IDX format of (Fashion-)MNIST, gzipped or raw. The whole file is
+// validated (magic, dims, exact payload size) before anything is returned.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::data {
+
+/// Magic numbers: two zero bytes, type code 0x08 (u8), number of dims.
+inline constexpr uint32_t kIdxMagicU8Labels = 0x00000801;  // dims: (N)
+inline constexpr uint32_t kIdxMagicU8Images = 0x00000803;  // dims: (N, rows, cols)
+
+/// A u8 IDX array: dims as in the header, data row-major (numel = product of dims).
+struct IdxArray {
+  std::vector<int64_t> dims;
+  std::vector<uint8_t> data;
+};
+
+/// Reads an IDX file (".gz" or raw; zlib detects which) whose magic must equal
+/// `expected_magic`. Throws strata::DataError naming the file and the problem: missing
+/// file (with the Debian package that provides Fashion-MNIST), bad magic, a zero
+/// dimension, a truncated header or payload (bytes expected vs got), a corrupt or
+/// truncated gzip stream, or bytes after the promised payload.
+IdxArray read_idx(const std::string& path, uint32_t expected_magic);
+
+/// read_idx for images: dims (N, rows, cols).
+IdxArray read_idx_images(const std::string& path);
+/// read_idx for labels: dims (N).
+IdxArray read_idx_labels(const std::string& path);
+
+}  // namespace strata::data
