@@ -45,12 +45,17 @@ void BM_OpenBlasSgemm(benchmark::State& st) {
 }
 }  // namespace
 
+// The kernel family OpenBLAS runs (see tune_environment_and_reexec).
+extern "C" char* openblas_get_corename();
+
 BENCHMARK(BM_StrataMatmul)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_StrataMatmulTransposedB)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_OpenBlasSgemm)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 int main(int argc, char** argv) {
+  tune_environment_and_reexec(argv);
   set_num_threads(0);
+  benchmark::AddCustomContext("openblas_core", openblas_get_corename());
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   return 0;

@@ -2,6 +2,10 @@
 
 #include <omp.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include <atomic>
 #include <thread>
 
@@ -31,6 +35,27 @@ int get_num_threads() {
 void set_blas_threads_hook(void (*hook)(int)) {
   g_blas_hook = hook;
   if (hook && g_threads.load() > 0) hook(g_threads.load());
+}
+
+bool tune_environment_and_reexec(char** argv) {
+  if (std::getenv("STRATA_NO_REEXEC")) return false;
+  bool changed = false;
+  if (!std::getenv("OPENBLAS_CORETYPE")) {
+    __builtin_cpu_init();
+    const char* core = nullptr;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+      core = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      core = "Haswell";
+    if (core) changed |= setenv("OPENBLAS_CORETYPE", core, 0) == 0;
+  }
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT"))
+    changed |= setenv("GOMP_SPINCOUNT", "10000", 0) == 0;
+  if (!changed) return false;
+  setenv("STRATA_NO_REEXEC", "1", 1);  // exactly one re-exec, even if exec'd from elsewhere
+  execv("/proc/self/exe", argv);
+  return false;  // exec failed: carry on with the libraries' defaults
 }
 
 }  // namespace strata

@@ -12,6 +12,15 @@ int get_num_threads();
 /// Installed by tensor/ so that set_num_threads also reaches the BLAS library.
 void set_blas_threads_hook(void (*hook)(int));
 
+/// For executables, first thing in main(): picks OpenBLAS's kernel family from the CPU
+/// when the user has not (Debian's OpenBLAS 0.3.21 falls back to slow generic kernels
+/// on recent Xeons) and shortens libgomp's idle spinning, which otherwise steals the
+/// cores OpenBLAS's threads need. Both are read by the libraries' load-time
+/// constructors, so this re-executes the program once with the variables set.
+/// Variables the user set are kept; STRATA_NO_REEXEC=1 disables it. Returns only when
+/// no re-exec happened.
+bool tune_environment_and_reexec(char** argv);
+
 /// Runs fn(begin, end) over [0, n) in chunks of at least `grain` on the OpenMP pool;
 /// serial when n < 2*grain or one thread is configured.
 template <class F>

@@ -1,0 +1,33 @@
+// The mpi backend's entry point: jobs start with `mpirun -np N strata ...`, and apps/
+// calls init_mpi_world() once to get the world group.
+//
+// Threading: MPI is initialised with MPI_THREAD_SERIALIZED. Each group has its own comm
+// thread, so several threads call MPI, but every MPI call is made under one
+// process-wide lock and every wait is a nonblocking request polled with MPI_Test (lock
+// released between polls), so calls never overlap and ops of different groups still
+// progress concurrently. MPI_THREAD_MULTIPLE is not needed.
+//
+// Failures: communicators use MPI_ERRORS_RETURN and every return code becomes a
+// CommError. While waiting, ranks on the same host check each other's pids, so a rank
+// killed by a signal is reported by name ("peer rank 1 (pid 4242 on node-a) died")
+// rather than after the timeout; remote deaths are caught by the timeout. After a
+// failure the runtime calls MPI_Abort at exit instead of MPI_Finalize, so no rank waits
+// forever for a dead peer.
+#pragma once
+#include <memory>
+
+#include "comm/process_group.h"
+
+namespace strata::comm {
+
+/// Initialises MPI (unless the program already did, with at least MPI_THREAD_SERIALIZED)
+/// and returns this rank's world group, over a duplicate of MPI_COMM_WORLD. MPI is
+/// finalised when the last group made from it is destroyed. argc/argv may be null.
+/// Throws CommError if MPI cannot be initialised or was already finalised.
+std::shared_ptr<ProcessGroup> init_mpi_world(const CommOptions& options = {}, int* argc = nullptr,
+                                             char*** argv = nullptr);
+
+/// True when this process was started by an MPI launcher (mpirun / srun with PMI).
+bool launched_by_mpi();
+
+}  // namespace strata::comm

@@ -1,0 +1,637 @@
+// ProcessGroup: argument checks and staging on the caller's thread, then the comm
+// thread runs each op: optional cross-rank debug check, native collective or an
+// algorithm on send/recv, byte counting, and timeouts turned into named CommErrors.
+#include "comm/process_group.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "comm/algorithms.h"
+#include "comm/reduce_kernels.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "tensor/ops.h"
+
+namespace strata::comm {
+
+struct ProcessGroup::OpInfo {
+  OpKind kind = OpKind::barrier;
+  DType dtype = DType::u8;
+  int64_t count = 0;  // elements per rank (see debug_check)
+  int64_t bytes = 0;  // payload bytes of this rank's call
+  int root = -1;
+  int peer = -1;
+  int tag = 0;
+  ReduceOp op = ReduceOp::sum;
+  bool reduction = false;
+  Algorithm algo = Algorithm::automatic;
+  int64_t seq = -1;
+  Deadline deadline{};
+};
+
+struct ProcessGroup::Task {
+  OpInfo info;
+  Body body;
+  std::shared_ptr<detail::WorkState> state;
+};
+
+namespace {
+
+constexpr int kAlgoTag = 31000;  // tag of algorithm-internal messages (user tags are below 30000)
+
+bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
+
+Tensor comm_buffer(int64_t numel, DType dt) {
+  MemoryScope scope(MemCategory::comm);
+  return Tensor::empty({numel}, dt);
+}
+
+// Contiguous stand-in for t: t itself, or a copy holding t's values (copy = true) or not.
+Tensor staged(const Tensor& t, bool copy) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  MemoryScope scope(MemCategory::comm);
+  return copy ? ops::clone(t) : Tensor::empty(t.shape(), t.dtype(), t.device());
+}
+
+// Writes a staging buffer back into the user's (non-contiguous) tensor.
+void copy_back(const Tensor& user, const Tensor& buf) {
+  if (!user.defined() || buf.impl() == user.impl()) return;
+  Tensor dst = user;
+  ops::copy_(dst, buf);
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || !a.shares_storage(b) || a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const char* pa = static_cast<const char*>(a.raw_data());
+  const char* pb = static_cast<const char*>(b.raw_data());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Bytes this rank is charged for a backend-native collective: the nccl-tests bus model.
+int64_t model_bytes(const Collective& c, int n, int r) {
+  switch (c.kind) {
+    case OpKind::all_reduce: return 2 * (n - 1) * c.output.nbytes() / n;
+    case OpKind::all_gather: return (n - 1) * c.input.nbytes();
+    case OpKind::reduce_scatter: return (n - 1) * c.output.nbytes();
+    case OpKind::broadcast: return r == c.root ? c.output.nbytes() : 0;
+    case OpKind::reduce: return r == c.root ? 0 : c.output.nbytes();
+    case OpKind::gather: return r == c.root ? 0 : c.input.nbytes();
+    case OpKind::scatter: return r == c.root ? (n - 1) * c.output.nbytes() : 0;
+    case OpKind::all_to_all: return (n - 1) * c.input.nbytes() / n;
+    default: return 0;
+  }
+}
+
+void report(int rank, const std::string& msg) {
+  std::fprintf(stderr, "[strata comm] rank %d: %s\n", rank, msg.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, CommOptions options, std::string name)
+    : backend_(std::move(backend)),
+      opts_(options),
+      name_(std::move(name)),
+      rank_(backend_->rank()),
+      size_(backend_->size()),
+      debug_(options.debug_enabled()),
+      algorithm_(options.algorithm) {
+  opts_.validate();
+}
+
+ProcessGroup::~ProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lk(qmu_);
+    stop_ = true;
+  }
+  qcv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+// ------------------------------------------------------------------ queue
+
+Work ProcessGroup::enqueue(OpInfo info, Body body) {
+  auto task = std::make_unique<Task>();
+  task->state = std::make_shared<detail::WorkState>();
+  // A little longer than the op's own limit, so the op's more precise error wins.
+  task->state->timeout_s = opts_.timeout_s * 1.1 + 2.0;
+  task->body = std::move(body);
+  Work work(task->state);
+  std::unique_lock<std::mutex> lk(qmu_);
+  info.seq = next_seq_++;
+  task->info = info;
+  task->state->what = describe(info);
+  if (size_ == 1) {  // nothing to wait for: run inline, in order with everything before
+    lk.unlock();
+    run_task(*task);
+    return work;
+  }
+  if (!thread_.joinable()) thread_ = std::thread([this] { comm_loop(); });
+  queue_.push_back(std::move(task));
+  lk.unlock();
+  qcv_.notify_one();
+  return work;
+}
+
+void ProcessGroup::comm_loop() {
+  for (;;) {
+    std::unique_ptr<Task> task;
+    {
+      std::unique_lock<std::mutex> lk(qmu_);
+      qcv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    run_task(*task);
+  }
+}
+
+void ProcessGroup::run_task(Task& t) {
+  OpInfo& info = t.info;
+  const char* op = op_kind_name(info.kind);
+  {
+    std::lock_guard<std::mutex> lk(qmu_);
+    if (!failure_.empty()) {
+      t.state->finish(std::make_exception_ptr(CommError(strata::detail::str_cat(
+          "[", op, "] ", describe(info), ": the group is unusable after an earlier failure: ", failure_))));
+      return;
+    }
+  }
+  const auto t0 = Clock::now();
+  info.deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s));
+  auto fail_group = [&](const std::string& msg) {
+    {
+      std::lock_guard<std::mutex> lk(qmu_);
+      if (failure_.empty()) failure_ = msg;
+    }
+    report(rank_, msg);
+    backend_->abort(msg);
+  };
+  try {
+    const bool collective = info.kind != OpKind::send && info.kind != OpKind::recv &&
+                            info.kind != OpKind::send_recv && info.kind != OpKind::split;
+    if (debug_ && size_ > 1 && collective) debug_check(info);
+  } catch (const detail::TimedOut&) {
+    const std::string msg = strata::detail::str_cat("[", op, "] debug check timed out after ", opts_.timeout_s,
+                                            " s: ", describe(info), " (some rank never issued this op)");
+    fail_group(msg);
+    t.state->finish(std::make_exception_ptr(CommError(msg)));
+    return;
+  } catch (...) {  // a mismatch: every rank throws the same error, the group stays usable
+    t.state->finish(std::current_exception());
+    return;
+  }
+  int64_t bytes_sent = 0;
+  try {
+    t.body(info, bytes_sent);
+    {
+      std::lock_guard<std::mutex> lk(stats_mu_);
+      OpStats& s = stats_[info.kind];
+      ++s.calls;
+      s.bytes_sent += bytes_sent;
+      s.payload_bytes += info.bytes;
+      s.seconds += seconds_since(t0);
+    }
+    t.state->finish(nullptr);
+  } catch (const detail::TimedOut& e) {
+    std::string msg = strata::detail::str_cat("[", op, "] timed out after ", opts_.timeout_s, " s (comm.timeout_s): ",
+                                      describe(info));
+    if (e.peer >= 0) msg += "; waiting for " + backend_->describe_peer(e.peer);
+    fail_group(msg);
+    t.state->finish(std::make_exception_ptr(CommError(msg)));
+  } catch (const CommError& e) {
+    const std::string msg = strata::detail::str_cat("[", op, "] ", describe(info), ": ", e.what());
+    fail_group(msg);
+    t.state->finish(std::make_exception_ptr(CommError(msg)));
+  } catch (const std::exception& e) {
+    // Ranks may be mid-collective: the group cannot be trusted any more.
+    fail_group(strata::detail::str_cat("[", op, "] ", describe(info), ": ", e.what()));
+    t.state->finish(std::current_exception());
+  } catch (...) {
+    fail_group(strata::detail::str_cat("[", op, "] ", describe(info), ": unknown exception"));
+    t.state->finish(std::current_exception());
+  }
+}
+
+std::string ProcessGroup::describe(const OpInfo& i) const {
+  std::string s = strata::detail::str_cat(op_kind_name(i.kind), " seq ", i.seq, " in group '", name_, "' (",
+                                  backend_->kind(), ", ", size_, " ranks) on rank ", rank_);
+  if (i.kind == OpKind::barrier || i.kind == OpKind::split) return s;
+  s += strata::detail::str_cat(": ", dtype_name(i.dtype), " x ", i.count, " (", format_bytes(i.bytes), ")");
+  if (i.reduction) s += strata::detail::str_cat(", op ", reduce_op_name(i.op));
+  if (i.root >= 0) s += strata::detail::str_cat(", root ", i.root);
+  if (i.peer >= 0)
+    s += strata::detail::str_cat(i.kind == OpKind::recv ? ", from rank " : ", peer rank ", i.peer, ", tag ", i.tag);
+  else
+    s += strata::detail::str_cat(", algorithm ", algorithm_name(i.algo));
+  return s;
+}
+
+// ------------------------------------------------------------------ running collectives
+
+void ProcessGroup::execute(const OpInfo& info, const Collective& c, int64_t& bytes_sent) {
+  const bool want_native = info.algo == Algorithm::native || info.algo == Algorithm::automatic;
+  if (want_native && backend_->supports(c)) {
+    auto req = backend_->start(c);
+    if (!req->wait_until(info.deadline)) throw detail::TimedOut(req->peer());
+    bytes_sent += model_bytes(c, size_, rank_);
+    return;
+  }
+  const bool reduction =
+      c.kind == OpKind::all_reduce || c.kind == OpKind::reduce || c.kind == OpKind::reduce_scatter;
+  const Tensor& data = c.output.defined() ? c.output : c.input;
+  if (reduction && is_half(data.dtype())) {
+    // 16-bit floats reduce in f32: stage, reduce, round once.
+    auto up = [](const Tensor& t) {
+      Tensor f = comm_buffer(t.numel(), DType::f32);
+      detail::convert(f.raw_data(), DType::f32, t.raw_data(), t.dtype(), t.numel());
+      return f;
+    };
+    Collective c32 = c;
+    if (c.kind == OpKind::reduce_scatter) {
+      c32.input = up(c.input);
+      c32.output = comm_buffer(c.output.numel(), DType::f32);
+    } else {
+      c32.input = c32.output = up(c.output);
+    }
+    execute(info, c32, bytes_sent);
+    if (c.kind != OpKind::reduce || rank_ == c.root)
+      detail::convert(c.output.raw_data(), c.output.dtype(), c32.output.raw_data(), DType::f32, c.output.numel());
+    return;
+  }
+  if (reduction && c.op == ReduceOp::avg) {
+    Collective sum = c;
+    sum.op = ReduceOp::sum;
+    execute(info, sum, bytes_sent);
+    if (c.kind != OpKind::reduce || rank_ == c.root)
+      detail::scale_inplace(c.output.raw_data(), c.output.numel(), c.output.dtype(), 1.0 / size_);
+    return;
+  }
+  execute_generic(info, c, bytes_sent);
+}
+
+void ProcessGroup::execute_generic(const OpInfo& info, const Collective& c, int64_t& bytes_sent) {
+  detail::P2P p(*backend_, info.deadline, kAlgoTag, &bytes_sent);
+  const int64_t chunk = opts_.chunk_bytes;
+  auto raw = [](const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
+  switch (c.kind) {
+    case OpKind::all_reduce: {
+      const int64_t count = c.output.numel(), nbytes = c.output.nbytes();
+      const bool small = nbytes <= opts_.small_message_bytes;
+      const DType dt = c.output.dtype();
+      if (info.algo == Algorithm::ring)
+        detail::ring_all_reduce(p, raw(c.output), count, dt, c.op, chunk);
+      else if (info.algo == Algorithm::tree && !small)
+        detail::halving_doubling_all_reduce(p, raw(c.output), count, dt, c.op);
+      else if (small)
+        detail::recursive_doubling_all_reduce(p, raw(c.output), count, dt, c.op);
+      else
+        detail::ring_all_reduce(p, raw(c.output), count, dt, c.op, chunk);
+      break;
+    }
+    case OpKind::broadcast: detail::tree_broadcast(p, raw(c.output), c.output.nbytes(), c.root, chunk); break;
+    case OpKind::reduce:
+      detail::tree_reduce(p, raw(c.output), c.output.numel(), c.output.dtype(), c.op, c.root, chunk);
+      break;
+    case OpKind::all_gather: detail::ring_all_gather(p, raw(c.input), raw(c.output), c.input.nbytes()); break;
+    case OpKind::reduce_scatter:
+      detail::ring_reduce_scatter(p, raw(c.input), raw(c.output), c.output.numel(), c.output.dtype(), c.op, chunk);
+      break;
+    case OpKind::gather: detail::linear_gather(p, raw(c.input), raw(c.output), c.input.nbytes(), c.root); break;
+    case OpKind::scatter: detail::linear_scatter(p, raw(c.input), raw(c.output), c.output.nbytes(), c.root); break;
+    case OpKind::all_to_all:
+      detail::pairwise_all_to_all(p, raw(c.input), raw(c.output), c.input.nbytes() / size_);
+      break;
+    case OpKind::barrier: detail::dissemination_barrier(p); break;
+    default: STRATA_THROW(Error, "[comm] no algorithm for ", op_kind_name(c.kind));
+  }
+}
+
+void ProcessGroup::debug_check(const OpInfo& info) {
+  constexpr int kFields = 7;
+  Tensor mine = comm_buffer(kFields, DType::i64);
+  Tensor all = comm_buffer(int64_t(kFields) * size_, DType::i64);
+  int64_t* m = mine.data<int64_t>();
+  m[0] = int64_t(info.kind);
+  m[1] = int64_t(info.dtype);
+  m[2] = info.count;
+  m[3] = info.root;
+  m[4] = info.reduction ? int64_t(info.op) : -1;
+  m[5] = info.seq;
+  m[6] = int64_t(info.algo);
+  Collective c{OpKind::all_gather, mine, all, ReduceOp::sum, 0};
+  int64_t ignored = 0;
+  if (backend_->supports(c)) {
+    auto req = backend_->start(c);
+    if (!req->wait_until(info.deadline)) throw detail::TimedOut(req->peer());
+  } else {
+    detail::P2P p(*backend_, info.deadline, kAlgoTag, &ignored);
+    detail::ring_all_gather(p, mine.raw_data(), all.raw_data(), mine.nbytes());
+  }
+  const int64_t* a = all.data<int64_t>();
+  bool same = true;
+  for (int r = 1; r < size_; ++r) same &= std::equal(a, a + kFields, a + int64_t(r) * kFields);
+  if (same) return;
+  std::string msg = strata::detail::str_cat("[comm debug] ranks of group '", name_, "' (", backend_->kind(), ", ", size_,
+                                    " ranks) issued different collectives:");
+  for (int r = 0; r < size_; ++r) {
+    const int64_t* f = a + int64_t(r) * kFields;
+    msg += strata::detail::str_cat("\n  rank ", r, ": ", op_kind_name(OpKind(f[0])), " seq ", f[5], ", ",
+                           dtype_name(DType(f[1])), " x ", f[2]);
+    if (f[3] >= 0) msg += strata::detail::str_cat(", root ", f[3]);
+    if (f[4] >= 0) msg += strata::detail::str_cat(", op ", reduce_op_name(ReduceOp(f[4])));
+    msg += strata::detail::str_cat(", algorithm ", algorithm_name(Algorithm(f[6])));
+  }
+  msg += "\n  (seen on rank " + std::to_string(rank_) + "; the op was not run)";
+  throw CommError(msg);
+}
+
+// ------------------------------------------------------------------ argument checks
+
+void ProcessGroup::check_tensor(const char* op, const Tensor& t, bool written) const {
+  STRATA_CHECK(t.defined(), "[", op, "] tensor is undefined (group '", name_, "', rank ", rank_, ")");
+  STRATA_CHECK(t.device().type == backend_->device_type(), "[", op, "] tensor ", t.str(), " is on ",
+               t.device().str(), " but group '", name_, "' uses the ", backend_->kind(), " backend");
+  if (written) {
+    for (int64_t d = 0; d < t.dim(); ++d)
+      STRATA_CHECK(t.stride(d) != 0 || t.size(d) <= 1, "[", op, "] cannot write into ", t.str(),
+                   ": it is an expanded view (stride 0 in dim ", d, "); pass a real tensor");
+  }
+}
+
+namespace {
+void check_reduce(const char* op, DType dt, ReduceOp r) {
+  STRATA_CHECK(r != ReduceOp::avg || is_floating(dt), "[", op, "] avg needs a floating dtype, got ", dtype_name(dt),
+               " (use sum and divide)");
+}
+void check_root(const char* op, int root, int n) {
+  STRATA_CHECK(root >= 0 && root < n, "[", op, "] root ", root, " out of range for a group of ", n, " ranks");
+}
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(a.dtype() == b.dtype(), "[", op, "] input is ", dtype_name(a.dtype()), " but output is ",
+               dtype_name(b.dtype()));
+}
+}  // namespace
+
+// ------------------------------------------------------------------ public ops
+
+Work ProcessGroup::broadcast(const Tensor& t, int root) {
+  check_tensor("broadcast", t, true);
+  check_root("broadcast", root, size_);
+  Tensor buf = staged(t, /*copy=*/true);
+  OpInfo info{.kind = OpKind::broadcast, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .root = root};
+  info.algo = algorithm();
+  return enqueue(info, [this, t, buf, root](const OpInfo& i, int64_t& bytes) {
+    execute(i, Collective{OpKind::broadcast, buf, buf, ReduceOp::sum, root}, bytes);
+    if (rank_ != root) copy_back(t, buf);
+  });
+}
+
+Work ProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
+  check_tensor("reduce", t, true);
+  check_root("reduce", root, size_);
+  check_reduce("reduce", t.dtype(), op);
+  Tensor buf = staged(t, true);
+  OpInfo info{.kind = OpKind::reduce, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .root = root,
+              .op = op, .reduction = true};
+  info.algo = algorithm();
+  return enqueue(info, [this, t, buf, root, op](const OpInfo& i, int64_t& bytes) {
+    execute(i, Collective{OpKind::reduce, buf, buf, op, root}, bytes);
+    if (rank_ == root) copy_back(t, buf);
+  });
+}
+
+Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
+  check_tensor("all_reduce", t, true);
+  check_reduce("all_reduce", t.dtype(), op);
+  Tensor buf = staged(t, true);
+  OpInfo info{.kind = OpKind::all_reduce, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .op = op,
+              .reduction = true};
+  info.algo = algorithm();
+  return enqueue(info, [this, t, buf, op](const OpInfo& i, int64_t& bytes) {
+    execute(i, Collective{OpKind::all_reduce, buf, buf, op, 0}, bytes);
+    copy_back(t, buf);
+  });
+}
+
+Work ProcessGroup::all_gather(const Tensor& input, const Tensor& output) {
+  check_tensor("all_gather", input, false);
+  check_tensor("all_gather", output, true);
+  check_same_dtype("all_gather", input, output);
+  STRATA_CHECK(output.numel() == size_ * input.numel(), "[all_gather] output ", output.str(), " has ",
+               output.numel(), " elements, expected ", size_, " ranks x ", input.numel(), " (input ", input.str(), ")");
+  Tensor out = staged(output, false);
+  Tensor in = staged(input, true);
+  // The in-place form (input is exactly this rank's block of output) is allowed; any
+  // other overlap reads from a copy of the input.
+  const bool own_block = out.impl() == output.impl() && in.impl() == input.impl() && input.numel() > 0 &&
+                         static_cast<const char*>(in.raw_data()) ==
+                             static_cast<const char*>(out.raw_data()) + rank_ * in.nbytes();
+  if (!own_block && overlaps(in, out)) in = ops::clone(in);
+  OpInfo info{.kind = OpKind::all_gather, .dtype = input.dtype(), .count = input.numel(), .bytes = input.nbytes()};
+  info.algo = algorithm();
+  return enqueue(info, [this, output, out, in](const OpInfo& i, int64_t& bytes) {
+    execute(i, Collective{OpKind::all_gather, in, out, ReduceOp::sum, 0}, bytes);
+    copy_back(output, out);
+  });
+}
+
+Work ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
+  check_tensor("reduce_scatter", input, false);
+  check_tensor("reduce_scatter", output, true);
+  check_same_dtype("reduce_scatter", input, output);
+  check_reduce("reduce_scatter", input.dtype(), op);
+  STRATA_CHECK(input.numel() == size_ * output.numel(), "[reduce_scatter] input ", input.str(), " has ",
+               input.numel(), " elements, expected ", size_, " ranks x ", output.numel(), " (output ", output.str(),
+               ")");
+  Tensor in = staged(input, true);
+  Tensor out = staged(output, false);
+  if (overlaps(in, out)) out = comm_buffer(output.numel(), output.dtype());
+  OpInfo info{.kind = OpKind::reduce_scatter, .dtype = input.dtype(), .count = output.numel(),
+              .bytes = input.nbytes(), .op = op, .reduction = true};
+  info.algo = algorithm();
+  return enqueue(info, [this, output, out, in, op](const OpInfo& i, int64_t& bytes) {
+    execute(i, Collective{OpKind::reduce_scatter, in, out, op, 0}, bytes);
+    copy_back(output, out);
+  });
+}
+
+Work ProcessGroup::gather(const Tensor& input, const Tensor& output, int root) {
+  check_tensor("gather", input, false);
+  check_root("gather", root, size_);
+  Tensor out;
+  Tensor in = staged(input, true);
+  if (rank_ == root) {
+    check_tensor("gather", output, true);
+    check_same_dtype("gather", input, output);
+    STRATA_CHECK(output.numel() == size_ * input.numel(), "[gather] output ", output.str(), " on root has ",
+                 output.numel(), " elements, expected ", size_, " ranks x ", input.numel());
+    out = staged(output, false);
+    if (overlaps(in, out)) in = ops::clone(in);
+  }
+  OpInfo info{.kind = OpKind::gather, .dtype = input.dtype(), .count = input.numel(), .bytes = input.nbytes(),
+              .root = root};
+  info.algo = algorithm();
+  return enqueue(info, [this, output, out, in, root](const OpInfo& i, int64_t& bytes) {
+    execute(i, Collective{OpKind::gather, in, out, ReduceOp::sum, root}, bytes);
+    if (rank_ == root) copy_back(output, out);
+  });
+}
+
+Work ProcessGroup::scatter(const Tensor& input, const Tensor& output, int root) {
+  check_tensor("scatter", output, true);
+  check_root("scatter", root, size_);
+  Tensor in;
+  Tensor out = staged(output, false);
+  if (rank_ == root) {
+    check_tensor("scatter", input, false);
+    check_same_dtype("scatter", input, output);
+    STRATA_CHECK(input.numel() == size_ * output.numel(), "[scatter] input ", input.str(), " on root has ",
+                 input.numel(), " elements, expected ", size_, " ranks x ", output.numel());
+    in = staged(input, true);
+    if (overlaps(in, out)) in = ops::clone(in);
+  }
+  OpInfo info{.kind = OpKind::scatter, .dtype = output.dtype(), .count = output.numel(), .bytes = output.nbytes(),
+              .root = root};
+  info.algo = algorithm();
+  return enqueue(info, [this, output, out, in, root](const OpInfo& i, int64_t& bytes) {
+    execute(i, Collective{OpKind::scatter, in, out, ReduceOp::sum, root}, bytes);
+    copy_back(output, out);
+  });
+}
+
+Work ProcessGroup::all_to_all(const Tensor& input, const Tensor& output) {
+  check_tensor("all_to_all", input, false);
+  check_tensor("all_to_all", output, true);
+  check_same_dtype("all_to_all", input, output);
+  STRATA_CHECK(input.numel() == output.numel() && input.numel() % size_ == 0, "[all_to_all] input ", input.str(),
+               " and output ", output.str(), " need the same number of elements, divisible by ", size_, " ranks");
+  Tensor in = staged(input, true);
+  Tensor out = staged(output, false);
+  if (overlaps(in, out)) in = ops::clone(in);
+  OpInfo info{.kind = OpKind::all_to_all, .dtype = input.dtype(), .count = input.numel(), .bytes = input.nbytes()};
+  info.algo = algorithm();
+  return enqueue(info, [this, output, out, in](const OpInfo& i, int64_t& bytes) {
+    execute(i, Collective{OpKind::all_to_all, in, out, ReduceOp::sum, 0}, bytes);
+    copy_back(output, out);
+  });
+}
+
+Work ProcessGroup::barrier() {
+  OpInfo info{.kind = OpKind::barrier};
+  info.algo = algorithm();
+  return enqueue(info, [this](const OpInfo& i, int64_t& bytes) { execute(i, Collective{}, bytes); });
+}
+
+namespace {
+void check_peer(const char* op, int peer, int rank, int n, int tag) {
+  STRATA_CHECK(peer >= 0 && peer < n && peer != rank, "[", op, "] peer rank ", peer,
+               " is not another rank of this group (rank ", rank, " of ", n, ")");
+  STRATA_CHECK(tag >= 0 && tag < ProcessGroup::kMaxUserTag, "[", op, "] tag ", tag, " out of range [0, ",
+               ProcessGroup::kMaxUserTag, ")");
+}
+}  // namespace
+
+Work ProcessGroup::send(const Tensor& t, int dst, int tag) {
+  check_tensor("send", t, false);
+  check_peer("send", dst, rank_, size_, tag);
+  Tensor buf = staged(t, true);
+  OpInfo info{.kind = OpKind::send, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .peer = dst,
+              .tag = tag};
+  return enqueue(info, [this, buf, dst, tag](const OpInfo& i, int64_t& bytes) {
+    detail::P2P p(*backend_, i.deadline, tag, &bytes);
+    p.send(buf.raw_data(), buf.nbytes(), dst);
+  });
+}
+
+Work ProcessGroup::recv(const Tensor& t, int src, int tag) {
+  check_tensor("recv", t, true);
+  check_peer("recv", src, rank_, size_, tag);
+  Tensor buf = staged(t, false);
+  OpInfo info{.kind = OpKind::recv, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .peer = src,
+              .tag = tag};
+  return enqueue(info, [this, t, buf, src, tag](const OpInfo& i, int64_t& bytes) {
+    detail::P2P p(*backend_, i.deadline, tag, &bytes);
+    p.recv(buf.raw_data(), buf.nbytes(), src);
+    copy_back(t, buf);
+  });
+}
+
+Work ProcessGroup::send_recv(const Tensor& send_t, int dst, const Tensor& recv_t, int src, int tag) {
+  check_tensor("send_recv", send_t, false);
+  check_tensor("send_recv", recv_t, true);
+  check_peer("send_recv", dst, rank_, size_, tag);
+  check_peer("send_recv", src, rank_, size_, tag);
+  Tensor sbuf = staged(send_t, true);
+  Tensor rbuf = staged(recv_t, false);
+  if (overlaps(sbuf, rbuf)) sbuf = ops::clone(sbuf);
+  OpInfo info{.kind = OpKind::send_recv, .dtype = send_t.dtype(), .count = send_t.numel(), .bytes = send_t.nbytes(),
+              .peer = dst, .tag = tag};
+  return enqueue(info, [this, recv_t, sbuf, rbuf, dst, src, tag](const OpInfo& i, int64_t& bytes) {
+    detail::P2P p(*backend_, i.deadline, tag, &bytes);
+    p.sendrecv(sbuf.raw_data(), sbuf.nbytes(), dst, rbuf.raw_data(), rbuf.nbytes(), src);
+    copy_back(recv_t, rbuf);
+  });
+}
+
+// ------------------------------------------------------------------ groups, stats, abort
+
+std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, std::string name) {
+  auto child = std::make_shared<std::unique_ptr<Backend>>();
+  OpInfo info{.kind = OpKind::split};
+  info.algo = algorithm();
+  Work w = enqueue(info, [this, child, color, key](const OpInfo& i, int64_t&) {
+    *child = backend_->split(color, key, i.deadline);
+  });
+  w.wait();
+  if (!*child) return nullptr;
+  if (name.empty()) name = strata::detail::str_cat(name_, "/split", color);
+  auto g = std::make_shared<ProcessGroup>(std::move(*child), opts_, std::move(name));
+  g->set_algorithm(algorithm());
+  return g;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks, std::string name) {
+  STRATA_CHECK(!ranks.empty(), "[new_group] empty rank list");
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  STRATA_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), "[new_group] duplicate ranks");
+  STRATA_CHECK(sorted.front() >= 0 && sorted.back() < size_, "[new_group] ranks must be in [0, ", size_,
+               "), got one of ", sorted.front(), "..", sorted.back());
+  const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  const bool member = it != ranks.end();
+  if (name.empty()) {
+    name = name_ + "/group[";
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (i) name += ',';
+      name += std::to_string(ranks[i]);
+    }
+    name += "]";
+  }
+  return split(member ? 0 : -1, member ? int(it - ranks.begin()) : 0, std::move(name));
+}
+
+CommStats ProcessGroup::stats() const {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  return stats_;
+}
+
+void ProcessGroup::reset_stats() {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  stats_ = CommStats{};
+}
+
+void ProcessGroup::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lk(qmu_);
+    if (failure_.empty()) failure_ = "aborted: " + reason;
+  }
+  backend_->abort(reason);
+}
+
+}  // namespace strata::comm

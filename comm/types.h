@@ -1,0 +1,94 @@
+// Vocabulary shared by every part of comm/: reduce ops, collective kinds, algorithm
+// choice, the comm.* options and per-op byte counters.
+#pragma once
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace strata::comm {
+
+using Clock = std::chrono::steady_clock;
+/// Absolute time by which a communication step must finish.
+using Deadline = Clock::time_point;
+
+/// Element-wise reduction. avg is sum / group size (floating dtypes only). f16/bf16
+/// always accumulate in f32 and round once.
+enum class ReduceOp : uint8_t { sum, avg, min, max, prod };
+const char* reduce_op_name(ReduceOp op);
+/// Parses "sum", "avg", "min", "max", "prod"; throws ConfigError otherwise.
+ReduceOp parse_reduce_op(const std::string& s);
+
+/// Every operation a ProcessGroup runs; also the index of its byte counters.
+enum class OpKind : uint8_t {
+  broadcast,
+  reduce,
+  all_reduce,
+  all_gather,
+  reduce_scatter,
+  gather,
+  scatter,
+  all_to_all,
+  send,
+  recv,
+  send_recv,
+  barrier,
+  split,
+  kCount
+};
+constexpr int kNumOpKinds = int(OpKind::kCount);
+const char* op_kind_name(OpKind k);
+/// Parses the collective names used by the CLI ("all_reduce", "broadcast", ...).
+OpKind parse_op_kind(const std::string& s);
+
+/// How collectives are carried out (config `comm.algorithm`).
+///  - native: the backend's own collective (MPI_Iallreduce, shared-memory kernels, NCCL);
+///    ops a backend lacks fall back to `automatic`.
+///  - ring:   ring all-reduce / all-gather / reduce-scatter on send/recv (broadcast and
+///            reduce have no ring form and use the binomial tree).
+///  - tree:   binomial-tree broadcast / reduce; all-reduce by recursive doubling for
+///            small messages and recursive halving/doubling (Rabenseifner) for large ones.
+///  - automatic ("auto"): native where the backend has it, else recursive doubling below
+///            comm.small_message_bytes and ring above.
+enum class Algorithm : uint8_t { native, ring, tree, automatic };
+const char* algorithm_name(Algorithm a);
+/// Parses "native", "ring", "tree", "auto"; throws ConfigError naming comm.algorithm.
+Algorithm parse_algorithm(const std::string& s);
+
+/// The comm.* section of a config. Plain data; validate() names the key path of errors.
+struct CommOptions {
+  Algorithm algorithm = Algorithm::automatic;  ///< comm.algorithm
+  double timeout_s = 300.0;                    ///< comm.timeout_s: limit for every wait
+  bool debug = false;  ///< comm.debug (or env STRATA_COMM_DEBUG=1): cross-rank call checks
+  int64_t chunk_bytes = int64_t(1) << 20;        ///< comm.chunk_bytes: ring/tree pipelining unit
+  int64_t small_message_bytes = int64_t(64) << 10;  ///< comm.small_message_bytes: auto threshold
+
+  /// Throws ConfigError naming the comm.* key of the first bad value.
+  void validate() const;
+  /// debug || STRATA_COMM_DEBUG=1 in the environment.
+  bool debug_enabled() const;
+};
+
+/// What one rank did for one kind of op. `bytes_sent` is the payload this rank handed to
+/// the transport. Algorithms on send/recv count exactly; a backend-native collective is
+/// charged the bus-traffic model of nccl-tests (e.g. all_reduce 2(N-1)/N x K), since
+/// its internal traffic cannot be observed.
+struct OpStats {
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;
+  int64_t payload_bytes = 0;  ///< sum of the op's tensor size (input, or in-place buffer)
+  double seconds = 0;         ///< time the comm thread spent running the op
+};
+
+/// Snapshot of a group's counters, indexed by OpKind.
+struct CommStats {
+  std::array<OpStats, kNumOpKinds> ops{};
+  const OpStats& operator[](OpKind k) const { return ops[size_t(k)]; }
+  OpStats& operator[](OpKind k) { return ops[size_t(k)]; }
+  int64_t total_bytes_sent() const;
+};
+
+/// "1.5 MiB", "300 B": for messages and tables.
+std::string format_bytes(int64_t bytes);
+
+}  // namespace strata::comm

@@ -1,0 +1,43 @@
+# comm layer: multi-process tests of the mpi backend (label dist) and the comm benchmark.
+# Included by tests/CMakeLists.txt; the local-backend tests are tests/comm/*.cpp.
+set(_comm_mpirun ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root)
+set(_comm_env "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+
+add_executable(strata_test_comm_mpi ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/mpi_collectives_test.cpp)
+target_link_libraries(strata_test_comm_mpi PRIVATE strata_comm strata_warnings GTest::gtest)
+foreach(np 2 3 4)
+  add_test(NAME comm_mpi_np${np} COMMAND ${_comm_mpirun} -np ${np} $<TARGET_FILE:strata_test_comm_mpi>)
+  set_tests_properties(comm_mpi_np${np} PROPERTIES LABELS dist TIMEOUT 120 ENVIRONMENT "${_comm_env}")
+endforeach()
+
+# Fault injection: a rank that skips a collective (timeout) and a rank killed by SIGKILL.
+add_executable(strata_comm_mpi_fault ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/mpi_fault.cpp)
+target_link_libraries(strata_comm_mpi_fault PRIVATE strata_comm strata_warnings)
+set(_comm_fault -DMPIEXEC=${MPIEXEC_EXECUTABLE} -DNP=3 -DEXE=$<TARGET_FILE:strata_comm_mpi_fault>)
+add_test(NAME comm_mpi_timeout
+  COMMAND ${CMAKE_COMMAND} ${_comm_fault} -DMODE=timeout -DLIMIT=30
+    "-DEXPECT=timed out after 2 s \\(comm.timeout_s\\): all_reduce seq 1 in group 'world' \\(mpi, 3 ranks\\) on rank 0: f32 x 1000"
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/run_fault.cmake)
+# Default mpirun: the launcher tears the job down and names the dead rank.
+add_test(NAME comm_mpi_rank_death
+  COMMAND ${CMAKE_COMMAND} ${_comm_fault} -DMODE=kill -DLIMIT=30
+    "-DEXPECT=lost peer: rank 1|process rank 1 with PID [0-9]+ on node [^ ]+ exited on signal 9"
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/run_fault.cmake)
+# With --enable-recovery mpirun keeps the survivors running: strata itself must notice
+# the dead peer and exit naming it (mpirun's own exit code is 0 in this mode).
+add_test(NAME comm_mpi_rank_death_detected
+  COMMAND ${CMAKE_COMMAND} ${_comm_fault} -DMODE=kill -DLIMIT=30 -DFLAGS=--enable-recovery -DANY_RC=ON
+    "-DEXPECT=rank 0 exits with status 1 after: .*lost peer: rank 1 \\(pid [0-9]+ on"
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/run_fault.cmake)
+set_tests_properties(comm_mpi_timeout comm_mpi_rank_death comm_mpi_rank_death_detected
+  PROPERTIES LABELS dist TIMEOUT 60 ENVIRONMENT "${_comm_env}")
+
+add_executable(strata_comm_bench ${PROJECT_SOURCE_DIR}/bench/comm_bench.cpp)
+target_link_libraries(strata_comm_bench PRIVATE strata_comm strata_warnings)
+add_test(NAME comm_bench_local_smoke
+  COMMAND strata_comm_bench --backend local --ranks 2 --sizes 1K:64K --iters 5 --no-memcpy)
+add_test(NAME comm_bench_mpi_smoke
+  COMMAND ${_comm_mpirun} -np 2 $<TARGET_FILE:strata_comm_bench> --backend mpi --algorithm ring --sizes 1K:64K
+    --iters 5 --no-memcpy)
+set_tests_properties(comm_bench_local_smoke PROPERTIES LABELS unit TIMEOUT 60)
+set_tests_properties(comm_bench_mpi_smoke PROPERTIES LABELS dist TIMEOUT 60 ENVIRONMENT "${_comm_env}")

@@ -1,0 +1,49 @@
+// The comm benchmark's pure parts (size parsing, bus factors) and a tiny local run.
+#include <gtest/gtest.h>
+
+#include "comm/bench.h"
+
+using namespace strata;
+using namespace strata::comm;
+
+TEST(CommBench, ParsesSizesAndRanges) {
+  EXPECT_EQ(parse_size("512"), 512);
+  EXPECT_EQ(parse_size("4K"), 4096);
+  EXPECT_EQ(parse_size("256M"), int64_t(256) << 20);
+  EXPECT_EQ(parse_size("1G"), int64_t(1) << 30);
+  EXPECT_THROW(parse_size("12Q"), ConfigError);
+  EXPECT_THROW(parse_size("abc"), ConfigError);
+  EXPECT_EQ(parse_size_range("1K:256M"), std::make_pair(int64_t(1024), int64_t(256) << 20));
+  EXPECT_EQ(parse_size_range("1M"), std::make_pair(int64_t(1) << 20, int64_t(1) << 20));
+  EXPECT_THROW(parse_size_range("4M:1M"), ConfigError);
+}
+
+TEST(CommBench, BusFactorsFollowNcclTests) {
+  EXPECT_DOUBLE_EQ(bus_factor(OpKind::all_reduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(bus_factor(OpKind::all_gather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_factor(OpKind::reduce_scatter, 2), 0.5);
+  EXPECT_DOUBLE_EQ(bus_factor(OpKind::broadcast, 8), 1.0);
+}
+
+TEST(CommBench, LocalRunProducesOneRowPerSize) {
+  for (OpKind op : {OpKind::all_reduce, OpKind::all_gather, OpKind::reduce_scatter, OpKind::broadcast}) {
+    CommBenchOptions o;
+    o.op = op;
+    o.ranks = 3;
+    o.algorithm = Algorithm::ring;
+    o.min_bytes = 3 << 10;
+    o.max_bytes = 24 << 10;
+    o.iters = 3;
+    o.with_memcpy = false;
+    const auto rows = run_local_comm_bench(o);
+    ASSERT_EQ(rows.size(), 4u) << op_kind_name(op);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_EQ(rows[i].bytes, int64_t(3 << 10) << i);  // divisible by 3 ranks x 4 bytes
+      EXPECT_GT(rows[i].time_us, 0);
+      EXPECT_NEAR(rows[i].busbw, rows[i].algbw * bus_factor(op, 3), 1e-9);
+    }
+    const std::string table = format_comm_bench(o, 3, rows);
+    EXPECT_NE(table.find("busbw(GB/s)"), std::string::npos);
+    EXPECT_NE(table.find("algorithm ring, 3 ranks"), std::string::npos) << table;
+  }
+}

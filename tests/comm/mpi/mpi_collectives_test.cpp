@@ -1,0 +1,147 @@
+// Multi-process tests of the mpi backend, run by ctest under
+// `mpirun --oversubscribe -np N` (N = 2, 3, 4): every collective x algorithm x dtype x
+// size against the sequential reference, sub-groups, DeviceMesh, byte counts and debug
+// mode. All ranks run every test; the job fails if any rank fails.
+#include <gtest/gtest.h>
+
+#include "../collective_checks.h"
+#include "comm/device_mesh.h"
+#include "comm/mpi.h"
+#include "core/threads.h"
+
+using namespace strata;
+using namespace strata::comm;
+using namespace strata::comm::testing;
+
+namespace {
+
+std::shared_ptr<ProcessGroup> g_world;
+
+CommOptions test_options() {
+  CommOptions o;
+  o.timeout_s = 30;
+  o.chunk_bytes = 1024;
+  o.small_message_bytes = 512;
+  return o;
+}
+
+TEST(MpiCollectives, MatchSequentialReference) { check_all_collectives(*g_world); }
+
+TEST(MpiCollectives, LargeMessagesAllAlgorithms) {
+  ProcessGroup& g = *g_world;
+  const int n = g.size();
+  const int64_t count = 300007;  // ~1.2 MB of f32, 293 chunks of 1 KiB per ring segment
+  for (Algorithm a : {Algorithm::native, Algorithm::ring, Algorithm::tree}) {
+    g.set_algorithm(a);
+    Tensor t = make_tensor(DType::f32, inputs(g.rank(), count, ReduceOp::sum));
+    g.all_reduce(t).wait();
+    expect_values(read_tensor(t), reference(n, 0, count, ReduceOp::sum), 0, std::string("all_reduce ") + algorithm_name(a));
+    Tensor b = make_tensor(DType::f64, moves(g.rank(), count));
+    g.broadcast(b, n - 1).wait();
+    expect_values(read_tensor(b), moves(n - 1, count), 0, std::string("broadcast ") + algorithm_name(a));
+  }
+  g.set_algorithm(Algorithm::automatic);
+}
+
+TEST(MpiCollectives, HalfPrecisionAccumulatesInF32) {
+  ProcessGroup& g = *g_world;
+  for (Algorithm a : {Algorithm::native, Algorithm::ring}) {
+    g.set_algorithm(a);
+    // rank 0 holds 256, others 1: one f32 sum then one rounding gives bf16(256 + N-1)
+    // (258 or 260 for N = 3, 4), where rounding after every addition would stay at 256.
+    Tensor t = make_tensor(DType::bf16, std::vector<double>(33, g.rank() == 0 ? 256.0 : 1.0));
+    g.all_reduce(t).wait();
+    const double want = read_tensor(make_tensor(DType::bf16, {256.0 + (g.size() - 1)}))[0];
+    expect_values(read_tensor(t), std::vector<double>(33, want), 0, "bf16 sum");
+  }
+  g.set_algorithm(Algorithm::automatic);
+}
+
+TEST(MpiCollectives, NonContiguousAllReduce) {
+  ProcessGroup& g = *g_world;
+  Tensor base = make_tensor(DType::f32, inputs(g.rank(), 12, ReduceOp::sum));
+  Tensor t = ops::transpose(ops::view(base, {3, 4}), 0, 1);
+  g.all_reduce(t).wait();
+  expect_values(read_tensor(base), reference(g.size(), 0, 12, ReduceOp::sum), 0, "transposed all_reduce");
+}
+
+TEST(MpiGroups, SplitAndDeviceMesh) {
+  ProcessGroup& g = *g_world;
+  const int r = g.rank(), n = g.size();
+  auto sub = g.split(r % 2, -r);
+  ASSERT_TRUE(sub);
+  Tensor t = ops::full({5}, double(r), DType::f64);
+  sub->all_reduce(t).wait();
+  double want = 0;
+  for (int j = r % 2; j < n; j += 2) want += j;
+  expect_values(read_tensor(t), std::vector<double>(5, want), 0, "split all_reduce");
+  int higher = 0;  // keys are -rank: same-parity ranks above r come first
+  for (int j = r + 2; j < n; j += 2) ++higher;
+  EXPECT_EQ(sub->rank(), higher);
+  check_all_collectives(*sub, CheckConfig{.algorithms = {Algorithm::native, Algorithm::ring},
+                                          .dtypes = {DType::f32, DType::i32},
+                                          .counts = {0, 9}});
+  // pp x dp x tp with tp = 2 when the world is even, else 1 x N x 1.
+  const MeshShape shape = n % 2 == 0 ? MeshShape{1, n / 2, 2} : MeshShape{1, n, 1};
+  DeviceMesh mesh(g_world, shape);
+  for (MeshDim d : {MeshDim::pp, MeshDim::dp, MeshDim::tp}) {
+    ProcessGroup& mg = *mesh.group(d);
+    Tensor in = ops::full({1}, double(r), DType::i32);
+    Tensor out = ops::zeros({mg.size()}, DType::i32);
+    mg.all_gather(in, out).wait();
+    std::vector<double> expect;
+    for (int w : shape.group_ranks(r, d)) expect.push_back(w);
+    expect_values(read_tensor(out), expect, 0, std::string("mesh group ") + mesh_dim_name(d));
+  }
+}
+
+TEST(MpiByteCounts, RingAllReduce) {
+  ProcessGroup& g = *g_world;
+  const int n = g.size();
+  g.set_algorithm(Algorithm::ring);
+  g.reset_stats();
+  const int64_t count = int64_t(n) * 5000, k = count * 4;
+  Tensor t = ops::ones({count}, DType::f32);
+  g.all_reduce(t).wait();
+  EXPECT_EQ(g.stats()[OpKind::all_reduce].bytes_sent, 2 * (n - 1) * k / n);
+  expect_values(read_tensor(t), std::vector<double>(size_t(count), double(n)), 0, "ring all_reduce of ones");
+  g.set_algorithm(Algorithm::automatic);
+}
+
+TEST(MpiDebug, MismatchIsAnErrorOnEveryRank) {
+  CommOptions o = test_options();
+  o.debug = true;
+  auto dbg = init_mpi_world(o);  // a second world group with debug checks
+  const int r = dbg->rank();
+  Tensor t = ops::ones({r == 1 ? 999 : 1000}, DType::f32);
+  std::string msg;
+  try {
+    dbg->all_reduce(t).wait();
+  } catch (const CommError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("issued different collectives"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 1: all_reduce seq 0, f32 x 999"), std::string::npos) << msg;
+  Tensor ok = ops::ones({10}, DType::f32);
+  dbg->all_reduce(ok).wait();  // still usable
+  expect_values(read_tensor(ok), std::vector<double>(10, double(dbg->size())), 0, "after mismatch");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  set_num_threads(1);
+  g_world = init_mpi_world(test_options(), &argc, &argv);
+  if (g_world->rank() != 0) {  // one rank prints progress; failures print everywhere
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS() != 0;
+  Tensor f = ops::full({1}, double(failed), DType::i32);
+  g_world->all_reduce(f, ReduceOp::max).wait();
+  const int any = int(f.item<double>());
+  if (g_world->rank() == 0 && any) std::fprintf(stderr, "some rank failed\n");
+  g_world.reset();
+  return any;
+}

@@ -1,0 +1,54 @@
+// Fault-injection program for the mpi backend, driven by run_fault.cmake:
+//   timeout: rank 2 skips a collective; the others must fail after comm.timeout_s with a
+//            message naming op, group, rank, sequence number and size, and exit non-zero.
+//   kill:    rank 1 SIGKILLs itself in the middle of an all_reduce; the survivors must
+//            exit non-zero, naming rank 1, well within the timeout.
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "comm/mpi.h"
+#include "core/threads.h"
+#include "tensor/ops.h"
+
+using namespace strata;
+using namespace strata::comm;
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "";
+  set_num_threads(1);
+  CommOptions o;
+  o.timeout_s = std::strcmp(mode, "timeout") == 0 ? 2.0 : 20.0;
+  auto world = init_mpi_world(o, &argc, &argv);
+  const int r = world->rank();
+  try {
+    Tensor warm = ops::ones({16}, DType::f32);
+    world->all_reduce(warm).wait();  // seq 0: everyone is up
+    if (std::strcmp(mode, "timeout") == 0) {
+      if (r == 2) {
+        std::this_thread::sleep_for(std::chrono::seconds(8));  // never joins seq 1 in time
+        return 0;
+      }
+      Tensor t = ops::ones({1000}, DType::f32);
+      world->all_reduce(t).wait();  // seq 1
+    } else if (std::strcmp(mode, "kill") == 0) {
+      world->set_algorithm(Algorithm::ring);
+      Tensor t = ops::ones({int64_t(8) << 20}, DType::f32);  // 32 MiB: long enough to be mid-flight
+      Work w = world->all_reduce(t);
+      if (r == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::raise(SIGKILL);
+      }
+      w.wait();
+    } else {
+      std::fprintf(stderr, "usage: %s timeout|kill\n", argv[0]);
+      return 2;
+    }
+  } catch (const CommError& e) {
+    std::fprintf(stderr, "rank %d exits with status 1 after: %s\n", r, e.what());
+    return 1;  // the world group is failed: its runtime calls MPI_Abort at exit
+  }
+  std::fprintf(stderr, "rank %d: the fault was not detected\n", r);
+  return 3;
+}
