@@ -1,0 +1,29 @@
+// Linear layer: parameters plus one call to the fused differentiable linear().
+#include "nn/linear.h"
+
+#include "nn/init.h"
+
+namespace strata::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias,
+               std::optional<double> normal_std)
+    : in_(in_features), out_(out_features) {
+  STRATA_CHECK(in_features > 0 && out_features > 0, "[Linear] features must be positive, got in=", in_features,
+               " out=", out_features);
+  if (normal_std) {
+    weight_ = &register_parameter("weight", init::normal({out_, in_}, *normal_std, gen));
+    if (bias) bias_ = &register_parameter("bias", init::zeros({out_}));
+  } else {
+    weight_ = &register_parameter("weight", init::kaiming_uniform_default({out_, in_}, in_, gen));
+    if (bias) bias_ = &register_parameter("bias", init::kaiming_uniform_default({out_}, in_, gen));
+  }
+}
+
+const Tensor& Linear::bias() const {
+  static const Tensor kNone;
+  return bias_ ? *bias_ : kNone;
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, *weight_, bias_ ? *bias_ : Tensor()); }
+
+}  // namespace strata::nn

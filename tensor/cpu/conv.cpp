@@ -1,0 +1,238 @@
+// Convolution as GEMM. Samples are processed in groups whose im2col matrix
+// (C*kh*kw, G*Ho*Wo) stays around a few MB: the im2col/col2im loops run in parallel
+// over (sample, channel), the GEMMs are single large BLAS calls (BLAS threads
+// them), so threaded GEMMs are never nested inside parallel_for. 1x1 stride-1
+// unpadded convolutions skip im2col and multiply the input directly.
+#include "tensor/cpu/conv.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/threads.h"
+#include "tensor/cpu/gemm.h"
+#include "tensor/dispatch.h"
+
+namespace strata::cpu {
+namespace {
+
+constexpr int64_t kColBudget = int64_t(1) << 19;  // elements of the im2col matrix per group
+
+struct Geom {
+  int64_t N, C, H, W, O, kh, kw, sh, sw, ph, pw, Ho, Wo;
+  int64_t kk() const { return kh * kw; }
+  int64_t ckk() const { return C * kh * kw; }
+  int64_t P() const { return Ho * Wo; }
+  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+  int64_t group() const { return std::clamp<int64_t>(kColBudget / std::max<int64_t>(ckk() * P(), 1), 1, N); }
+};
+
+Geom make_geom(const Tensor& x, const Tensor& w, const ops::Conv2dParams& p) {
+  Geom g{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), p.stride_h, p.stride_w,
+         p.pad_h, p.pad_w, 0, 0};
+  g.Ho = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
+  g.Wo = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
+  return g;
+}
+
+// Output columns [lo, hi) whose input column ow*sw - pw + j lies inside [0, W).
+inline std::pair<int64_t, int64_t> valid_cols(const Geom& g, int64_t j) {
+  const int64_t a = g.pw - j;
+  const int64_t lo = a > 0 ? (a + g.sw - 1) / g.sw : 0;
+  const int64_t num = g.W - 1 + g.pw - j;
+  const int64_t hi = num < 0 ? 0 : std::min(g.Wo, num / g.sw + 1);
+  return {std::min(lo, hi), hi};
+}
+
+// Rows c*kk .. (c+1)*kk of the im2col matrix for one (H,W) plane; `col` points at
+// row c*kk, column offset of this sample; `ld` is the matrix row length.
+template <class T>
+void im2col_plane(const T* xp, T* col, int64_t ld, const Geom& g) {
+  for (int64_t i = 0; i < g.kh; ++i)
+    for (int64_t j = 0; j < g.kw; ++j) {
+      T* row = col + (i * g.kw + j) * ld;
+      const auto [lo, hi] = valid_cols(g, j);
+      for (int64_t oh = 0; oh < g.Ho; ++oh) {
+        T* r = row + oh * g.Wo;
+        const int64_t ih = oh * g.sh - g.ph + i;
+        if (ih < 0 || ih >= g.H) {
+          std::fill(r, r + g.Wo, T(0));
+          continue;
+        }
+        const int64_t base = ih * g.W + j - g.pw;  // + ow*sw: input column ow*sw - pw + j
+        std::fill(r, r + lo, T(0));
+        if (g.sw == 1) {
+          if (hi > lo) std::memcpy(r + lo, xp + base + lo, size_t(hi - lo) * sizeof(T));
+        } else {
+          for (int64_t ow = lo; ow < hi; ++ow) r[ow] = xp[base + ow * g.sw];
+        }
+        std::fill(r + hi, r + g.Wo, T(0));
+      }
+    }
+}
+
+// Inverse of im2col_plane: accumulates the rows back into the (H,W) plane dxp.
+template <class T>
+void col2im_plane(const T* col, T* dxp, int64_t ld, const Geom& g) {
+  std::fill(dxp, dxp + g.H * g.W, T(0));
+  for (int64_t i = 0; i < g.kh; ++i)
+    for (int64_t j = 0; j < g.kw; ++j) {
+      const T* row = col + (i * g.kw + j) * ld;
+      const auto [lo, hi] = valid_cols(g, j);
+      for (int64_t oh = 0; oh < g.Ho; ++oh) {
+        const int64_t ih = oh * g.sh - g.ph + i;
+        if (ih < 0 || ih >= g.H) continue;
+        const T* r = row + oh * g.Wo;
+        T* xr = dxp + ih * g.W;
+        const int64_t base = j - g.pw;
+        if (g.sw == 1) {
+#pragma omp simd
+          for (int64_t ow = lo; ow < hi; ++ow) xr[base + ow] += r[ow];
+        } else {
+          for (int64_t ow = lo; ow < hi; ++ow) xr[base + ow * g.sw] += r[ow];
+        }
+      }
+    }
+}
+
+// im2col of samples [n0, n0+cnt) into col (ckk, cnt*P).
+template <class T>
+void im2col_group(const T* x, T* col, int64_t n0, int64_t cnt, const Geom& g) {
+  const int64_t ld = cnt * g.P();
+  parallel_for(cnt * g.C, std::max<int64_t>(1, 4096 / std::max<int64_t>(g.kk() * g.P(), 1)), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t s = t / g.C, c = t % g.C;
+      im2col_plane(x + ((n0 + s) * g.C + c) * g.H * g.W, col + c * g.kk() * ld + s * g.P(), ld, g);
+    }
+  });
+}
+
+template <class T>
+void conv_forward(const T* x, const T* w, const T* b, T* y, const Geom& g, DType dt) {
+  const int64_t P = g.P(), ckk = g.ckk();
+  auto fill_bias = [&](T* yn) {
+    for (int64_t o = 0; o < g.O; ++o) std::fill(yn + o * P, yn + (o + 1) * P, b ? b[o] : T(0));
+  };
+  if (g.pointwise()) {  // y_n (O,P) = w (O,C) @ x_n (C,P)
+    for (int64_t n = 0; n < g.N; ++n) {
+      T* yn = y + n * g.O * P;
+      if (b) fill_bias(yn);
+      gemm(dt, g.O, P, g.C, 1.0, {w, g.C, false}, {x + n * g.C * P, P, false}, b ? 1.0 : 0.0, yn, P);
+    }
+    return;
+  }
+  const int64_t G = g.group();
+  Tensor col_t = Tensor::empty({ckk * G * P}, dt);
+  Tensor tmp_t = G > 1 ? Tensor::empty({g.O * G * P}, dt) : Tensor();
+  T* col = col_t.data<T>();
+  for (int64_t n0 = 0; n0 < g.N; n0 += G) {
+    const int64_t cnt = std::min(G, g.N - n0);
+    im2col_group(x, col, n0, cnt, g);
+    if (cnt == 1) {
+      T* yn = y + n0 * g.O * P;
+      if (b) fill_bias(yn);
+      gemm(dt, g.O, P, ckk, 1.0, {w, ckk, false}, {col, P, false}, b ? 1.0 : 0.0, yn, P);
+      continue;
+    }
+    // tmp (O, cnt*P) = w (O, ckk) @ col (ckk, cnt*P), then scatter to (cnt, O, P) adding the bias
+    T* tmp = tmp_t.data<T>();
+    const int64_t ld = cnt * P;
+    gemm(dt, g.O, ld, ckk, 1.0, {w, ckk, false}, {col, ld, false}, 0.0, tmp, ld);
+    parallel_for(cnt * g.O, std::max<int64_t>(1, 8192 / std::max<int64_t>(P, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t) {
+        const int64_t s = t / g.O, o = t % g.O;
+        const T bias = b ? b[o] : T(0);
+        const T* src = tmp + o * ld + s * P;
+        T* dst = y + ((n0 + s) * g.O + o) * P;
+#pragma omp simd
+        for (int64_t i = 0; i < P; ++i) dst[i] = src[i] + bias;
+      }
+    });
+  }
+}
+
+template <class T>
+void conv_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, const Geom& g, DType dt) {
+  const int64_t P = g.P(), ckk = g.ckk();
+  if (db) {
+    parallel_for(g.O, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.N * P, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        double acc = 0;
+        for (int64_t n = 0; n < g.N; ++n) {
+          const T* r = dy + (n * g.O + o) * P;
+          T s = 0;
+#pragma omp simd reduction(+ : s)
+          for (int64_t i = 0; i < P; ++i) s += r[i];
+          acc += double(s);
+        }
+        db[o] = T(acc);
+      }
+    });
+  }
+  if (g.N == 0) {
+    std::fill(dw, dw + g.O * ckk, T(0));
+    return;
+  }
+  if (g.pointwise()) {
+    for (int64_t n = 0; n < g.N; ++n) {
+      const T* dyn = dy + n * g.O * P;
+      const T* xn = x + n * g.C * P;
+      // dw (O,C) += dy_n (O,P) @ x_n^T (P,C);  dx_n (C,P) = w^T (C,O) @ dy_n (O,P)
+      gemm(dt, g.O, g.C, P, 1.0, {dyn, P, false}, {xn, P, true}, n == 0 ? 0.0 : 1.0, dw, g.C);
+      gemm(dt, g.C, P, g.O, 1.0, {w, g.C, true}, {dyn, P, false}, 0.0, dx + n * g.C * P, P);
+    }
+    return;
+  }
+  const int64_t G = g.group();
+  Tensor col_t = Tensor::empty({ckk * G * P}, dt);
+  Tensor dyg_t = G > 1 ? Tensor::empty({g.O * G * P}, dt) : Tensor();
+  T* col = col_t.data<T>();
+  for (int64_t n0 = 0; n0 < g.N; n0 += G) {
+    const int64_t cnt = std::min(G, g.N - n0);
+    const int64_t ld = cnt * P;
+    im2col_group(x, col, n0, cnt, g);
+    // dyg (O, cnt*P): the group's output gradient with samples side by side
+    const T* dyg = dy + n0 * g.O * P;
+    if (cnt > 1) {
+      T* buf = dyg_t.data<T>();
+      parallel_for(cnt * g.O, std::max<int64_t>(1, 8192 / std::max<int64_t>(P, 1)), [&](int64_t lo, int64_t hi) {
+        for (int64_t t = lo; t < hi; ++t) {
+          const int64_t s = t / g.O, o = t % g.O;
+          std::memcpy(buf + o * ld + s * P, dy + ((n0 + s) * g.O + o) * P, size_t(P) * sizeof(T));
+        }
+      });
+      dyg = buf;
+    }
+    // dw (O,ckk) += dyg (O,ld) @ col^T (ld,ckk)
+    gemm(dt, g.O, ckk, ld, 1.0, {dyg, ld, false}, {col, ld, true}, n0 == 0 ? 0.0 : 1.0, dw, ckk);
+    // col (ckk,ld) = w^T (ckk,O) @ dyg (O,ld), reusing the im2col buffer
+    gemm(dt, ckk, ld, g.O, 1.0, {w, ckk, true}, {dyg, ld, false}, 0.0, col, ld);
+    parallel_for(cnt * g.C, std::max<int64_t>(1, 4096 / std::max<int64_t>(g.kk() * P, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t) {
+        const int64_t s = t / g.C, c = t % g.C;
+        col2im_plane(col + c * g.kk() * ld + s * P, dx + ((n0 + s) * g.C + c) * g.H * g.W, ld, g);
+      }
+    });
+  }
+}
+
+}  // namespace
+
+void conv2d_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ops::Conv2dParams& p) {
+  const Geom g = make_geom(x, w, p);
+  if (y.numel() == 0) return;
+  STRATA_DISPATCH_FLOAT(x.dtype(), "conv2d", [&] {
+    conv_forward<scalar_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.defined() ? b.data<scalar_t>() : nullptr,
+                           y.data<scalar_t>(), g, x.dtype());
+  });
+}
+
+void conv2d_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                            Tensor& db, const ops::Conv2dParams& p) {
+  const Geom g = make_geom(x, w, p);
+  STRATA_DISPATCH_FLOAT(x.dtype(), "conv2d_backward", [&] {
+    conv_backward<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data<scalar_t>(), dx.data<scalar_t>(),
+                            dw.data<scalar_t>(), db.defined() ? db.data<scalar_t>() : nullptr, g, x.dtype());
+  });
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,229 @@
+// Layer norm runs one row per iteration (rows in parallel); its weight/bias
+// gradients are column sums split into column blocks, so no thread-local partials
+// are needed and the result does not depend on the thread count. Batch norm runs one
+// channel per iteration (channels in parallel) with double accumulators.
+#include "tensor/cpu/norm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/threads.h"
+#include "tensor/dispatch.h"
+
+namespace strata::cpu {
+namespace {
+
+template <class T>
+const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+template <class T>
+T* mut_ptr_or_null(Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+template <class T>
+void layer_norm_impl(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t C,
+                     double eps) {
+  parallel_for(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * C;
+      T* yr = y + r * C;
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < C; ++i) s += xr[i];
+      const T mu = s / T(C);
+      T v = 0;
+#pragma omp simd reduction(+ : v)
+      for (int64_t i = 0; i < C; ++i) v += (xr[i] - mu) * (xr[i] - mu);
+      const T rs = T(1) / std::sqrt(v / T(C) + T(eps));
+      mean[r] = mu;
+      rstd[r] = rs;
+      if (w && b) {
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs * w[i] + b[i];
+      } else if (w) {
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs * w[i];
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs + (b ? b[i] : T(0));
+      }
+    }
+  });
+}
+
+template <class T>
+void layer_norm_backward_impl(const T* dy, const T* x, const T* mean, const T* rstd, const T* w, T* dx, T* dw,
+                              T* db, int64_t rows, int64_t C) {
+  // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w
+  parallel_for(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* gr = dy + r * C;
+      const T* xr = x + r * C;
+      T* dxr = dx + r * C;
+      const T mu = mean[r], rs = rstd[r];
+      T sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+      for (int64_t i = 0; i < C; ++i) {
+        const T g = w ? gr[i] * w[i] : gr[i];
+        sg += g;
+        sgx += g * (xr[i] - mu) * rs;
+      }
+      sg /= T(C);
+      sgx /= T(C);
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) {
+        const T g = w ? gr[i] * w[i] : gr[i];
+        dxr[i] = rs * (g - sg - (xr[i] - mu) * rs * sgx);
+      }
+    }
+  });
+  if (!dw && !db) return;
+  // column sums over rows, one column block per thread
+  parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
+    if (dw) std::fill(dw + c0, dw + c1, T(0));
+    if (db) std::fill(db + c0, db + c1, T(0));
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* gr = dy + r * C;
+      const T* xr = x + r * C;
+      const T mu = mean[r], rs = rstd[r];
+      if (dw) {
+#pragma omp simd
+        for (int64_t i = c0; i < c1; ++i) dw[i] += gr[i] * (xr[i] - mu) * rs;
+      }
+      if (db) {
+#pragma omp simd
+        for (int64_t i = c0; i < c1; ++i) db[i] += gr[i];
+      }
+    }
+  });
+}
+
+// Sum over the N runs of S elements of channel c, f(i) for element index i.
+template <class T, class F>
+double channel_sum(int64_t N, int64_t C, int64_t S, int64_t c, F&& f) {
+  double total = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t base = (n * C + c) * S;
+    T s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = base; i < base + S; ++i) s += f(i);
+    total += double(s);
+  }
+  return total;
+}
+
+template <class T>
+void batch_norm_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T* y, T* smean, T* sinv, int64_t N,
+                     int64_t C, int64_t S, bool training, double momentum, double eps) {
+  const int64_t M = N * S;
+  parallel_for(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double mu, inv;
+      if (training) {
+        mu = channel_sum<T>(N, C, S, c, [&](int64_t i) { return x[i]; }) / double(M);
+        const T m = T(mu);
+        const double var = channel_sum<T>(N, C, S, c, [&](int64_t i) { return (x[i] - m) * (x[i] - m); }) / double(M);
+        inv = 1.0 / std::sqrt(var + eps);
+        if (rmean) rmean[c] = T((1 - momentum) * double(rmean[c]) + momentum * mu);
+        if (rvar) rvar[c] = T((1 - momentum) * double(rvar[c]) + momentum * var * double(M) / double(M - 1));
+      } else {
+        mu = double(rmean[c]);
+        inv = 1.0 / std::sqrt(double(rvar[c]) + eps);
+      }
+      smean[c] = T(mu);
+      sinv[c] = T(inv);
+      // y = x * scale + shift
+      const double scale_d = inv * (w ? double(w[c]) : 1.0);
+      const T scale = T(scale_d), shift = T((b ? double(b[c]) : 0.0) - mu * scale_d);
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t base = (n * C + c) * S;
+#pragma omp simd
+        for (int64_t i = base; i < base + S; ++i) y[i] = x[i] * scale + shift;
+      }
+    }
+  });
+}
+
+template <class T>
+void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* smean, const T* sinv, T* dx, T* dw,
+                              T* db, int64_t N, int64_t C, int64_t S, bool training) {
+  const int64_t M = N * S;
+  parallel_for(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const T mu = smean[c], inv = sinv[c];
+      const double sdy = channel_sum<T>(N, C, S, c, [&](int64_t i) { return dy[i]; });
+      const double sdyx = channel_sum<T>(N, C, S, c, [&](int64_t i) { return dy[i] * (x[i] - mu); }) * double(inv);
+      dw[c] = T(sdyx);
+      db[c] = T(sdy);
+      const T k = inv * (w ? w[c] : T(1));
+      if (training) {
+        // dx = k * (dy - sum(dy)/M - xhat * sum(dy*xhat)/M)
+        const T a = T(sdy / double(M)), bq = T(sdyx / double(M)) * inv;
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t base = (n * C + c) * S;
+#pragma omp simd
+          for (int64_t i = base; i < base + S; ++i) dx[i] = k * (dy[i] - a - (x[i] - mu) * bq);
+        }
+      } else {
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t base = (n * C + c) * S;
+#pragma omp simd
+          for (int64_t i = base; i < base + S; ++i) dx[i] = k * dy[i];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, Tensor& mean, Tensor& rstd,
+                       int64_t rows, int64_t C, double eps) {
+  if (rows == 0 || C == 0) return;
+  STRATA_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
+    layer_norm_impl<scalar_t>(x.data<scalar_t>(), ptr_or_null<scalar_t>(w), ptr_or_null<scalar_t>(b),
+                              y.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(), rows, C, eps);
+  });
+}
+
+void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db, int64_t rows, int64_t C) {
+  if (C == 0) return;
+  STRATA_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward", [&] {
+    scalar_t* dwp = mut_ptr_or_null<scalar_t>(dw);
+    scalar_t* dbp = mut_ptr_or_null<scalar_t>(db);
+    if (rows == 0) {
+      if (dwp) std::fill(dwp, dwp + C, scalar_t(0));
+      if (dbp) std::fill(dbp, dbp + C, scalar_t(0));
+      return;
+    }
+    layer_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), mean.data<scalar_t>(),
+                                       rstd.data<scalar_t>(), ptr_or_null<scalar_t>(w), dx.data<scalar_t>(), dwp,
+                                       dbp, rows, C);
+  });
+}
+
+void batch_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean,
+                       Tensor& running_var, Tensor& y, Tensor& save_mean, Tensor& save_invstd, int64_t N,
+                       int64_t C, int64_t S, bool training, double momentum, double eps) {
+  STRATA_DISPATCH_FLOAT(x.dtype(), "batch_norm", [&] {
+    batch_norm_impl<scalar_t>(x.data<scalar_t>(), ptr_or_null<scalar_t>(w), ptr_or_null<scalar_t>(b),
+                              mut_ptr_or_null<scalar_t>(running_mean), mut_ptr_or_null<scalar_t>(running_var),
+                              y.data<scalar_t>(), save_mean.data<scalar_t>(), save_invstd.data<scalar_t>(), N, C,
+                              S, training, momentum, eps);
+  });
+}
+
+void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& save_mean,
+                                const Tensor& save_invstd, Tensor& dx, Tensor& dw, Tensor& db, int64_t N,
+                                int64_t C, int64_t S, bool training) {
+  STRATA_DISPATCH_FLOAT(x.dtype(), "batch_norm_backward", [&] {
+    batch_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), ptr_or_null<scalar_t>(w),
+                                       save_mean.data<scalar_t>(), save_invstd.data<scalar_t>(), dx.data<scalar_t>(),
+                                       dw.data<scalar_t>(), db.data<scalar_t>(), N, C, S, training);
+  });
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,601 @@
+// Neural-network and optimizer raw ops against naive reference loops written here
+// (direct convolution and pooling, per-row softmax/norm formulas in double, explicit
+// Jacobians for the norm backwards, torch.optim's update rules), in f32 and f64, at
+// odd sizes with padding, stride 2 and batch 3.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/threads.h"
+#include "tensor/ops.h"
+
+using namespace strata;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+Tensor rnd(const Shape& s, DType dt, uint64_t seed, double scale = 1.0) {
+  Generator g(seed);
+  return ops::normal(s, 0, scale, g, dt);
+}
+
+double tol_for(DType dt) { return dt == DType::f64 ? 1e-10 : 2e-5; }
+
+void expect_close(const Vec& got, const Vec& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " element " << i;
+}
+
+void expect_close(const Tensor& got, const Vec& want, double tol, const std::string& what) {
+  expect_close(got.to_vector<double>(), want, tol, what);
+}
+
+class NnOps : public ::testing::TestWithParam<DType> {};
+INSTANTIATE_TEST_SUITE_P(Float, NnOps, ::testing::Values(DType::f32, DType::f64),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---------------------------------------------------------------- softmax
+
+// softmax / log_softmax of (outer, n, inner) over the middle dim, in double.
+Vec ref_softmax(const Vec& x, int64_t outer, int64_t n, int64_t inner, bool log) {
+  Vec y(x.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      auto at = [&](int64_t k) { return size_t((o * n + k) * inner + j); };
+      double mx = -INFINITY, s = 0;
+      for (int64_t k = 0; k < n; ++k) mx = std::max(mx, x[at(k)]);
+      for (int64_t k = 0; k < n; ++k) s += std::exp(x[at(k)] - mx);
+      for (int64_t k = 0; k < n; ++k) y[at(k)] = log ? x[at(k)] - mx - std::log(s) : std::exp(x[at(k)] - mx) / s;
+    }
+  return y;
+}
+
+// dx_j = sum_i dy_i dy_i/dx_j with the full Jacobian of softmax (p_i (d_ij - p_j))
+// or log_softmax (d_ij - p_j), p the probabilities.
+Vec ref_softmax_backward(const Vec& dy, const Vec& x, int64_t outer, int64_t n, int64_t inner, bool log) {
+  const Vec p = ref_softmax(x, outer, n, inner, false);
+  Vec dx(x.size(), 0.0);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      auto at = [&](int64_t k) { return size_t((o * n + k) * inner + j); };
+      for (int64_t a = 0; a < n; ++a)
+        for (int64_t i = 0; i < n; ++i) {
+          const double delta = i == a ? 1.0 : 0.0;
+          const double jac = log ? delta - p[at(a)] : p[at(i)] * (delta - p[at(a)]);
+          dx[at(a)] += dy[at(i)] * jac;
+        }
+    }
+  return dx;
+}
+
+TEST_P(NnOps, SoftmaxAndLogSoftmaxEveryDim) {
+  const DType dt = GetParam();
+  const Shape s{3, 5, 70};  // the last dim crosses a 64-wide tile
+  Tensor x = rnd(s, dt, 1, 3.0);
+  Tensor dy = rnd(s, dt, 2);
+  const Vec xv = x.to_vector<double>(), dyv = dy.to_vector<double>();
+  for (int64_t dim : {0, 1, 2, -1}) {
+    const int64_t d = dim < 0 ? dim + 3 : dim;
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < d; ++i) outer *= s[size_t(i)];
+    for (int64_t i = d + 1; i < 3; ++i) inner *= s[size_t(i)];
+    const int64_t n = s[size_t(d)];
+    for (bool log : {false, true}) {
+      const std::string what = std::string(log ? "log_softmax" : "softmax") + " dim " + std::to_string(dim);
+      Tensor y = log ? ops::log_softmax(x, dim) : ops::softmax(x, dim);
+      expect_close(y, ref_softmax(xv, outer, n, inner, log), tol_for(dt), what);
+      Tensor dx = log ? ops::log_softmax_backward(dy, y, dim) : ops::softmax_backward(dy, y, dim);
+      expect_close(dx, ref_softmax_backward(dyv, xv, outer, n, inner, log), 5 * tol_for(dt), what + " backward");
+    }
+  }
+}
+
+TEST(NnOpsSoftmax, StridedInputLargeLogitsAndMaskedEntries) {
+  // a transposed (non-contiguous) view, logits around 1000 (no overflow), -inf entries give exactly 0
+  Tensor base = rnd({9, 4}, DType::f32, 3, 1.0);
+  Tensor x = ops::transpose(base, 0, 1);  // (4, 9)
+  Vec xv = x.to_vector<double>();
+  for (auto& v : xv) v += 1000;
+  xv[2] = -INFINITY;
+  Tensor xl = ops::from_vector<float>(std::vector<float>(xv.begin(), xv.end()), {4, 9});
+  Tensor y = ops::softmax(xl, 1);
+  const Vec yv = y.to_vector<double>();
+  EXPECT_EQ(yv[2], 0.0);
+  expect_close(yv, ref_softmax(xv, 4, 9, 1, false), 2e-5, "large logits");
+  Tensor ys = ops::softmax(x, 1);
+  expect_close(ys, ref_softmax(x.to_vector<double>(), 4, 9, 1, false), 2e-5, "strided");
+  EXPECT_THROW(ops::softmax(x, 2), Error);
+}
+
+// ---------------------------------------------------------------- layer norm
+
+TEST_P(NnOps, LayerNormForwardBackward) {
+  const DType dt = GetParam();
+  const int64_t rows = 3 * 5, C = 37;
+  Tensor x = rnd({3, 5, C}, dt, 4, 2.0);
+  Tensor w = rnd({C}, dt, 5), b = rnd({C}, dt, 6), dy = rnd({3, 5, C}, dt, 7);
+  const Vec xv = x.to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>(),
+            dyv = dy.to_vector<double>();
+  const double eps = 1e-5;
+  Vec y(xv.size()), mean(rows), rstd(rows), dx(xv.size(), 0.0), dw(C, 0.0), db(C, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = 0, v = 0;
+    for (int64_t i = 0; i < C; ++i) m += xv[size_t(r * C + i)] / double(C);
+    for (int64_t i = 0; i < C; ++i) v += std::pow(xv[size_t(r * C + i)] - m, 2) / double(C);
+    const double rs = 1 / std::sqrt(v + eps);
+    mean[size_t(r)] = m;
+    rstd[size_t(r)] = rs;
+    auto xh = [&](int64_t i) { return (xv[size_t(r * C + i)] - m) * rs; };
+    for (int64_t i = 0; i < C; ++i) y[size_t(r * C + i)] = xh(i) * wv[size_t(i)] + bv[size_t(i)];
+    // Jacobian: dy_i/dx_j = w_i * rstd * (d_ij - 1/C - xh_i xh_j / C)
+    for (int64_t j = 0; j < C; ++j)
+      for (int64_t i = 0; i < C; ++i)
+        dx[size_t(r * C + j)] += dyv[size_t(r * C + i)] * wv[size_t(i)] * rs *
+                                 ((i == j ? 1.0 : 0.0) - 1.0 / double(C) - xh(i) * xh(j) / double(C));
+    for (int64_t i = 0; i < C; ++i) {
+      dw[size_t(i)] += dyv[size_t(r * C + i)] * xh(i);
+      db[size_t(i)] += dyv[size_t(r * C + i)];
+    }
+  }
+  const double tol = dt == DType::f64 ? 1e-10 : 1e-4;
+  auto [yt, mt, rt] = ops::layer_norm(x, w, b, eps);
+  expect_close(yt, y, tol, "y");
+  expect_close(mt, mean, tol, "mean");
+  expect_close(rt, rstd, tol, "rstd");
+  auto [dxt, dwt, dbt] = ops::layer_norm_backward(dy, x, mt, rt, w, true);
+  expect_close(dxt, dx, tol, "dx");
+  expect_close(dwt, dw, tol, "dw");
+  expect_close(dbt, db, tol, "db");
+
+  // no affine parameters: y is xhat, no dw/db
+  auto [y0, m0, r0] = ops::layer_norm(x, Tensor(), Tensor(), eps);
+  auto [dx0, dw0, db0] = ops::layer_norm_backward(dy, x, m0, r0, Tensor(), false);
+  EXPECT_FALSE(dw0.defined());
+  EXPECT_FALSE(db0.defined());
+  const Vec y0v = y0.to_vector<double>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < C; ++i)
+      ASSERT_NEAR(y0v[size_t(r * C + i)], (xv[size_t(r * C + i)] - mean[size_t(r)]) * rstd[size_t(r)], tol * 10);
+  EXPECT_THROW(ops::layer_norm(x, rnd({C + 1}, dt, 1), Tensor(), eps), Error);
+}
+
+// ---------------------------------------------------------------- batch norm
+
+struct BnRef {
+  Vec y, dx, dw, db, rm, rv, mean, invstd;
+};
+
+// x (N, C, S) in double; training uses batch stats, eval the given running stats.
+BnRef ref_batch_norm(const Vec& x, const Vec& dy, const Vec& w, const Vec& b, Vec rm, Vec rv, int64_t N, int64_t C,
+                     int64_t S, bool training, double mom, double eps) {
+  BnRef r;
+  r.y.assign(x.size(), 0);
+  r.dx.assign(x.size(), 0);
+  r.dw.assign(size_t(C), 0);
+  r.db.assign(size_t(C), 0);
+  r.mean.assign(size_t(C), 0);
+  r.invstd.assign(size_t(C), 0);
+  const int64_t M = N * S;
+  auto at = [&](int64_t n, int64_t c, int64_t s) { return size_t((n * C + c) * S + s); };
+  for (int64_t c = 0; c < C; ++c) {
+    double m = 0, v = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) m += x[at(n, c, s)] / double(M);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) v += std::pow(x[at(n, c, s)] - m, 2) / double(M);
+    if (!training) {
+      m = rm[size_t(c)];
+      v = rv[size_t(c)];
+    } else {
+      rm[size_t(c)] = (1 - mom) * rm[size_t(c)] + mom * m;
+      rv[size_t(c)] = (1 - mom) * rv[size_t(c)] + mom * v * double(M) / double(M - 1);
+    }
+    const double inv = 1 / std::sqrt(v + eps);
+    r.mean[size_t(c)] = m;
+    r.invstd[size_t(c)] = inv;
+    // flattened positions of the channel
+    std::vector<size_t> pos;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) pos.push_back(at(n, c, s));
+    for (size_t i : pos) {
+      const double xh = (x[i] - m) * inv;
+      r.y[i] = xh * w[size_t(c)] + b[size_t(c)];
+      r.dw[size_t(c)] += dy[i] * xh;
+      r.db[size_t(c)] += dy[i];
+    }
+    // Jacobian: training dy_i/dx_j = w inv (d_ij - 1/M - xh_i xh_j / M); eval w inv d_ij
+    for (size_t j : pos)
+      for (size_t i : pos) {
+        const double d = i == j ? 1.0 : 0.0;
+        const double xi = (x[i] - m) * inv, xj = (x[j] - m) * inv;
+        const double jac = training ? d - 1.0 / double(M) - xi * xj / double(M) : d;
+        r.dx[j] += dy[i] * w[size_t(c)] * inv * jac;
+      }
+  }
+  r.rm = rm;
+  r.rv = rv;
+  return r;
+}
+
+TEST_P(NnOps, BatchNormTrainingAndEvalOn4dAnd2d) {
+  const DType dt = GetParam();
+  const double tol = dt == DType::f64 ? 1e-10 : 1e-4;
+  for (const Shape& s : {Shape{3, 4, 5, 3}, Shape{7, 5}}) {
+    const int64_t N = s[0], C = s[1], S = shape_numel(s) / (N * C);
+    Tensor x = rnd(s, dt, 11, 2.0), dy = rnd(s, dt, 12);
+    Tensor w = rnd({C}, dt, 13), b = rnd({C}, dt, 14);
+    Tensor rm = rnd({C}, dt, 15), rv = ops::full({C}, 1.5, dt);
+    const Vec rm0 = rm.to_vector<double>(), rv0 = rv.to_vector<double>();
+    for (bool training : {true, false}) {
+      const std::string what = shape_str(s) + (training ? " train" : " eval");
+      const Vec rmb = rm.to_vector<double>(), rvb = rv.to_vector<double>();
+      const BnRef ref = ref_batch_norm(x.to_vector<double>(), dy.to_vector<double>(), w.to_vector<double>(),
+                                       b.to_vector<double>(), rmb, rvb, N, C, S, training, 0.1, 1e-5);
+      const uint32_t v0 = rm.version();
+      auto [y, sm, si] = ops::batch_norm(x, w, b, rm, rv, training, 0.1, 1e-5);
+      expect_close(y, ref.y, tol, what + " y");
+      expect_close(sm, ref.mean, tol, what + " save_mean");
+      expect_close(si, ref.invstd, tol, what + " save_invstd");
+      expect_close(rm, ref.rm, tol, what + " running_mean");
+      expect_close(rv, ref.rv, tol, what + " running_var");
+      EXPECT_EQ(rm.version() != v0, training) << what;
+      auto [dx, dw, db] = ops::batch_norm_backward(dy, x, w, sm, si, training);
+      expect_close(dx, ref.dx, tol, what + " dx");
+      expect_close(dw, ref.dw, tol, what + " dw");
+      expect_close(db, ref.db, tol, what + " db");
+    }
+    EXPECT_NE(rm.to_vector<double>(), rm0);
+    EXPECT_NE(rv.to_vector<double>(), rv0);
+  }
+  Tensor rm, rv;  // training without running stats is allowed; eval is not
+  Tensor x = rnd({4, 3}, dt, 1);
+  EXPECT_NO_THROW(ops::batch_norm(x, Tensor(), Tensor(), rm, rv, true, 0.1, 1e-5));
+  EXPECT_THROW(ops::batch_norm(x, Tensor(), Tensor(), rm, rv, false, 0.1, 1e-5), Error);
+  Tensor one = rnd({1, 3}, dt, 1);
+  EXPECT_THROW(ops::batch_norm(one, Tensor(), Tensor(), rm, rv, true, 0.1, 1e-5), Error);
+}
+
+// ---------------------------------------------------------------- conv2d
+
+struct ConvCase {
+  int64_t N, C, H, W, O, kh, kw;
+  ops::Conv2dParams p;
+  bool bias;
+};
+
+// Direct convolution and its gradients by the same loops.
+void ref_conv(const ConvCase& k, const Vec& x, const Vec& w, const Vec& b, const Vec& dy, Vec* y, Vec* dx, Vec* dw,
+              Vec* db, int64_t Ho, int64_t Wo) {
+  y->assign(size_t(k.N * k.O * Ho * Wo), 0);
+  dx->assign(x.size(), 0);
+  dw->assign(w.size(), 0);
+  db->assign(size_t(k.O), 0);
+  for (int64_t n = 0; n < k.N; ++n)
+    for (int64_t o = 0; o < k.O; ++o)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const size_t yi = size_t(((n * k.O + o) * Ho + oh) * Wo + ow);
+          double acc = k.bias ? b[size_t(o)] : 0.0;
+          (*db)[size_t(o)] += dy[yi];
+          for (int64_t c = 0; c < k.C; ++c)
+            for (int64_t i = 0; i < k.kh; ++i)
+              for (int64_t j = 0; j < k.kw; ++j) {
+                const int64_t ih = oh * k.p.stride_h - k.p.pad_h + i, iw = ow * k.p.stride_w - k.p.pad_w + j;
+                if (ih < 0 || ih >= k.H || iw < 0 || iw >= k.W) continue;
+                const size_t xi = size_t(((n * k.C + c) * k.H + ih) * k.W + iw);
+                const size_t wi = size_t(((o * k.C + c) * k.kh + i) * k.kw + j);
+                acc += x[xi] * w[wi];
+                (*dx)[xi] += dy[yi] * w[wi];
+                (*dw)[wi] += dy[yi] * x[xi];
+              }
+          (*y)[yi] = acc;
+        }
+}
+
+TEST_P(NnOps, Conv2dMatchesDirectLoops) {
+  const DType dt = GetParam();
+  const std::vector<ConvCase> cases = {
+      {3, 2, 7, 6, 4, 3, 2, {2, 1, 1, 0}, true},   // non-square kernel, stride (2,1), pad (1,0)
+      {3, 3, 9, 8, 5, 3, 3, {2, 2, 1, 1}, false},  // stride 2, pad 1, no bias
+      {3, 4, 5, 7, 6, 1, 1, {1, 1, 0, 0}, true},   // pointwise: no im2col
+      {2, 3, 4, 4, 2, 4, 4, {1, 1, 0, 0}, true},   // kernel covers the input: 1x1 output
+      {3, 8, 50, 50, 3, 3, 3, {1, 1, 1, 1}, true},  // big planes: samples split in groups of 2 + 1
+  };
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const ConvCase& k = cases[ci];
+    Tensor x = rnd({k.N, k.C, k.H, k.W}, dt, 20 + ci);
+    Tensor w = rnd({k.O, k.C, k.kh, k.kw}, dt, 40 + ci, 0.5);
+    Tensor b = k.bias ? rnd({k.O}, dt, 60 + ci) : Tensor();
+    const int64_t Ho = (k.H + 2 * k.p.pad_h - k.kh) / k.p.stride_h + 1;
+    const int64_t Wo = (k.W + 2 * k.p.pad_w - k.kw) / k.p.stride_w + 1;
+    Tensor dy = rnd({k.N, k.O, Ho, Wo}, dt, 80 + ci);
+    Vec y, dx, dw, db;
+    ref_conv(k, x.to_vector<double>(), w.to_vector<double>(), k.bias ? b.to_vector<double>() : Vec{},
+             dy.to_vector<double>(), &y, &dx, &dw, &db, Ho, Wo);
+    const std::string what = "conv case " + std::to_string(ci);
+    const double tol = dt == DType::f64 ? 1e-10 : 1e-4;
+    Tensor yt = ops::conv2d(x, w, b, k.p);
+    ASSERT_EQ(yt.shape(), (Shape{k.N, k.O, Ho, Wo})) << what;
+    expect_close(yt, y, tol, what + " y");
+    auto [dxt, dwt, dbt] = ops::conv2d_backward(dy, x, w, k.bias, k.p);
+    expect_close(dxt, dx, tol, what + " dx");
+    expect_close(dwt, dw, tol, what + " dw");
+    EXPECT_EQ(dbt.defined(), k.bias) << what;
+    if (k.bias) expect_close(dbt, db, tol, what + " db");
+  }
+}
+
+TEST(NnOpsConv, StridedInputAndErrors) {
+  Tensor base = rnd({3, 6, 5, 2}, DType::f64, 1);
+  Tensor x = ops::permute(base, {0, 3, 1, 2});  // (3,2,6,5) non-contiguous
+  Tensor w = rnd({4, 2, 3, 3}, DType::f64, 2);
+  const ops::Conv2dParams p{1, 2, 1, 1};
+  const Vec got = ops::conv2d(x, w, Tensor(), p).to_vector<double>();
+  const Vec want = ops::conv2d(ops::contiguous(x), w, Tensor(), p).to_vector<double>();
+  EXPECT_EQ(got, want);
+  EXPECT_THROW(ops::conv2d(x, rnd({4, 3, 3, 3}, DType::f64, 3), Tensor(), p), Error);  // channel mismatch
+  EXPECT_THROW(ops::conv2d(x, rnd({4, 2, 9, 3}, DType::f64, 3), Tensor(), {}), Error);  // kernel > input
+}
+
+// ---------------------------------------------------------------- pooling
+
+TEST_P(NnOps, PoolingMatchesDirectLoops) {
+  const DType dt = GetParam();
+  const int64_t N = 3, C = 2, H = 7, W = 6;
+  for (const ops::Pool2dParams& p : {ops::Pool2dParams{3, 3, 2, 2, 1, 1}, ops::Pool2dParams{2, 2, 2, 2, 0, 0},
+                                     ops::Pool2dParams{3, 2, 2, 1, 1, 0}}) {
+    const int64_t Ho = (H + 2 * p.pad_h - p.kernel_h) / p.stride_h + 1;
+    const int64_t Wo = (W + 2 * p.pad_w - p.kernel_w) / p.stride_w + 1;
+    Tensor x = rnd({N, C, H, W}, dt, 90);
+    Tensor dy = rnd({N, C, Ho, Wo}, dt, 91);
+    const Vec xv = x.to_vector<double>(), dyv = dy.to_vector<double>();
+    Vec ymax, yavg, dxmax(xv.size(), 0), dxavg(xv.size(), 0);
+    std::vector<int64_t> imax;
+    for (int64_t pl = 0; pl < N * C; ++pl)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          double best = -INFINITY, sum = 0;
+          int64_t bi = -1;
+          for (int64_t i = 0; i < p.kernel_h; ++i)
+            for (int64_t j = 0; j < p.kernel_w; ++j) {
+              const int64_t ih = oh * p.stride_h - p.pad_h + i, iw = ow * p.stride_w - p.pad_w + j;
+              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;  // padding: 0 for avg, never the max
+              const double v = xv[size_t(pl * H * W + ih * W + iw)];
+              sum += v;
+              if (v > best) best = v, bi = ih * W + iw;
+            }
+          const double g = dyv[size_t((pl * Ho + oh) * Wo + ow)];
+          ymax.push_back(best);
+          imax.push_back(bi);
+          dxmax[size_t(pl * H * W + bi)] += g;
+          yavg.push_back(sum / double(p.kernel_h * p.kernel_w));  // count_include_pad
+          for (int64_t i = 0; i < p.kernel_h; ++i)
+            for (int64_t j = 0; j < p.kernel_w; ++j) {
+              const int64_t ih = oh * p.stride_h - p.pad_h + i, iw = ow * p.stride_w - p.pad_w + j;
+              if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                dxavg[size_t(pl * H * W + ih * W + iw)] += g / double(p.kernel_h * p.kernel_w);
+            }
+        }
+    const double tol = tol_for(dt);
+    auto [y, idx] = ops::max_pool2d(x, p);
+    ASSERT_EQ(y.shape(), (Shape{N, C, Ho, Wo}));
+    expect_close(y, ymax, tol, "max y");
+    EXPECT_EQ(idx.dtype(), DType::i64);
+    EXPECT_EQ(idx.to_vector<int64_t>(), imax);
+    expect_close(ops::max_pool2d_backward(dy, idx, x.shape()), dxmax, tol, "max dx");
+    expect_close(ops::avg_pool2d(x, p), yavg, tol, "avg y");
+    expect_close(ops::avg_pool2d_backward(dy, x.shape(), p), dxavg, tol, "avg dx");
+  }
+  EXPECT_THROW(ops::max_pool2d(rnd({1, 1, 4, 4}, dt, 1), {2, 2, 2, 2, 2, 0}), Error);  // pad > kernel/2
+}
+
+TEST(NnOpsPool, MaxPoolTiesAndNaNInFastAndGeneralPaths) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // plane 4x4: window (0,0) has a tie (first wins), window (0,1) a NaN (NaN wins)
+  Tensor x = ops::from_vector<float>({5, 5, 1, nan,  //
+                                      1, 5, 2, 3,    //
+                                      0, 0, 0, 0,    //
+                                      0, 0, 0, -1},
+                                     {1, 1, 4, 4});
+  for (const ops::Pool2dParams& p : {ops::Pool2dParams{2, 2, 2, 2, 0, 0}, ops::Pool2dParams{2, 3, 2, 2, 0, 1}}) {
+    auto [y, idx] = ops::max_pool2d(x, p);
+    const auto yv = y.to_vector<float>();
+    const auto iv = idx.to_vector<int64_t>();
+    EXPECT_EQ(yv[0], 5.f);
+    EXPECT_EQ(iv[0], 0);  // first of the tied maxima
+    EXPECT_TRUE(std::isnan(yv[1]));
+    EXPECT_EQ(iv[1], 3);
+  }
+}
+
+// ---------------------------------------------------------------- embedding
+
+TEST_P(NnOps, EmbeddingGatherAndScatterAdd) {
+  const DType dt = GetParam();
+  const int64_t V = 7, D = 5;
+  Tensor w = rnd({V, D}, dt, 100);
+  const std::vector<int64_t> ids{3, 0, 6, 3, 3, 1};  // repeats accumulate
+  const Vec wv = w.to_vector<double>();
+  for (DType it : {DType::i64, DType::i32}) {
+    Tensor idx = ops::to_dtype(ops::from_vector<int64_t>(ids, {2, 3}), it);
+    Tensor y = ops::embedding(w, idx);
+    ASSERT_EQ(y.shape(), (Shape{2, 3, D}));
+    Vec want;
+    for (int64_t i : ids)
+      for (int64_t d = 0; d < D; ++d) want.push_back(wv[size_t(i * D + d)]);
+    expect_close(y, want, 0, "embedding");
+    Tensor dy = rnd({2, 3, D}, dt, 101);
+    const Vec dyv = dy.to_vector<double>();
+    Vec dw(size_t(V * D), 0);
+    for (size_t r = 0; r < ids.size(); ++r)
+      for (int64_t d = 0; d < D; ++d) dw[size_t(ids[r] * D + d)] += dyv[r * size_t(D) + size_t(d)];
+    expect_close(ops::embedding_backward(dy, idx, V), dw, tol_for(dt), "embedding backward");
+  }
+  EXPECT_THROW(ops::embedding(w, ops::from_vector<int64_t>({7}, {1})), Error);
+  EXPECT_THROW(ops::embedding(w, ops::from_vector<int64_t>({-1}, {1})), Error);
+}
+
+// ---------------------------------------------------------------- cross-entropy
+
+TEST_P(NnOps, CrossEntropyWithIgnoreIndex) {
+  const DType dt = GetParam();
+  const int64_t N = 6, C = 11;
+  Tensor logits = rnd({N, C}, dt, 110, 3.0);
+  const std::vector<int64_t> tg{2, -100, 10, 0, -100, 5};
+  Tensor target = ops::from_vector<int64_t>(tg, {N});
+  const Vec lv = logits.to_vector<double>();
+  const Vec p = ref_softmax(lv, N, C, 1, false);
+  double loss = 0;
+  int count = 0;
+  const double dl = 0.7;
+  Vec dlog(size_t(N * C), 0);
+  for (int64_t r = 0; r < N; ++r) {
+    if (tg[size_t(r)] == -100) continue;
+    ++count;
+    loss -= std::log(p[size_t(r * C + tg[size_t(r)])]);
+  }
+  loss /= count;
+  for (int64_t r = 0; r < N; ++r) {
+    if (tg[size_t(r)] == -100) continue;
+    for (int64_t c = 0; c < C; ++c)
+      dlog[size_t(r * C + c)] = dl / count * (p[size_t(r * C + c)] - (c == tg[size_t(r)] ? 1.0 : 0.0));
+  }
+  auto [l, probs] = ops::cross_entropy(logits, target, -100);
+  EXPECT_EQ(l.numel(), 1);
+  EXPECT_NEAR(l.item<double>(), loss, tol_for(dt) * 10);
+  expect_close(probs, p, tol_for(dt), "probs");
+  Tensor dlt = ops::cross_entropy_backward(ops::full({}, dl, dt), probs, target, -100);
+  expect_close(dlt, dlog, tol_for(dt), "dlogits");
+
+  // every target ignored: loss 0 and zero gradient
+  Tensor all_ignored = ops::full({N}, -1, DType::i64);
+  auto [l0, p0] = ops::cross_entropy(logits, all_ignored, -1);
+  EXPECT_EQ(l0.item<double>(), 0.0);
+  for (double v : ops::cross_entropy_backward(ops::ones({}, dt), p0, all_ignored, -1).to_vector<double>())
+    EXPECT_EQ(v, 0.0);
+  EXPECT_THROW(ops::cross_entropy(logits, ops::full({N}, C, DType::i64), -100), Error);
+}
+
+TEST(NnOpsCrossEntropy, StableForHugeLogits) {
+  Tensor logits = ops::from_vector<float>({1000.f, 0.f, -1000.f, 50.f, 51.f, 52.f}, {2, 3});
+  Tensor target = ops::from_vector<int64_t>({1, 2}, {2});
+  auto [l, p] = ops::cross_entropy(logits, target, -100);
+  // row 0: lse = 1000 -> loss 1000; row 1: lse = 52 + log(1 + e^-1 + e^-2) -> loss lse - 52
+  const double want = (1000.0 + std::log(1 + std::exp(-1.0) + std::exp(-2.0))) / 2;
+  EXPECT_NEAR(l.item<double>(), want, 1e-3);
+  for (float v : p.to_vector<float>()) EXPECT_TRUE(std::isfinite(v));
+}
+
+// ---------------------------------------------------------------- dropout
+
+TEST_P(NnOps, DropoutMaskScaleAndThreadIndependence) {
+  const DType dt = GetParam();
+  const double p = 0.3;
+  Tensor x = rnd({257, 129}, dt, 120);  // odd size: the last Philox block is partial
+  Generator g1(42);
+  const int prev = get_num_threads();
+  set_num_threads(1);
+  auto [y1, m1] = ops::dropout(x, p, g1);
+  set_num_threads(2);
+  Generator g2(42);
+  auto [y2, m2] = ops::dropout(x, p, g2);
+  set_num_threads(prev);
+  EXPECT_EQ(m1.to_vector<uint8_t>(), m2.to_vector<uint8_t>());
+  EXPECT_EQ(g1.offset(), g2.offset());
+  EXPECT_EQ(g1.offset(), uint64_t((x.numel() + 3) / 4));
+  const Vec xv = x.to_vector<double>(), yv = y1.to_vector<double>();
+  const auto mv = m1.to_vector<uint8_t>();
+  // the mask follows the generator: element i is kept iff uniform(0, i) >= p
+  Generator ref(42);
+  int64_t kept = 0;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    ASSERT_EQ(mv[i], ref.uniform(0, i) >= float(p) ? 1 : 0) << i;
+    kept += mv[i];
+    ASSERT_NEAR(yv[i], mv[i] ? xv[i] / (1 - p) : 0.0, tol_for(dt) * (1 + std::abs(xv[i])));
+  }
+  const double frac = double(kept) / double(xv.size());
+  EXPECT_NEAR(frac, 1 - p, 0.01);
+  Tensor dy = rnd(x.shape(), dt, 121);
+  const Vec dyv = dy.to_vector<double>(), dxv = ops::dropout_backward(dy, m1, p).to_vector<double>();
+  for (size_t i = 0; i < dyv.size(); ++i) ASSERT_NEAR(dxv[i], mv[i] ? dyv[i] / (1 - p) : 0.0, 1e-5 * (1 + std::abs(dyv[i])));
+  // a second draw from the same generator gives a different mask
+  auto [y3, m3] = ops::dropout(x, p, g1);
+  EXPECT_NE(m3.to_vector<uint8_t>(), mv);
+  // p = 1 drops everything (no inf/nan)
+  auto [yz, mz] = ops::dropout(x, 1.0, g1);
+  for (double v : yz.to_vector<double>()) ASSERT_EQ(v, 0.0);
+  EXPECT_THROW(ops::dropout(x, 1.5, g1), Error);
+}
+
+// ---------------------------------------------------------------- optimizers
+
+TEST_P(NnOps, AdamAndAdamWMatchTorchFormulasOverThreeSteps) {
+  const DType dt = GetParam();
+  const int64_t n = 1031;
+  for (bool decoupled : {false, true}) {
+    Tensor w = rnd({n}, dt, 130), m = ops::zeros({n}, dt), v = ops::zeros({n}, dt);
+    Vec wr = w.to_vector<double>(), mr(size_t(n), 0), vr(size_t(n), 0);
+    const double lr = 1e-2, b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.1;
+    for (int64_t step = 1; step <= 3; ++step) {
+      Tensor g = rnd({n}, dt, 140 + uint64_t(step));
+      const Vec gv = g.to_vector<double>();
+      for (size_t i = 0; i < size_t(n); ++i) {
+        double gi = gv[i];
+        if (decoupled)
+          wr[i] *= 1 - lr * wd;
+        else
+          gi += wd * wr[i];
+        mr[i] = b1 * mr[i] + (1 - b1) * gi;
+        vr[i] = b2 * vr[i] + (1 - b2) * gi * gi;
+        const double mhat = mr[i] / (1 - std::pow(b1, double(step)));
+        const double vhat = vr[i] / (1 - std::pow(b2, double(step)));
+        wr[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+      }
+      ops::adam_step_(w, g, m, v, {lr, b1, b2, eps, wd, step, decoupled});
+    }
+    const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+    expect_close(w, wr, tol, decoupled ? "adamw param" : "adam param");
+    expect_close(m, mr, tol, "m");
+    expect_close(v, vr, tol, "v");
+  }
+}
+
+TEST_P(NnOps, SgdMatchesTorchFormulasOverThreeSteps) {
+  const DType dt = GetParam();
+  const int64_t n = 517;
+  struct Cfg {
+    double momentum, dampening, wd;
+    bool nesterov;
+  };
+  for (const Cfg& c : {Cfg{0, 0, 0, false}, Cfg{0, 0, 0.01, false}, Cfg{0.9, 0.1, 0.01, false},
+                       Cfg{0.9, 0, 0.05, true}}) {
+    Tensor w = rnd({n}, dt, 150);
+    Tensor buf = c.momentum != 0 ? ops::zeros({n}, dt) : Tensor();
+    Vec wr = w.to_vector<double>(), br(size_t(n), 0);
+    const double lr = 0.05;
+    for (int step = 1; step <= 3; ++step) {
+      Tensor g = rnd({n}, dt, 160 + uint64_t(step));
+      const Vec gv = g.to_vector<double>();
+      for (size_t i = 0; i < size_t(n); ++i) {
+        double d = gv[i] + c.wd * wr[i];
+        if (c.momentum != 0) {
+          br[i] = step == 1 ? d : c.momentum * br[i] + (1 - c.dampening) * d;
+          d = c.nesterov ? d + c.momentum * br[i] : br[i];
+        }
+        wr[i] -= lr * d;
+      }
+      ops::sgd_step_(w, g, buf, {lr, c.momentum, c.dampening, c.wd, c.nesterov, step == 1});
+    }
+    const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+    expect_close(w, wr, tol, "sgd param");
+    if (c.momentum != 0) expect_close(buf, br, tol, "sgd buf");
+  }
+  Tensor w = rnd({4}, dt, 1), g = rnd({4}, dt, 2), none;
+  EXPECT_THROW(ops::sgd_step_(w, g, none, {0.1, 0.9, 0, 0, false, true}), Error);  // momentum needs a buffer
+  EXPECT_THROW(ops::sgd_step_(w, rnd({5}, dt, 3), none, {0.1, 0, 0, 0, false, true}), Error);
+}
+
+}  // namespace
