@@ -79,7 +79,9 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     STRATA_CHECK(!n->released(), "[backward] ", n->name(),
                  ": the graph was already freed by a previous backward; use retain_graph=true");
     std::vector<Tensor> grads = n->apply(g);
-    if (!retain_graph) n->release_saved();
+    // A leaf's AccumulateGrad is cached on the leaf and reused by every later graph;
+    // it saves nothing, so it is never marked released.
+    if (!retain_graph && !dynamic_cast<AccumulateGrad*>(n)) n->release_saved();
     auto& edges = n->next_edges();
     for (size_t i = 0; i < edges.size(); ++i) {
       Node* next = edges[i].fn.get();
