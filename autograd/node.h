@@ -42,7 +42,11 @@ class Node {
 /// leaf's post-accumulate-grad hooks (where DDP/ZeRO attach).
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf_(leaf) {}
+  // Highest priority in the ready queue (as in PyTorch): a leaf's gradient is
+  // accumulated and its hooks fire as soon as it is final, not when the (old, cached)
+  // node's creation order would schedule it. DDP's overlap depends on this. Among
+  // accumulators ready at once, the newer one runs first (reverse registration order).
+  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf_(leaf) { seq_ |= uint64_t(1) << 63; }
   std::vector<Tensor> apply(const Tensor& grad_output) override;
   std::string name() const override { return "AccumulateGrad"; }
 

@@ -5,6 +5,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/functions.h"
+#include "autograd/grad_mode.h"
 
 int main() {
   using namespace strata;

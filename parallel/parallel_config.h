@@ -1,0 +1,27 @@
+// The `parallel:` section of a training config as a plain struct, read and checked here
+// so the driver (apps/) only forwards it: mode none | dp | ddp, DataParallel's replica
+// count and the DDP options.
+#pragma once
+#include <string>
+
+#include "core/config.h"
+#include "parallel/data_parallel.h"
+#include "parallel/ddp.h"
+
+namespace strata::parallel {
+
+struct ParallelConfig {
+  std::string mode = "none";  ///< parallel.mode: none | dp | ddp
+  int replicas = 2;           ///< parallel.replicas (dp): K >= 1 thread replicas
+  DDPOptions ddp;             ///< parallel.{bucket_cap_mb, first_bucket_mb, last_bucket_mb, find_unused_parameters,
+                              ///<   broadcast_buffers, gradient_as_bucket_view} (ddp)
+
+  /// Reads the keys of `n` (the `parallel` node; absent keys keep their defaults) and
+  /// validates. ConfigError names the key path and line.
+  static ParallelConfig from_node(const ConfigNode& n);
+  /// ConfigError naming the parallel.* key of the first bad value.
+  void validate() const;
+  DataParallelOptions dp_options() const { return {.replicas = replicas}; }
+};
+
+}  // namespace strata::parallel

@@ -1,0 +1,180 @@
+// The DDP equivalence harness shared by the local-backend gtests and the mpirun test:
+// train the same model on the same data single-process (batch B) and under DDP on N
+// ranks (contiguous shards of B/N), then compare the parameters.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "comm/process_group.h"
+#include "nn/cnn.h"
+#include "nn/gpt.h"
+#include "nn/mlp.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+#include "parallel/ddp.h"
+
+namespace strata::testing {
+
+struct EquivCase {
+  std::string model = "mlp";  // mlp | cnn | cnn_bn | gpt (tied embeddings, mean token loss)
+  std::string optim = "sgd";  // sgd | adam
+  int steps = 3;
+  int64_t batch = 12;  // global batch B (divisible by N * accum)
+  int accum = 1;       // micro-batches per step per rank; the first accum-1 under no_sync
+  bool optimizer_zero_grad = false;  // zero through the optimizer instead of the DDP handle
+  parallel::DDPOptions ddp{};
+};
+
+inline constexpr uint64_t kModelSeed = 1234;
+inline constexpr int64_t kClasses = 5;
+
+inline std::shared_ptr<nn::Module> make_model(const std::string& kind, uint64_t seed) {
+  Generator gen(seed);
+  if (kind == "gpt")
+    return std::make_shared<nn::GPT>(
+        nn::GPTConfig{.vocab = 16, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 8}, gen);
+  if (kind == "mlp") return std::make_shared<nn::MLP>(nn::MLPConfig{.input = 16, .hidden = {12, 10}, .classes = kClasses}, gen);
+  nn::CNNConfig c{.in_channels = 1, .channels = {3, 4}, .classes = kClasses, .batch_norm = kind == "cnn_bn",
+                  .dropout = 0.0, .image_size = 8, .hidden = 10};
+  return std::make_shared<nn::CNN>(c, gen);
+}
+
+inline std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& kind, const nn::Module& m) {
+  if (kind == "adam") return std::make_unique<optim::Adam>(m.named_parameters(), optim::AdamOptions{.lr = 1e-2});
+  return std::make_unique<optim::SGD>(m.named_parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+}
+
+/// Deterministic batch of step `step`: inputs (B, 16), (B, 1, 8, 8) or tokens (B, 8),
+/// targets (B) or (B, 8) i64.
+inline std::pair<Tensor, Tensor> make_batch(const std::string& model, int64_t batch, int step) {
+  Generator g(9000 + uint64_t(step));
+  auto ints = [&](Shape s, int64_t hi) {
+    std::vector<int64_t> t(size_t(shape_numel(s)));
+    auto uv = ops::uniform({int64_t(t.size())}, 0.0, double(hi), g).to_vector<float>();
+    for (size_t i = 0; i < t.size(); ++i) t[i] = std::min<int64_t>(hi - 1, int64_t(uv[i]));
+    return ops::from_vector(t, s);
+  };
+  if (model == "gpt") return {ints({batch, 8}, 16), ints({batch, 8}, 16)};
+  Shape s = model == "mlp" ? Shape{batch, 16} : Shape{batch, 1, 8, 8};
+  Tensor x = ops::normal(s, 0.0, 1.0, g);
+  return {x, ints({batch}, kClasses)};
+}
+
+/// The mean loss of one batch (GPT: its next-token loss; classifiers: cross-entropy).
+inline Tensor batch_loss(nn::Module& m, const Tensor& x, const Tensor& y) {
+  if (auto* gpt = dynamic_cast<nn::GPT*>(&m)) return gpt->loss(x, y);
+  return cross_entropy(m.forward(x), y);
+}
+
+/// Single-process reference after c.steps steps. Without BatchNorm it trains on the full
+/// batch B. With BatchNorm, whose batch statistics DDP takes per rank, it accumulates the
+/// N shards' gradients (loss / N each) and keeps the running statistics shard 0 produced,
+/// which is what broadcast_buffers leaves on every rank.
+inline nn::NamedTensors reference_state(const EquivCase& c, int n) {
+  auto model = make_model(c.model, kModelSeed);
+  auto opt = make_optimizer(c.optim, *model);
+  const bool bn = c.model == "cnn_bn";
+  for (int s = 0; s < c.steps; ++s) {
+    auto [x, y] = make_batch(c.model, c.batch, s);
+    if (!bn) {
+      backward(batch_loss(*model, x, y));
+    } else {
+      const int64_t per = c.batch / n;
+      nn::NamedTensors after_shard0;
+      for (int r = 0; r < n; ++r) {
+        Tensor xr = ops::narrow(x, 0, r * per, per), yr = ops::narrow(y, 0, r * per, per);
+        backward(cross_entropy(model->forward(xr), yr) * (1.0 / double(n)));
+        if (r == 0)
+          for (auto& [name, b] : model->named_buffers()) after_shard0.emplace_back(name, ops::clone(b));
+      }
+      for (auto& [name, b] : model->named_buffers())
+        for (auto& [n0, v] : after_shard0)
+          if (n0 == name) {
+            Tensor dst = b;
+            ops::copy_(dst, v);
+          }
+    }
+    opt->step();
+    opt->zero_grad();
+  }
+  return model->state_dict();
+}
+
+/// Trains under DDP on this rank of `group` and returns the state (parameters and
+/// buffers, after a final buffer sync). Each rank starts from a different init, so the
+/// wrap-time broadcast is exercised too.
+inline nn::NamedTensors ddp_state(comm::ProcessGroup& group, const EquivCase& c) {
+  const int n = group.size(), r = group.rank();
+  auto model = make_model(c.model, r == 0 ? kModelSeed : kModelSeed + 77 * uint64_t(r));
+  auto ddp = parallel::apply_ddp(model, group, c.ddp);
+  auto opt = make_optimizer(c.optim, *model);
+  STRATA_CHECK(c.batch % (int64_t(n) * c.accum) == 0, "[test] batch ", c.batch, " does not split into ", n,
+               " ranks x ", c.accum, " micro-batches");
+  const int64_t per = c.batch / n, micro = per / c.accum;
+  for (int s = 0; s < c.steps; ++s) {
+    auto [x, y] = make_batch(c.model, c.batch, s);
+    for (int m = 0; m < c.accum; ++m) {
+      Tensor xm = ops::narrow(x, 0, r * per + m * micro, micro), ym = ops::narrow(y, 0, r * per + m * micro, micro);
+      auto step_micro = [&] {
+        Tensor loss = ddp->forward_with([&] { return batch_loss(*model, xm, ym); }) * (1.0 / double(c.accum));
+        backward(loss);
+        ddp->finalize();
+      };
+      if (m + 1 < c.accum) {
+        auto guard = ddp->no_sync();
+        step_micro();
+      } else {
+        step_micro();
+      }
+    }
+    opt->step();
+    if (c.optimizer_zero_grad)
+      opt->zero_grad();
+    else
+      ddp->zero_grad();
+  }
+  ddp->sync_buffers();
+  return model->state_dict();
+}
+
+/// Largest over tensors of max|a - b| / max(max|b|, 1e-3); names a mismatch in `worst`.
+inline double max_relative_error(const nn::NamedTensors& a, const nn::NamedTensors& b, std::string* worst) {
+  double err = 0;
+  if (a.size() != b.size()) {
+    if (worst) *worst = "different number of tensors";
+    return INFINITY;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first || a[i].second.shape() != b[i].second.shape()) {
+      if (worst) *worst = "mismatched entry " + a[i].first + " vs " + b[i].first;
+      return INFINITY;
+    }
+    auto va = a[i].second.to_vector<double>(), vb = b[i].second.to_vector<double>();
+    double diff = 0, scale = 1e-3;
+    for (size_t k = 0; k < va.size(); ++k) {
+      diff = std::max(diff, std::abs(va[k] - vb[k]));
+      scale = std::max(scale, std::abs(vb[k]));
+    }
+    if (diff / scale > err) {
+      err = diff / scale;
+      if (worst) *worst = a[i].first;
+    }
+  }
+  return err;
+}
+
+inline void expect_close(const Tensor& a, const Tensor& b, double tol, const char* what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  for (size_t i = 0; i < va.size(); ++i)
+    ASSERT_NEAR(va[i], vb[i], tol * (1.0 + std::abs(vb[i]))) << what << " element " << i;
+}
+
+}  // namespace strata::testing

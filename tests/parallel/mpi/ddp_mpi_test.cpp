@@ -1,0 +1,74 @@
+// DDP equivalence over the mpi backend: run under `mpirun -np N` (ctest: N = 2, 3, 4).
+// Every rank computes the single-process reference itself and compares its own DDP
+// result with it; one compute thread per rank.
+#include <gtest/gtest.h>
+
+#include "comm/mpi.h"
+#include "core/threads.h"
+#include "equivalence.h"
+
+namespace strata::testing {
+namespace {
+
+std::shared_ptr<comm::ProcessGroup> g_world;
+
+double cap_mib(int64_t floats) { return double(floats * 4) / (1024.0 * 1024.0); }
+
+void check_equivalent(const EquivCase& c) {
+  comm::ProcessGroup& g = *g_world;
+  const nn::NamedTensors ref = reference_state(c, g.size());
+  const nn::NamedTensors got = ddp_state(g, c);
+  std::string worst;
+  const double err = max_relative_error(got, ref, &worst);
+  EXPECT_LT(err, 1e-5) << c.model << "/" << c.optim << " N=" << g.size() << " rank " << g.rank() << ": worst "
+                       << worst;
+}
+
+TEST(DDPMpi, MlpSgd) { check_equivalent(EquivCase{}); }
+TEST(DDPMpi, MlpAdam) { check_equivalent(EquivCase{.optim = "adam"}); }
+
+TEST(DDPMpi, OddBucketsAndBucketViews) {
+  EquivCase c{.ddp = {.bucket_cap_mb = cap_mib(37), .first_bucket_mb = cap_mib(11)}};
+  check_equivalent(c);
+  c.ddp.gradient_as_bucket_view = true;
+  c.optim = "adam";
+  check_equivalent(c);
+}
+
+TEST(DDPMpi, CnnBatchNorm) { check_equivalent(EquivCase{.model = "cnn_bn", .ddp = {.bucket_cap_mb = cap_mib(64)}}); }
+
+TEST(DDPMpi, GptTiedEmbeddings) {
+  check_equivalent(EquivCase{.model = "gpt", .ddp = {.bucket_cap_mb = cap_mib(100), .first_bucket_mb = cap_mib(30)}});
+}
+
+TEST(DDPMpi, NoSyncAccumulation) {
+  check_equivalent(EquivCase{.batch = 24, .accum = 2, .ddp = {.bucket_cap_mb = cap_mib(37), .first_bucket_mb = cap_mib(11)}});
+}
+
+TEST(DDPMpi, UnusedParameterIsNamed) {
+  // The CNN's classifier is skipped: its parameters never get a gradient.
+  comm::ProcessGroup& g = *g_world;
+  auto model = make_model("cnn", kModelSeed);
+  auto ddp = parallel::apply_ddp(model, g, {});
+  auto [x, y] = make_batch("cnn", 4, 0);
+  Tensor feats = ddp->forward_with([&] { return model->child("features")->forward(x); });
+  backward(sum(feats));
+  try {
+    ddp->finalize();
+    ADD_FAILURE() << "finalize accepted parameters without gradients";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("classifier.1.weight"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  strata::set_num_threads(1);
+  strata::testing::g_world = strata::comm::init_mpi_world(strata::comm::CommOptions{.timeout_s = 60}, &argc, &argv);
+  const int rc = RUN_ALL_TESTS();
+  strata::testing::g_world.reset();
+  return rc;
+}
