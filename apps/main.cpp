@@ -1,1 +1,41 @@
-int main() { return 0; }
+// Entry point of the `strata` CLI: parses the subcommand, runs it, and is the one
+// place that catches strata errors and maps them to exit codes (config 2, data 1).
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include "apps/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  using namespace strata::apps;
+  CLI::App app{"strata: a C++ training framework (CPU, OpenBLAS)", "strata"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("strata ") + version_string());
+  const std::vector<Command> commands = {add_train_command(app), add_eval_command(app), add_sample_command(app),
+                                         add_bench_command(app), add_info_command(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help / --version
+    std::fprintf(stderr, "strata: error: %s\nRun 'strata --help' for usage.\n", e.what());
+    return 2;
+  }
+  try {
+    for (const Command& c : commands)
+      if (c.app->parsed()) return c.run();
+    return 2;
+  } catch (const strata::ConfigError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    return 2;
+  } catch (const strata::DataError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,13 +1,13 @@
 # Installs the libraries, headers and an exported CMake package so that
 # find_package(strata) works for programs built against an installed strata.
 include(CMakePackageConfigHelpers)
-set(strata_layers strata_core strata_tensor strata_autograd strata_nn strata_optim strata_data strata_comm)
+set(strata_layers strata_core strata_tensor strata_autograd strata_nn strata_optim strata_data strata_comm strata_parallel)
 install(TARGETS ${strata_layers} strata strata_warnings strata_cli
         EXPORT strataTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(dir core tensor autograd comm nn optim data)
+foreach(dir core tensor autograd comm nn optim data parallel)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata/${dir}
           FILES_MATCHING PATTERN "*.h")
 endforeach()

@@ -1,0 +1,199 @@
+// strata train / eval / sample / info.
+#include "apps/commands.h"
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/checkpoint.h"
+#include "apps/config.h"
+#include "apps/factory.h"
+#include "apps/trainer.h"
+#include "autograd/grad_mode.h"
+#include "core/threads.h"
+#include "nn/gpt.h"
+#include "tensor/cpu/gemm.h"
+
+namespace strata::apps {
+
+const char* version_string() {
+#ifdef STRATA_VERSION
+  return STRATA_VERSION;
+#else
+  return "0.1.0";
+#endif
+}
+
+namespace {
+
+// The config a checkpoint was trained with (its state.json echo).
+TrainConfig config_from_checkpoint(const Checkpoint& ck, const std::vector<std::string>& sets) {
+  const std::string src = ck.dir + "/" + kStateFile + " (config)";
+  TrainConfig c = TrainConfig::from_node(ConfigNode::load_string(ck.state.config_yaml, sets, src));
+  c.source = src;
+  return c;
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& parent) {
+  struct Opts {
+    std::string config;
+    std::vector<std::string> sets;
+    std::string resume;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = parent.add_subcommand("train", "Train a model from a YAML config");
+  cmd->add_option("-c,--config", o->config, "YAML config file")->required();
+  cmd->add_option("--set", o->sets, "Override a config key: --set train.lr=1e-3 (repeatable)")
+      ->type_name("KEY=VALUE");
+  cmd->add_option("--resume", o->resume, "Resume from a checkpoint or run dir (same as --set train.resume=DIR)");
+  return {cmd, [o] {
+            std::vector<std::string> sets = o->sets;
+            if (!o->resume.empty()) sets.push_back("train.resume=" + o->resume);
+            Trainer trainer(TrainConfig::load(o->config, sets));
+            trainer.train();
+            return 0;
+          }};
+}
+
+Command add_eval_command(CLI::App& parent) {
+  struct Opts {
+    std::string config;
+    std::string checkpoint;
+    std::vector<std::string> sets;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = parent.add_subcommand("eval", "Evaluate a checkpoint on the config's test/val split");
+  cmd->add_option("--checkpoint", o->checkpoint, "Checkpoint dir (or run dir with checkpoints/LATEST)")->required();
+  cmd->add_option("-c,--config", o->config, "YAML config (default: the config stored in the checkpoint)");
+  cmd->add_option("--set", o->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
+  return {cmd, [o] {
+            // Validate the config first (exit 2 beats exit 1 for a bad key), then the checkpoint.
+            std::optional<TrainConfig> cfg;
+            if (!o->config.empty()) cfg = TrainConfig::load(o->config, o->sets);
+            const Checkpoint ck = read_checkpoint(o->checkpoint, false);
+            if (!cfg) cfg = config_from_checkpoint(ck, o->sets);
+            cfg->train.resume.clear();
+            Trainer trainer(*cfg, {.verbose = false, .write_files = false});
+            load_into(ck, trainer.model(), nullptr);
+            const EvalResult r = trainer.evaluate();
+            const std::string split = trainer.data().eval_split;
+            std::printf("checkpoint: %s (step %lld)\n", ck.dir.c_str(), (long long)ck.state.step);
+            if (r.accuracy) std::printf("%s accuracy: %.4f\n", split.c_str(), *r.accuracy);
+            std::printf("%s loss: %.4f", split.c_str(), r.loss);
+            if (trainer.data().bigram_entropy) std::printf(" (bigram entropy: %.4f)", *trainer.data().bigram_entropy);
+            std::printf("\n%s samples: %lld\n", split.c_str(), (long long)r.samples);
+            return 0;
+          }};
+}
+
+Command add_sample_command(CLI::App& parent) {
+  struct Opts {
+    std::string checkpoint;
+    std::string prompt = "\n";
+    int64_t tokens = 200;
+    double temperature = 1.0;
+    int64_t top_k = 0;
+    uint64_t seed = 0;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = parent.add_subcommand("sample", "Generate text from a GPT checkpoint");
+  cmd->add_option("--checkpoint", o->checkpoint, "Checkpoint dir (or run dir)")->required();
+  cmd->add_option("--prompt", o->prompt, "Text to continue (bytes)");
+  cmd->add_option("--tokens", o->tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", o->temperature, "Softmax temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", o->top_k, "Sample only from the k most likely tokens; 0 = all")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", o->seed, "Sampling seed");
+  cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  return {cmd, [o] {
+            set_num_threads(o->threads);
+            const Checkpoint ck = read_checkpoint(o->checkpoint, false);
+            const TrainConfig cfg = config_from_checkpoint(ck, {});
+            if (cfg.model.type != "gpt")
+              STRATA_THROW(ConfigError, "model.type: 'strata sample' needs a gpt checkpoint, '", ck.dir, "' holds a ",
+                           cfg.model.type);
+            Generator init(cfg.run.seed);
+            auto model = std::dynamic_pointer_cast<nn::GPT>(build_model(cfg, init));
+            load_into(ck, *model, nullptr);
+            model->eval();
+            NoGradGuard no_grad;
+            const int64_t vocab = model->config().vocab, block = model->config().block_size;
+            const bool bytes = cfg.data.dataset == "text";
+            std::vector<int64_t> ctx;
+            for (unsigned char c : o->prompt) {
+              if (int64_t(c) >= vocab)
+                STRATA_THROW(ConfigError, "--prompt: byte ", int(c), " is outside the model's vocabulary of ", vocab);
+              ctx.push_back(c);
+            }
+            if (ctx.empty()) ctx.push_back(0);
+            if (bytes) std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);
+            Generator gen(o->seed);
+            std::vector<float> probs(static_cast<size_t>(vocab));
+            for (int64_t i = 0; i < o->tokens; ++i) {
+              const int64_t t = std::min<int64_t>(int64_t(ctx.size()), block);
+              std::vector<int64_t> window(ctx.end() - t, ctx.end());
+              Tensor logits = model->forward(ops::from_vector(window, {1, t}));  // (1, t, V)
+              const std::vector<float> last = ops::select(ops::select(logits, 0, 0), 0, t - 1).to_vector<float>();
+              int64_t next = 0;
+              if (o->temperature == 0.0) {
+                next = int64_t(std::max_element(last.begin(), last.end()) - last.begin());
+              } else {
+                // softmax(last / T) restricted to the top-k logits.
+                float cutoff = -INFINITY;
+                if (o->top_k > 0 && o->top_k < vocab) {
+                  std::vector<float> sorted = last;
+                  std::nth_element(sorted.begin(), sorted.begin() + (o->top_k - 1), sorted.end(), std::greater<>());
+                  cutoff = sorted[size_t(o->top_k - 1)];
+                }
+                const float mx = *std::max_element(last.begin(), last.end());
+                double total = 0;
+                for (int64_t v = 0; v < vocab; ++v) {
+                  probs[size_t(v)] = last[size_t(v)] < cutoff ? 0.0f
+                                                              : std::exp(float((last[size_t(v)] - mx) / o->temperature));
+                  total += probs[size_t(v)];
+                }
+                double u = double(gen.uniform(gen.reserve(1), 0)) * total;
+                next = vocab - 1;
+                for (int64_t v = 0; v < vocab; ++v) {
+                  u -= probs[size_t(v)];
+                  if (u < 0) {
+                    next = v;
+                    break;
+                  }
+                }
+              }
+              ctx.push_back(next);
+              if (bytes)
+                std::fputc(int(next), stdout);
+              else
+                std::printf("%lld ", (long long)next);
+              std::fflush(stdout);
+            }
+            std::printf("\n");
+            return 0;
+          }};
+}
+
+Command add_info_command(CLI::App& parent) {
+  CLI::App* cmd = parent.add_subcommand("info", "Version, BLAS, threads and compiled backends");
+  return {cmd, [] {
+            std::printf("strata %s\n", version_string());
+            std::printf("blas: %s\n", cpu::blas_info());
+            std::printf("threads: %d (hardware threads: %u)\n", get_num_threads(), std::thread::hardware_concurrency());
+            std::printf("backends:\n  cpu: yes\n  mpi: yes\n");
+#ifdef STRATA_WITH_CUDA
+            std::printf("  cuda: yes\n");
+#else
+            std::printf("  cuda: no (not compiled in this build)\n");
+#endif
+            return 0;
+          }};
+}
+
+}  // namespace strata::apps

@@ -1,0 +1,209 @@
+// TrainConfig loading: one read function per section, keys read only where they apply
+// (an mlp config with `n_head` is an unknown-key error), then cross-field validation.
+#include "apps/config.h"
+
+namespace strata::apps {
+namespace {
+
+void read_run(const ConfigNode& n, RunSection& s) {
+  s.dir = n.get("dir", s.dir);
+  s.seed = n.get("seed", s.seed);
+  s.threads = n.get("threads", s.threads);
+  n.check_range("threads", s.threads, 0, 4096);
+  if (s.dir.empty()) n.fail("dir", "must not be empty");
+}
+
+void read_model(const ConfigNode& n, ModelSection& s) {
+  s.type = n.get("type", s.type);
+  n.one_of("type", s.type, {"mlp", "cnn", "gpt"});
+  s.dropout = n.get("dropout", s.dropout);
+  n.check_range("dropout", s.dropout, 0.0, 1.0, false, true);
+  if (s.type == "mlp") {
+    s.hidden = n.get("hidden", s.hidden);
+    for (int64_t h : s.hidden)
+      if (h <= 0) n.fail("hidden", "every hidden width must be positive, got " + std::to_string(h));
+    s.activation = n.get("activation", s.activation);
+    n.one_of("activation", s.activation, {"relu", "gelu", "gelu_tanh", "tanh"});
+  } else if (s.type == "cnn") {
+    s.channels = n.get("channels", s.channels);
+    if (s.channels.empty()) n.fail("channels", "needs at least one conv block");
+    for (int64_t c : s.channels)
+      if (c <= 0) n.fail("channels", "every channel count must be positive, got " + std::to_string(c));
+    s.batch_norm = n.get("batch_norm", s.batch_norm);
+    s.fc_hidden = n.get("hidden", s.fc_hidden);
+    n.check_range("hidden", double(s.fc_hidden), 1, 1e9);
+  } else {
+    s.block_size = n.get("block_size", s.block_size);
+    s.n_layer = n.get("n_layer", s.n_layer);
+    s.n_head = n.get("n_head", s.n_head);
+    s.n_embd = n.get("n_embd", s.n_embd);
+    s.bias = n.get("bias", s.bias);
+    s.tie_weights = n.get("tie_weights", s.tie_weights);
+    s.checkpoint_activations = n.get("checkpoint_activations", s.checkpoint_activations);
+    n.check_range("block_size", double(s.block_size), 1, 1e6);
+    n.check_range("n_layer", double(s.n_layer), 1, 1e4);
+    n.check_range("n_head", double(s.n_head), 1, 1e4);
+    n.check_range("n_embd", double(s.n_embd), 1, 1e6);
+    if (s.n_embd % s.n_head != 0)
+      n.fail("n_embd", "must be divisible by model.n_head (" + std::to_string(s.n_embd) + " % " +
+                           std::to_string(s.n_head) + " != 0)");
+  }
+}
+
+void read_data(const ConfigNode& n, DataSection& s) {
+  s.dataset = n.get("dataset", s.dataset);
+  n.one_of("dataset", s.dataset, {"fashion_mnist", "text", "synthetic"});
+  s.prefetch = n.get("prefetch", s.prefetch);
+  n.check_range("prefetch", double(s.prefetch), 0, 64);
+  if (s.dataset == "fashion_mnist") {
+    s.path = n.get("path", s.path);
+    return;
+  }
+  s.val_fraction = n.get("val_fraction", s.val_fraction);
+  n.check_range("val_fraction", s.val_fraction, 0.0, 1.0, true, true);
+  if (s.dataset == "text") {
+    s.path = n.get("path", s.path);
+    s.stride = n.get("stride", s.stride);
+    n.check_range("stride", double(s.stride), 1, 1e9);
+    return;
+  }
+  s.kind = n.get("kind", s.kind);
+  n.one_of("kind", s.kind, {"classification", "tokens"});
+  s.size = n.get("size", s.size);
+  n.check_range("size", double(s.size), 2, 1e10);
+  s.seed = n.get("seed", s.seed);
+  if (s.kind == "classification") {
+    s.sample_shape = n.get("sample_shape", s.sample_shape);
+    if (s.sample_shape.empty()) n.fail("sample_shape", "must have at least one dimension");
+    for (int64_t d : s.sample_shape)
+      if (d <= 0) n.fail("sample_shape", "every dimension must be positive, got " + std::to_string(d));
+    s.num_classes = n.get("num_classes", s.num_classes);
+    n.check_range("num_classes", double(s.num_classes), 2, 1e6);
+  } else {
+    s.vocab_size = n.get("vocab_size", s.vocab_size);
+    n.check_range("vocab_size", double(s.vocab_size), 2, 1e6);
+    s.noise = n.get("noise", s.noise);
+    n.check_range("noise", s.noise, 0.0, 1.0);
+  }
+}
+
+void read_optim(const ConfigNode& n, OptimSection& s) {
+  s.name = n.get("name", s.name);
+  n.one_of("name", s.name, {"sgd", "adam", "adamw"});
+  if (s.name == "adamw") s.weight_decay = 0.01;  // torch.optim.AdamW default
+  s.lr = n.require<double>("lr");
+  n.check_range("lr", s.lr, 0.0, 100.0, true);
+  s.weight_decay = n.get("weight_decay", s.weight_decay);
+  n.check_range("weight_decay", s.weight_decay, 0.0, 10.0);
+  if (s.name == "sgd") {
+    s.momentum = n.get("momentum", s.momentum);
+    n.check_range("momentum", s.momentum, 0.0, 1.0, false, true);
+    s.dampening = n.get("dampening", s.dampening);
+    n.check_range("dampening", s.dampening, 0.0, 1.0);
+    s.nesterov = n.get("nesterov", s.nesterov);
+    if (s.nesterov && (s.momentum <= 0 || s.dampening != 0))
+      n.fail("nesterov", "needs momentum > 0 and dampening 0");
+  } else {
+    s.betas = n.get("betas", s.betas);
+    if (s.betas.size() != 2) n.fail("betas", "expected two values [beta1, beta2], got " + std::to_string(s.betas.size()));
+    for (double b : s.betas)
+      if (!(b >= 0 && b < 1)) n.fail("betas", "each beta must be in [0, 1), got " + std::to_string(b));
+    s.eps = n.get("eps", s.eps);
+    n.check_range("eps", s.eps, 0.0, 1.0, true);
+  }
+}
+
+void read_schedule(const ConfigNode& n, ScheduleSection& s) {
+  // Every schedule key is read whatever the name, so switching `name` with --set does
+  // not turn the other schedule's keys into errors.
+  s.name = n.get("name", s.name);
+  n.one_of("name", s.name, {"constant", "step", "cosine"});
+  s.warmup_steps = n.get("warmup_steps", s.warmup_steps);
+  n.check_range("warmup_steps", double(s.warmup_steps), 0, 1e12);
+  s.step_size = n.get("step_size", s.step_size);
+  n.check_range("step_size", double(s.step_size), 1, 1e12);
+  s.gamma = n.get("gamma", s.gamma);
+  n.check_range("gamma", s.gamma, 0.0, 1.0, true);
+  s.min_lr = n.get("min_lr", s.min_lr);
+  n.check_range("min_lr", s.min_lr, 0.0, 100.0);
+}
+
+void read_train(const ConfigNode& n, TrainSection& s) {
+  s.epochs = n.get("epochs", s.epochs);
+  s.max_steps = n.get("max_steps", s.max_steps);
+  n.check_range("epochs", double(s.epochs), 0, 1e9);
+  n.check_range("max_steps", double(s.max_steps), 0, 1e15);
+  if (s.epochs == 0 && s.max_steps == 0) n.fail("epochs", "must be > 0 when train.max_steps is 0");
+  s.batch_size = n.get("batch_size", s.batch_size);
+  n.check_range("batch_size", double(s.batch_size), 1, 1e9);
+  s.grad_clip = n.get("grad_clip", s.grad_clip);
+  n.check_range("grad_clip", s.grad_clip, 0.0, 1e30);
+  s.eval_every = n.get("eval_every", s.eval_every);
+  n.check_range("eval_every", double(s.eval_every), 0, 1e15);
+  s.eval_batches = n.get("eval_batches", s.eval_batches);
+  n.check_range("eval_batches", double(s.eval_batches), 0, 1e15);
+  s.log_every = n.get("log_every", s.log_every);
+  n.check_range("log_every", double(s.log_every), 1, 1e15);
+  s.checkpoint_every = n.get("checkpoint_every", s.checkpoint_every);
+  n.check_range("checkpoint_every", double(s.checkpoint_every), 0, 1e15);
+  s.keep_checkpoints = n.get("keep_checkpoints", s.keep_checkpoints);
+  n.check_range("keep_checkpoints", double(s.keep_checkpoints), 0, 1e9);
+  s.save_final = n.get("save_final", s.save_final);
+  s.resume = n.get("resume", s.resume);
+  s.grad_accum_steps = n.get("grad_accum_steps", s.grad_accum_steps);
+  n.check_range("grad_accum_steps", double(s.grad_accum_steps), 1, 1e6);
+}
+
+void read_parallel(const ConfigNode& n, ParallelSection& s) {
+  s.mode = n.get("mode", s.mode);
+  if (s.mode == "ddp" || s.mode == "zero" || s.mode == "fsdp" || s.mode == "tp" || s.mode == "pp")
+    n.fail("mode", "'" + s.mode + "' is not available in this build yet; only 'none' (single process) is supported");
+  n.one_of("mode", s.mode, {"none"});
+}
+
+}  // namespace
+
+TrainConfig TrainConfig::from_node(const ConfigNode& root) {
+  TrainConfig c;
+  read_run(root.child("run"), c.run);
+  read_model(root.child("model"), c.model);
+  read_data(root.child("data"), c.data);
+  read_optim(root.child("optim"), c.optim);
+  read_schedule(root.child("schedule"), c.schedule);
+  read_train(root.child("train"), c.train);
+  read_parallel(root.child("parallel"), c.parallel);
+  root.check_unknown_keys();
+  c.yaml = root.dump();
+  c.validate();
+  return c;
+}
+
+TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
+  TrainConfig c = from_node(ConfigNode::load_file(path, overrides));
+  c.source = path;
+  return c;
+}
+
+void TrainConfig::validate() const {
+  const bool tokens = data.dataset == "text" || (data.dataset == "synthetic" && data.kind == "tokens");
+  if (model.type == "gpt" && !tokens)
+    config_fail("data.dataset", "model.type gpt needs token data (text, or synthetic with kind: tokens), got '" +
+                                    data.dataset + "'");
+  if (model.type != "gpt" && tokens)
+    config_fail("model.type", "token data needs model.type gpt, got '" + model.type + "'");
+  if (model.type == "cnn" && data.dataset == "synthetic" && data.sample_shape.size() != 3)
+    config_fail("data.sample_shape", "model.type cnn needs an image shape [C, H, W]");
+  if (model.type == "cnn" && data.dataset == "synthetic") {
+    const int64_t blocks = int64_t(model.channels.size());
+    if (data.sample_shape[1] != data.sample_shape[2] || data.sample_shape[1] % (int64_t(1) << blocks) != 0)
+      config_fail("data.sample_shape", "model.type cnn needs square images whose side is divisible by 2^" +
+                                           std::to_string(blocks));
+  }
+  if (schedule.name == "cosine" && schedule.min_lr > optim.lr)
+    config_fail("schedule.min_lr", "must not exceed optim.lr");
+  if (model.type == "cnn" && data.dataset == "fashion_mnist" && 28 % (int64_t(1) << model.channels.size()) != 0)
+    config_fail("model.channels", "28x28 images allow at most 2 pooling blocks, got " +
+                                      std::to_string(model.channels.size()));
+}
+
+}  // namespace strata::apps

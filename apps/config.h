@@ -1,0 +1,117 @@
+// The training config schema as plain structs: what `strata train/eval/bench` read
+// from YAML. Loading reads every key through ConfigNode (so errors name the key path
+// and line, and unknown keys are rejected) and validate() checks cross-field rules.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace strata::apps {
+
+struct RunSection {
+  std::string dir = "runs/default";
+  uint64_t seed = 0;
+  int threads = 0;  // 0 = all cores
+};
+
+struct ModelSection {
+  std::string type = "mlp";  // mlp | cnn | gpt
+  // mlp
+  std::vector<int64_t> hidden = {256, 128};
+  std::string activation = "relu";
+  // cnn
+  std::vector<int64_t> channels = {32, 64};
+  bool batch_norm = true;
+  int64_t fc_hidden = 128;
+  // mlp, cnn, gpt
+  double dropout = 0.0;
+  // gpt
+  int64_t block_size = 64;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  bool bias = true;
+  bool tie_weights = true;
+  bool checkpoint_activations = false;
+};
+
+struct DataSection {
+  std::string dataset = "fashion_mnist";  // fashion_mnist | text | synthetic
+  std::string path;                       // "" = the dataset's default location
+  double val_fraction = 0.1;              // text and synthetic: tail held out for eval
+  int64_t stride = 1;                     // text: distance between training windows
+  int64_t prefetch = 2;                   // batches built ahead on the loader thread
+  // synthetic
+  std::string kind = "classification";  // classification | tokens
+  int64_t size = 1024;
+  std::vector<int64_t> sample_shape = {32};
+  int64_t num_classes = 10;
+  int64_t vocab_size = 64;
+  double noise = 0.1;
+  uint64_t seed = 0;
+};
+
+struct OptimSection {
+  std::string name = "adam";  // sgd | adam | adamw
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  std::vector<double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+};
+
+struct ScheduleSection {
+  std::string name = "constant";  // constant | step | cosine
+  int64_t warmup_steps = 0;
+  int64_t step_size = 1000;
+  double gamma = 0.1;
+  double min_lr = 0.0;
+};
+
+struct TrainSection {
+  int64_t epochs = 1;     // used when max_steps == 0
+  int64_t max_steps = 0;  // optimizer steps; 0 = epochs * steps per epoch
+  int64_t batch_size = 64;
+  double grad_clip = 0.0;  // max global grad norm; 0 = off
+  int64_t eval_every = 0;  // steps; 0 = only at the end
+  int64_t eval_batches = 0;  // cap on eval batches; 0 = the whole eval split
+  int64_t log_every = 50;
+  int64_t checkpoint_every = 0;  // steps; 0 = only the final checkpoint
+  int64_t keep_checkpoints = 0;  // newest step_* dirs kept; 0 = all
+  bool save_final = true;
+  std::string resume;  // checkpoint dir (or run dir) to resume from; "" = fresh
+  int64_t grad_accum_steps = 1;
+};
+
+struct ParallelSection {
+  std::string mode = "none";
+};
+
+/// A whole training config. `yaml` is the effective YAML (after --set), echoed into
+/// checkpoints so `strata sample` can rebuild the model.
+struct TrainConfig {
+  RunSection run;
+  ModelSection model;
+  DataSection data;
+  OptimSection optim;
+  ScheduleSection schedule;
+  TrainSection train;
+  ParallelSection parallel;
+  std::string yaml;
+  std::string source;  // file name, for messages
+
+  /// Reads every section from `root`, rejects unknown keys, then validate().
+  /// Throws ConfigError naming the key path.
+  static TrainConfig from_node(const ConfigNode& root);
+  /// load_file + from_node.
+  static TrainConfig load(const std::string& path, const std::vector<std::string>& overrides = {});
+  /// Cross-field checks (e.g. n_embd % n_head, model/dataset compatibility);
+  /// ConfigError naming the key path of the first violation.
+  void validate() const;
+};
+
+}  // namespace strata::apps

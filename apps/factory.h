@@ -1,0 +1,47 @@
+// Builds what a TrainConfig describes: datasets (train + eval split), the model, the
+// optimizer and the LR schedule. Shared by train, eval, sample and bench.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "apps/config.h"
+#include "core/rng.h"
+#include "data/dataset.h"
+#include "nn/module.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+
+namespace strata::apps {
+
+/// The train and eval datasets of a config plus what the trainer reports about them.
+struct DataBundle {
+  std::shared_ptr<const data::Dataset> train;
+  std::shared_ptr<const data::Dataset> eval;
+  std::string eval_split;          // "test" or "val"
+  bool tokens = false;             // GPT data: report loss, not accuracy
+  int64_t tokens_per_sample = 1;   // T for token windows (throughput in tokens/s)
+  /// Text only: cross-entropy (nats/token) of the eval split under the train split's
+  /// bigram / unigram byte models, the baselines a char model must beat.
+  std::optional<double> bigram_entropy;
+  std::optional<double> unigram_entropy;
+};
+
+/// Loads/generates the datasets (DataError naming the file on a bad dataset path).
+DataBundle build_data(const TrainConfig& cfg);
+
+/// The model for `cfg` (dimensions come from the config alone: fashion 784/10, text
+/// vocab 256, synthetic from its keys). Weights are drawn from `gen`.
+std::shared_ptr<nn::Module> build_model(const TrainConfig& cfg, Generator& gen);
+
+/// The optimizer over model.named_parameters().
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& cfg, const nn::Module& model);
+
+/// The LR schedule over `total_steps` optimizer steps.
+optim::LrSchedule build_schedule(const TrainConfig& cfg, int64_t total_steps);
+
+/// Mean training loss of one batch: cross-entropy of logits (classifiers) or the GPT's
+/// next-token loss. Scalar f32 with a graph when grad mode is on.
+Tensor batch_loss(nn::Module& model, const TrainConfig& cfg, const data::Batch& batch);
+
+}  // namespace strata::apps

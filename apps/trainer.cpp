@@ -1,0 +1,356 @@
+// Trainer: the loop, evaluation, logging and checkpoint cadence of `strata train`.
+#include "apps/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "core/threads.h"
+#include "optim/clip.h"
+#include "tensor/file_io.h"
+
+namespace strata::apps {
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string fmt_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const int64_t t = int64_t(s + 0.5);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(t / 3600), (long long)(t % 3600 / 60));
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(t / 60), (long long)(t % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%llds", (long long)t);
+  return buf;
+}
+
+std::string fmt_count(double v) {
+  char buf[32];
+  if (v >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e4)
+    std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
+
+std::string checkpoint_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", (long long)step);
+  return buf;
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), opts_(opts) {
+  set_num_threads(cfg_.run.threads);
+  manual_seed(cfg_.run.seed);
+  data_ = build_data(cfg_);
+  Generator init_gen(cfg_.run.seed);
+  model_ = build_model(cfg_, init_gen);
+  optimizer_ = build_optimizer(cfg_, *model_);
+  params_ = model_->parameters();
+
+  const int64_t n = data_.train->size();
+  const int64_t bs = cfg_.train.batch_size;
+  if (n < bs)
+    config_fail("train.batch_size", "is " + std::to_string(bs) + " but the training split has only " +
+                                        std::to_string(n) + " samples");
+  steps_per_epoch_ = std::max<int64_t>(1, (n / bs) / cfg_.train.grad_accum_steps);
+  total_steps_ = cfg_.train.max_steps > 0 ? cfg_.train.max_steps : cfg_.train.epochs * steps_per_epoch_;
+  schedule_ = build_schedule(cfg_, total_steps_);
+
+  sampler_seed_ = cfg_.run.seed;
+  data::LoaderState start;
+  if (!cfg_.train.resume.empty()) {
+    Checkpoint ck = read_checkpoint(cfg_.train.resume, true);
+    const std::string state_file = (fs::path(ck.dir) / kStateFile).string();
+    auto gens = model_->generators();
+    if (gens.size() != ck.state.model_rngs.size())
+      STRATA_THROW(DataError, "checkpoint state '", state_file, "': holds ", ck.state.model_rngs.size(),
+                   " model RNG states but the model has ", gens.size(), " generators");
+    if (ck.state.loader_batch > n / bs)
+      STRATA_THROW(DataError, "checkpoint state '", state_file, "': loader position batch ", ck.state.loader_batch,
+                   " is past the ", n / bs, " batches per epoch of this config (batch size changed?)");
+    load_into(ck, *model_, optimizer_.get());
+    for (size_t i = 0; i < gens.size(); ++i) gens[i]->set_state(ck.state.model_rngs[i].first, ck.state.model_rngs[i].second);
+    default_generator().set_state(ck.state.default_rng.first, ck.state.default_rng.second);
+    sampler_seed_ = ck.state.sampler_seed;
+    step_ = ck.state.step;
+    start = {ck.state.loader_epoch, ck.state.loader_batch};
+    last_checkpoint_step_ = step_;
+    if (opts_.verbose) std::printf("resumed from %s at step %lld\n", ck.dir.c_str(), (long long)step_);
+  }
+  sampler_ = std::make_shared<data::RandomSampler>(n, sampler_seed_);
+  loader_ = std::make_unique<data::DataLoader>(
+      data_.train, sampler_, data::DataLoaderOptions{.batch_size = bs, .drop_last = true, .prefetch = cfg_.data.prefetch},
+      start);
+
+  if (opts_.write_files) {
+    std::error_code ec;
+    fs::create_directories(cfg_.run.dir, ec);
+    if (ec) STRATA_THROW(DataError, "cannot create run directory '", cfg_.run.dir, "': ", ec.message());
+    const std::string path = (fs::path(cfg_.run.dir) / "metrics.jsonl").string();
+    metrics_.open(path, cfg_.train.resume.empty() ? std::ios::trunc : std::ios::app);
+    if (!metrics_) STRATA_THROW(DataError, "cannot open '", path, "' for writing");
+  }
+  tty_ = opts_.verbose && ::isatty(STDOUT_FILENO);
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::units_per_step() const {
+  return cfg_.train.batch_size * cfg_.train.grad_accum_steps * data_.tokens_per_sample;
+}
+
+double Trainer::lr_at(int64_t step) const {
+  double lr = schedule_->lr_at(step);
+  // The schedule itself warms up only for cosine; give constant/step the same ramp.
+  const int64_t w = cfg_.schedule.warmup_steps;
+  if (cfg_.schedule.name != "cosine" && w > 0 && step < w) lr *= double(step + 1) / double(w);
+  return lr;
+}
+
+double Trainer::step() {
+  const double lr = lr_at(step_);
+  optimizer_->set_lr(lr);
+  model_->train();
+  const int64_t accum = cfg_.train.grad_accum_steps;
+  double sum = 0.0;
+  for (int64_t a = 0; a < accum; ++a) {
+    std::optional<data::Batch> b = loader_->next();
+    if (!b) {  // end of epoch: the loader has moved to the next one
+      loader_->set_epoch(loader_->epoch());
+      b = loader_->next();
+    }
+    STRATA_CHECK(b.has_value(), "[train] the data loader produced no batch at step ", step_);
+    Tensor loss = batch_loss(*model_, cfg_, *b);
+    const double lv = loss.item<double>();
+    if (!std::isfinite(lv))
+      STRATA_THROW(Error, "training diverged at step ", step_ + 1, ": loss is ", lv,
+                   " (lower optim.lr or set train.grad_clip)");
+    if (accum > 1) loss = loss * (1.0 / double(accum));
+    backward(loss);
+    sum += lv;
+  }
+  if (cfg_.train.grad_clip > 0) optim::clip_grad_norm(params_, cfg_.train.grad_clip);
+  optimizer_->step();
+  optimizer_->zero_grad();
+  ++step_;
+  return sum / double(accum);
+}
+
+EvalResult Trainer::evaluate() {
+  NoGradGuard no_grad;
+  model_->eval();
+  const int64_t bs = std::max<int64_t>(cfg_.train.batch_size, data_.tokens ? 64 : 256);
+  auto sampler = std::make_shared<data::SequentialSampler>(data_.eval->size());
+  data::DataLoader loader(data_.eval, sampler, {.batch_size = bs, .drop_last = false, .prefetch = cfg_.data.prefetch});
+  EvalResult r;
+  double loss_sum = 0.0;
+  int64_t correct = 0, batches = 0;
+  while (auto b = loader.next()) {
+    const int64_t n = b->size();
+    if (data_.tokens) {
+      loss_sum += batch_loss(*model_, cfg_, *b).item<double>() * double(n);
+    } else {
+      Tensor logits = model_->forward(b->input);
+      loss_sum += cross_entropy(logits, b->target).item<double>() * double(n);
+      Tensor pred = ops::argmax(logits, 1);
+      const int64_t* p = pred.data<int64_t>();
+      const int64_t* t = b->target.data<int64_t>();
+      for (int64_t i = 0; i < n; ++i) correct += p[i] == t[i];
+    }
+    r.samples += n;
+    if (cfg_.train.eval_batches > 0 && ++batches >= cfg_.train.eval_batches) break;
+  }
+  model_->train();
+  r.loss = r.samples > 0 ? loss_sum / double(r.samples) : 0.0;
+  if (!data_.tokens) r.accuracy = r.samples > 0 ? double(correct) / double(r.samples) : 0.0;
+  return r;
+}
+
+TrainingState Trainer::capture_state() const {
+  TrainingState st;
+  st.step = step_;
+  st.loader_epoch = loader_->state().epoch;
+  st.loader_batch = loader_->state().batch;
+  st.default_rng = {default_generator().seed(), default_generator().offset()};
+  for (Generator* g : model_->generators()) st.model_rngs.emplace_back(g->seed(), g->offset());
+  st.sampler_seed = sampler_seed_;
+  st.config_yaml = cfg_.yaml;
+  st.extra = {{"model_type", cfg_.model.type}, {"dataset", cfg_.data.dataset}};
+  return st;
+}
+
+void Trainer::save(const std::string& dir) {
+  const TrainingState st = capture_state();
+  save_checkpoint(dir, model_->state_dict(), optimizer_->state_dict(), st);
+}
+
+void Trainer::write_metrics(const nlohmann::json& j) {
+  if (!metrics_.is_open()) return;
+  metrics_ << j.dump() << '\n';
+  metrics_.flush();
+}
+
+void Trainer::log_step(double loss, double lr) {
+  const double dt = seconds_since(window_start_);
+  const double throughput = dt > 0 ? double(window_steps_ * units_per_step()) / dt : 0.0;
+  const double bpe = double(loader_->batches_per_epoch());
+  const double epoch = double(loader_->state().epoch) + (bpe > 0 ? double(loader_->state().batch) / bpe : 0.0);
+  write_metrics({{"type", "train"},
+                 {"step", step_},
+                 {"epoch", epoch},
+                 {"loss", loss},
+                 {"lr", lr},
+                 {"throughput", throughput},
+                 {"throughput_unit", throughput_unit()},
+                 {"elapsed_s", seconds_since(run_start_)}});
+  if (opts_.verbose && !tty_) {
+    const int64_t done = step_ - run_start_step_;
+    const double eta = done > 0 ? seconds_since(run_start_) / double(done) * double(total_steps_ - step_) : NAN;
+    std::printf("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | %s %s | eta %s\n", (long long)step_,
+                (long long)total_steps_, epoch, loss, lr, fmt_count(throughput).c_str(), throughput_unit(),
+                fmt_duration(eta).c_str());
+    std::fflush(stdout);
+  }
+}
+
+void Trainer::log_eval(const EvalResult& r) {
+  nlohmann::json j = {{"type", "eval"}, {"step", step_}, {"split", data_.eval_split}, {"loss", r.loss},
+                      {"samples", r.samples}};
+  if (r.accuracy) j["accuracy"] = *r.accuracy;
+  if (data_.bigram_entropy) j["bigram_entropy"] = *data_.bigram_entropy;
+  write_metrics(j);
+  if (!opts_.verbose) return;
+  if (bar_open_) {
+    std::printf("\r\033[K");
+    bar_open_ = false;
+  }
+  if (r.accuracy)
+    std::printf("eval step %lld: %s accuracy %.4f, %s loss %.4f\n", (long long)step_, data_.eval_split.c_str(),
+                *r.accuracy, data_.eval_split.c_str(), r.loss);
+  else if (data_.bigram_entropy)
+    std::printf("eval step %lld: %s loss %.4f (bigram entropy %.4f)\n", (long long)step_, data_.eval_split.c_str(),
+                r.loss, *data_.bigram_entropy);
+  else
+    std::printf("eval step %lld: %s loss %.4f\n", (long long)step_, data_.eval_split.c_str(), r.loss);
+  std::fflush(stdout);
+}
+
+void Trainer::maybe_checkpoint(bool final) {
+  (void)final;
+  if (!opts_.write_files || last_checkpoint_step_ == step_) return;
+  const fs::path root = fs::path(cfg_.run.dir) / "checkpoints";
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) STRATA_THROW(DataError, "cannot create '", root.string(), "': ", ec.message());
+  const std::string name = checkpoint_name(step_);
+  save((root / name).string());
+  write_file_atomic((root / kLatestFile).string(), name + "\n");
+  last_checkpoint_step_ = step_;
+  if (cfg_.train.keep_checkpoints > 0) {
+    std::vector<std::string> dirs;
+    for (const auto& e : fs::directory_iterator(root)) {
+      const std::string f = e.path().filename().string();
+      if (e.is_directory() && f.rfind("step_", 0) == 0 && f.find('.') == std::string::npos) dirs.push_back(f);
+    }
+    std::sort(dirs.begin(), dirs.end());
+    for (size_t i = 0; i + size_t(cfg_.train.keep_checkpoints) < dirs.size(); ++i) fs::remove_all(root / dirs[i], ec);
+  }
+  if (opts_.verbose) {
+    if (bar_open_) {
+      std::printf("\r\033[K");
+      bar_open_ = false;
+    }
+    std::printf("checkpoint: %s\n", (root / name).string().c_str());
+    std::fflush(stdout);
+  }
+}
+
+EvalResult Trainer::train() {
+  if (opts_.verbose) {
+    std::printf("model: %s, %lld parameters | data: %s (%lld train / %lld %s samples) | optim: %s lr %g | "
+                "steps: %lld (%lld per epoch) | threads: %d\n",
+                cfg_.model.type.c_str(), (long long)model_->num_parameters(), cfg_.data.dataset.c_str(),
+                (long long)data_.train->size(), (long long)data_.eval->size(), data_.eval_split.c_str(),
+                cfg_.optim.name.c_str(), cfg_.optim.lr, (long long)total_steps_, (long long)steps_per_epoch_,
+                get_num_threads());
+    if (data_.bigram_entropy)
+      std::printf("%s split baselines: bigram entropy %.4f nats/token, unigram %.4f\n", data_.eval_split.c_str(),
+                  *data_.bigram_entropy, *data_.unigram_entropy);
+    std::fflush(stdout);
+  }
+  run_start_ = window_start_ = last_draw_ = Clock::now();
+  run_start_step_ = step_;
+  window_loss_ = 0.0;
+  window_steps_ = 0;
+  while (step_ < total_steps_) {
+    const double lr = lr_at(step_);
+    const double loss = step();
+    window_loss_ += loss;
+    ++window_steps_;
+    ema_loss_ = (step_ - run_start_step_ == 1) ? loss : 0.95 * ema_loss_ + 0.05 * loss;
+    if (step_ % cfg_.train.log_every == 0 || step_ == total_steps_) {
+      log_step(window_loss_ / double(window_steps_), lr);
+      window_loss_ = 0.0;
+      window_steps_ = 0;
+      window_start_ = Clock::now();
+    }
+    if (tty_ && (seconds_since(last_draw_) > 0.1 || step_ == total_steps_)) {
+      last_draw_ = Clock::now();
+      const int64_t done = step_ - run_start_step_;
+      const double elapsed = seconds_since(run_start_);
+      const double rate = elapsed > 0 ? double(done * units_per_step()) / elapsed : 0.0;
+      const double eta = elapsed / double(done) * double(total_steps_ - step_);
+      constexpr int kWidth = 24;
+      const int fill = int(double(kWidth) * double(step_) / double(std::max<int64_t>(1, total_steps_)));
+      std::string bar(size_t(fill), '=');
+      if (fill < kWidth) bar += '>' + std::string(size_t(kWidth - fill - 1), ' ');
+      std::printf("\r[%s] step %lld/%lld | epoch %lld | loss %.4f | lr %.2e | %s %s | eta %s\033[K", bar.c_str(),
+                  (long long)step_, (long long)total_steps_, (long long)loader_->epoch(), ema_loss_, lr,
+                  fmt_count(rate).c_str(), throughput_unit(), fmt_duration(eta).c_str());
+      std::fflush(stdout);
+      bar_open_ = true;
+    }
+    if (cfg_.train.eval_every > 0 && step_ % cfg_.train.eval_every == 0 && step_ < total_steps_) {
+      log_eval(evaluate());
+      window_start_ = Clock::now();
+    }
+    if (cfg_.train.checkpoint_every > 0 && step_ % cfg_.train.checkpoint_every == 0) maybe_checkpoint(false);
+  }
+  if (bar_open_) {
+    std::printf("\n");
+    bar_open_ = false;
+  }
+  if (cfg_.train.save_final) maybe_checkpoint(true);
+  const EvalResult r = evaluate();
+  log_eval(r);
+  if (opts_.verbose) {
+    if (r.accuracy) std::printf("final %s accuracy: %.4f\n", data_.eval_split.c_str(), *r.accuracy);
+    if (data_.bigram_entropy)
+      std::printf("final %s loss: %.4f (bigram entropy: %.4f)\n", data_.eval_split.c_str(), r.loss,
+                  *data_.bigram_entropy);
+    else
+      std::printf("final %s loss: %.4f\n", data_.eval_split.c_str(), r.loss);
+    std::printf("time: %s\n", fmt_duration(seconds_since(run_start_)).c_str());
+    std::fflush(stdout);
+  }
+  return r;
+}
+
+}  // namespace strata::apps

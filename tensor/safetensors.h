@@ -1,0 +1,54 @@
+// The safetensors file format (https://github.com/huggingface/safetensors): how model
+// weights and optimizer state leave and re-enter strata, readable by Python's
+// `safetensors` package. Layout: u64 little-endian header length N, N bytes of JSON
+// (padded with spaces to 8 bytes), then the raw little-endian tensor data.
+#pragma once
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace strata {
+
+/// Ordered (name, tensor) list: the unit checkpoints and state_dicts trade in.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+/// Free-form string metadata stored under "__metadata__".
+using SafetensorsMetadata = std::map<std::string, std::string>;
+
+/// One header entry, as validated by read_safetensors_header.
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0;  // byte offsets into the data section
+  uint64_t end = 0;
+};
+
+/// The validated header of a file: entries sorted by data offset, plus metadata.
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> entries;
+  SafetensorsMetadata metadata;
+  uint64_t data_start = 0;  // 8 + N
+};
+
+/// Writes `tensors` (any device/strides; stored contiguous, in the given order) to
+/// `path` atomically. Names must be unique and non-empty. Throws DataError naming the
+/// file on I/O failure, Error on a duplicate name.
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const SafetensorsMetadata& metadata = {});
+
+/// Reads and validates only the header: length within the file, JSON, known dtypes,
+/// offsets in range and equal to numel * element size, no overlaps. Every failure is
+/// a DataError naming the file and (where there is one) the tensor.
+SafetensorsHeader read_safetensors_header(const std::string& path);
+
+/// Loads every tensor (new contiguous CPU tensors, in file-data order). Everything is
+/// validated before any tensor is returned; `metadata` (optional) receives __metadata__.
+NamedTensors load_safetensors(const std::string& path, SafetensorsMetadata* metadata = nullptr);
+
+/// "F32", "BF16", ... (the format's dtype spelling).
+const char* safetensors_dtype_name(DType t);
+
+}  // namespace strata
