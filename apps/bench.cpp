@@ -10,6 +10,8 @@
 
 #include "apps/commands.h"
 #include "apps/trainer.h"
+#include "comm/bench.h"
+#include "comm/mpi.h"
 #include "core/threads.h"
 #include "tensor/ops.h"
 
@@ -83,6 +85,32 @@ int bench_train(const std::string& config, const std::vector<std::string>& sets,
   return 0;
 }
 
+struct CommBenchArgs {
+  std::string backend = "local", op = "all_reduce", algorithm = "native", sizes = "1K:256M";
+  int ranks = 2, threads = 1;
+};
+
+// Prints the nccl-tests style table on rank 0. The mpi backend needs mpirun.
+int bench_comm(const CommBenchArgs& a) {
+  comm::CommBenchOptions o;
+  o.backend = a.backend;
+  o.op = comm::parse_op_kind(a.op);
+  o.algorithm = comm::parse_algorithm(a.algorithm);
+  std::tie(o.min_bytes, o.max_bytes) = comm::parse_size_range(a.sizes);
+  o.ranks = a.ranks;
+  set_num_threads(a.threads);
+  if (a.backend == "local") {
+    std::printf("%s", comm::format_comm_bench(o, a.ranks, comm::run_local_comm_bench(o)).c_str());
+    return 0;
+  }
+  if (!comm::launched_by_mpi()) STRATA_THROW(ConfigError, "bench comm --backend mpi: start it under mpirun");
+  auto world = comm::init_mpi_world();
+  o.with_memcpy = false;
+  auto rows = comm::run_comm_bench(*world, o);
+  if (world->rank() == 0) std::printf("%s", comm::format_comm_bench(o, world->size(), rows).c_str());
+  return 0;
+}
+
 }  // namespace
 
 Command add_bench_command(CLI::App& parent) {
@@ -107,14 +135,18 @@ Command add_bench_command(CLI::App& parent) {
   train->add_option("--set", o->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
   train->add_option("--steps", o->steps, "Timed steps")->check(CLI::PositiveNumber);
   train->add_option("--warmup", o->warmup, "Untimed warm-up steps")->check(CLI::NonNegativeNumber);
-  CLI::App* comm = cmd->add_subcommand("comm", "Collective bandwidth (needs the comm layer)");
-  return {cmd, [o, gemm, train, comm]() -> int {
+  CLI::App* comm = cmd->add_subcommand("comm", "Collective bandwidth, nccl-tests style (size, time, algbw, busbw)");
+  auto co = std::make_shared<CommBenchArgs>();
+  comm->add_option("--backend", co->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
+  comm->add_option("--op", co->op, "all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all");
+  comm->add_option("--algorithm", co->algorithm, "native|ring|tree|auto");
+  comm->add_option("--sizes", co->sizes, "Size range, e.g. 1K:256M");
+  comm->add_option("--ranks", co->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
+  comm->add_option("--threads", co->threads, "Compute threads per rank")->check(CLI::PositiveNumber);
+  return {cmd, [o, co, gemm, train, comm]() -> int {
             if (gemm->parsed()) return bench_gemm(o->size, o->repeat, o->threads);
             if (train->parsed()) return bench_train(o->config, o->sets, o->steps, o->warmup);
-            if (comm->parsed()) {
-              std::fprintf(stderr, "strata: error: bench comm is not available yet (the comm layer lands next)\n");
-              return 1;
-            }
+            if (comm->parsed()) return bench_comm(*co);
             return 2;
           }};
 }

@@ -6,9 +6,11 @@
 
 #include "apps/commands.h"
 #include "core/error.h"
+#include "core/threads.h"
 
 int main(int argc, char** argv) {
   using namespace strata::apps;
+  strata::tune_environment_and_reexec(argv);  // OpenBLAS kernels + OpenMP spin (see core/threads.h)
   CLI::App app{"strata: a C++ training framework (CPU, OpenBLAS)", "strata"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("strata ") + version_string());

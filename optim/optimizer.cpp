@@ -100,7 +100,7 @@ void Optimizer::load_state_dict(const OptimizerState& st) {
         if (!plan[i][k]) problems.push_back("missing tensor " + names[k] + "." + params_[i].first);
   }
   if (!problems.empty()) {
-    std::string msg = "[" + type_name() + "::load_state_dict] state does not match the parameters:";
+    std::string msg = detail::str_cat("[", type_name(), "::load_state_dict] state does not match the parameters:");
     for (const auto& p : problems) msg += " " + p + ";";
     msg += " nothing was loaded";
     throw DataError(msg);

@@ -34,7 +34,7 @@ void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, Mat
 }
 
 const char* blas_info() {
-  static std::string s = std::string("OpenBLAS ") + openblas_get_config();
+  static std::string s = std::string(openblas_get_config()) + " (kernels: " + openblas_get_corename() + ")";
   return s.c_str();
 }
 
