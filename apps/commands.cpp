@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -54,8 +55,20 @@ Command add_train_command(CLI::App& parent) {
   return {cmd, [o] {
             std::vector<std::string> sets = o->sets;
             if (!o->resume.empty()) sets.push_back("train.resume=" + o->resume);
-            Trainer trainer(TrainConfig::load(o->config, sets));
-            trainer.train();
+            std::unique_ptr<Trainer> trainer;
+            try {
+              trainer = std::make_unique<Trainer>(TrainConfig::load(o->config, sets));
+              trainer->train();
+            } catch (const CommError& e) {
+              // Report here, while the Trainer (and its process group) is alive: after a
+              // failure, destroying the last group aborts the MPI job.
+              std::fflush(stdout);
+              const char* env = std::getenv("OMPI_COMM_WORLD_RANK");
+              const std::string rank = trainer ? std::to_string(trainer->rank()) : (env ? env : "0");
+              std::fprintf(stderr, "strata: error: rank %s: communication failed: %s\n", rank.c_str(), e.what());
+              std::fflush(stderr);
+              return 3;
+            }
             return 0;
           }};
 }
@@ -78,6 +91,7 @@ Command add_eval_command(CLI::App& parent) {
             const Checkpoint ck = read_checkpoint(o->checkpoint, false);
             if (!cfg) cfg = config_from_checkpoint(ck, o->sets);
             cfg->train.resume.clear();
+            cfg->parallel.mode = "none";  // a ddp checkpoint is a plain one; evaluate in this process
             Trainer trainer(*cfg, {.verbose = false, .write_files = false});
             load_into(ck, trainer.model(), nullptr);
             const EvalResult r = trainer.evaluate();

@@ -154,11 +154,28 @@ void read_train(const ConfigNode& n, TrainSection& s) {
   n.check_range("grad_accum_steps", double(s.grad_accum_steps), 1, 1e6);
 }
 
-void read_parallel(const ConfigNode& n, ParallelSection& s) {
-  s.mode = n.get("mode", s.mode);
-  if (s.mode == "ddp" || s.mode == "zero" || s.mode == "fsdp" || s.mode == "tp" || s.mode == "pp")
-    n.fail("mode", "'" + s.mode + "' is not available in this build yet; only 'none' (single process) is supported");
-  n.one_of("mode", s.mode, {"none"});
+void read_parallel(const ConfigNode& n, parallel::ParallelConfig& s) {
+  const std::string mode = n.get("mode", s.mode);
+  if (mode == "zero" || mode == "fsdp" || mode == "tp" || mode == "pp")
+    n.fail("mode", "'" + mode + "' is not available in this build yet; use 'none' (single process) or 'ddp'");
+  if (mode == "dp")
+    n.fail("mode", "'dp' (DataParallel threads) is not supported by strata train; use 'ddp' (under mpirun) or 'none'");
+  s = parallel::ParallelConfig::from_node(n);
+}
+
+void read_comm(const ConfigNode& n, comm::CommOptions& s) {
+  std::string algo = comm::algorithm_name(s.algorithm);
+  algo = n.get("algorithm", algo);
+  n.one_of("algorithm", algo, {"native", "ring", "tree", "auto"});
+  s.algorithm = comm::parse_algorithm(algo);
+  s.timeout_s = n.get("timeout_s", s.timeout_s);
+  n.check_range("timeout_s", s.timeout_s, 0.0, 1e9, true);
+  s.debug = n.get("debug", s.debug);
+  s.chunk_bytes = n.get("chunk_bytes", s.chunk_bytes);
+  n.check_range("chunk_bytes", double(s.chunk_bytes), 1024, 1e12);
+  s.small_message_bytes = n.get("small_message_bytes", s.small_message_bytes);
+  n.check_range("small_message_bytes", double(s.small_message_bytes), 0, 1e12);
+  s.validate();
 }
 
 }  // namespace
@@ -172,6 +189,7 @@ TrainConfig TrainConfig::from_node(const ConfigNode& root) {
   read_schedule(root.child("schedule"), c.schedule);
   read_train(root.child("train"), c.train);
   read_parallel(root.child("parallel"), c.parallel);
+  read_comm(root.child("comm"), c.comm);
   root.check_unknown_keys();
   c.yaml = root.dump();
   c.validate();

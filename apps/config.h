@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/types.h"
 #include "core/config.h"
+#include "parallel/parallel_config.h"
 
 namespace strata::apps {
 
@@ -87,10 +89,6 @@ struct TrainSection {
   int64_t grad_accum_steps = 1;
 };
 
-struct ParallelSection {
-  std::string mode = "none";
-};
-
 /// A whole training config. `yaml` is the effective YAML (after --set), echoed into
 /// checkpoints so `strata sample` can rebuild the model.
 struct TrainConfig {
@@ -100,7 +98,10 @@ struct TrainConfig {
   OptimSection optim;
   ScheduleSection schedule;
   TrainSection train;
-  ParallelSection parallel;
+  /// parallel.*: mode none | ddp (dp is rejected by `strata train`), DDP bucket options.
+  parallel::ParallelConfig parallel;
+  /// comm.*: algorithm native|ring|tree|auto, timeout_s, debug (used by mode ddp).
+  comm::CommOptions comm;
   std::string yaml;
   std::string source;  // file name, for messages
 

@@ -1,6 +1,7 @@
 // Entry point of the `strata` CLI: parses the subcommand, runs it, and is the one
-// place that catches strata errors and maps them to exit codes (config 2, data 1).
+// place that catches strata errors and maps them to exit codes (config 2, data 1, comm 3).
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <vector>
 
@@ -31,6 +32,13 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::fprintf(stderr, "strata: error: %s\n", e.what());
     return 2;
+  } catch (const strata::CommError& e) {
+    // Name the rank: under mpirun every rank's stderr is interleaved.
+    std::fflush(stdout);
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank) rank = std::getenv("PMI_RANK");
+    std::fprintf(stderr, "strata: error: rank %s: communication failed: %s\n", rank ? rank : "0", e.what());
+    return 3;
   } catch (const strata::DataError& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "strata: error: %s\n", e.what());

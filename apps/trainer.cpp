@@ -10,6 +10,8 @@
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
+#include "comm/local.h"
+#include "comm/mpi.h"
 #include "core/threads.h"
 #include "optim/clip.h"
 #include "tensor/file_io.h"
@@ -56,6 +58,18 @@ std::string checkpoint_name(int64_t step) {
 }  // namespace
 
 Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), opts_(opts) {
+  const bool ddp = cfg_.parallel.mode == "ddp";
+  if (ddp) {
+    // Under mpirun: one rank per process. Otherwise a 1-rank world, which trains exactly
+    // like mode none (same sampler order, same batch).
+    group_ = comm::launched_by_mpi() ? comm::init_mpi_world(cfg_.comm) : comm::make_local_world(1, cfg_.comm)[0];
+    rank_ = group_->rank();
+    world_ = group_->size();
+    if (rank_ != 0) {  // logs, metrics and checkpoints come from rank 0 only
+      opts_.verbose = false;
+      opts_.write_files = false;
+    }
+  }
   set_num_threads(cfg_.run.threads);
   manual_seed(cfg_.run.seed);
   data_ = build_data(cfg_);
@@ -65,11 +79,16 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   params_ = model_->parameters();
 
   const int64_t n = data_.train->size();
-  const int64_t bs = cfg_.train.batch_size;
-  if (n < bs)
-    config_fail("train.batch_size", "is " + std::to_string(bs) + " but the training split has only " +
+  if (cfg_.train.batch_size % world_ != 0)
+    config_fail("train.batch_size", "is " + std::to_string(cfg_.train.batch_size) + " but must be divisible by the " +
+                                        std::to_string(world_) + " ranks of parallel.mode ddp (the global batch is "
+                                        "split evenly)");
+  const int64_t bs = cfg_.train.batch_size / world_;  // per rank
+  const int64_t n_local = (n + world_ - 1) / world_;  // DistributedSampler pads to a multiple of the world
+  if (n_local < bs)
+    config_fail("train.batch_size", "is " + std::to_string(cfg_.train.batch_size) + " but the training split has only " +
                                         std::to_string(n) + " samples");
-  steps_per_epoch_ = std::max<int64_t>(1, (n / bs) / cfg_.train.grad_accum_steps);
+  steps_per_epoch_ = std::max<int64_t>(1, (n_local / bs) / cfg_.train.grad_accum_steps);
   total_steps_ = cfg_.train.max_steps > 0 ? cfg_.train.max_steps : cfg_.train.epochs * steps_per_epoch_;
   schedule_ = build_schedule(cfg_, total_steps_);
 
@@ -82,9 +101,9 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     if (gens.size() != ck.state.model_rngs.size())
       STRATA_THROW(DataError, "checkpoint state '", state_file, "': holds ", ck.state.model_rngs.size(),
                    " model RNG states but the model has ", gens.size(), " generators");
-    if (ck.state.loader_batch > n / bs)
+    if (ck.state.loader_batch > n_local / bs)
       STRATA_THROW(DataError, "checkpoint state '", state_file, "': loader position batch ", ck.state.loader_batch,
-                   " is past the ", n / bs, " batches per epoch of this config (batch size changed?)");
+                   " is past the ", n_local / bs, " batches per epoch of this config (batch size changed?)");
     load_into(ck, *model_, optimizer_.get());
     for (size_t i = 0; i < gens.size(); ++i) gens[i]->set_state(ck.state.model_rngs[i].first, ck.state.model_rngs[i].second);
     default_generator().set_state(ck.state.default_rng.first, ck.state.default_rng.second);
@@ -94,7 +113,13 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     last_checkpoint_step_ = step_;
     if (opts_.verbose) std::printf("resumed from %s at step %lld\n", ck.dir.c_str(), (long long)step_);
   }
-  sampler_ = std::make_shared<data::RandomSampler>(n, sampler_seed_);
+  if (ddp) {
+    sampler_ = std::make_shared<data::DistributedSampler>(
+        n, data::DistributedSamplerOptions{.num_replicas = world_, .rank = rank_, .seed = sampler_seed_});
+    ddp_ = parallel::apply_ddp(model_, *group_, cfg_.parallel.ddp);  // broadcasts rank 0's weights
+  } else {
+    sampler_ = std::make_shared<data::RandomSampler>(n, sampler_seed_);
+  }
   loader_ = std::make_unique<data::DataLoader>(
       data_.train, sampler_, data::DataLoaderOptions{.batch_size = bs, .drop_last = true, .prefetch = cfg_.data.prefetch},
       start);
@@ -137,18 +162,27 @@ double Trainer::step() {
       b = loader_->next();
     }
     STRATA_CHECK(b.has_value(), "[train] the data loader produced no batch at step ", step_);
-    Tensor loss = batch_loss(*model_, cfg_, *b);
+    // DDP: the first accum-1 micro-batches only accumulate locally (no_sync); the last
+    // one's backward all-reduces the accumulated sum and finalize() averages it.
+    std::optional<parallel::NoSyncGuard> no_sync;
+    if (ddp_ && a + 1 < accum) no_sync.emplace(ddp_->no_sync());
+    Tensor loss = ddp_ ? ddp_->forward_with([&] { return batch_loss(*model_, cfg_, *b); })
+                       : batch_loss(*model_, cfg_, *b);
     const double lv = loss.item<double>();
     if (!std::isfinite(lv))
       STRATA_THROW(Error, "training diverged at step ", step_ + 1, ": loss is ", lv,
                    " (lower optim.lr or set train.grad_clip)");
     if (accum > 1) loss = loss * (1.0 / double(accum));
     backward(loss);
+    if (ddp_) ddp_->finalize();  // no-op inside no_sync
     sum += lv;
   }
   if (cfg_.train.grad_clip > 0) optim::clip_grad_norm(params_, cfg_.train.grad_clip);
   optimizer_->step();
-  optimizer_->zero_grad();
+  if (ddp_)
+    ddp_->zero_grad();
+  else
+    optimizer_->zero_grad();
   ++step_;
   return sum / double(accum);
 }
@@ -290,6 +324,10 @@ EvalResult Trainer::train() {
                 (long long)data_.train->size(), (long long)data_.eval->size(), data_.eval_split.c_str(),
                 cfg_.optim.name.c_str(), cfg_.optim.lr, (long long)total_steps_, (long long)steps_per_epoch_,
                 get_num_threads());
+    if (group_)
+      std::printf("ddp: %d rank(s) (%s backend, comm.algorithm %s), %lld samples per rank per step\n", world_,
+                  group_->backend_kind(), comm::algorithm_name(group_->algorithm()),
+                  (long long)(cfg_.train.batch_size / world_));
     if (data_.bigram_entropy)
       std::printf("%s split baselines: bigram entropy %.4f nats/token, unigram %.4f\n", data_.eval_split.c_str(),
                   *data_.bigram_entropy, *data_.unigram_entropy);
@@ -306,7 +344,13 @@ EvalResult Trainer::train() {
     ++window_steps_;
     ema_loss_ = (step_ - run_start_step_ == 1) ? loss : 0.95 * ema_loss_ + 0.05 * loss;
     if (step_ % cfg_.train.log_every == 0 || step_ == total_steps_) {
-      log_step(window_loss_ / double(window_steps_), lr);
+      double mean = window_loss_ / double(window_steps_);
+      if (world_ > 1) {  // every rank logs at the same steps: average the window over the world
+        Tensor t = ops::from_vector(std::vector<double>{mean}, {1});
+        group_->all_reduce(t, comm::ReduceOp::sum).wait();
+        mean = t.data<double>()[0] / double(world_);
+      }
+      log_step(mean, lr);
       window_loss_ = 0.0;
       window_steps_ = 0;
       window_start_ = Clock::now();
@@ -327,7 +371,7 @@ EvalResult Trainer::train() {
       std::fflush(stdout);
       bar_open_ = true;
     }
-    if (cfg_.train.eval_every > 0 && step_ % cfg_.train.eval_every == 0 && step_ < total_steps_) {
+    if (rank_ == 0 && cfg_.train.eval_every > 0 && step_ % cfg_.train.eval_every == 0 && step_ < total_steps_) {
       log_eval(evaluate());
       window_start_ = Clock::now();
     }
@@ -338,6 +382,7 @@ EvalResult Trainer::train() {
     bar_open_ = false;
   }
   if (cfg_.train.save_final) maybe_checkpoint(true);
+  if (rank_ != 0) return {};  // evaluation on rank 0 only
   const EvalResult r = evaluate();
   log_eval(r);
   if (opts_.verbose) {

@@ -13,7 +13,9 @@
 #include "apps/checkpoint.h"
 #include "apps/config.h"
 #include "apps/factory.h"
+#include "comm/process_group.h"
 #include "data/dataloader.h"
+#include "parallel/ddp.h"
 
 namespace strata::apps {
 
@@ -32,6 +34,14 @@ struct TrainerOptions {
 };
 
 /// Owns the model, optimizer, data and loop state of one run. Not thread-safe.
+///
+/// parallel.mode ddp: under mpirun the world group comes from comm::init_mpi_world
+/// (comm.* options), otherwise a 1-rank local world is used (same numbers as mode
+/// none). Each rank reads its DistributedSampler share, train.batch_size / world
+/// samples per step, and steps through parallel::apply_ddp; logged losses are the
+/// world average, and progress, metrics, evaluation and checkpoints happen on rank 0
+/// only (its checkpoint is a plain single-process one). Every rank must construct and
+/// train() the Trainer (collective).
 class Trainer {
  public:
   /// Builds data, model, optimizer and schedule; with train.resume set, restores the
@@ -59,6 +69,9 @@ class Trainer {
   const DataBundle& data() const { return data_; }
   nn::Module& model() { return *model_; }
   const TrainConfig& config() const { return cfg_; }
+  /// This process's rank and the world size (0 and 1 unless parallel.mode is ddp).
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
 
  private:
   double lr_at(int64_t step) const;
@@ -78,6 +91,11 @@ class Trainer {
   uint64_t sampler_seed_ = 0;
   std::unique_ptr<data::DataLoader> loader_;
   std::vector<Tensor> params_;
+  // parallel.mode ddp (group_ outlives ddp_).
+  std::shared_ptr<comm::ProcessGroup> group_;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp_;
+  int rank_ = 0;
+  int world_ = 1;
   int64_t step_ = 0;
   int64_t total_steps_ = 0;
   int64_t steps_per_epoch_ = 1;

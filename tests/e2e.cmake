@@ -14,6 +14,16 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
                      -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/${case} -P ${strata_e2e_script})
     set_tests_properties(e2e_${case} PROPERTIES LABELS e2e TIMEOUT 120)
   endforeach()
+  # Multi-process DDP under mpirun (label dist).
+  find_program(strata_mpirun NAMES mpirun mpiexec)
+  if(strata_mpirun)
+    add_test(NAME e2e_ddp_matches_single_process
+             COMMAND ${CMAKE_COMMAND} -DCASE=ddp_matches_single_process -DSTRATA=$<TARGET_FILE:strata_cli>
+                     -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
+                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/ddp_matches_single_process -P ${strata_e2e_script})
+    set_tests_properties(e2e_ddp_matches_single_process PROPERTIES LABELS "e2e;dist" TIMEOUT 60 PROCESSORS 2
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endif()
   return()
 endif()
 
@@ -68,8 +78,10 @@ elseif(CASE STREQUAL "bad_config_range")
   run(2 train --config bad.yaml)
   expect(ERR "model.dropout: expected a value in [0, 1), got 1.5 (line 4)")
 elseif(CASE STREQUAL "bad_config_parallel")
-  run(2 train --config ${tiny_mlp} --set parallel.mode=ddp)
-  expect(ERR "parallel.mode")
+  run(2 train --config ${tiny_mlp} --set parallel.mode=tp)
+  expect(ERR "parallel.mode: 'tp' is not available")
+  run(2 train --config ${tiny_mlp} --set parallel.mode=ddp --set comm.algorithm=star)
+  expect(ERR "comm.algorithm: expected one of")
 elseif(CASE STREQUAL "missing_config_file")
   run(2 train --config ${WORK}/nope.yaml)
   expect(ERR "nope.yaml")
@@ -142,6 +154,63 @@ elseif(CASE STREQUAL "sample_gpt")
     message(FATAL_ERROR "same seed gave different samples:\n${first}\n${OUT}")
   endif()
   run(2 sample --checkpoint gpt --tokens -3)
+elseif(CASE STREQUAL "ddp_matches_single_process")
+  # 2 ranks x 8 samples (mpirun, parallel.mode ddp) against 1 process x 16 samples: the
+  # logged losses (world average) must agree to 1e-5 relative at every step, and the
+  # rank-0 checkpoint must load in a single-process eval. No dropout (its masks are
+  # per-rank); grad accumulation exercises no_sync.
+  set(common --config ${tiny_mlp} --set model.dropout=0 --set train.max_steps=8 --set train.grad_accum_steps=2
+             --set train.eval_every=0)
+  execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
+                          --set run.dir=ddp --set parallel.mode=ddp
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 40)
+  if(NOT "${rc}" STREQUAL "0")
+    message(FATAL_ERROR "mpirun -np 2 strata train: exit code ${rc}\nstdout:\n${OUT}\nstderr:\n${ERR}")
+  endif()
+  expect(OUT "ddp: 2 rank(s) (mpi backend" "final val accuracy: ")
+  run(0 train ${common} --set run.dir=single)
+  losses(${WORK}/ddp/metrics.jsonl ld)
+  losses(${WORK}/single/metrics.jsonl ls)
+  list(LENGTH ld nd)
+  list(LENGTH ls ns)
+  if(NOT nd EQUAL 8 OR NOT ns EQUAL 8)
+    message(FATAL_ERROR "expected 8 train records each (rank 0 only writes)\nddp: ${ld}\nsingle: ${ls}")
+  endif()
+  foreach(i RANGE 7)
+    list(GET ld ${i} a)
+    list(GET ls ${i} b)
+    string(REGEX REPLACE ".*=" "" a "${a}")
+    string(REGEX REPLACE ".*=" "" b "${b}")
+    execute_process(COMMAND awk "BEGIN { d = ${a} - ${b}; if (d < 0) d = -d; exit (d <= 1e-5 * (${b} < 0 ? -${b} : ${b})) ? 0 : 1 }"
+                    RESULT_VARIABLE cmp)
+    if(NOT cmp EQUAL 0)
+      message(FATAL_ERROR "step ${i}: ddp loss ${a} vs single-process ${b} differ by more than 1e-5 relative\n"
+                          "ddp: ${ld}\nsingle: ${ls}")
+    endif()
+  endforeach()
+  run(0 eval --checkpoint ddp)
+  expect(OUT "val accuracy: ")
+  # Resume under mpirun: 4 steps, checkpoint, 4 more == 8 straight, bit for bit
+  # (constant LR, so the schedule does not depend on max_steps).
+  macro(ddp_run dir steps)
+    execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
+                            --set parallel.mode=ddp --set schedule.name=constant --set run.dir=${dir}
+                            --set train.max_steps=${steps} ${ARGN}
+                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 40)
+    if(NOT "${rc}" STREQUAL "0")
+      message(FATAL_ERROR "mpirun -np 2 strata train (${dir}): exit code ${rc}\n${OUT}\n${ERR}")
+    endif()
+  endmacro()
+  ddp_run(straight 8)
+  ddp_run(half 4)
+  ddp_run(resumed 8 --resume half)
+  expect(OUT "resumed from")
+  losses(${WORK}/straight/metrics.jsonl la)
+  losses(${WORK}/resumed/metrics.jsonl lc)
+  list(SUBLIST la 4 4 la_tail)
+  if(NOT "${la_tail}" STREQUAL "${lc}")
+    message(FATAL_ERROR "ddp resumed losses differ\nstraight: ${la_tail}\nresumed:  ${lc}")
+  endif()
 elseif(CASE STREQUAL "info")
   run(0 info)
   expect(OUT "strata " "blas: " "threads: " "cpu: yes" "mpi: yes" "cuda: ")

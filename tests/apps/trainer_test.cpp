@@ -205,6 +205,34 @@ TEST_F(TrainerTest, CheckpointWriteIsAtomicAndReplaces) {
   EXPECT_NE(ck.state.config_yaml.find("dataset: synthetic"), std::string::npos);
 }
 
+// parallel.mode ddp outside mpirun is a 1-rank world: DistributedSampler (same order as
+// RandomSampler), apply_ddp, no_sync micro-batches and finalize() must reproduce mode
+// none exactly, including gradient accumulation and clipping; the checkpoint is plain.
+TEST_F(TrainerTest, DdpOneRankWorldMatchesSingleProcess) {
+  const std::vector<std::string> common = {"model.dropout=0", "train.max_steps=6", "train.grad_accum_steps=2",
+                                           "train.eval_every=0"};
+  auto run_mode = [&](const std::string& mode) {
+    std::vector<std::string> sets = common;
+    sets.push_back("run.dir=" + path(mode));
+    sets.push_back("parallel.mode=" + mode);
+    Trainer t(TrainConfig::load(kTinyMlp, sets), {.verbose = false});
+    EXPECT_EQ(t.world_size(), 1);
+    t.train();
+    return train_records(path(mode));
+  };
+  const auto none = run_mode("none");
+  const auto ddp = run_mode("ddp");
+  ASSERT_EQ(none.size(), 6u);
+  ASSERT_EQ(ddp.size(), none.size());
+  for (size_t i = 0; i < none.size(); ++i) EXPECT_DOUBLE_EQ(ddp[i].loss, none[i].loss) << "step " << none[i].step;
+  const Checkpoint a = read_checkpoint(path("none"), false), b = read_checkpoint(path("ddp"), false);
+  ASSERT_EQ(a.model.size(), b.model.size());
+  for (size_t i = 0; i < a.model.size(); ++i) {
+    EXPECT_EQ(a.model[i].first, b.model[i].first);
+    EXPECT_EQ(a.model[i].second.to_vector<float>(), b.model[i].second.to_vector<float>()) << a.model[i].first;
+  }
+}
+
 TEST_F(TrainerTest, MissingCheckpointNamesThePath) {
   try {
     read_checkpoint(path("nope"), true);
@@ -233,8 +261,13 @@ TEST(TrainConfigTest, SchemaErrorsNameKeyPaths) {
             std::string::npos);
   EXPECT_NE(config_error(kTinyMlp, {"model.dropout=1.5"}).find("model.dropout: expected a value in [0, 1)"),
             std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"parallel.mode=ddp"}).find("parallel.mode: 'ddp' is not available"),
+  EXPECT_NE(config_error(kTinyMlp, {"parallel.mode=tp"}).find("parallel.mode: 'tp' is not available"),
             std::string::npos);
+  EXPECT_NE(config_error(kTinyMlp, {"parallel.mode=ddp", "parallel.bucket_cap_mb=0"}).find("parallel.bucket_cap_mb"),
+            std::string::npos);
+  EXPECT_NE(config_error(kTinyMlp, {"comm.algorithm=star"}).find("comm.algorithm: expected one of"),
+            std::string::npos);
+  EXPECT_NE(config_error(kTinyMlp, {"comm.timeout_s=0"}).find("comm.timeout_s"), std::string::npos);
   EXPECT_NE(config_error(kTinyGpt, {"model.n_head=3"}).find("model.n_embd: must be divisible"), std::string::npos);
   EXPECT_NE(config_error(kTinyMlp, {"optim.name=adamm"}).find("optim.name: expected one of sgd|adam|adamw"),
             std::string::npos);
