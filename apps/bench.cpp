@@ -12,6 +12,7 @@
 #include "apps/trainer.h"
 #include "comm/bench.h"
 #include "comm/mpi.h"
+#include "parallel/ddp_bench.h"
 #include "core/threads.h"
 #include "tensor/ops.h"
 
@@ -111,6 +112,26 @@ int bench_comm(const CommBenchArgs& a) {
   return 0;
 }
 
+struct DdpBenchArgs {
+  std::string backend = "local";
+  int ranks = 2, steps = 10;
+};
+
+// parallel::bench_ddp on a local world or the mpirun world; rank 0 prints the report.
+int bench_ddp(const DdpBenchArgs& a) {
+  parallel::DDPBenchOptions o;
+  o.steps = a.steps;
+  if (a.backend == "local") {
+    std::printf("%s", parallel::bench_ddp_local(a.ranks, o).to_string().c_str());
+    return 0;
+  }
+  if (!comm::launched_by_mpi()) STRATA_THROW(ConfigError, "bench ddp --backend mpi: start it under mpirun");
+  auto world = comm::init_mpi_world();
+  auto report = parallel::bench_ddp(*world, o);
+  if (world->rank() == 0) std::printf("%s", report.to_string().c_str());
+  return 0;
+}
+
 }  // namespace
 
 Command add_bench_command(CLI::App& parent) {
@@ -143,7 +164,13 @@ Command add_bench_command(CLI::App& parent) {
   comm->add_option("--sizes", co->sizes, "Size range, e.g. 1K:256M");
   comm->add_option("--ranks", co->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
   comm->add_option("--threads", co->threads, "Compute threads per rank")->check(CLI::PositiveNumber);
-  return {cmd, [o, co, gemm, train, comm]() -> int {
+  CLI::App* ddp = cmd->add_subcommand("ddp", "DDP: overlap, bucket caps, CNN scaling, memory per rank");
+  auto dd = std::make_shared<DdpBenchArgs>();
+  ddp->add_option("--backend", dd->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
+  ddp->add_option("--ranks", dd->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
+  ddp->add_option("--steps", dd->steps, "Timed steps per measurement")->check(CLI::PositiveNumber);
+  return {cmd, [o, co, dd, gemm, train, comm, ddp]() -> int {
+            if (ddp->parsed()) return bench_ddp(*dd);
             if (gemm->parsed()) return bench_gemm(o->size, o->repeat, o->threads);
             if (train->parsed()) return bench_train(o->config, o->sets, o->steps, o->warmup);
             if (comm->parsed()) return bench_comm(*co);
