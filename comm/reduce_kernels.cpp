@@ -32,16 +32,7 @@ inline A apply(A x, A y) {
 
 template <class F>
 decltype(auto) dispatch_dtype(DType dt, F&& f) {
-  switch (dt) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::f16: return f(Half{});
-    case DType::bf16: return f(BFloat16{});
-    case DType::i32: return f(int32_t{});
-    case DType::i64: return f(int64_t{});
-    case DType::u8: return f(uint8_t{});
-  }
-  STRATA_THROW(Error, "[comm] unsupported dtype ", dtype_name(dt));
+  return visit_dtype(dt, std::forward<F>(f));
 }
 
 template <class F>

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/error.h"
+
 namespace strata {
 
 enum class DType : uint8_t { f32, f64, f16, bf16, i32, i64, u8 };
@@ -67,5 +69,20 @@ template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
 template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
 template <class T> inline constexpr DType dtype_v = dtype_of<T>::value;
+
+/// Calls f(T{}) with T the C++ element type of `t` (all seven dtypes) and returns its result.
+template <class F>
+decltype(auto) visit_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::f16: return f(Half{});
+    case DType::bf16: return f(BFloat16{});
+    case DType::i32: return f(int32_t{});
+    case DType::i64: return f(int64_t{});
+    case DType::u8: return f(uint8_t{});
+  }
+  STRATA_THROW(Error, "[visit_dtype] invalid dtype tag ", int(t));
+}
 
 }  // namespace strata

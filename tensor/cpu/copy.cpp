@@ -16,19 +16,6 @@ template <class T> inline void store(T* p, double v) { *p = static_cast<T>(v); }
 template <> inline void store<Half>(Half* p, double v) { p->bits = float_to_half(float(v)); }
 template <> inline void store<BFloat16>(BFloat16* p, double v) { p->bits = float_to_bf16(float(v)); }
 
-template <class F>
-void visit_dtype(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::f16: return f(Half{});
-    case DType::bf16: return f(BFloat16{});
-    case DType::i32: return f(int32_t{});
-    case DType::i64: return f(int64_t{});
-    case DType::u8: return f(uint8_t{});
-  }
-}
-
 template <class D, class S>
 void copy_typed(Tensor& dst, const Tensor& src) {
   const auto plan = make_plan<2>(dst.shape(), {dst.strides(), broadcast_strides(src, dst.shape())});
