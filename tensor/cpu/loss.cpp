@@ -43,19 +43,7 @@ double cross_entropy_impl(const T* xp, const int64_t* t, T* pp, int64_t N, int64
     for (int64_t r = b; r < e; ++r) {
       const T* x = xp + r * C;
       T* p = pp + r * C;
-      T mx = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : mx)
-      for (int64_t i = 0; i < C; ++i) mx = x[i] > mx ? x[i] : mx;
-      T s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < C; ++i) {
-        const T ex = vexp(x[i] - mx);
-        p[i] = ex;
-        s += ex;
-      }
-      const T inv = T(1) / s;
-#pragma omp simd
-      for (int64_t i = 0; i < C; ++i) p[i] *= inv;
+      const auto [mx, s] = softmax_row(x, p, C, /*log=*/false);
       // loss_r = logsumexp(x) - x[t] = log(s) + mx - x[t]
       if (t[r] != ignore_index) row_loss[size_t(r)] = std::log(double(s)) + double(mx) - double(x[t[r]]);
     }

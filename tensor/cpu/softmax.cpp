@@ -15,31 +15,6 @@ namespace {
 constexpr int64_t kTile = 64;  // inner-dim tile width for dims other than the last
 
 template <class T>
-void softmax_row(const T* x, T* y, int64_t n, bool log) {
-  T mx = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-  T s = 0;
-  if (log) {
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) s += vexp(x[i] - mx);
-    const T lse = mx + std::log(s);
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
-  } else {
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) {
-      const T e = vexp(x[i] - mx);
-      y[i] = e;
-      s += e;
-    }
-    const T inv = T(1) / s;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
-  }
-}
-
-template <class T>
 void softmax_backward_row(const T* dy, const T* y, T* dx, int64_t n, bool log) {
   T s = 0;
   if (log) {

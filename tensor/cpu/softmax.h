@@ -49,4 +49,39 @@ void softmax_kernel(const Tensor& x, Tensor& y, int64_t outer, int64_t n, int64_
 void softmax_backward_kernel(const Tensor& dy, const Tensor& y, Tensor& dx, int64_t outer, int64_t n,
                              int64_t inner, bool log);
 
+/// The row max and sum of exp(x - max) softmax_row computed; cross-entropy's loss is
+/// log(sum) + max - x[target].
+template <class T>
+struct SoftmaxRowStats {
+  T max;
+  T sum;
+};
+
+/// y = softmax(x) (or log_softmax when `log`) over one contiguous row of n.
+template <class T>
+SoftmaxRowStats<T> softmax_row(const T* x, T* y, int64_t n, bool log) {
+  T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  T s = 0;
+  if (log) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; ++i) s += vexp(x[i] - mx);
+    const T lse = mx + std::log(s);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
+  } else {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; ++i) {
+      const T e = vexp(x[i] - mx);
+      y[i] = e;
+      s += e;
+    }
+    const T inv = T(1) / s;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+  }
+  return {mx, s};
+}
+
 }  // namespace strata::cpu
