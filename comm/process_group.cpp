@@ -197,6 +197,9 @@ void ProcessGroup::run_task(Task& t) {
       s.payload_bytes += info.bytes;
       s.seconds += seconds_since(t0);
     }
+    // Drop the op's tensors before waking the caller: once wait() returns, the comm
+    // thread holds nothing of them (memory accounting and storage reuse see it at once).
+    t.body = nullptr;
     t.state->finish(nullptr);
   } catch (const detail::TimedOut& e) {
     std::string msg = strata::detail::str_cat("[", op, "] timed out after ", opts_.timeout_s, " s (comm.timeout_s): ",

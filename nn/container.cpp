@@ -11,7 +11,7 @@ void Sequential::push_back(std::shared_ptr<Module> m) { register_module(std::to_
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (size_t i = 0; i < size(); ++i) h = child_at(i).forward(h);
+  for (size_t i = 0; i < size(); ++i) h = child_at(i)(h);
   return h;
 }
 

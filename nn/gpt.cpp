@@ -39,7 +39,7 @@ const Tensor& CausalSelfAttention::causal_mask(int64_t t) {
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   STRATA_CHECK(x.dim() == 3, "[CausalSelfAttention] expects (B, T, C), got ", shape_str(x.shape()));
   const int64_t b = x.size(0), t = x.size(1), hd = head_dim_;
-  Tensor qkv = child_at(0).forward(x);  // (B, T, 3*Hl*hd)
+  Tensor qkv = child_at(0)(x);  // (B, T, 3*Hl*hd)
   const int64_t cl = qkv.size(-1) / 3;
   STRATA_CHECK(qkv.size(-1) == 3 * cl && cl % hd == 0, "[CausalSelfAttention] c_attn output width ",
                qkv.size(-1), " is not 3 * heads * head_dim (head_dim ", hd, ")");
@@ -51,10 +51,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor att = matmul(q, transpose(k, -1, -2));  // (B, Hl, T, T)
   att = masked_fill(att, causal_mask(t), -std::numeric_limits<double>::infinity());
   att = softmax(att, -1);
-  att = child_at(2).forward(att);
+  att = child_at(2)(att);
   Tensor y = matmul(att, v);                              // (B, Hl, T, hd)
   y = reshape(contiguous(transpose(y, 1, 2)), {b, t, cl});  // (B, T, Hl*hd)
-  return child_at(3).forward(child_at(1).forward(y));
+  return child_at(3)(child_at(1)(y));
 }
 
 // ---------------------------------------------------------------- MLP
@@ -68,7 +68,7 @@ GPTMLP::GPTMLP(const GPTConfig& cfg, Generator& gen) {
 
 Tensor GPTMLP::forward(const Tensor& x) {
   Tensor h = x;
-  for (size_t i = 0; i < 4; ++i) h = child_at(i).forward(h);
+  for (size_t i = 0; i < 4; ++i) h = child_at(i)(h);
   return h;
 }
 
@@ -81,8 +81,8 @@ GPTBlock::GPTBlock(const GPTConfig& cfg, Generator& gen) {
 }
 
 Tensor GPTBlock::forward(const Tensor& x) {
-  Tensor h = x + child_at(1).forward(child_at(0).forward(x));
-  return h + child_at(3).forward(child_at(2).forward(h));
+  Tensor h = x + child_at(1)(child_at(0)(x));
+  return h + child_at(3)(child_at(2)(h));
 }
 
 // ---------------------------------------------------------------- model
@@ -103,7 +103,7 @@ GPT::GPT(const GPTConfig& cfg, Generator& gen) : cfg_(cfg) {
 
 Tensor GPT::run_block(size_t i, const Tensor& x) {
   const std::shared_ptr<Module>& blk = child_at(3).named_children()[i].second;
-  if (!cfg_.checkpoint || !grad_enabled()) return blk->forward(x);
+  if (!cfg_.checkpoint || !grad_enabled()) return (*blk)(x);
   // checkpoint() calls fn twice: the forward, then the recompute in backward. The
   // recompute replays the dropout masks by restoring the generators to their state
   // at the forward, and then puts them back where they were.
@@ -118,14 +118,14 @@ Tensor GPT::run_block(size_t i, const Tensor& x) {
     if (!rp->ran) {
       rp->ran = true;
       for (Generator* g : rp->gens) rp->at_forward.emplace_back(g->seed(), g->offset());
-      return {blk->forward(in[0])};
+      return {(*blk)(in[0])};
     }
     std::vector<std::pair<uint64_t, uint64_t>> now;
     for (size_t j = 0; j < rp->gens.size(); ++j) {
       now.emplace_back(rp->gens[j]->seed(), rp->gens[j]->offset());
       rp->gens[j]->set_state(rp->at_forward[j].first, rp->at_forward[j].second);
     }
-    Tensor out = blk->forward(in[0]);
+    Tensor out = (*blk)(in[0]);
     for (size_t j = 0; j < rp->gens.size(); ++j) rp->gens[j]->set_state(now[j].first, now[j].second);
     return {out};
   };
@@ -139,13 +139,13 @@ Tensor GPT::forward(const Tensor& idx) {
   STRATA_CHECK(t >= 1 && t <= cfg_.block_size, "[GPT] sequence length ", t, " exceeds block_size ",
                cfg_.block_size);
   Tensor pos = ops::arange(0, double(t), 1.0, DType::i64);  // (T)
-  Tensor x = child_at(0).forward(idx) + child_at(1).forward(pos);  // (B,T,C) + (T,C)
-  x = child_at(2).forward(x);
+  Tensor x = child_at(0)(idx) + child_at(1)(pos);  // (B,T,C) + (T,C)
+  x = child_at(2)(x);
   const size_t n = child_at(3).named_children().size();
   for (size_t i = 0; i < n; ++i) x = run_block(i, x);
-  x = child_at(4).forward(x);
+  x = child_at(4)(x);
   if (cfg_.tie_weights) return linear(x, parameter("wte.weight"), Tensor());  // (B,T,C) @ (V,C)^T
-  return child_at(5).forward(x);
+  return child_at(5)(x);
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index) {

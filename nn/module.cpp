@@ -29,6 +29,25 @@ Tensor Module::forward(const Tensor&) {
   STRATA_THROW(Error, "[", type_name(), "] has no single-tensor forward(x); call its own forward overload");
 }
 
+Tensor Module::operator()(const Tensor& x) {
+  if (hooks_.empty()) return forward(x);
+  for (auto& h : hooks_)
+    if (h.pre) h.pre(*this);
+  Tensor y = forward(x);
+  for (auto& h : hooks_)
+    if (h.post) y = h.post(*this, y);
+  return y;
+}
+
+int Module::register_forward_hooks(ForwardPreHook pre, ForwardHook post) {
+  hooks_.push_back({next_hook_id_, std::move(pre), std::move(post)});
+  return next_hook_id_++;
+}
+
+void Module::remove_forward_hooks(int id) {
+  std::erase_if(hooks_, [id](const HookPair& h) { return h.id == id; });
+}
+
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   check_slot_name(*this, "child", name);
   STRATA_CHECK(m != nullptr, "[", type_name(), "] child '", name, "' is null");

@@ -3,6 +3,7 @@
 // hooks, ZeRO flat buffers, tensor-parallel surgery) can swap them from outside.
 #pragma once
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -27,6 +28,18 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// Single-tensor forward. Modules with another signature (losses) throw here.
   virtual Tensor forward(const Tensor& x);
+  /// forward(x) between the forward hooks: models call their children this way, so a
+  /// wrapper (FSDP) can act around any submodule's forward without replacing it.
+  Tensor operator()(const Tensor& x);
+
+  /// Runs before forward(x) in operator().
+  using ForwardPreHook = std::function<void(Module&)>;
+  /// Runs after forward in operator(); returns the output to use (itself, or e.g. an
+  /// alias carrying an extra autograd node).
+  using ForwardHook = std::function<Tensor(Module&, const Tensor& out)>;
+  /// Registers a pre/post forward hook; returns an id for remove_forward_hooks.
+  int register_forward_hooks(ForwardPreHook pre, ForwardHook post);
+  void remove_forward_hooks(int id);
   virtual std::string type_name() const = 0;
 
   /// "blocks.0.attn.qkv.weight" style names in registration order, own parameters
@@ -105,6 +118,13 @@ class Module : public std::enable_shared_from_this<Module> {
   std::deque<std::pair<std::string, Tensor>> params_;
   std::deque<std::pair<std::string, Tensor>> buffers_;
   NamedModules children_;
+  struct HookPair {
+    int id;
+    ForwardPreHook pre;
+    ForwardHook post;
+  };
+  std::vector<HookPair> hooks_;
+  int next_hook_id_ = 0;
   bool training_ = true;
 };
 

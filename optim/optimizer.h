@@ -38,6 +38,9 @@ class Optimizer {
   void set_lr(double lr) { lr_ = lr; }
   int64_t step_count() const { return step_; }
   const NamedTensors& named_parameters() const { return params_; }
+  /// The per-parameter state kinds this optimizer keeps ("exp_avg", "exp_avg_sq"; SGD with
+  /// momentum "momentum_buffer"); state_dict() names tensors "<kind>.<param name>".
+  std::vector<std::string> state_kinds() const { return state_names(); }
 
   /// scalars: {"type", "lr", "step", ...subclass hyper-parameters}; tensors: state by name.
   virtual OptimizerState state_dict() const;

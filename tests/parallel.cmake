@@ -2,7 +2,8 @@
 # 2, 3 and 4 ranks, one compute thread each. The local-backend tests are in
 # strata_test_parallel (tests/parallel/*.cpp, label unit).
 if(TARGET strata_parallel AND MPIEXEC_EXECUTABLE)
-  add_executable(strata_test_parallel_mpi ${CMAKE_CURRENT_SOURCE_DIR}/parallel/mpi/ddp_mpi_test.cpp)
+  file(GLOB parallel_mpi_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/parallel/mpi/*.cpp)
+  add_executable(strata_test_parallel_mpi ${parallel_mpi_srcs})
   target_include_directories(strata_test_parallel_mpi PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/parallel)
   target_link_libraries(strata_test_parallel_mpi PRIVATE strata_parallel strata_warnings GTest::gtest)
   foreach(np 2 3 4)

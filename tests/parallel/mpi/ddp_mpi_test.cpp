@@ -6,11 +6,10 @@
 #include "comm/mpi.h"
 #include "core/threads.h"
 #include "equivalence.h"
+#include "mpi_world.h"
 
 namespace strata::testing {
 namespace {
-
-std::shared_ptr<comm::ProcessGroup> g_world;
 
 double cap_mib(int64_t floats) { return double(floats * 4) / (1024.0 * 1024.0); }
 

@@ -1,0 +1,56 @@
+// Shard arithmetic for ZeRO/FSDP flat units (see flat_shard.h).
+#include "parallel/flat_shard.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace strata::parallel {
+
+FlatUnit make_flat_unit(std::string name, const std::vector<int>& params, const std::vector<int64_t>& numels,
+                        int world) {
+  STRATA_CHECK(world >= 1, "[flat_unit] world size must be >= 1, got ", world);
+  STRATA_CHECK(params.size() == numels.size(), "[flat_unit] ", params.size(), " parameters but ", numels.size(),
+               " element counts");
+  FlatUnit u;
+  u.name = std::move(name);
+  u.params = params;
+  u.numels = numels;
+  u.world = world;
+  for (int64_t n : numels) {
+    STRATA_CHECK(n >= 0, "[flat_unit] negative element count ", n, " in unit '", u.name, "'");
+    u.offsets.push_back(u.numel);
+    u.numel += n;
+  }
+  u.shard = (u.numel + world - 1) / world;
+  return u;
+}
+
+std::vector<ShardSlice> shard_slices(const FlatUnit& u, int rank) {
+  STRATA_CHECK(rank >= 0 && rank < u.world, "[flat_unit] rank ", rank, " outside world of ", u.world);
+  const int64_t lo = int64_t(rank) * u.shard, hi = lo + u.shard;
+  std::vector<ShardSlice> out;
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    const int64_t b = std::max(lo, u.offsets[i]), e = std::min(hi, u.offsets[i] + u.numels[i]);
+    if (b < e) out.push_back({u.params[i], b - u.offsets[i], e - u.offsets[i], b - lo});
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> group_params_by_cap(const std::vector<int64_t>& numels, int64_t cap_elems) {
+  STRATA_CHECK(cap_elems > 0, "[group_params_by_cap] cap must be positive, got ", cap_elems);
+  std::vector<std::vector<int>> groups;
+  int64_t in_group = 0;
+  for (int i = int(numels.size()) - 1; i >= 0; --i) {
+    const int64_t n = numels[size_t(i)];
+    if (groups.empty() || (in_group > 0 && in_group + n > cap_elems)) {
+      groups.emplace_back();
+      in_group = 0;
+    }
+    groups.back().push_back(i);
+    in_group += n;
+  }
+  return groups;
+}
+
+}  // namespace strata::parallel
