@@ -13,6 +13,7 @@
 #include "comm/bench.h"
 #include "comm/mpi.h"
 #include "parallel/ddp_bench.h"
+#include "parallel/zero_bench.h"
 #include "core/threads.h"
 #include "tensor/ops.h"
 
@@ -112,22 +113,24 @@ int bench_comm(const CommBenchArgs& a) {
   return 0;
 }
 
-struct DdpBenchArgs {
+struct DpBenchArgs {
   std::string backend = "local";
   int ranks = 2, steps = 10;
 };
 
-// parallel::bench_ddp on a local world or the mpirun world; rank 0 prints the report.
-int bench_ddp(const DdpBenchArgs& a) {
-  parallel::DDPBenchOptions o;
+// A data-parallel benchmark (bench_ddp, bench_zero) on a local world of a.ranks threads
+// or on the mpirun world; rank 0 prints the report.
+template <class Options, class Local, class Mpi>
+int bench_dp(const char* name, const DpBenchArgs& a, Local&& local, Mpi&& on_group) {
+  Options o;
   o.steps = a.steps;
   if (a.backend == "local") {
-    std::printf("%s", parallel::bench_ddp_local(a.ranks, o).to_string().c_str());
+    std::printf("%s", local(a.ranks, o).to_string().c_str());
     return 0;
   }
-  if (!comm::launched_by_mpi()) STRATA_THROW(ConfigError, "bench ddp --backend mpi: start it under mpirun");
+  if (!comm::launched_by_mpi()) STRATA_THROW(ConfigError, "bench ", name, " --backend mpi: start it under mpirun");
   auto world = comm::init_mpi_world();
-  auto report = parallel::bench_ddp(*world, o);
+  auto report = on_group(*world, o);
   if (world->rank() == 0) std::printf("%s", report.to_string().c_str());
   return 0;
 }
@@ -145,7 +148,7 @@ Command add_bench_command(CLI::App& parent) {
     int64_t warmup = 3;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, comm");
+  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, comm, ddp, zero");
   cmd->require_subcommand(1);
   CLI::App* gemm = cmd->add_subcommand("gemm", "GEMM GFLOP/s: ops::matmul vs cblas_sgemm");
   gemm->add_option("--size", o->size, "Matrix size n (n x n x n)")->check(CLI::PositiveNumber);
@@ -165,12 +168,25 @@ Command add_bench_command(CLI::App& parent) {
   comm->add_option("--ranks", co->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
   comm->add_option("--threads", co->threads, "Compute threads per rank")->check(CLI::PositiveNumber);
   CLI::App* ddp = cmd->add_subcommand("ddp", "DDP: overlap, bucket caps, CNN scaling, memory per rank");
-  auto dd = std::make_shared<DdpBenchArgs>();
+  auto dd = std::make_shared<DpBenchArgs>();
   ddp->add_option("--backend", dd->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
   ddp->add_option("--ranks", dd->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
   ddp->add_option("--steps", dd->steps, "Timed steps per measurement")->check(CLI::PositiveNumber);
-  return {cmd, [o, co, dd, gemm, train, comm, ddp]() -> int {
-            if (ddp->parsed()) return bench_ddp(*dd);
+  CLI::App* zero = cmd->add_subcommand("zero", "DDP and ZeRO-1/2/3 on gpt_char: step time, memory per rank vs plan");
+  auto zo = std::make_shared<DpBenchArgs>();
+  zo->steps = 6;
+  zero->add_option("--backend", zo->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
+  zero->add_option("--ranks", zo->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
+  zero->add_option("--steps", zo->steps, "Timed steps per stage")->check(CLI::PositiveNumber);
+  return {cmd, [o, co, dd, zo, gemm, train, comm, ddp, zero]() -> int {
+            if (ddp->parsed())
+              return bench_dp<parallel::DDPBenchOptions>(
+                  "ddp", *dd, [](int n, const auto& op) { return parallel::bench_ddp_local(n, op); },
+                  [](comm::ProcessGroup& g, const auto& op) { return parallel::bench_ddp(g, op); });
+            if (zero->parsed())
+              return bench_dp<parallel::ZeroBenchOptions>(
+                  "zero", *zo, [](int n, const auto& op) { return parallel::bench_zero_local(n, op); },
+                  [](comm::ProcessGroup& g, const auto& op) { return parallel::bench_zero(g, op); });
             if (gemm->parsed()) return bench_gemm(o->size, o->repeat, o->threads);
             if (train->parsed()) return bench_train(o->config, o->sets, o->steps, o->warmup);
             if (comm->parsed()) return bench_comm(*co);

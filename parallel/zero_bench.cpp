@@ -1,0 +1,172 @@
+// The ZeRO measurements (see zero_bench.h). Stages run one after the other, each on a
+// fresh model, so the allocator's per-category counters show what each one holds.
+#include "parallel/zero_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "autograd/engine.h"
+#include "comm/local.h"
+#include "core/memory.h"
+#include "core/threads.h"
+#include "optim/adam.h"
+#include "parallel/ddp.h"
+#include "parallel/memory_plan.h"
+#include "parallel/zero.h"
+
+namespace strata::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double max_over_ranks(comm::ProcessGroup& g, double v) {
+  Tensor t = ops::full({1}, v, DType::f64);
+  g.all_reduce(t, comm::ReduceOp::max).wait();
+  return t.item<double>();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+ZeroBenchMemory snapshot() {
+  auto cur = [](MemCategory c) { return cpu_memory().stats(c).current; };
+  return {cur(MemCategory::params), cur(MemCategory::grads), cur(MemCategory::optimizer), cur(MemCategory::comm)};
+}
+
+int64_t sent_bytes(comm::ProcessGroup& g) { return g.stats().total_bytes_sent(); }
+
+ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int stage) {
+  const int64_t div = std::string(g.backend_kind()) == "local" ? g.size() : 1;
+  ZeroStageResult r;
+  r.stage = stage;
+  g.barrier().wait();
+  const ZeroBenchMemory before = snapshot();
+  const int64_t total_before = cpu_memory().total_current();
+  g.barrier().wait();
+  if (g.rank() == 0) cpu_memory().reset_peaks();
+  g.barrier().wait();
+  {
+    Generator gen(17);
+    auto model = std::make_shared<nn::GPT>(o.gpt, gen);
+    Generator d(1000 + uint64_t(g.rank()));
+    const double v = double(o.gpt.vocab);
+    Tensor idx = ops::to_dtype(ops::uniform({o.batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
+    Tensor tgt = ops::to_dtype(ops::uniform({o.batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
+    const optim::AdamWOptions adam{.lr = 1e-4};
+    std::unique_ptr<DistributedDataParallel> ddp;
+    std::unique_ptr<optim::Optimizer> opt;
+    std::unique_ptr<ZeroDataParallel> zero;
+    std::vector<int64_t> units;
+    if (stage == 0) {
+      ddp = apply_ddp(model, g, {});
+      opt = std::make_unique<optim::AdamW>(model->named_parameters(), adam);
+    } else {
+      zero = apply_zero(model, g, {.stage = stage, .wrap = {}},
+                        [&](optim::NamedTensors p) { return std::make_unique<optim::AdamW>(std::move(p), adam); });
+      for (const auto& u : zero->units()) units.push_back(u.numel);
+    }
+    r.predicted = [&] {
+      const MemoryPlan p = plan_memory({.param_elements = model->num_parameters(), .bytes_per_element = 4,
+                                        .optimizer_states = 2, .world_size = g.size(), .zero_stage = stage,
+                                        .ddp_bucket_bytes = stage == 0 ? 4 * model->num_parameters() : 0,
+                                        .flat_units = units});
+      return ZeroBenchMemory{p.params, p.grads, p.optimizer, p.comm};
+    }();
+    // Gradients are cleared at the start of a step, so after one they are still held
+    // (what DDP's 4Ψ of grads counts).
+    auto step = [&] {
+      if (ddp) {
+        ddp->zero_grad();
+        backward(ddp->forward_with([&] { return model->loss(idx, tgt); }));
+        ddp->finalize();
+        opt->step();
+      } else {
+        zero->zero_grad();
+        backward(zero->forward_with([&] { return model->loss(idx, tgt); }));
+        zero->finalize();
+        zero->step();
+      }
+    };
+    for (int i = 0; i < o.warmup; ++i) step();
+    g.barrier().wait();
+    std::vector<double> t;
+    const int64_t sent0 = sent_bytes(g);
+    for (int i = 0; i < o.steps; ++i) {
+      const auto t0 = Clock::now();
+      step();
+      t.push_back(since(t0));
+    }
+    r.bytes_sent = (sent_bytes(g) - sent0) / o.steps;
+    r.step_s = max_over_ranks(g, median(t));
+    g.barrier().wait();
+    const ZeroBenchMemory after = snapshot();
+    r.measured = {(after.params - before.params) / div, (after.grads - before.grads) / div,
+                  (after.optimizer - before.optimizer) / div, (after.comm - before.comm) / div};
+    r.peak = (cpu_memory().total_peak() - total_before) / div;
+    g.barrier().wait();
+  }
+  return r;
+}
+
+std::string mib(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", double(b) / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+ZeroBenchReport bench_zero(comm::ProcessGroup& group, const ZeroBenchOptions& opts) {
+  const int saved = get_num_threads();
+  set_num_threads(opts.threads);
+  ZeroBenchReport rep;
+  rep.ranks = group.size();
+  rep.backend = group.backend_kind();
+  {
+    Generator gen(17);
+    rep.psi = nn::GPT(opts.gpt, gen).num_parameters();
+  }
+  for (int stage = 0; stage <= 3; ++stage) rep.stages.push_back(run_stage(group, opts, stage));
+  set_num_threads(saved);
+  return rep;
+}
+
+ZeroBenchReport bench_zero_local(int ranks, const ZeroBenchOptions& opts) {
+  ZeroBenchReport out;
+  comm::run_local(ranks, [&](comm::ProcessGroup& g) {
+    ZeroBenchReport r = bench_zero(g, opts);
+    if (g.rank() == 0) out = r;
+  });
+  return out;
+}
+
+std::string ZeroBenchReport::to_string() const {
+  std::string s;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "ZeRO on gpt_char's GPT (Ψ = %lld parameters, fp32 + AdamW), %d ranks (%s backend); MiB per rank\n\n",
+                (long long)psi, ranks, backend.c_str());
+  s += buf;
+  s += "| stage | step ms | vs DDP | params | grads | optim | comm | static | predicted | measured/pred | Ψ-multiple | "
+       "peak | sent/step |\n";
+  s += "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+  const double ddp_s = stages.empty() ? 0 : stages[0].step_s;
+  for (const auto& r : stages) {
+    const double ratio = r.predicted.total() > 0 ? double(r.measured.total()) / double(r.predicted.total()) : 0;
+    std::snprintf(buf, sizeof buf, "| %s | %.1f | %.2f | %s | %s | %s | %s | %s | %s | %.3f | %.2fΨ | %s | %s |\n",
+                  r.stage == 0 ? "DDP" : ("ZeRO-" + std::to_string(r.stage)).c_str(), r.step_s * 1e3,
+                  ddp_s > 0 ? r.step_s / ddp_s : 0.0, mib(r.measured.params).c_str(), mib(r.measured.grads).c_str(),
+                  mib(r.measured.optimizer).c_str(), mib(r.measured.comm).c_str(), mib(r.measured.total()).c_str(),
+                  mib(r.predicted.total()).c_str(), ratio, double(r.measured.total()) / double(psi),
+                  mib(r.peak).c_str(), mib(r.bytes_sent).c_str());
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace strata::parallel
