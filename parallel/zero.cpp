@@ -560,9 +560,9 @@ nn::NamedTensors ZeroDataParallel::full_state_dict() {
 
 // ---------------------------------------------------------------------------- checkpoints
 
-std::vector<ZeroDataParallel::Piece> ZeroDataParallel::state_pieces() const {
+std::vector<ShardPiece> ZeroDataParallel::state_pieces() const {
   const auto& s = *s_;
-  std::vector<Piece> out;
+  std::vector<ShardPiece> out;
   std::unordered_map<std::string, std::pair<int, const ShardSlice*>> slice_of;  // param name -> (unit, slice)
   for (size_t k = 0; k < s.units.size(); ++k)
     for (const ShardSlice& sl : s.units[k].slices) {

@@ -12,6 +12,7 @@
 #include "nn/module.h"
 #include "optim/optimizer.h"
 #include "parallel/flat_shard.h"
+#include "parallel/sharded_checkpoint.h"
 
 namespace strata::parallel {
 
@@ -115,17 +116,11 @@ class ZeroDataParallel {
   /// rank. Collective.
   nn::NamedTensors full_state_dict();
 
-  /// One rank's share of a checkpoint: elements [begin, end) of the flattened tensor.
-  struct Piece {
-    std::string name;
-    Shape global_shape;
-    int64_t begin = 0, end = 0;
-    Tensor data;  ///< 1-D, end - begin elements (a view: copy before changing the model)
-  };
   /// This rank's parameter slices, optimizer state slices ("exp_avg.<param>", ...) and,
   /// on rank 0, the buffers whole. With the optimizer scalars (state_dict().scalars of
-  /// rank 0; per-parameter steps are equal on every rank) this is a complete checkpoint.
-  std::vector<Piece> state_pieces() const;
+  /// rank 0; per-parameter steps are equal on every rank) this is a complete checkpoint
+  /// for save_sharded(). Pieces are views: save before changing the model.
+  std::vector<ShardPiece> state_pieces() const;
   /// Reads elements [begin, end) of a checkpoint tensor (any layout it was saved in).
   using RangeReader = std::function<Tensor(const std::string& name, int64_t begin, int64_t end)>;
   /// Loads parameters (and optimizer state when `optimizer_scalars` is not null) from a
