@@ -31,6 +31,7 @@ struct ZeroStageResult {
   ZeroBenchMemory measured;      ///< allocator: static bytes held after the steps
   ZeroBenchMemory predicted;     ///< plan_memory()
   int64_t peak = 0;              ///< allocator: highest total during the steps, above the start
+  int64_t peak_activations = 0;  ///< allocator: highest activation bytes during the steps
   int64_t bytes_sent = 0;        ///< comm bytes this rank sent per step
 };
 
