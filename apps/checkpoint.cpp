@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "tensor/file_io.h"
 
@@ -111,15 +112,55 @@ void save_checkpoint(const std::string& dir, const NamedTensors& model_state, co
   fsync_dir(final_dir.parent_path().string());
 }
 
+void save_sharded_checkpoint(const std::string& dir, comm::ProcessGroup& group,
+                             const std::vector<parallel::ShardPiece>& pieces, int zero_stage,
+                             const std::vector<std::string>& model_tensors, const nlohmann::json& optimizer_scalars,
+                             const TrainingState& st) {
+  nlohmann::json state = training_state_to_json(st);
+  state["optimizer"] = optimizer_scalars;
+  const nlohmann::json meta = {{"training_state", state}, {"optimizer", optimizer_scalars}, {"model_tensors", model_tensors}};
+  parallel::save_sharded(dir, group, pieces, zero_stage, meta);
+}
+
+namespace {
+bool is_checkpoint_dir(const fs::path& p) {
+  return fs::exists(p / kStateFile) || fs::exists(p / parallel::kShardedIndexFile);
+}
+
+// A sharded checkpoint read whole.
+Checkpoint read_sharded(const std::string& dir, bool with_optimizer) {
+  Checkpoint ck;
+  ck.dir = dir;
+  parallel::ShardedCheckpointReader r(dir);
+  const std::string index = join(dir, parallel::kShardedIndexFile);
+  const nlohmann::json& meta = r.meta();
+  if (!meta.is_object() || !meta.contains("training_state") || !meta.contains("model_tensors"))
+    STRATA_THROW(DataError, "checkpoint '", index, "': not a strata training checkpoint (meta lacks training_state / "
+                            "model_tensors)");
+  ck.state = parse_training_state(meta["training_state"].dump(), index);
+  std::set<std::string> model_names;
+  for (const auto& n : meta["model_tensors"]) model_names.insert(n.get<std::string>());
+  for (const std::string& n : r.names()) {
+    if (model_names.count(n))
+      ck.model.emplace_back(n, r.read_full(n));
+    else if (with_optimizer)
+      ck.optimizer.emplace_back(n, r.read_full(n));
+  }
+  for (const auto& n : model_names)
+    if (!r.contains(n)) STRATA_THROW(DataError, "checkpoint '", index, "': model tensor '", n, "' has no pieces");
+  return ck;
+}
+}  // namespace
+
 std::string resolve_checkpoint_dir(const std::string& path) {
   const fs::path p(path);
-  if (fs::exists(p / kStateFile)) return path;
+  if (is_checkpoint_dir(p)) return path;
   for (const fs::path& latest : {p / kLatestFile, p / "checkpoints" / kLatestFile}) {
     if (!fs::exists(latest)) continue;
     std::string name = read_file_text(latest.string());
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     const fs::path dir = latest.parent_path() / name;
-    if (name.empty() || !fs::exists(dir / kStateFile))
+    if (name.empty() || !is_checkpoint_dir(dir))
       STRATA_THROW(DataError, "checkpoint pointer '", latest.string(), "' names '", name,
                    "', which is not a checkpoint directory (no ", kStateFile, ")");
     return dir.string();
@@ -131,6 +172,7 @@ std::string resolve_checkpoint_dir(const std::string& path) {
 Checkpoint read_checkpoint(const std::string& path, bool with_optimizer) {
   Checkpoint ck;
   ck.dir = resolve_checkpoint_dir(path);
+  if (fs::exists(fs::path(ck.dir) / parallel::kShardedIndexFile)) return read_sharded(ck.dir, with_optimizer);
   const std::string state_file = join(ck.dir, kStateFile);
   ck.state = parse_training_state(read_file_text(state_file), state_file);
   ck.model = load_safetensors(join(ck.dir, kModelFile));

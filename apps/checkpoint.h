@@ -12,6 +12,7 @@
 
 #include "nn/module.h"
 #include "optim/optimizer.h"
+#include "parallel/sharded_checkpoint.h"
 #include "tensor/safetensors.h"
 
 namespace strata::apps {
@@ -46,12 +47,24 @@ struct Checkpoint {
 void save_checkpoint(const std::string& dir, const NamedTensors& model_state, const optim::OptimizerState& opt,
                      const TrainingState& st);
 
-/// `path` itself when it holds state.json, else the checkpoint named by
+/// Sharded form (ZeRO): save_sharded's directory (index.json + one safetensors file per
+/// rank, written atomically by rank 0 after every rank's file is in). The index meta holds
+/// "training_state" (state.json's content), "optimizer" (the optimizer scalars) and
+/// "model_tensors" (the names that are model weights; the others are optimizer state,
+/// "<kind>.<param>"). Collective over `group`; every rank passes its own pieces.
+void save_sharded_checkpoint(const std::string& dir, comm::ProcessGroup& group,
+                             const std::vector<parallel::ShardPiece>& pieces, int zero_stage,
+                             const std::vector<std::string>& model_tensors, const nlohmann::json& optimizer_scalars,
+                             const TrainingState& st);
+
+/// `path` itself when it holds state.json (or index.json: a sharded checkpoint), else the checkpoint named by
 /// <path>/LATEST or <path>/checkpoints/LATEST (so a run dir works). DataError otherwise.
 std::string resolve_checkpoint_dir(const std::string& path);
 
 /// Reads state.json and model.safetensors (and optimizer.safetensors when
 /// `with_optimizer`), validating every file. DataError names the file (and tensor).
+/// A sharded checkpoint is read whole (every tensor at its global shape), so eval,
+/// sample and single-process resume take either form.
 Checkpoint read_checkpoint(const std::string& path, bool with_optimizer);
 
 /// Checks that `ckpt` (from `file`) has exactly the tensors of `expected` with the same

@@ -17,6 +17,9 @@
 #include "core/threads.h"
 #include "nn/gpt.h"
 #include "tensor/cpu/gemm.h"
+#ifdef STRATA_WITH_CUDA
+#include "tensor/cuda/runtime.h"
+#endif
 
 namespace strata::apps {
 
@@ -91,7 +94,8 @@ Command add_eval_command(CLI::App& parent) {
             const Checkpoint ck = read_checkpoint(o->checkpoint, false);
             if (!cfg) cfg = config_from_checkpoint(ck, o->sets);
             cfg->train.resume.clear();
-            cfg->parallel.mode = "none";  // a ddp checkpoint is a plain one; evaluate in this process
+            cfg->parallel.mode = "none";  // any data-parallel checkpoint (DDP, sharded ZeRO) evaluates in this process
+            cfg->parallel.zero_stage = 0;
             Trainer trainer(*cfg, {.verbose = false, .write_files = false});
             load_into(ck, trainer.model(), nullptr);
             const EvalResult r = trainer.evaluate();
@@ -202,7 +206,10 @@ Command add_info_command(CLI::App& parent) {
             std::printf("threads: %d (hardware threads: %u)\n", get_num_threads(), std::thread::hardware_concurrency());
             std::printf("backends:\n  cpu: yes\n  mpi: yes\n");
 #ifdef STRATA_WITH_CUDA
-            std::printf("  cuda: yes\n");
+            std::printf("  cuda: yes (runtime %s, driver %s, kernels for sm %s)\n",
+                        cuda::version_string(cuda::runtime_version()).c_str(),
+                        cuda::version_string(cuda::driver_version()).c_str(), cuda::compiled_architectures());
+            for (const std::string& line : cuda::describe_devices()) std::printf("    %s\n", line.c_str());
 #else
             std::printf("  cuda: no (not compiled in this build)\n");
 #endif

@@ -18,10 +18,14 @@ Command add_train_command(CLI::App& parent);
 Command add_eval_command(CLI::App& parent);
 /// strata sample --checkpoint DIR [--prompt S] [--tokens N] [--temperature T] [--top-k K] [--seed S]
 Command add_sample_command(CLI::App& parent);
+/// strata plan --config X.yaml --ranks N [--set k=v]... (apps/plan_command.cpp)
+Command add_plan_command(CLI::App& parent);
 /// strata info
 Command add_info_command(CLI::App& parent);
 /// strata bench gemm|train|comm ... (apps/bench.cpp)
 Command add_bench_command(CLI::App& parent);
+/// strata ckpt consolidate --checkpoint DIR --out FILE (apps/ckpt_command.cpp)
+Command add_ckpt_command(CLI::App& parent);
 
 /// The strata version string.
 const char* version_string();

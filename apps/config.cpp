@@ -157,9 +157,8 @@ void read_train(const ConfigNode& n, TrainSection& s) {
 void read_parallel(const ConfigNode& n, parallel::ParallelConfig& s) {
   const std::string mode = n.get("mode", s.mode);
   if (mode == "zero" || mode == "fsdp" || mode == "tp" || mode == "pp")
-    n.fail("mode", "'" + mode + "' is not available in this build yet; use 'none' (single process) or 'ddp'");
-  if (mode == "dp")
-    n.fail("mode", "'dp' (DataParallel threads) is not supported by strata train; use 'ddp' (under mpirun) or 'none'");
+    n.fail("mode", "'" + mode + "' is not available in this build yet; use 'none' (single process), 'dp' (thread "
+                   "replicas) or 'ddp' (parallel.zero_stage selects ZeRO)");
   s = parallel::ParallelConfig::from_node(n);
 }
 

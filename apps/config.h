@@ -98,7 +98,7 @@ struct TrainConfig {
   OptimSection optim;
   ScheduleSection schedule;
   TrainSection train;
-  /// parallel.*: mode none | ddp (dp is rejected by `strata train`), DDP bucket options.
+  /// parallel.*: mode none | dp (replicas threads) | ddp, DDP bucket options, zero_stage, fsdp_prefetch.
   parallel::ParallelConfig parallel;
   /// comm.*: algorithm native|ring|tree|auto, timeout_s, debug (used by mode ddp).
   comm::CommOptions comm;

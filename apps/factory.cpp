@@ -131,21 +131,24 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& cfg, Generator& gen) 
 }
 
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& cfg, const nn::Module& model) {
+  return build_optimizer(cfg, model.named_parameters());
+}
+
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& cfg, optim::NamedTensors params) {
   const auto& o = cfg.optim;
   if (o.name == "sgd")
-    return std::make_unique<optim::SGD>(model.named_parameters(),
-                                        optim::SGDOptions{.lr = o.lr,
-                                                          .momentum = o.momentum,
-                                                          .dampening = o.dampening,
-                                                          .weight_decay = o.weight_decay,
-                                                          .nesterov = o.nesterov});
+    return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = o.lr,
+                                                                             .momentum = o.momentum,
+                                                                             .dampening = o.dampening,
+                                                                             .weight_decay = o.weight_decay,
+                                                                             .nesterov = o.nesterov});
   if (o.name == "adam")
     return std::make_unique<optim::Adam>(
-        model.named_parameters(),
+        std::move(params),
         optim::AdamOptions{
             .lr = o.lr, .beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps, .weight_decay = o.weight_decay});
   return std::make_unique<optim::AdamW>(
-      model.named_parameters(),
+      std::move(params),
       optim::AdamWOptions{
           .lr = o.lr, .beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps, .weight_decay = o.weight_decay});
 }

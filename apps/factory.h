@@ -36,6 +36,8 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& cfg, Generator& gen);
 
 /// The optimizer over model.named_parameters().
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& cfg, const nn::Module& model);
+/// The optimizer of `cfg` over given tensors (ZeRO: this rank's parameter slices).
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& cfg, optim::NamedTensors params);
 
 /// The LR schedule over `total_steps` optimizer steps.
 optim::LrSchedule build_schedule(const TrainConfig& cfg, int64_t total_steps);

@@ -6,12 +6,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 
+#include "apps/memory_report.h"
 #include "autograd/engine.h"
+#include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "comm/local.h"
 #include "comm/mpi.h"
+#include "core/memory.h"
 #include "core/threads.h"
 #include "optim/clip.h"
 #include "tensor/file_io.h"
@@ -55,10 +60,29 @@ std::string checkpoint_name(int64_t step) {
   return buf;
 }
 
+// Seed of replica k's init/dropout generator in mode dp (k >= 1; replica 0 uses run.seed).
+uint64_t replica_seed(uint64_t seed, uint64_t k) { return seed + k * 0x9E3779B97F4A7C15ull; }
+
 }  // namespace
+
+ProgressStyle choose_progress_style(bool stdout_is_tty, bool launched_by_mpi, const char* forced) {
+  if (forced && *forced) {
+    const std::string f = forced;
+    if (f == "bar") return ProgressStyle::bar;
+    if (f == "lines") return ProgressStyle::lines;
+    STRATA_THROW(ConfigError, "STRATA_PROGRESS: expected bar or lines, got '", f, "'");
+  }
+  return stdout_is_tty && !launched_by_mpi ? ProgressStyle::bar : ProgressStyle::lines;
+}
 
 Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), opts_(opts) {
   const bool ddp = cfg_.parallel.mode == "ddp";
+  const bool dp = cfg_.parallel.mode == "dp";
+  const bool zero = ddp && cfg_.parallel.zero_stage > 0;
+  write_files_any_rank_ = opts_.write_files;
+  // Progress style first: a bad STRATA_PROGRESS is a config error before any work.
+  draw_bar_ = opts_.verbose && choose_progress_style(::isatty(STDOUT_FILENO) != 0, comm::launched_by_mpi(),
+                                                     std::getenv("STRATA_PROGRESS")) == ProgressStyle::bar;
   if (ddp) {
     // Under mpirun: one rank per process. Otherwise a 1-rank world, which trains exactly
     // like mode none (same sampler order, same batch).
@@ -68,15 +92,26 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     if (rank_ != 0) {  // logs, metrics and checkpoints come from rank 0 only
       opts_.verbose = false;
       opts_.write_files = false;
+      draw_bar_ = false;
     }
   }
-  set_num_threads(cfg_.run.threads);
+  if (dp) {
+    // run.threads is the process's budget, shared by the replica threads.
+    int total = cfg_.run.threads > 0 ? cfg_.run.threads : int(std::thread::hardware_concurrency());
+    set_num_threads(std::max(1, total / cfg_.parallel.replicas));
+  } else {
+    set_num_threads(cfg_.run.threads);
+  }
   manual_seed(cfg_.run.seed);
   data_ = build_data(cfg_);
   Generator init_gen(cfg_.run.seed);
   model_ = build_model(cfg_, init_gen);
-  optimizer_ = build_optimizer(cfg_, *model_);
-  params_ = model_->parameters();
+  // ZeRO builds its optimizer over this rank's slices after flattening (the plain one
+  // would keep the unsharded parameters alive).
+  if (!zero) {
+    optimizer_ = build_optimizer(cfg_, *model_);
+    params_ = model_->parameters();
+  }
 
   const int64_t n = data_.train->size();
   if (cfg_.train.batch_size % world_ != 0)
@@ -94,6 +129,8 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
 
   sampler_seed_ = cfg_.run.seed;
   data::LoaderState start;
+  nlohmann::json replica_rngs;  // mode dp: the checkpoint's replica dropout streams
+  std::optional<Checkpoint> zero_resume;  // loaded into the shards once they exist
   if (!cfg_.train.resume.empty()) {
     Checkpoint ck = read_checkpoint(cfg_.train.resume, true);
     const std::string state_file = (fs::path(ck.dir) / kStateFile).string();
@@ -104,19 +141,71 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     if (ck.state.loader_batch > n_local / bs)
       STRATA_THROW(DataError, "checkpoint state '", state_file, "': loader position batch ", ck.state.loader_batch,
                    " is past the ", n_local / bs, " batches per epoch of this config (batch size changed?)");
-    load_into(ck, *model_, optimizer_.get());
+    if (zero)
+      zero_resume = ck;
+    else
+      load_into(ck, *model_, optimizer_.get());
     for (size_t i = 0; i < gens.size(); ++i) gens[i]->set_state(ck.state.model_rngs[i].first, ck.state.model_rngs[i].second);
     default_generator().set_state(ck.state.default_rng.first, ck.state.default_rng.second);
     sampler_seed_ = ck.state.sampler_seed;
     step_ = ck.state.step;
     start = {ck.state.loader_epoch, ck.state.loader_batch};
     last_checkpoint_step_ = step_;
+    if (ck.state.extra.contains("dp_replica_rngs")) replica_rngs = ck.state.extra["dp_replica_rngs"];
     if (opts_.verbose) std::printf("resumed from %s at step %lld\n", ck.dir.c_str(), (long long)step_);
+  }
+  if (dp) {
+    // Replicas k > 0 get the weights of replica 0 (model_) before every forward; their
+    // own init is discarded, their dropout generators are seeded per replica.
+    uint64_t next = 1;
+    dp_ = std::make_shared<parallel::DataParallel>(
+        model_,
+        [&] {
+          Generator g(replica_seed(cfg_.run.seed, next++));
+          return build_model(cfg_, g);
+        },
+        cfg_.parallel.dp_options());
+    // Resuming a dp checkpoint with the same replica count continues their streams too.
+    if (replica_rngs.is_array() && replica_rngs.size() == size_t(dp_->replicas() - 1)) {
+      for (int k = 1; k < dp_->replicas(); ++k) {
+        auto gens = dp_->replica(k).generators();
+        const auto& saved = replica_rngs[size_t(k - 1)];
+        if (!saved.is_array() || saved.size() != gens.size()) continue;
+        for (size_t i = 0; i < gens.size(); ++i)
+          gens[i]->set_state(saved[i][0].get<uint64_t>(), saved[i][1].get<uint64_t>());
+      }
+    }
   }
   if (ddp) {
     sampler_ = std::make_shared<data::DistributedSampler>(
         n, data::DistributedSamplerOptions{.num_replicas = world_, .rank = rank_, .seed = sampler_seed_});
-    ddp_ = parallel::apply_ddp(model_, *group_, cfg_.parallel.ddp);  // broadcasts rank 0's weights
+    if (zero) {
+      const parallel::ZeroOptions zo{.stage = cfg_.parallel.zero_stage,
+                                     .bucket_cap_mb = cfg_.parallel.ddp.bucket_cap_mb,
+                                     .prefetch = cfg_.parallel.fsdp_prefetch,
+                                     .broadcast_buffers = cfg_.parallel.ddp.broadcast_buffers,
+                                     .wrap = {}};
+      zero_ = parallel::apply_zero(model_, *group_, zo,
+                                   [&](optim::NamedTensors p) { return build_optimizer(cfg_, std::move(p)); });
+      if (zero_resume) {  // any checkpoint (plain or sharded, any world size / stage), read whole
+        std::map<std::string, const Tensor*> by_name;
+        for (const auto& [n, t] : zero_resume->model) by_name[n] = &t;
+        for (const auto& [n, t] : zero_resume->optimizer) by_name[n] = &t;
+        const std::string where = zero_resume->dir;
+        zero_->load_state(
+            [&](const std::string& name, int64_t b, int64_t e) {
+              auto it = by_name.find(name);
+              if (it == by_name.end())
+                STRATA_THROW(DataError, "checkpoint '", where, "': tensor '", name, "' is missing");
+              STRATA_CHECK(e <= it->second->numel(), "[resume] checkpoint '", where, "': tensor '", name, "' has ",
+                           it->second->numel(), " elements, the model needs ", e);
+              return ops::narrow(ops::flatten(*it->second), 0, b, e - b);
+            },
+            &zero_resume->state.optimizer);
+      }
+    } else {
+      ddp_ = parallel::apply_ddp(model_, *group_, cfg_.parallel.ddp);  // broadcasts rank 0's weights
+    }
   } else {
     sampler_ = std::make_shared<data::RandomSampler>(n, sampler_seed_);
   }
@@ -132,7 +221,6 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     metrics_.open(path, cfg_.train.resume.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics_) STRATA_THROW(DataError, "cannot open '", path, "' for writing");
   }
-  tty_ = opts_.verbose && ::isatty(STDOUT_FILENO);
 }
 
 Trainer::~Trainer() = default;
@@ -151,7 +239,7 @@ double Trainer::lr_at(int64_t step) const {
 
 double Trainer::step() {
   const double lr = lr_at(step_);
-  optimizer_->set_lr(lr);
+  opt().set_lr(lr);
   model_->train();
   const int64_t accum = cfg_.train.grad_accum_steps;
   double sum = 0.0;
@@ -165,9 +253,13 @@ double Trainer::step() {
     // DDP: the first accum-1 micro-batches only accumulate locally (no_sync); the last
     // one's backward all-reduces the accumulated sum and finalize() averages it.
     std::optional<parallel::NoSyncGuard> no_sync;
+    std::optional<parallel::ZeroNoSyncGuard> zero_no_sync;
     if (ddp_ && a + 1 < accum) no_sync.emplace(ddp_->no_sync());
-    Tensor loss = ddp_ ? ddp_->forward_with([&] { return batch_loss(*model_, cfg_, *b); })
-                       : batch_loss(*model_, cfg_, *b);
+    if (zero_ && a + 1 < accum) zero_no_sync.emplace(zero_->no_sync());
+    Tensor loss = ddp_    ? ddp_->forward_with([&] { return batch_loss(*model_, cfg_, *b); })
+                  : zero_ ? zero_->forward_with([&] { return batch_loss(*model_, cfg_, *b); })
+                  : dp_   ? dp_loss(*b)
+                          : batch_loss(*model_, cfg_, *b);
     const double lv = loss.item<double>();
     if (!std::isfinite(lv))
       STRATA_THROW(Error, "training diverged at step ", step_ + 1, ": loss is ", lv,
@@ -175,7 +267,15 @@ double Trainer::step() {
     if (accum > 1) loss = loss * (1.0 / double(accum));
     backward(loss);
     if (ddp_) ddp_->finalize();  // no-op inside no_sync
+    if (zero_) zero_->finalize();
     sum += lv;
+  }
+  if (zero_) {
+    if (cfg_.train.grad_clip > 0) zero_->clip_grad_norm(cfg_.train.grad_clip);  // global norm
+    zero_->step();
+    zero_->zero_grad();
+    ++step_;
+    return sum / double(accum);
   }
   if (cfg_.train.grad_clip > 0) optim::clip_grad_norm(params_, cfg_.train.grad_clip);
   optimizer_->step();
@@ -184,7 +284,15 @@ double Trainer::step() {
   else
     optimizer_->zero_grad();
   ++step_;
+  if (dp_) last_dp_memory_ = dp_->memory_report();  // a copy of K small records; optimizer added when printed
   return sum / double(accum);
+}
+
+Tensor Trainer::dp_loss(const data::Batch& batch) {
+  Tensor out = dp_->forward(batch.input);  // classifier (B, classes) | GPT (B, T, vocab)
+  if (data_.tokens)  // as GPT::loss: mean next-token cross-entropy over B*T positions
+    return cross_entropy(reshape(out, {-1, out.size(out.dim() - 1)}), ops::reshape(batch.target, {-1}), -1);
+  return cross_entropy(out, batch.target);
 }
 
 EvalResult Trainer::evaluate() {
@@ -199,9 +307,9 @@ EvalResult Trainer::evaluate() {
   while (auto b = loader.next()) {
     const int64_t n = b->size();
     if (data_.tokens) {
-      loss_sum += batch_loss(*model_, cfg_, *b).item<double>() * double(n);
+      loss_sum += (dp_ ? dp_loss(*b) : batch_loss(*model_, cfg_, *b)).item<double>() * double(n);
     } else {
-      Tensor logits = model_->forward(b->input);
+      Tensor logits = dp_ ? dp_->forward(b->input) : model_->forward(b->input);
       loss_sum += cross_entropy(logits, b->target).item<double>() * double(n);
       Tensor pred = ops::argmax(logits, 1);
       const int64_t* p = pred.data<int64_t>();
@@ -227,12 +335,34 @@ TrainingState Trainer::capture_state() const {
   st.sampler_seed = sampler_seed_;
   st.config_yaml = cfg_.yaml;
   st.extra = {{"model_type", cfg_.model.type}, {"dataset", cfg_.data.dataset}};
+  if (dp_) {  // the other replicas' dropout streams; a single-process resume ignores them
+    nlohmann::json reps = nlohmann::json::array();
+    for (int k = 1; k < dp_->replicas(); ++k) {
+      nlohmann::json gens = nlohmann::json::array();
+      for (Generator* g : dp_->replica(k).generators()) gens.push_back({g->seed(), g->offset()});
+      reps.push_back(gens);
+    }
+    st.extra["dp_replica_rngs"] = reps;
+  }
   return st;
 }
 
 void Trainer::save(const std::string& dir) {
   const TrainingState st = capture_state();
+  if (zero_) {  // collective: every rank writes its slices
+    std::vector<std::string> names;
+    for (const auto& [n, t] : model_->state_dict()) names.push_back(n);
+    save_sharded_checkpoint(dir, *group_, zero_->state_pieces(), cfg_.parallel.zero_stage, names,
+                            zero_->optimizer().state_dict().scalars, st);
+    return;
+  }
   save_checkpoint(dir, model_->state_dict(), optimizer_->state_dict(), st);
+}
+
+EvalResult Trainer::evaluate_collective() {
+  std::optional<parallel::ZeroDataParallel::FullParams> full;
+  if (zero_) full.emplace(zero_->summon_full_params());
+  return rank_ == 0 ? evaluate() : EvalResult{};
 }
 
 void Trainer::write_metrics(const nlohmann::json& j) {
@@ -254,7 +384,7 @@ void Trainer::log_step(double loss, double lr) {
                  {"throughput", throughput},
                  {"throughput_unit", throughput_unit()},
                  {"elapsed_s", seconds_since(run_start_)}});
-  if (opts_.verbose && !tty_) {
+  if (opts_.verbose && !draw_bar_) {
     const int64_t done = step_ - run_start_step_;
     const double eta = done > 0 ? seconds_since(run_start_) / double(done) * double(total_steps_ - step_) : NAN;
     std::printf("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | %s %s | eta %s\n", (long long)step_,
@@ -288,15 +418,18 @@ void Trainer::log_eval(const EvalResult& r) {
 
 void Trainer::maybe_checkpoint(bool final) {
   (void)final;
-  if (!opts_.write_files || last_checkpoint_step_ == step_) return;
+  // ZeRO checkpoints are written by every rank (rank 0 renames the directory into place).
+  const bool collective = zero_ != nullptr && write_files_any_rank_;
+  if ((!opts_.write_files && !collective) || last_checkpoint_step_ == step_) return;
   const fs::path root = fs::path(cfg_.run.dir) / "checkpoints";
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) STRATA_THROW(DataError, "cannot create '", root.string(), "': ", ec.message());
   const std::string name = checkpoint_name(step_);
   save((root / name).string());
-  write_file_atomic((root / kLatestFile).string(), name + "\n");
   last_checkpoint_step_ = step_;
+  if (!opts_.write_files) return;
+  write_file_atomic((root / kLatestFile).string(), name + "\n");
   if (cfg_.train.keep_checkpoints > 0) {
     std::vector<std::string> dirs;
     for (const auto& e : fs::directory_iterator(root)) {
@@ -328,6 +461,11 @@ EvalResult Trainer::train() {
       std::printf("ddp: %d rank(s) (%s backend, comm.algorithm %s), %lld samples per rank per step\n", world_,
                   group_->backend_kind(), comm::algorithm_name(group_->algorithm()),
                   (long long)(cfg_.train.batch_size / world_));
+    if (dp_)
+      std::printf("dp: %d replicas (threads in this process) x %d intra-op thread(s), about %lld samples per "
+                  "replica per micro-batch\n",
+                  dp_->replicas(), get_num_threads(),
+                  (long long)((cfg_.train.batch_size + dp_->replicas() - 1) / dp_->replicas()));
     if (data_.bigram_entropy)
       std::printf("%s split baselines: bigram entropy %.4f nats/token, unigram %.4f\n", data_.eval_split.c_str(),
                   *data_.bigram_entropy, *data_.unigram_entropy);
@@ -355,7 +493,7 @@ EvalResult Trainer::train() {
       window_steps_ = 0;
       window_start_ = Clock::now();
     }
-    if (tty_ && (seconds_since(last_draw_) > 0.1 || step_ == total_steps_)) {
+    if (draw_bar_ && (seconds_since(last_draw_) > 0.1 || step_ == total_steps_)) {
       last_draw_ = Clock::now();
       const int64_t done = step_ - run_start_step_;
       const double elapsed = seconds_since(run_start_);
@@ -371,8 +509,9 @@ EvalResult Trainer::train() {
       std::fflush(stdout);
       bar_open_ = true;
     }
-    if (rank_ == 0 && cfg_.train.eval_every > 0 && step_ % cfg_.train.eval_every == 0 && step_ < total_steps_) {
-      log_eval(evaluate());
+    if (cfg_.train.eval_every > 0 && step_ % cfg_.train.eval_every == 0 && step_ < total_steps_) {
+      const EvalResult r = evaluate_collective();
+      if (rank_ == 0) log_eval(r);
       window_start_ = Clock::now();
     }
     if (cfg_.train.checkpoint_every > 0 && step_ % cfg_.train.checkpoint_every == 0) maybe_checkpoint(false);
@@ -382,8 +521,8 @@ EvalResult Trainer::train() {
     bar_open_ = false;
   }
   if (cfg_.train.save_final) maybe_checkpoint(true);
-  if (rank_ != 0) return {};  // evaluation on rank 0 only
-  const EvalResult r = evaluate();
+  const EvalResult r = evaluate_collective();  // rank 0 evaluates
+  if (rank_ != 0) return {};
   log_eval(r);
   if (opts_.verbose) {
     if (r.accuracy) std::printf("final %s accuracy: %.4f\n", data_.eval_split.c_str(), *r.accuracy);
@@ -393,9 +532,36 @@ EvalResult Trainer::train() {
     else
       std::printf("final %s loss: %.4f\n", data_.eval_split.c_str(), r.loss);
     std::printf("time: %s\n", fmt_duration(seconds_since(run_start_)).c_str());
+    std::printf("%s", memory_report().c_str());
     std::fflush(stdout);
   }
   return r;
+}
+
+parallel::MemoryPlan Trainer::predicted_memory() const {
+  // DDP holds bucket buffers; none and dp hold one copy of each category (dp's other
+  // replicas are extra, shown by its per-replica table).
+  parallel::MemoryPlanInput in = memory_plan_input(cfg_, *model_, world_, zero_ ? cfg_.parallel.zero_stage : 0,
+                                                   /*ddp_buckets=*/ddp_ != nullptr);
+  if (zero_)
+    for (const auto& u : zero_->units()) in.flat_units.push_back(u.numel);
+  return parallel::plan_memory(in);
+}
+
+std::string Trainer::memory_report() const {
+  const char* layout = zero_ ? "ZeRO" : ddp_ ? "DDP" : dp_ ? "DataParallel" : "single process";
+  char heading[256];
+  std::snprintf(heading, sizeof heading,
+                "memory (rank %d): allocator bytes vs plan for %s at %d rank(s), zero_stage %d, Ψ = %lld%s", rank_,
+                layout, world_, zero_ ? cfg_.parallel.zero_stage : 0, (long long)model_->num_parameters(),
+                dp_ ? " (measured includes every replica)" : "");
+  std::string s = format_memory_report(predicted_memory(), cpu_memory(), model_->num_parameters(), heading);
+  if (dp_ && !last_dp_memory_.empty()) {
+    std::vector<parallel::ReplicaMemory> m = last_dp_memory_;
+    for (const auto& [name, t] : optimizer_->state_dict().tensors) m[0].optimizer += t.nbytes();
+    s += "dp: bytes per replica in the last training step\n" + parallel::DataParallel::format_memory(m);
+  }
+  return s;
 }
 
 }  // namespace strata::apps

@@ -1,7 +1,7 @@
 // The training driver behind `strata train`: builds everything from a TrainConfig,
 // runs batch -> forward -> loss -> backward -> clip -> step -> schedule, evaluates,
-// logs (progress bar on a TTY, plain lines otherwise, metrics.jsonl always) and
-// writes/resumes checkpoints bit-exactly.
+// logs (progress bar on a TTY, plain lines otherwise or under mpirun, metrics.jsonl
+// always), writes/resumes checkpoints bit-exactly and reports memory at the end.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -15,7 +15,10 @@
 #include "apps/factory.h"
 #include "comm/process_group.h"
 #include "data/dataloader.h"
+#include "parallel/data_parallel.h"
 #include "parallel/ddp.h"
+#include "parallel/memory_plan.h"
+#include "parallel/zero.h"
 
 namespace strata::apps {
 
@@ -25,6 +28,18 @@ struct EvalResult {
   std::optional<double> accuracy;
   int64_t samples = 0;
 };
+
+/// How progress is shown on stdout.
+enum class ProgressStyle {
+  bar,    ///< one carriage-return line redrawn every 0.1 s (terminals)
+  lines,  ///< a plain line every train.log_every steps (logs, pipes, mpirun)
+};
+
+/// The progress style of `strata train`. `forced` is $STRATA_PROGRESS: "bar" or "lines"
+/// wins; null or "" picks automatically: the bar only when stdout is a terminal and the
+/// process was not started by an MPI launcher (OpenMPI gives rank 0 a pty, so a bar
+/// would be drawn into the job's log). Any other value: ConfigError naming STRATA_PROGRESS.
+ProgressStyle choose_progress_style(bool stdout_is_tty, bool launched_by_mpi, const char* forced);
 
 struct TrainerOptions {
   /// Print progress/log lines to stdout (false for bench and tests).
@@ -42,6 +57,28 @@ struct TrainerOptions {
 /// world average, and progress, metrics, evaluation and checkpoints happen on rank 0
 /// only (its checkpoint is a plain single-process one). Every rank must construct and
 /// train() the Trainer (collective).
+///
+/// parallel.zero_stage 1|2|3 (with mode ddp): the model is sharded by
+/// parallel::apply_zero (units of parallel.bucket_cap_mb for stages 1-2, one per
+/// transformer block for stage 3, parallel.fsdp_prefetch); gradient clipping uses the
+/// global norm, evaluation runs on rank 0 inside summon_full_params (stage 3), and
+/// checkpoints are sharded (every rank writes its slices, see save_sharded_checkpoint),
+/// loadable by eval/sample/resume at any world size and stage, or consolidated to one
+/// file by `strata ckpt consolidate`.
+///
+/// parallel.mode dp: one process, parallel.replicas thread replicas of the model
+/// (parallel::DataParallel; replicas k > 0 are built by build_model with their own
+/// dropout streams and take replica 0's weights before every forward). Each batch of
+/// train.batch_size is cut into `replicas` chunks, the loss is taken on the gathered
+/// output and the gradients are summed onto replica 0, which is model(): the optimizer,
+/// clipping, evaluation and checkpoints all use it, so checkpoints are prefix-free
+/// single-process ones. run.threads is the process's total: every replica thread runs
+/// its kernels with max(1, threads / replicas) intra-op threads (threads 0 = all cores).
+/// Without dropout and BatchNorm the run equals mode none to float tolerance.
+///
+/// At the end of train() (rank 0, verbose) a memory report compares the allocator's
+/// bytes by category with parallel::plan_memory's prediction for the run's layout
+/// (mode dp adds DataParallel's per-replica table).
 class Trainer {
  public:
   /// Builds data, model, optimizer and schedule; with train.resume set, restores the
@@ -67,11 +104,19 @@ class Trainer {
   int64_t units_per_step() const;
   const char* throughput_unit() const { return data_.tokens ? "tokens/s" : "samples/s"; }
   const DataBundle& data() const { return data_; }
+  /// The trained module itself (mode dp: replica 0, unwrapped; names carry no prefix).
   nn::Module& model() { return *model_; }
   const TrainConfig& config() const { return cfg_; }
   /// This process's rank and the world size (0 and 1 unless parallel.mode is ddp).
   int rank() const { return rank_; }
   int world_size() const { return world_; }
+  /// The DataParallel wrapper of mode dp (null otherwise).
+  parallel::DataParallel* data_parallel() const { return dp_.get(); }
+  /// The planner's per-rank prediction for this run's layout (stage 0; world 1 unless ddp).
+  parallel::MemoryPlan predicted_memory() const;
+  /// The end-of-run memory report (what train() prints): allocator vs plan, and for
+  /// mode dp the per-replica table of the last training step.
+  std::string memory_report() const;
 
  private:
   double lr_at(int64_t step) const;
@@ -80,6 +125,13 @@ class Trainer {
   void log_eval(const EvalResult& r);
   void write_metrics(const nlohmann::json& j);
   void maybe_checkpoint(bool final);
+  /// The optimizer: ZeRO's sharded one, or the plain one.
+  optim::Optimizer& opt() const { return zero_ ? zero_->optimizer() : *optimizer_; }
+  /// evaluate() on rank 0; under ZeRO-3 every rank gathers the parameters around it
+  /// (collective). Other ranks return an empty result.
+  EvalResult evaluate_collective();
+  /// The mean loss of `batch` through the mode dp wrapper (gathered output).
+  Tensor dp_loss(const data::Batch& batch);
 
   TrainConfig cfg_;
   TrainerOptions opts_;
@@ -94,6 +146,11 @@ class Trainer {
   // parallel.mode ddp (group_ outlives ddp_).
   std::shared_ptr<comm::ProcessGroup> group_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
+  std::unique_ptr<parallel::ZeroDataParallel> zero_;  // parallel.zero_stage > 0
+  bool write_files_any_rank_ = true;  // TrainerOptions::write_files as given (sharded saves are collective)
+  // parallel.mode dp: wraps model_ (replica 0); last_dp_memory_ is the last step's report.
+  std::shared_ptr<parallel::DataParallel> dp_;
+  std::vector<parallel::ReplicaMemory> last_dp_memory_;
   int rank_ = 0;
   int world_ = 1;
   int64_t step_ = 0;
@@ -103,7 +160,7 @@ class Trainer {
 
   // Logging window.
   std::ofstream metrics_;
-  bool tty_ = false;
+  bool draw_bar_ = false;  // ProgressStyle::bar and verbose
   double window_loss_ = 0.0;
   int64_t window_steps_ = 0;
   std::chrono::steady_clock::time_point window_start_, run_start_, last_draw_;

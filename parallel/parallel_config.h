@@ -1,6 +1,6 @@
 // The `parallel:` section of a training config as a plain struct, read and checked here
 // so the driver (apps/) only forwards it: mode none | dp | ddp, DataParallel's replica
-// count and the DDP options.
+// count, the DDP options and the ZeRO stage / FSDP prefetch setting.
 #pragma once
 #include <string>
 
@@ -15,6 +15,9 @@ struct ParallelConfig {
   int replicas = 2;           ///< parallel.replicas (dp): K >= 1 thread replicas
   DDPOptions ddp;             ///< parallel.{bucket_cap_mb, first_bucket_mb, last_bucket_mb, find_unused_parameters,
                               ///<   broadcast_buffers, gradient_as_bucket_view} (ddp)
+  int zero_stage = 0;         ///< parallel.zero_stage: 0 (plain DDP) .. 3; non-zero needs mode ddp
+  bool fsdp_prefetch = true;  ///< parallel.fsdp_prefetch: stage 3 gathers the next layer's
+                              ///<   parameters while the current one computes
 
   /// Reads the keys of `n` (the `parallel` node; absent keys keep their defaults) and
   /// validates. ConfigError names the key path and line.

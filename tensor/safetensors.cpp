@@ -216,6 +216,40 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   return parse_header(f, path);
 }
 
+namespace detail {
+struct SafetensorsFileImpl {
+  explicit SafetensorsFileImpl(const std::string& p) : path(p), file(p), header(parse_header(file, p)) {
+    for (size_t i = 0; i < header.entries.size(); ++i) by_name.emplace(header.entries[i].name, i);
+  }
+  std::string path;
+  FileReader file;
+  SafetensorsHeader header;
+  std::map<std::string, size_t> by_name;
+};
+}  // namespace detail
+
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : impl_(std::make_unique<detail::SafetensorsFileImpl>(path)) {}
+SafetensorsFile::~SafetensorsFile() = default;
+SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
+
+const std::string& SafetensorsFile::path() const { return impl_->path; }
+const SafetensorsHeader& SafetensorsFile::header() const { return impl_->header; }
+
+const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
+  const auto it = impl_->by_name.find(name);
+  return it == impl_->by_name.end() ? nullptr : &impl_->header.entries[it->second];
+}
+
+void SafetensorsFile::read_bytes(const SafetensorsEntry& e, uint64_t byte_offset, uint64_t nbytes, void* dst) const {
+  STRATA_CHECK(byte_offset <= e.end - e.begin && nbytes <= e.end - e.begin - byte_offset,
+               "[SafetensorsFile::read_bytes] '", impl_->path, "': tensor '", e.name, "': bytes [", byte_offset,
+               ", +", nbytes, ") outside its ", e.end - e.begin, " bytes");
+  if (nbytes > 0)
+    impl_->file.read_at(impl_->header.data_start + e.begin + byte_offset, dst, nbytes, "tensor '" + e.name + "'");
+}
+
 NamedTensors load_safetensors(const std::string& path, SafetensorsMetadata* metadata) {
   FileReader f(path);
   SafetensorsHeader h = parse_header(f, path);

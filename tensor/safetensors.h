@@ -4,6 +4,7 @@
 // (padded with spaces to 8 bytes), then the raw little-endian tensor data.
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,5 +51,34 @@ NamedTensors load_safetensors(const std::string& path, SafetensorsMetadata* meta
 
 /// "F32", "BF16", ... (the format's dtype spelling).
 const char* safetensors_dtype_name(DType t);
+
+namespace detail {
+struct SafetensorsFileImpl;
+}
+
+/// An open safetensors file for partial reads: the header is read and validated once
+/// (as read_safetensors_header), then any byte range of any tensor is read on demand
+/// with pread, without reading the rest of the file. Holds one file descriptor.
+/// Thread-safe after construction (reads are positional). Move-only.
+class SafetensorsFile {
+ public:
+  /// Opens and validates `path`; DataError naming the file (and tensor) on failure.
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(SafetensorsFile&&) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
+
+  const std::string& path() const;
+  const SafetensorsHeader& header() const;
+  /// The entry named `name`, or nullptr.
+  const SafetensorsEntry* find(const std::string& name) const;
+  /// Copies bytes [byte_offset, byte_offset + nbytes) of `e`'s data (e from header())
+  /// into dst. Checks the range lies inside the tensor; DataError naming the file and
+  /// tensor if the file is shorter than its header claimed.
+  void read_bytes(const SafetensorsEntry& e, uint64_t byte_offset, uint64_t nbytes, void* dst) const;
+
+ private:
+  std::unique_ptr<detail::SafetensorsFileImpl> impl_;
+};
 
 }  // namespace strata

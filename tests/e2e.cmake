@@ -23,11 +23,38 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
                      -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/ddp_matches_single_process -P ${strata_e2e_script})
     set_tests_properties(e2e_ddp_matches_single_process PROPERTIES LABELS "e2e;dist" TIMEOUT 60 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    add_test(NAME e2e_zero_matches_ddp
+             COMMAND ${CMAKE_COMMAND} -DCASE=zero_matches_ddp -DSTRATA=$<TARGET_FILE:strata_cli>
+                     -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
+                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/zero_matches_ddp -P ${strata_e2e_script})
+    set_tests_properties(e2e_zero_matches_ddp PROPERTIES LABELS "e2e;dist" TIMEOUT 120 PROCESSORS 2
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endif()
   return()
 endif()
 
 # ---------------------------------------------------------------- script mode
+# same_losses(<list a> <list b> <what>): "step=loss" lists of equal length, equal to 1e-5 relative.
+function(same_losses la lb what)
+  list(LENGTH la na)
+  list(LENGTH lb nb)
+  if(na EQUAL 0 OR NOT na EQUAL nb)
+    message(FATAL_ERROR "${what}: ${na} vs ${nb} train records\na: ${la}\nb: ${lb}")
+  endif()
+  math(EXPR last "${na} - 1")
+  foreach(i RANGE ${last})
+    list(GET la ${i} a)
+    list(GET lb ${i} b)
+    string(REGEX REPLACE ".*=" "" a "${a}")
+    string(REGEX REPLACE ".*=" "" b "${b}")
+    execute_process(COMMAND awk "BEGIN { d = ${a} - ${b}; if (d < 0) d = -d; exit (d <= 1e-5 * (${b} < 0 ? -${b} : ${b})) ? 0 : 1 }"
+                    RESULT_VARIABLE cmp)
+    if(NOT cmp EQUAL 0)
+      message(FATAL_ERROR "${what}: record ${i}: loss ${a} vs ${b} differ by more than 1e-5 relative\na: ${la}\nb: ${lb}")
+    endif()
+  endforeach()
+endfunction()
+
 set(tiny_mlp ${SRC}/tests/data_files/tiny_mlp.yaml)
 set(tiny_gpt ${SRC}/tests/data_files/tiny_gpt.yaml)
 set(corpus ${SRC}/tests/data_files/tiny_corpus.txt)
@@ -210,6 +237,41 @@ elseif(CASE STREQUAL "ddp_matches_single_process")
   list(SUBLIST la 4 4 la_tail)
   if(NOT "${la_tail}" STREQUAL "${lc}")
     message(FATAL_ERROR "ddp resumed losses differ\nstraight: ${la_tail}\nresumed:  ${lc}")
+  endif()
+elseif(CASE STREQUAL "zero_matches_ddp")
+  # ZeRO-1/2/3 under mpirun -np 2 log the same losses as DDP (tiny GPT, grad accumulation
+  # and clipping on); the stage-3 sharded checkpoint evaluates single-process, resumes on
+  # 1 process exactly like the DDP checkpoint does, and consolidates to one file.
+  set(common --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
+             --set train.max_steps=6 --set train.grad_accum_steps=2 --set train.save_final=true --set parallel.mode=ddp)
+  foreach(stage 0 1 2 3)
+    execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
+                            --set run.dir=z${stage} --set parallel.zero_stage=${stage}
+                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 60)
+    if(NOT "${rc}" STREQUAL "0")
+      message(FATAL_ERROR "mpirun -np 2 strata train zero_stage ${stage}: exit code ${rc}\n${OUT}\n${ERR}")
+    endif()
+    losses(${WORK}/z${stage}/metrics.jsonl l${stage})
+    if(stage GREATER 0)
+      expect(OUT "ZeRO at 2 rank(s), zero_stage ${stage}")
+      same_losses("${l0}" "${l${stage}}" "zero_stage ${stage} vs DDP")
+    endif()
+  endforeach()
+  if(NOT EXISTS ${WORK}/z3/checkpoints/step_00000006/index.json)
+    message(FATAL_ERROR "zero_stage 3 wrote no sharded checkpoint")
+  endif()
+  run(0 eval --checkpoint z3)
+  expect(OUT "val loss: ")
+  set(resume --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
+             --set train.max_steps=8 --set train.grad_accum_steps=2)
+  run(0 train ${resume} --set run.dir=r3 --resume z3)
+  run(0 train ${resume} --set run.dir=r0 --resume z0)
+  losses(${WORK}/r3/metrics.jsonl lr3)
+  losses(${WORK}/r0/metrics.jsonl lr0)
+  same_losses("${lr0}" "${lr3}" "single-process resume of the ZeRO-3 vs the DDP checkpoint")
+  run(0 ckpt consolidate --checkpoint z3/checkpoints/step_00000006 --out z3.safetensors)
+  if(NOT EXISTS ${WORK}/z3.safetensors)
+    message(FATAL_ERROR "ckpt consolidate wrote nothing")
   endif()
 elseif(CASE STREQUAL "info")
   run(0 info)

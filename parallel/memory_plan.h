@@ -1,0 +1,58 @@
+// Predicted static memory per data-parallel rank for DDP and the ZeRO stages (the ZeRO
+// paper's / DeepSpeed's formulas, generalised by element size and optimizer state count,
+// with the per-rank padding of flat shards). Pure arithmetic: `strata plan` prints it and
+// `strata train` compares it with what the allocator measured.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace strata::parallel {
+
+/// What the plan depends on. Ψ = param_elements.
+struct MemoryPlanInput {
+  int64_t param_elements = 0;     ///< Ψ: sum of numel over the model's parameters
+  int64_t bytes_per_element = 4;  ///< element size of params, grads and optimizer state (f32: 4)
+  int optimizer_states = 2;       ///< state tensors per parameter (optimizer_state_count())
+  int world_size = 1;             ///< N data-parallel ranks, >= 1
+  int zero_stage = 0;             ///< 0 (plain DDP) .. 3
+  /// Stage 0 only: bytes of DDP's bucket buffers, one flat copy of the grads (4Ψ for
+  /// f32), or 0 with gradient_as_bucket_view. Stages 1-3 hold no persistent buckets.
+  int64_t ddp_bucket_bytes = 0;
+  /// Element counts of the flat buffers ZeRO shards; each is padded separately to a
+  /// multiple of N. Empty = one unit holding all Ψ elements. Must sum to Ψ.
+  std::vector<int64_t> flat_units;
+};
+
+/// Predicted bytes one rank holds, by category (the MemCategory names).
+struct MemoryPlan {
+  int64_t params = 0;
+  int64_t grads = 0;
+  int64_t optimizer = 0;
+  int64_t comm = 0;  ///< DDP bucket buffers (stage 0)
+  int64_t total() const { return params + grads + optimizer + comm; }
+};
+
+/// Elements one rank holds of a flat buffer of n elements sharded over `world` ranks:
+/// the buffer is padded to ceil(n/world)*world, so every rank holds ceil(n/world).
+int64_t shard_elements(int64_t n, int world);
+/// Sum of shard_elements over `units` (each unit padded on its own).
+int64_t sharded_elements(std::span<const int64_t> units, int world);
+
+/// State tensors per parameter of optim.name: adam/adamw 2 (exp_avg, exp_avg_sq), sgd 1
+/// with momentum > 0 (momentum_buffer) else 0. strata::Error on an unknown name.
+int optimizer_state_count(const std::string& optim_name, double momentum = 0.0);
+
+/// Per-rank bytes for in.zero_stage at in.world_size ranks, with B = bytes_per_element,
+/// S = optimizer_states and Ψ' = sharded_elements(flat_units, N) (≈ Ψ/N):
+///   stage 0: params BΨ,  grads BΨ,  optimizer S·BΨ,  comm ddp_bucket_bytes
+///   stage 1: params BΨ,  grads BΨ,  optimizer S·BΨ'
+///   stage 2: params BΨ,  grads BΨ', optimizer S·BΨ'
+///   stage 3: params BΨ', grads BΨ', optimizer S·BΨ'
+/// (f32 + Adam: 16Ψ (+4Ψ), 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N.) Static state only: activations,
+/// transient gathers and collective scratch are not counted. strata::Error (STRATA_CHECK)
+/// on a bad input (negative counts, N < 1, stage outside 0..3, units not summing to Ψ).
+MemoryPlan plan_memory(const MemoryPlanInput& in);
+
+}  // namespace strata::parallel

@@ -1,0 +1,49 @@
+// The nccl backend's entry points on any machine: in a build without CUDA/NCCL, or on a
+// machine without a GPU, asking for it fails at once with an error that says why
+// (nothing hangs, MPI is not started). The backend itself is tested under mpirun with
+// GPUs by tests/comm/mpi/nccl_collectives_test.cpp.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "comm/nccl.h"
+
+using namespace strata;
+using namespace strata::comm;
+
+namespace {
+
+TEST(NcclBackend, AvailabilityMatchesTheBuild) {
+#ifdef STRATA_WITH_NCCL
+  EXPECT_TRUE(nccl_available());
+#else
+  EXPECT_FALSE(nccl_available());
+  EXPECT_EQ(nccl_device_count(), 0);
+#endif
+  EXPECT_GE(nccl_device_count(), 0);
+}
+
+TEST(NcclBackend, ClearErrorWithoutCudaOrGpu) {
+  if (nccl_available() && nccl_device_count() > 0)
+    GTEST_SKIP() << "a GPU is visible: the nccl backend itself is tested under mpirun (comm_nccl_np*)";
+  for (int device : {-1, 0, 3}) {
+    std::string msg;
+    try {
+      init_nccl_world(CommOptions{.timeout_s = 5}, device);
+      ADD_FAILURE() << "init_nccl_world succeeded without a GPU";
+    } catch (const CommError& e) {
+      ADD_FAILURE() << "a missing GPU is not a communication failure: " << e.what();
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    if (!nccl_available()) {
+      EXPECT_NE(msg.find("[nccl] strata was built without CUDA/NCCL"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("STRATA_CUDA=ON"), std::string::npos) << msg;  // says how to get it
+    } else {
+      EXPECT_NE(msg.find("[nccl] no CUDA device is visible ("), std::string::npos) << msg;
+      EXPECT_NE(msg.find("use the mpi backend"), std::string::npos) << msg;
+    }
+  }
+}
+
+}  // namespace

@@ -1,0 +1,26 @@
+# nccl comm backend: multi-process GPU tests under mpirun (labels cuda, dist), built when
+# the backend is (cmake/nccl.cmake). They need one GPU per rank and report SKIPPED (ctest
+# shows them as skipped) on machines with fewer. Included by tests/CMakeLists.txt.
+if(NOT STRATA_WITH_NCCL)
+  return()
+endif()
+set(_nccl_mpirun ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root)
+set(_nccl_env "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+
+add_executable(strata_test_comm_nccl ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/nccl_collectives_test.cpp)
+target_link_libraries(strata_test_comm_nccl PRIVATE strata_comm strata_warnings GTest::gtest)
+foreach(np 1 2 4)
+  add_test(NAME comm_nccl_np${np} COMMAND ${_nccl_mpirun} -np ${np} $<TARGET_FILE:strata_test_comm_nccl>)
+  set_tests_properties(comm_nccl_np${np} PROPERTIES LABELS "cuda;dist" TIMEOUT 300 ENVIRONMENT "${_nccl_env}"
+                       SKIP_REGULAR_EXPRESSION "SKIPPED: needs one GPU per rank")
+endforeach()
+
+# The last rank skips a collective: the others fail after comm.timeout_s naming the op,
+# abort their NCCL kernels and exit non-zero.
+add_test(NAME comm_nccl_timeout
+  COMMAND ${CMAKE_COMMAND} -DMPIEXEC=${MPIEXEC_EXECUTABLE} -DNP=2 -DEXE=$<TARGET_FILE:strata_test_comm_nccl>
+    -DMODE=timeout -DLIMIT=90
+    "-DEXPECT=timed out after 10 s \\(comm.timeout_s\\): all_reduce seq 1 in group 'world' \\(nccl, 2 ranks\\) on rank 0: f32 x 1000|SKIPPED: needs one GPU per rank"
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/run_fault.cmake)
+set_tests_properties(comm_nccl_timeout PROPERTIES LABELS "cuda;dist" TIMEOUT 120 ENVIRONMENT "${_nccl_env}"
+                     SKIP_REGULAR_EXPRESSION "SKIPPED: needs one GPU per rank")
