@@ -176,14 +176,22 @@ TEST_F(TrainerDpTest, ResumeIsBitExactWithDropout) {
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(lc[i], la[4 + i]) << "step " << 5 + i;
 }
 
-TEST_F(TrainerDpTest, ZeroStageIsRefusedByTheTrainerForNow) {
-  try {
-    Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + path("z"), "parallel.mode=ddp", "parallel.zero_stage=2"}),
-              {.verbose = false, .write_files = false});
-    FAIL() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("parallel.zero_stage: is 2 but ZeRO is not available"), std::string::npos)
-        << e.what();
+// ZeRO stages on a 1-rank world train exactly like mode none (the multi-rank runs are
+// the e2e_zero_matches_ddp ctest and tests/parallel).
+TEST_F(TrainerDpTest, ZeroStagesTrainLikeSingleProcess) {
+  auto run = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> sets = {"run.dir=" + path("z"), "model.dropout=0", "train.max_steps=5"};
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    Trainer t(TrainConfig::load(kTinyMlp, sets), {.verbose = false, .write_files = false});
+    std::vector<double> losses;
+    for (int i = 0; i < 5; ++i) losses.push_back(t.step());
+    return losses;
+  };
+  const std::vector<double> ref = run({});
+  for (const std::string stage : {"1", "2", "3"}) {
+    const std::vector<double> got = run({"parallel.mode=ddp", "parallel.zero_stage=" + stage});
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-5 * std::abs(ref[i])) << "stage " << stage;
   }
   // Without mode ddp the config itself is refused.
   try {
