@@ -37,9 +37,10 @@ inline constexpr int64_t kClasses = 5;
 
 inline std::shared_ptr<nn::Module> make_model(const std::string& kind, uint64_t seed) {
   Generator gen(seed);
-  if (kind == "gpt")
+  if (kind == "gpt" || kind == "gpt_ckpt")  // gpt_ckpt: activation checkpointing of every block
     return std::make_shared<nn::GPT>(
-        nn::GPTConfig{.vocab = 16, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 8}, gen);
+        nn::GPTConfig{.vocab = 16, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 8, .checkpoint = kind == "gpt_ckpt"},
+        gen);
   if (kind == "mlp") return std::make_shared<nn::MLP>(nn::MLPConfig{.input = 16, .hidden = {12, 10}, .classes = kClasses}, gen);
   nn::CNNConfig c{.in_channels = 1, .channels = {3, 4}, .classes = kClasses, .batch_norm = kind == "cnn_bn",
                   .dropout = 0.0, .image_size = 8, .hidden = 10};
@@ -61,7 +62,7 @@ inline std::pair<Tensor, Tensor> make_batch(const std::string& model, int64_t ba
     for (size_t i = 0; i < t.size(); ++i) t[i] = std::min<int64_t>(hi - 1, int64_t(uv[i]));
     return ops::from_vector(t, s);
   };
-  if (model == "gpt") return {ints({batch, 8}, 16), ints({batch, 8}, 16)};
+  if (model.rfind("gpt", 0) == 0) return {ints({batch, 8}, 16), ints({batch, 8}, 16)};
   Shape s = model == "mlp" ? Shape{batch, 16} : Shape{batch, 1, 8, 8};
   Tensor x = ops::normal(s, 0.0, 1.0, g);
   return {x, ints({batch}, kClasses)};

@@ -104,6 +104,12 @@ TEST(ZeroEquivalence, GptFsdpUnitsTiedEmbedding) {
   check_equivalent(ZeroCase{.base = {.model = "gpt"}, .stage = 3, .prefetch = false}, 2);
 }
 
+TEST(ZeroEquivalence, Fsdp3WithActivationCheckpointing) {
+  // Blocks recompute their forward inside backward: the recompute gathers without freeing.
+  for (int n : {1, 2, 3}) check_equivalent(ZeroCase{.base = {.model = "gpt_ckpt"}, .stage = 3}, n);
+  check_equivalent(ZeroCase{.base = {.model = "gpt_ckpt"}, .stage = 2}, 2);
+}
+
 TEST(ZeroEquivalence, CnnBatchNormBuffers) {
   for (int stage : {1, 3}) check_equivalent(ZeroCase{.base = {.model = "cnn_bn"}, .stage = stage}, 2);
 }
