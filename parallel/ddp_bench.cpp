@@ -14,19 +14,16 @@
 #include "core/threads.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "parallel/bench_util.h"
 #include "parallel/ddp.h"
 
 namespace strata::parallel {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double max_over_ranks(comm::ProcessGroup& g, double v) {
-  Tensor t = ops::full({1}, v, DType::f64);
-  g.all_reduce(t, comm::ReduceOp::max).wait();
-  return t.item<double>();
-}
+using Clock = detail::BenchClock;
+using detail::max_over_ranks;
+using detail::median;
+using detail::since;
 
 struct Gpt {
   std::shared_ptr<nn::GPT> model;
@@ -44,12 +41,6 @@ Gpt make_gpt(const DDPBenchOptions& o, int rank) {
   s.idx = ops::to_dtype(ops::uniform({o.gpt_batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
   s.tgt = ops::to_dtype(ops::uniform({o.gpt_batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
   return s;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
 // Median step time of `step` over opts.steps after opts.warmup; the slowest rank's.

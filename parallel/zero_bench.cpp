@@ -11,6 +11,7 @@
 #include "core/memory.h"
 #include "core/threads.h"
 #include "optim/adam.h"
+#include "parallel/bench_util.h"
 #include "parallel/ddp.h"
 #include "parallel/memory_plan.h"
 #include "parallel/zero.h"
@@ -18,20 +19,10 @@
 namespace strata::parallel {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double max_over_ranks(comm::ProcessGroup& g, double v) {
-  Tensor t = ops::full({1}, v, DType::f64);
-  g.all_reduce(t, comm::ReduceOp::max).wait();
-  return t.item<double>();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
+using Clock = detail::BenchClock;
+using detail::max_over_ranks;
+using detail::median;
+using detail::since;
 
 ZeroBenchMemory snapshot() {
   auto cur = [](MemCategory c) { return cpu_memory().stats(c).current; };

@@ -31,36 +31,10 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
 endif()
 
 # ---------------------------------------------------------------- script mode
+include(${CMAKE_CURRENT_LIST_DIR}/cmake/script_helpers.cmake)
 set(tiny_mlp ${SRC}/tests/data_files/tiny_mlp.yaml)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
-
-# run(<expected exit code> args...): runs strata in WORK; OUT and ERR hold its output.
-macro(run expected)
-  execute_process(COMMAND ${STRATA} ${ARGN} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT
-                  ERROR_VARIABLE ERR)
-  if(NOT "${rc}" STREQUAL "${expected}")
-    message(FATAL_ERROR "strata ${ARGN}\nexit code ${rc}, expected ${expected}\nstdout:\n${OUT}\nstderr:\n${ERR}")
-  endif()
-endmacro()
-
-# expect(<var> <text>...) / expect_not(<var> <text>...): literal (non-)occurrence.
-macro(expect var)
-  foreach(needle ${ARGN})
-    string(FIND "${${var}}" "${needle}" pos)
-    if(pos EQUAL -1)
-      message(FATAL_ERROR "expected '${needle}' in ${var}:\n${${var}}")
-    endif()
-  endforeach()
-endmacro()
-macro(expect_not var)
-  foreach(needle ${ARGN})
-    string(FIND "${${var}}" "${needle}" pos)
-    if(NOT pos EQUAL -1)
-      message(FATAL_ERROR "did not expect '${needle}' in ${var}:\n${${var}}")
-    endif()
-  endforeach()
-endmacro()
 
 # expect_row(<stage> <total bytes> [configured]): the plan table row of that stage ends
 # in that exact byte total (and the "<- configured" mark, or not).

@@ -12,6 +12,7 @@
 
 #include "apps/memory_report.h"
 #include "apps/trainer.h"
+#include "tests/temp_dir_fixture.h"
 
 namespace strata::apps {
 namespace {
@@ -23,17 +24,8 @@ const std::string kTinyMlp = kSrc + "/tests/data_files/tiny_mlp.yaml";
 const std::string kTinyGpt = kSrc + "/tests/data_files/tiny_gpt.yaml";
 const std::string kCorpus = kSrc + "/tests/data_files/tiny_corpus.txt";
 
-class TrainerDpTest : public ::testing::Test {
+class TrainerDpTest : public strata::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("strata_trainer_dp_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
 };
 
 std::vector<double> train_losses(const std::string& run_dir) {

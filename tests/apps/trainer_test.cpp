@@ -2,6 +2,7 @@
 // resume from a checkpoint, checkpoint validation (nothing loaded partially), and
 // the shipped configs all loading.
 #include "apps/trainer.h"
+#include "tests/temp_dir_fixture.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -25,18 +26,8 @@ const std::string kTinyGpt = kSrc + "/tests/data_files/tiny_gpt.yaml";
 const std::string kCorpus = kSrc + "/tests/data_files/tiny_corpus.txt";
 const std::string kGptLossFixture = kSrc + "/tests/data_files/tiny_gpt_losses.json";
 
-class TrainerTest : public ::testing::Test {
+class TrainerTest : public strata::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("strata_trainer_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
 };
 
 struct Record {

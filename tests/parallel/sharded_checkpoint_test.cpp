@@ -3,6 +3,7 @@
 // byte for byte with the tensors they came from; every kind of bad piece list or damaged
 // file is a DataError naming the file and tensor that leaves no checkpoint behind.
 #include "parallel/sharded_checkpoint.h"
+#include "tests/temp_dir_fixture.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -102,17 +103,8 @@ void save(const std::string& dir, const NamedTensors& tensors, int world, Layout
   }, quick());
 }
 
-class ShardedCheckpointTest : public ::testing::Test {
+class ShardedCheckpointTest : public strata::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("strata_ckpt_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  std::string path(const std::string& name) const { return (root_ / name).string(); }
-
   // Runs a save expected to fail; returns the error every rank threw (all must agree).
   template <class E>
   static std::string failed_save(int world, const std::function<void(comm::ProcessGroup&)>& fn) {
@@ -129,7 +121,6 @@ class ShardedCheckpointTest : public ::testing::Test {
     return msgs[0];
   }
 
-  fs::path root_;
 };
 
 void expect_matches(const ShardedCheckpointReader& rd, const NamedTensors& want, bool every_range) {
@@ -230,7 +221,7 @@ TEST_F(ShardedCheckpointTest, ConsolidateEqualsOriginal) {
     EXPECT_EQ(md.at("strata_zero_stage"), "3");
     EXPECT_EQ(md.at("format"), "pt");
     // No temporary file is left beside the output.
-    for (const auto& e : fs::directory_iterator(root_))
+    for (const auto& e : fs::directory_iterator(dir_))
       EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
   }
 }

@@ -1,0 +1,33 @@
+// Timing helpers shared by the data-parallel benchmarks (ddp_bench, zero_bench):
+// wall-clock seconds, medians, and the slowest rank's value.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "tensor/ops.h"
+
+namespace strata::parallel::detail {
+
+using BenchClock = std::chrono::steady_clock;
+
+inline double since(BenchClock::time_point t0) {
+  return std::chrono::duration<double>(BenchClock::now() - t0).count();
+}
+
+/// Median (not mean: on a shared machine a few steps lose the CPU for milliseconds).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+/// The largest v over the ranks of g (collective).
+inline double max_over_ranks(comm::ProcessGroup& g, double v) {
+  Tensor t = ops::full({1}, v, DType::f64);
+  g.all_reduce(t, comm::ReduceOp::max).wait();
+  return t.item<double>();
+}
+
+}  // namespace strata::parallel::detail

@@ -1,0 +1,66 @@
+# Helpers for the script-mode test cases (`cmake -DCASE=... -P tests/<file>.cmake`) that
+# drive the `strata` binary: run it, check its output, compare logged losses. Expects
+# STRATA (the binary) and WORK (its working directory) to be set by the caller.
+
+# run(<expected exit code> args...): runs strata in WORK, fails unless the exit code
+# matches; leaves OUT and ERR for further checks.
+macro(run expected)
+  execute_process(COMMAND ${STRATA} ${ARGN} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT
+                  ERROR_VARIABLE ERR)
+  if(NOT "${rc}" STREQUAL "${expected}")
+    message(FATAL_ERROR "strata ${ARGN}\nexit code ${rc}, expected ${expected}\nstdout:\n${OUT}\nstderr:\n${ERR}")
+  endif()
+endmacro()
+
+# expect(<var> <text>...): each text must occur literally in the variable.
+macro(expect var)
+  foreach(needle ${ARGN})
+    string(FIND "${${var}}" "${needle}" pos)
+    if(pos EQUAL -1)
+      message(FATAL_ERROR "expected '${needle}' in ${var}:\n${${var}}")
+    endif()
+  endforeach()
+endmacro()
+# expect_not(<var> <text>...): the texts must not occur.
+macro(expect_not var)
+  foreach(needle ${ARGN})
+    string(FIND "${${var}}" "${needle}" pos)
+    if(NOT pos EQUAL -1)
+      message(FATAL_ERROR "did not expect '${needle}' in ${var}:\n${${var}}")
+    endif()
+  endforeach()
+endmacro()
+
+# losses(<metrics.jsonl> <out list var>): "step=loss" for each train record, loss as written.
+function(losses file out)
+  file(STRINGS ${file} lines REGEX "\"type\":\"train\"")
+  set(result "")
+  foreach(line ${lines})
+    string(REGEX MATCH "\"loss\":([^,}]+)" _ "${line}")
+    set(loss ${CMAKE_MATCH_1})
+    string(REGEX MATCH "\"step\":([0-9]+)" _ "${line}")
+    list(APPEND result "${CMAKE_MATCH_1}=${loss}")
+  endforeach()
+  set(${out} ${result} PARENT_SCOPE)
+endfunction()
+
+# same_losses(<list a> <list b> <what>): "step=loss" lists of equal length, equal to 1e-5 relative.
+function(same_losses la lb what)
+  list(LENGTH la na)
+  list(LENGTH lb nb)
+  if(na EQUAL 0 OR NOT na EQUAL nb)
+    message(FATAL_ERROR "${what}: ${na} vs ${nb} train records\na: ${la}\nb: ${lb}")
+  endif()
+  math(EXPR last "${na} - 1")
+  foreach(i RANGE ${last})
+    list(GET la ${i} a)
+    list(GET lb ${i} b)
+    string(REGEX REPLACE ".*=" "" a "${a}")
+    string(REGEX REPLACE ".*=" "" b "${b}")
+    execute_process(COMMAND awk "BEGIN { d = ${a} - ${b}; if (d < 0) d = -d; exit (d <= 1e-5 * (${b} < 0 ? -${b} : ${b})) ? 0 : 1 }"
+                    RESULT_VARIABLE cmp)
+    if(NOT cmp EQUAL 0)
+      message(FATAL_ERROR "${what}: record ${i}: loss ${a} vs ${b} differ by more than 1e-5 relative\na: ${la}\nb: ${lb}")
+    endif()
+  endforeach()
+endfunction()
