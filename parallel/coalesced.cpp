@@ -24,7 +24,7 @@ void broadcast_coalesced(comm::ProcessGroup& group, const std::vector<Tensor>& t
     Tensor flat;
     {
       MemoryScope scope(MemCategory::comm);
-      flat = ops::empty({n}, d);
+      flat = ops::empty({n}, d, tensors[0].device());
     }
     if (group.rank() == root) {
       int64_t off = 0;

@@ -190,8 +190,14 @@ struct ReducerState {
     // Zero-element parameters are in no bucket; everything else was launched.
     STRATA_CHECK(next_launch == plan.buckets.size(), "[ddp] internal: ", next_launch, " of ",
                  plan.buckets.size(), " buckets launched with every parameter ready");
+    // The used flags are kept on the host; a device group reduces a device copy.
     comm::Work used_work;
-    if (opts.find_unused_parameters) used_work = group.all_reduce(used, comm::ReduceOp::max);
+    Tensor used_reduced = used;
+    if (opts.find_unused_parameters) {
+      const Device d = buffers.empty() ? kCPU : buffers[0].device();
+      if (!d.is_cpu()) used_reduced = used.to(d);
+      used_work = group.all_reduce(used_reduced, comm::ReduceOp::max);
+    }
 
     const auto t_wait = Clock::now();
     stats.finalize_at_s = std::chrono::duration<double>(t_wait - t_begin).count();
@@ -200,6 +206,10 @@ struct ReducerState {
       stats.done_at_s[b] = seconds_since(t_begin);
     }
     used_work.wait();
+    if (used_reduced.defined() && !used_reduced.device().is_cpu()) {
+      Tensor host = used_reduced.to(kCPU);
+      ops::copy_(used, host);
+    }
     stats.wait_s = seconds_since(t_wait);
 
     const auto t_copy = Clock::now();
@@ -244,10 +254,15 @@ Reducer::Reducer(nn::NamedTensors params, comm::ProcessGroup& group, const Reduc
     bp.push_back({t.numel(), t.dtype()});
   }
   s.plan = plan_buckets(bp, opts.cap_bytes, opts.first_cap_bytes, opts.last_cap_bytes);
+  // Buckets live where the parameters do (one device per replica).
+  const Device device = s.params.empty() ? kCPU : s.params[0].device();
+  for (size_t i = 0; i < s.params.size(); ++i)
+    STRATA_CHECK(s.params[i].device() == device, "[ddp] parameter '", s.names[i], "' is on ", s.params[i].device().str(),
+                 " but '", s.names[0], "' is on ", device.str(), ": a DDP replica lives on one device");
   {
     MemoryScope scope(MemCategory::comm);
     for (size_t b = 0; b < s.plan.buffer_numel.size(); ++b)
-      s.buffers.push_back(ops::zeros({s.plan.buffer_numel[b]}, s.plan.buffer_dtypes[b]));
+      s.buffers.push_back(ops::zeros({s.plan.buffer_numel[b]}, s.plan.buffer_dtypes[b], device));
   }
   for (size_t i = 0; i < s.params.size(); ++i) {
     const ParamSlot& sl = s.plan.slots[i];

@@ -22,9 +22,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-Tensor flat_buffer(int64_t n, DType dt, MemCategory c) {
+Tensor flat_buffer(int64_t n, DType dt, MemCategory c, Device device) {
   MemoryScope scope(c);
-  return ops::zeros({n}, dt);
+  return ops::zeros({n}, dt, device);
 }
 
 Tensor slice1d(const Tensor& flat, int64_t begin, int64_t n) { return ops::narrow(flat, 0, begin, n); }
@@ -70,6 +70,7 @@ struct ZeroState {
   std::vector<int> launch_order;   // units in the order backward completes them
   std::vector<Tensor> buffers;
   std::unique_ptr<optim::Optimizer> optimizer;
+  Device device = kCPU;  // where the parameters (and so every flat buffer) live
 
   bool sync = true;
   bool active = false;       // a synchronized backward is under way (hooks fired)
@@ -201,7 +202,7 @@ struct ZeroState {
       }
       u.rs_in = u.grad_flat;
     } else {
-      u.rs_in = flat_buffer(u.layout.padded(), u.dtype, MemCategory::comm);
+      u.rs_in = flat_buffer(u.layout.padded(), u.dtype, MemCategory::comm, device);
       for (size_t e = 0; e < u.layout.params.size(); ++e) {
         Tensor& p = params[size_t(u.slot_of[e])];
         Tensor g = p.grad();
@@ -214,7 +215,7 @@ struct ZeroState {
     const bool direct = opts.stage >= 2 && grads_fresh;  // nothing to add to: reduce straight into the slice
     {
       MemoryScope scope(MemCategory::comm);
-      u.rs_out = direct ? u.grad_shard : ops::empty({u.layout.shard}, u.dtype);
+      u.rs_out = direct ? u.grad_shard : ops::empty({u.layout.shard}, u.dtype, device);
     }
     u.rs_work = group.reduce_scatter(u.rs_in, u.rs_out, comm::ReduceOp::avg);
     ++stats.reduce_scatters;
@@ -305,6 +306,11 @@ ZeroDataParallel::ZeroDataParallel(std::shared_ptr<nn::Module> module, comm::Pro
     s.shapes.push_back(p.shape());
   }
   const int np = int(s.params.size());
+  if (np > 0) s.device = s.params[0].device();
+  for (int i = 0; i < np; ++i)
+    STRATA_CHECK(s.params[size_t(i)].device() == s.device, "[zero] parameter '", s.names[size_t(i)], "' is on ",
+                 s.params[size_t(i)].device().str(), " but '", s.names[0], "' is on ", s.device.str(),
+                 ": a sharded model lives on one device");
   std::vector<int64_t> numel(static_cast<size_t>(np));
   for (int i = 0; i < np; ++i) numel[size_t(i)] = s.params[size_t(i)].numel();
 
@@ -373,22 +379,23 @@ ZeroDataParallel::ZeroDataParallel(std::shared_ptr<nn::Module> module, comm::Pro
 
     // Flatten: copy the (broadcast) values into the unit, then make the parameters views of it.
     const int64_t lo = int64_t(s.rank) * u.layout.shard;
-    u.param_flat = flat_buffer(u.layout.padded(), u.dtype, opts.stage == 3 ? MemCategory::comm : MemCategory::params);
+    u.param_flat =
+        flat_buffer(u.layout.padded(), u.dtype, opts.stage == 3 ? MemCategory::comm : MemCategory::params, s.device);
     for (size_t e = 0; e < idx.size(); ++e) {
       Tensor dst = s.param_view(u, e);
       ops::copy_(dst, s.params[size_t(idx[e])]);
     }
     if (opts.stage == 3) {
-      u.param_shard = flat_buffer(u.layout.shard, u.dtype, MemCategory::params);
+      u.param_shard = flat_buffer(u.layout.shard, u.dtype, MemCategory::params, s.device);
       ops::copy_(u.param_shard, slice1d(u.param_flat, lo, u.layout.shard));
     } else {
       u.param_shard = slice1d(u.param_flat, lo, u.layout.shard);
     }
     if (opts.stage == 1) {
-      u.grad_flat = flat_buffer(u.layout.padded(), u.dtype, MemCategory::grads);
+      u.grad_flat = flat_buffer(u.layout.padded(), u.dtype, MemCategory::grads, s.device);
       u.grad_shard = slice1d(u.grad_flat, lo, u.layout.shard);
     } else {
-      u.grad_shard = flat_buffer(u.layout.shard, u.dtype, MemCategory::grads);
+      u.grad_shard = flat_buffer(u.layout.shard, u.dtype, MemCategory::grads, s.device);
     }
     for (size_t e = 0; e < idx.size(); ++e) {
       const int p = idx[e];
@@ -482,9 +489,9 @@ double ZeroDataParallel::clip_grad_norm(double max_norm) {
   double local = 0;
   for (auto& u : s.units)
     if (u.layout.shard > 0) local += ops::sum_squares(u.grad_shard);  // padding is zero
-  Tensor t = ops::from_vector(std::vector<double>{local}, {1});
+  Tensor t = ops::full({1}, local, DType::f64, s.device);
   group_.all_reduce(t, comm::ReduceOp::sum).wait();
-  const double total = std::sqrt(t.data<double>()[0]);
+  const double total = std::sqrt(t.item<double>());
   const double f = optim::clip_factor(total, max_norm);
   if (f < 1.0)
     for (auto& u : s.units)
