@@ -66,7 +66,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv
   const bool nx = needs(x), nw = needs(w), nb = needs(b);
   SavedTensor sx(x), sw(w);
   return record_fn("Conv2dBackward", y, {x, w, b}, [=](const Tensor& g) {
-    auto [dx, dw, db] = ops::conv2d_backward(g, sx.get("Conv2dBackward"), sw.get("Conv2dBackward"), nb, p);
+    auto [dx, dw, db] = ops::conv2d_backward(g, sx.get("Conv2dBackward"), sw.get("Conv2dBackward"), nb, p, nx);
     return std::vector{if_needed(nx, dx), if_needed(nw, dw), if_needed(nb, db)};
   });
 }

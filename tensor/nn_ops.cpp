@@ -271,15 +271,17 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dPar
 }
 
 std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
-                                                   bool has_bias, const Conv2dParams& p) {
+                                                   bool has_bias, const Conv2dParams& p, bool need_input_grad) {
   const Shape out = conv_out_shape(x, w, p, "conv2d_backward");
   STRATA_CHECK(dy.shape() == out && dy.dtype() == x.dtype(), "[conv2d_backward] grad ", dy.str(),
                " does not match the output ", shape_str(out));
   const Device d = common_device("conv2d_backward", dy, x, w);
-  Tensor dx = empty(x.shape(), x.dtype(), d), dw = empty(w.shape(), w.dtype(), d);
+  // The CPU kernel skips an undefined dx; other devices' kernels always get one.
+  const bool alloc_dx = need_input_grad || !d.is_cpu();
+  Tensor dx = alloc_dx ? empty(x.shape(), x.dtype(), d) : Tensor(), dw = empty(w.shape(), w.dtype(), d);
   Tensor db = has_bias ? empty({w.size(0)}, w.dtype(), d) : Tensor();
   kConvBwd(d)(contiguous(dy), contiguous(x), contiguous(w), dx, dw, db, p);
-  return {dx, dw, db};
+  return {need_input_grad ? dx : Tensor(), dw, db};
 }
 
 // ---------------------------------------------------------------- pooling

@@ -157,9 +157,12 @@ struct Conv2dParams {
 };
 /// x (N,C,H,W), w (O,C,kh,kw), b (O) or undefined -> (N,O,Ho,Wo). im2col + GEMM.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
-/// Returns dx, dw, db (db undefined when has_bias is false).
+/// Returns dx, dw, db (db undefined when has_bias is false; dx undefined, and on CPU not
+/// computed, when need_input_grad is false, e.g. for a first layer whose input needs no
+/// gradient).
 std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
-                                                   bool has_bias, const Conv2dParams& p);
+                                                   bool has_bias, const Conv2dParams& p,
+                                                   bool need_input_grad = true);
 
 struct Pool2dParams {
   int64_t kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;

@@ -1,12 +1,17 @@
-// Convolution as GEMM. Samples are processed in groups whose im2col matrix
-// (C*kh*kw, G*Ho*Wo) stays around a few MB: the im2col/col2im loops run in parallel
-// over (sample, channel), the GEMMs are single large BLAS calls (BLAS threads
-// them), so threaded GEMMs are never nested inside parallel_for. 1x1 stride-1
-// unpadded convolutions skip im2col and multiply the input directly.
+// Convolution as GEMM, parallel over the batch: each thread takes a contiguous block
+// of samples and runs im2col, a single-threaded BLAS GEMM and col2im on its own cache-
+// sized groups of them (OpenBLAS's own threading gains little on these small GEMMs and
+// serialises concurrent callers). The weight gradient is summed per thread, then
+// reduced in thread order. 1x1 stride-1 unpadded convolutions skip im2col.
 #include "tensor/cpu/conv.h"
 
+#include <cblas.h>
+#include <omp.h>
+
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <vector>
 
 #include "core/threads.h"
 #include "tensor/cpu/gemm.h"
@@ -15,7 +20,7 @@
 namespace strata::cpu {
 namespace {
 
-constexpr int64_t kColBudget = int64_t(1) << 19;  // elements of the im2col matrix per group
+constexpr int64_t kColBudget = int64_t(1) << 18;  // elements of one thread's im2col matrix per group
 
 struct Geom {
   int64_t N, C, H, W, O, kh, kw, sh, sw, ph, pw, Ho, Wo;
@@ -94,60 +99,114 @@ void col2im_plane(const T* col, T* dxp, int64_t ld, const Geom& g) {
     }
 }
 
-// im2col of samples [n0, n0+cnt) into col (ckk, cnt*P).
+// im2col of samples [n0, n0+cnt) into col (ckk, cnt*P), on the calling thread.
 template <class T>
 void im2col_group(const T* x, T* col, int64_t n0, int64_t cnt, const Geom& g) {
   const int64_t ld = cnt * g.P();
-  parallel_for(cnt * g.C, std::max<int64_t>(1, 4096 / std::max<int64_t>(g.kk() * g.P(), 1)), [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const int64_t s = t / g.C, c = t % g.C;
+  for (int64_t s = 0; s < cnt; ++s)
+    for (int64_t c = 0; c < g.C; ++c)
       im2col_plane(x + ((n0 + s) * g.C + c) * g.H * g.W, col + c * g.kk() * ld + s * g.P(), ld, g);
-    }
-  });
+}
+
+// Scratch memory of the calling thread, kept between calls: the im2col buffers are a
+// few MB, and allocating them per call costs an mmap and a page fault per 4 KB on
+// every step. Grows to the largest request seen; freed when the thread exits.
+template <class T>
+T* scratch(int64_t n) {
+  thread_local std::vector<std::max_align_t> buf;
+  const size_t need = (size_t(n) * sizeof(T) + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
+  if (buf.size() < need) {
+    buf.clear();
+    buf.shrink_to_fit();
+    buf.resize(need);
+  }
+  return reinterpret_cast<T*>(buf.data());
+}
+
+// Threads for a batch of N samples: one block of samples each.
+int sample_threads(int64_t N) { return int(std::clamp<int64_t>(get_num_threads(), 1, std::max<int64_t>(N, 1))); }
+
+// Runs fn(tid, n0, n1) for thread tid's block [n0, n1) of the N samples, on up to nt
+// threads, with OpenBLAS single-threaded meanwhile (restored afterwards). Returns the
+// team size OpenMP granted (1 inside another parallel region). fn must not throw: all
+// buffers are allocated before the parallel region.
+template <class F>
+int for_sample_blocks(int64_t N, int nt, F&& fn) {
+  if (nt <= 1) {
+    fn(0, int64_t(0), N);
+    return 1;
+  }
+  int used = 1;
+  openblas_set_num_threads(1);
+#pragma omp parallel num_threads(nt)
+  {
+    const int tid = omp_get_thread_num(), team = omp_get_num_threads();
+    if (tid == 0) used = team;
+    fn(tid, N * tid / team, N * (tid + 1) / team);
+  }
+  openblas_set_num_threads(get_num_threads());
+  return used;
 }
 
 template <class T>
 void conv_forward(const T* x, const T* w, const T* b, T* y, const Geom& g, DType dt) {
   const int64_t P = g.P(), ckk = g.ckk();
+  const int nt = sample_threads(g.N);
   auto fill_bias = [&](T* yn) {
     for (int64_t o = 0; o < g.O; ++o) std::fill(yn + o * P, yn + (o + 1) * P, b ? b[o] : T(0));
   };
   if (g.pointwise()) {  // y_n (O,P) = w (O,C) @ x_n (C,P)
-    for (int64_t n = 0; n < g.N; ++n) {
-      T* yn = y + n * g.O * P;
-      if (b) fill_bias(yn);
-      gemm(dt, g.O, P, g.C, 1.0, {w, g.C, false}, {x + n * g.C * P, P, false}, b ? 1.0 : 0.0, yn, P);
-    }
+    for_sample_blocks(g.N, nt, [&](int, int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) {
+        T* yn = y + n * g.O * P;
+        if (b) fill_bias(yn);
+        gemm(dt, g.O, P, g.C, 1.0, {w, g.C, false}, {x + n * g.C * P, P, false}, b ? 1.0 : 0.0, yn, P);
+      }
+    });
     return;
   }
   const int64_t G = g.group();
-  Tensor col_t = Tensor::empty({ckk * G * P}, dt);
-  Tensor tmp_t = G > 1 ? Tensor::empty({g.O * G * P}, dt) : Tensor();
-  T* col = col_t.data<T>();
-  for (int64_t n0 = 0; n0 < g.N; n0 += G) {
-    const int64_t cnt = std::min(G, g.N - n0);
-    im2col_group(x, col, n0, cnt, g);
-    if (cnt == 1) {
-      T* yn = y + n0 * g.O * P;
-      if (b) fill_bias(yn);
-      gemm(dt, g.O, P, ckk, 1.0, {w, ckk, false}, {col, P, false}, b ? 1.0 : 0.0, yn, P);
-      continue;
-    }
-    // tmp (O, cnt*P) = w (O, ckk) @ col (ckk, cnt*P), then scatter to (cnt, O, P) adding the bias
-    T* tmp = tmp_t.data<T>();
-    const int64_t ld = cnt * P;
-    gemm(dt, g.O, ld, ckk, 1.0, {w, ckk, false}, {col, ld, false}, 0.0, tmp, ld);
-    parallel_for(cnt * g.O, std::max<int64_t>(1, 8192 / std::max<int64_t>(P, 1)), [&](int64_t lo, int64_t hi) {
-      for (int64_t t = lo; t < hi; ++t) {
-        const int64_t s = t / g.O, o = t % g.O;
-        const T bias = b ? b[o] : T(0);
-        const T* src = tmp + o * ld + s * P;
-        T* dst = y + ((n0 + s) * g.O + o) * P;
-#pragma omp simd
-        for (int64_t i = 0; i < P; ++i) dst[i] = src[i] + bias;
+  const int64_t col_len = ckk * G * P, tmp_len = G > 1 ? g.O * G * P : 0;
+  T* const buf = scratch<T>(nt * (col_len + tmp_len));
+  for_sample_blocks(g.N, nt, [&](int tid, int64_t s0, int64_t s1) {
+    T* col = buf + tid * (col_len + tmp_len);
+    for (int64_t n0 = s0; n0 < s1; n0 += G) {
+      const int64_t cnt = std::min(G, s1 - n0);
+      im2col_group(x, col, n0, cnt, g);
+      if (cnt == 1) {
+        T* yn = y + n0 * g.O * P;
+        if (b) fill_bias(yn);
+        gemm(dt, g.O, P, ckk, 1.0, {w, ckk, false}, {col, P, false}, b ? 1.0 : 0.0, yn, P);
+        continue;
       }
-    });
-  }
+      // tmp (O, cnt*P) = w (O, ckk) @ col (ckk, cnt*P), then scatter to (cnt, O, P) adding the bias
+      T* tmp = col + col_len;
+      const int64_t ld = cnt * P;
+      gemm(dt, g.O, ld, ckk, 1.0, {w, ckk, false}, {col, ld, false}, 0.0, tmp, ld);
+      for (int64_t s = 0; s < cnt; ++s)
+        for (int64_t o = 0; o < g.O; ++o) {
+          const T bias = b ? b[o] : T(0);
+          const T* src = tmp + o * ld + s * P;
+          T* dst = y + ((n0 + s) * g.O + o) * P;
+#pragma omp simd
+          for (int64_t i = 0; i < P; ++i) dst[i] = src[i] + bias;
+        }
+    }
+  });
+}
+
+// dw = sum of the per-thread partials (thread 0 wrote straight into dw), in thread
+// order, split over dw's elements.
+template <class T>
+void reduce_partials(T* dw, const T* partials, int nt, int64_t len) {
+  if (nt <= 1) return;
+  parallel_for(len, 4096, [&](int64_t lo, int64_t hi) {
+    for (int t = 1; t < nt; ++t) {
+      const T* src = partials + (t - 1) * len;
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) dw[i] += src[i];
+    }
+  });
 }
 
 template <class T>
@@ -172,47 +231,55 @@ void conv_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, con
     std::fill(dw, dw + g.O * ckk, T(0));
     return;
   }
+  const int nt = sample_threads(g.N);
+  const int64_t wlen = g.O * ckk;
+  const int64_t G = g.pointwise() ? 0 : g.group();
+  const int64_t col_len = ckk * G * P, dyg_len = G > 1 ? g.O * G * P : 0;
+  // per thread: [im2col buffer | gathered dy]; then the partial dw of threads 1..nt-1
+  T* const buf = scratch<T>(nt * (col_len + dyg_len) + (nt - 1) * wlen);
+  T* const partials = buf + nt * (col_len + dyg_len);
+  auto dw_of = [&](int tid) { return tid == 0 ? dw : partials + (tid - 1) * wlen; };
   if (g.pointwise()) {
-    for (int64_t n = 0; n < g.N; ++n) {
-      const T* dyn = dy + n * g.O * P;
-      const T* xn = x + n * g.C * P;
-      // dw (O,C) += dy_n (O,P) @ x_n^T (P,C);  dx_n (C,P) = w^T (C,O) @ dy_n (O,P)
-      gemm(dt, g.O, g.C, P, 1.0, {dyn, P, false}, {xn, P, true}, n == 0 ? 0.0 : 1.0, dw, g.C);
-      gemm(dt, g.C, P, g.O, 1.0, {w, g.C, true}, {dyn, P, false}, 0.0, dx + n * g.C * P, P);
-    }
-    return;
-  }
-  const int64_t G = g.group();
-  Tensor col_t = Tensor::empty({ckk * G * P}, dt);
-  Tensor dyg_t = G > 1 ? Tensor::empty({g.O * G * P}, dt) : Tensor();
-  T* col = col_t.data<T>();
-  for (int64_t n0 = 0; n0 < g.N; n0 += G) {
-    const int64_t cnt = std::min(G, g.N - n0);
-    const int64_t ld = cnt * P;
-    im2col_group(x, col, n0, cnt, g);
-    // dyg (O, cnt*P): the group's output gradient with samples side by side
-    const T* dyg = dy + n0 * g.O * P;
-    if (cnt > 1) {
-      T* buf = dyg_t.data<T>();
-      parallel_for(cnt * g.O, std::max<int64_t>(1, 8192 / std::max<int64_t>(P, 1)), [&](int64_t lo, int64_t hi) {
-        for (int64_t t = lo; t < hi; ++t) {
-          const int64_t s = t / g.O, o = t % g.O;
-          std::memcpy(buf + o * ld + s * P, dy + ((n0 + s) * g.O + o) * P, size_t(P) * sizeof(T));
-        }
-      });
-      dyg = buf;
-    }
-    // dw (O,ckk) += dyg (O,ld) @ col^T (ld,ckk)
-    gemm(dt, g.O, ckk, ld, 1.0, {dyg, ld, false}, {col, ld, true}, n0 == 0 ? 0.0 : 1.0, dw, ckk);
-    // col (ckk,ld) = w^T (ckk,O) @ dyg (O,ld), reusing the im2col buffer
-    gemm(dt, ckk, ld, g.O, 1.0, {w, ckk, true}, {dyg, ld, false}, 0.0, col, ld);
-    parallel_for(cnt * g.C, std::max<int64_t>(1, 4096 / std::max<int64_t>(g.kk() * P, 1)), [&](int64_t lo, int64_t hi) {
-      for (int64_t t = lo; t < hi; ++t) {
-        const int64_t s = t / g.C, c = t % g.C;
-        col2im_plane(col + c * g.kk() * ld + s * P, dx + ((n0 + s) * g.C + c) * g.H * g.W, ld, g);
+    const int used = for_sample_blocks(g.N, nt, [&](int tid, int64_t s0, int64_t s1) {
+      T* dwt = dw_of(tid);
+      for (int64_t n = s0; n < s1; ++n) {
+        const T* dyn = dy + n * g.O * P;
+        const T* xn = x + n * g.C * P;
+        // dw (O,C) += dy_n (O,P) @ x_n^T (P,C);  dx_n (C,P) = w^T (C,O) @ dy_n (O,P)
+        gemm(dt, g.O, g.C, P, 1.0, {dyn, P, false}, {xn, P, true}, n == s0 ? 0.0 : 1.0, dwt, g.C);
+        if (dx) gemm(dt, g.C, P, g.O, 1.0, {w, g.C, true}, {dyn, P, false}, 0.0, dx + n * g.C * P, P);
       }
     });
+    reduce_partials(dw, partials, used, wlen);
+    return;
   }
+  const int used = for_sample_blocks(g.N, nt, [&](int tid, int64_t s0, int64_t s1) {
+    T* col = buf + tid * (col_len + dyg_len);
+    T* dwt = dw_of(tid);
+    for (int64_t n0 = s0; n0 < s1; n0 += G) {
+      const int64_t cnt = std::min(G, s1 - n0);
+      const int64_t ld = cnt * P;
+      im2col_group(x, col, n0, cnt, g);
+      // dyg (O, cnt*P): the group's output gradient with samples side by side
+      const T* dyg = dy + n0 * g.O * P;
+      if (cnt > 1) {
+        T* dst = col + col_len;
+        for (int64_t s = 0; s < cnt; ++s)
+          for (int64_t o = 0; o < g.O; ++o)
+            std::memcpy(dst + o * ld + s * P, dy + ((n0 + s) * g.O + o) * P, size_t(P) * sizeof(T));
+        dyg = dst;
+      }
+      // dw (O,ckk) += dyg (O,ld) @ col^T (ld,ckk)
+      gemm(dt, g.O, ckk, ld, 1.0, {dyg, ld, false}, {col, ld, true}, n0 == s0 ? 0.0 : 1.0, dwt, ckk);
+      if (!dx) continue;
+      // col (ckk,ld) = w^T (ckk,O) @ dyg (O,ld), reusing the im2col buffer
+      gemm(dt, ckk, ld, g.O, 1.0, {w, ckk, true}, {dyg, ld, false}, 0.0, col, ld);
+      for (int64_t s = 0; s < cnt; ++s)
+        for (int64_t c = 0; c < g.C; ++c)
+          col2im_plane(col + c * g.kk() * ld + s * P, dx + ((n0 + s) * g.C + c) * g.H * g.W, ld, g);
+    }
+  });
+  reduce_partials(dw, partials, used, wlen);
 }
 
 }  // namespace
@@ -230,8 +297,8 @@ void conv2d_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, 
                             Tensor& db, const ops::Conv2dParams& p) {
   const Geom g = make_geom(x, w, p);
   STRATA_DISPATCH_FLOAT(x.dtype(), "conv2d_backward", [&] {
-    conv_backward<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data<scalar_t>(), dx.data<scalar_t>(),
-                            dw.data<scalar_t>(), db.defined() ? db.data<scalar_t>() : nullptr, g, x.dtype());
+    conv_backward<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data<scalar_t>(),
+                            dx.defined() ? dx.data<scalar_t>() : nullptr, dw.data<scalar_t>(), db.defined() ? db.data<scalar_t>() : nullptr, g, x.dtype());
   });
 }
 

@@ -100,18 +100,33 @@ void layer_norm_backward_impl(const T* dy, const T* x, const T* mean, const T* r
   });
 }
 
-// Sum over the N runs of S elements of channel c, f(i) for element index i.
-template <class T, class F>
-double channel_sum(int64_t N, int64_t C, int64_t S, int64_t c, F&& f) {
-  double total = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t base = (n * C + c) * S;
-    T s = 0;
+// Per-run reductions over one contiguous (n, c) plane of S elements, written on raw
+// pointers so that the simd reductions vectorise (a generic element functor did not).
+template <class T>
+T run_sum(const T* r, int64_t S) {
+  T s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = base; i < base + S; ++i) s += f(i);
-    total += double(s);
+  for (int64_t i = 0; i < S; ++i) s += r[i];
+  return s;
+}
+template <class T>
+T run_sq_dev(const T* r, int64_t S, T m) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < S; ++i) s += (r[i] - m) * (r[i] - m);
+  return s;
+}
+// sum(dy) and sum(dy * (x - m)) of one run in a single pass.
+template <class T>
+void run_grad_sums(const T* dy, const T* x, int64_t S, T m, double& sdy, double& sdyx) {
+  T a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+  for (int64_t i = 0; i < S; ++i) {
+    a += dy[i];
+    b += dy[i] * (x[i] - m);
   }
-  return total;
+  sdy += double(a);
+  sdyx += double(b);
 }
 
 template <class T>
@@ -122,9 +137,12 @@ void batch_norm_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T* y
     for (int64_t c = c0; c < c1; ++c) {
       double mu, inv;
       if (training) {
-        mu = channel_sum<T>(N, C, S, c, [&](int64_t i) { return x[i]; }) / double(M);
+        double sum = 0, sq = 0;
+        for (int64_t n = 0; n < N; ++n) sum += double(run_sum(x + (n * C + c) * S, S));
+        mu = sum / double(M);
         const T m = T(mu);
-        const double var = channel_sum<T>(N, C, S, c, [&](int64_t i) { return (x[i] - m) * (x[i] - m); }) / double(M);
+        for (int64_t n = 0; n < N; ++n) sq += double(run_sq_dev(x + (n * C + c) * S, S, m));
+        const double var = sq / double(M);
         inv = 1.0 / std::sqrt(var + eps);
         if (rmean) rmean[c] = T((1 - momentum) * double(rmean[c]) + momentum * mu);
         if (rvar) rvar[c] = T((1 - momentum) * double(rvar[c]) + momentum * var * double(M) / double(M - 1));
@@ -153,8 +171,9 @@ void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* smea
   parallel_for(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const T mu = smean[c], inv = sinv[c];
-      const double sdy = channel_sum<T>(N, C, S, c, [&](int64_t i) { return dy[i]; });
-      const double sdyx = channel_sum<T>(N, C, S, c, [&](int64_t i) { return dy[i] * (x[i] - mu); }) * double(inv);
+      double sdy = 0, sdyx = 0;
+      for (int64_t n = 0; n < N; ++n) run_grad_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, mu, sdy, sdyx);
+      sdyx *= double(inv);
       dw[c] = T(sdyx);
       db[c] = T(sdy);
       const T k = inv * (w ? w[c] : T(1));
