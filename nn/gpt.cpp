@@ -49,7 +49,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor q = mul(heads(parts[0]), 1.0 / std::sqrt(double(hd)));  // scale q: fewer elements than scores
   Tensor k = heads(parts[1]), v = heads(parts[2]);
   Tensor att = matmul(q, transpose(k, -1, -2));  // (B, Hl, T, T)
-  att = masked_fill(att, causal_mask(t), -std::numeric_limits<double>::infinity());
+  const Tensor& mask = causal_mask(t);  // built on the host, then cached on x's device
+  if (mask.device() != x.device()) mask_ = mask.to(x.device());
+  att = masked_fill(att, mask_, -std::numeric_limits<double>::infinity());
   att = softmax(att, -1);
   att = child_at(2)(att);
   Tensor y = matmul(att, v);                              // (B, Hl, T, hd)
@@ -138,7 +140,7 @@ Tensor GPT::forward(const Tensor& idx) {
   const int64_t t = idx.size(1);
   STRATA_CHECK(t >= 1 && t <= cfg_.block_size, "[GPT] sequence length ", t, " exceeds block_size ",
                cfg_.block_size);
-  Tensor pos = ops::arange(0, double(t), 1.0, DType::i64);  // (T)
+  Tensor pos = ops::arange(0, double(t), 1.0, DType::i64).to(idx.device());  // (T)
   Tensor x = child_at(0)(idx) + child_at(1)(pos);  // (B,T,C) + (T,C)
   x = child_at(2)(x);
   const size_t n = child_at(3).named_children().size();

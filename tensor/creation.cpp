@@ -14,6 +14,8 @@ const KernelTable<CopyFn> kCopy{"copy", {&cpu::copy_kernel, nullptr}};
 const KernelTable<FillFn> kFill{"fill", {&cpu::fill_kernel, nullptr}};
 const KernelTable<RandFn> kUniform{"uniform", {&cpu::uniform_kernel, nullptr}};
 const KernelTable<RandFn> kNormal{"normal", {&cpu::normal_kernel, nullptr}};
+// Copies between devices; run by the non-CPU side's backend (out is contiguous).
+const KernelTable<CopyFn> kTransfer{"to_device", {nullptr, nullptr}};
 }  // namespace
 
 Tensor empty(const Shape& shape, DType dtype, Device device) { return Tensor::empty(shape, dtype, device); }
@@ -95,8 +97,11 @@ Tensor to_dtype(const Tensor& t, DType d) {
 Tensor to_cpu(const Tensor& t) { return to_device(t, kCPU); }
 
 Tensor to_device(const Tensor& t, Device d) {
+  STRATA_CHECK(t.defined(), "[to_device] input is an undefined tensor");
   if (t.device() == d) return t;
-  STRATA_THROW(Error, "[to_device] ", t.device().str(), " -> ", d.str(), ": this build has no CUDA support");
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), d);
+  kTransfer(d.is_cpu() ? t.device() : d)(out, t);
+  return out;
 }
 
 }  // namespace strata::ops

@@ -1,24 +1,61 @@
 // The op x device kernel table. Each op family's front end owns one KernelTable per
-// kernel signature, filled with the cpu kernel (and the cuda one in CUDA builds).
+// kernel signature, filled with the cpu kernel. A backend compiled into the build (the
+// CUDA kernels in tensor/cuda/) registers its kernels under the table's op name; a
+// table looks an empty slot up there, so front ends never name backend functions.
 #pragma once
 #include <array>
+#include <string>
+#include <typeinfo>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
 
 namespace strata {
 
+namespace detail {
+using AnyKernel = void (*)();
+/// Registers `fn` (whose real type is `type`) as the kernel of `op` on device type t.
+/// Re-registering replaces the previous entry. Thread-safe.
+void register_kernel(const char* op, DeviceType t, const std::type_info& type, AnyKernel fn);
+/// The kernel registered for (op, t), loading t's backend first (CUDA registers lazily);
+/// nullptr when none. Throws when it was registered with a different signature.
+AnyKernel find_kernel(const char* op, DeviceType t, const std::type_info& type);
+}  // namespace detail
+
+/// Registers a backend kernel for `op` (the KernelTable's op name) on device type t.
+template <class Fn>
+void register_kernel(const char* op, DeviceType t, Fn* fn) {
+  detail::register_kernel(op, t, typeid(Fn), reinterpret_cast<detail::AnyKernel>(fn));
+}
+
+/// Op names with a kernel registered for device type t, sorted (for tests and `strata info`).
+std::vector<std::string> registered_kernels(DeviceType t);
+
 template <class Fn>
 struct KernelTable {
   const char* op;
   std::array<Fn*, kNumDeviceTypes> fns;
 
+  /// The table's own kernel for d, else the one a backend registered under `op`, else nullptr.
+  Fn* find(Device d) const {
+    if (Fn* f = fns[int(d.type)]) return f;
+    return reinterpret_cast<Fn*>(detail::find_kernel(op, d.type, typeid(Fn)));
+  }
+
   Fn* operator()(Device d) const {
-    Fn* f = fns[int(d.type)];
+    Fn* f = find(d);
     STRATA_CHECK(f != nullptr, "[", op, "] no kernel for device ", d.str(),
-                 (d.type == DeviceType::CUDA ? ": this build has no CUDA support" : ""));
+                 (d.type == DeviceType::CUDA ? kNoCudaKernelHint : ""));
     return f;
   }
+
+ private:
+#ifdef STRATA_WITH_CUDA
+  static constexpr const char* kNoCudaKernelHint = ": the CUDA backend has no kernel for this op yet";
+#else
+  static constexpr const char* kNoCudaKernelHint = ": this build has no CUDA support (rebuild with STRATA_CUDA=ON)";
+#endif
 };
 
 /// Throws unless every tensor is on the same device; returns it.

@@ -9,6 +9,11 @@ namespace {
 
 using GemmFn = void(DType, int64_t, int64_t, int64_t, double, cpu::MatRef, cpu::MatRef, double, void*, int64_t);
 const KernelTable<GemmFn> kGemm{"matmul", {&cpu::gemm, nullptr}};
+// Optional: `batch` GEMMs whose operands sit at constant element strides (cuBLAS
+// strided-batched); devices without one loop over kGemm.
+using GemmBatchedFn = void(DType, int64_t batch, int64_t m, int64_t n, int64_t k, cpu::MatRef a, int64_t stride_a,
+                           cpu::MatRef b, int64_t stride_b, void* c, int64_t ldc, int64_t stride_c);
+const KernelTable<GemmBatchedFn> kGemmBatched{"matmul_batched", {nullptr, nullptr}};
 
 // Matrix view of the last two dims of t (rows x cols) for BLAS, or nullopt if it needs a copy.
 std::optional<std::pair<int64_t, bool>> blas_layout(const Tensor& t) {
@@ -76,17 +81,27 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     auto [tb, lb] = prepare(expand(b, eb));
     const int64_t nb = shape_numel(batch);
     const int64_t nbd = int64_t(batch.size());
+    std::vector<int64_t> oa(size_t(nb), 0), ob(size_t(nb), 0);
+    bool uniform = true;  // offsets are i * (oa[1], ob[1])
     for (int64_t i = 0; i < nb; ++i) {
-      int64_t oa = 0, ob = 0, rem = i;
+      int64_t rem = i;
       for (int64_t dd = nbd - 1; dd >= 0; --dd) {
         const int64_t idx = rem % batch[dd];
         rem /= batch[dd];
-        oa += idx * ta.strides()[dd];
-        ob += idx * tb.strides()[dd];
+        oa[size_t(i)] += idx * ta.strides()[dd];
+        ob[size_t(i)] += idx * tb.strides()[dd];
       }
-      auto* o = static_cast<char*>(out.raw_data()) + i * n * m * int64_t(element_size(out.dtype()));
-      kGemm(d)(out.dtype(), n, m, k, 1.0, mat_ref(ta, la, oa), mat_ref(tb, lb, ob), 0.0, o,
-               std::max<int64_t>(m, 1));
+      if (i > 0) uniform = uniform && oa[size_t(i)] == i * oa[1] && ob[size_t(i)] == i * ob[1];
+    }
+    if (auto* batched = kGemmBatched.find(d); batched && uniform && nb > 1) {
+      batched(out.dtype(), nb, n, m, k, mat_ref(ta, la, 0), oa[1], mat_ref(tb, lb, 0), ob[1], out.raw_data(),
+              std::max<int64_t>(m, 1), n * m);
+    } else {
+      for (int64_t i = 0; i < nb; ++i) {
+        auto* o = static_cast<char*>(out.raw_data()) + i * n * m * int64_t(element_size(out.dtype()));
+        kGemm(d)(out.dtype(), n, m, k, 1.0, mat_ref(ta, la, oa[size_t(i)]), mat_ref(tb, lb, ob[size_t(i)]), 0.0, o,
+                 std::max<int64_t>(m, 1));
+      }
     }
   }
   if (a_in.dim() == 1) out = squeeze(out, -2);

@@ -17,9 +17,20 @@ class Allocator {
   virtual Device device() const = 0;
 };
 
-/// The allocator for a device; CPU is 64-byte aligned. CUDA registers its own.
+/// Highest device index + 1 an allocator can be registered for, per device type.
+inline constexpr int kMaxDevicesPerType = 64;
+
+/// The allocator for a device; CPU is 64-byte aligned. CUDA registers one per device
+/// index (the first CUDA lookup loads the CUDA backend in builds that have it).
 Allocator* allocator_for(Device d);
+/// Registers `a` for every index of device type t (an allocator that handles all devices).
 void register_allocator(DeviceType t, Allocator* a);
+/// Registers `a` for one device; takes precedence over the per-type registration.
+void register_allocator(Device d, Allocator* a);
+
+/// The byte counters Storage charges for device d: cpu_memory() for the CPU, one
+/// MemoryTracker per CUDA device index. Thread-safe.
+MemoryTracker& device_memory(Device d);
 
 /// Owns `nbytes` bytes from an allocator and remembers the category they were charged to.
 class Storage {
@@ -37,6 +48,13 @@ class Storage {
   MemCategory category() const { return category_; }
   /// Moves the bytes to another accounting category (e.g. a buffer that becomes a grad).
   void recharge(MemCategory c);
+  /// Frees the bytes but keeps the Storage (and every view of it) alive, as FSDP does
+  /// with a resharded parameter: data() is null and using a view throws until
+  /// reallocate(). External memory cannot be released.
+  void release();
+  /// Allocates nbytes() again (uninitialised) after release(), charged to `c`.
+  void reallocate(MemCategory c);
+  bool released() const { return released_; }
   uint32_t version() const { return version_; }
   void bump_version() { ++version_; }
 
@@ -47,6 +65,7 @@ class Storage {
   MemCategory category_;
   Allocator* alloc_ = nullptr;  // null for external memory
   uint32_t version_ = 0;
+  bool released_ = false;
 };
 
 }  // namespace strata

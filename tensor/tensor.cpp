@@ -79,6 +79,10 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::raw_data() const {
   auto* base = static_cast<char*>(impl_->storage->data());
+  if (!base && impl_->storage->released())
+    STRATA_THROW(Error, "[tensor] the storage of this ", dtype_name(impl_->dtype), " tensor ", shape_str(impl_->shape),
+                 " was released (a sharded FSDP parameter used outside forward/backward: gather it first, e.g. "
+                 "with summon_full_params)");
   return base ? base + impl_->offset * int64_t(element_size(impl_->dtype)) : nullptr;
 }
 
@@ -104,6 +108,8 @@ std::string Tensor::str() const {
   if (!defined()) return "undefined";
   return std::string(dtype_name(dtype())) + shape_str(shape()) + " " + device().str();
 }
+
+Tensor Tensor::to(Device d) const { return ops::to_device(*this, d); }
 
 Tensor& Tensor::set_requires_grad(bool r) {
   STRATA_CHECK(!r || is_floating(dtype()), "[requires_grad] only floating tensors can require grad, got ",

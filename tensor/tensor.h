@@ -94,6 +94,11 @@ class Tensor {
 
   std::string str() const;  // short description: "f32[2, 3] cpu"
 
+  /// This tensor on device d: itself when already there, else a contiguous copy
+  /// (host <-> CUDA or CUDA <-> CUDA; ops::to_device). A copy to the CPU is complete
+  /// when it returns; a copy to a GPU is ordered on the destination's current stream.
+  Tensor to(Device d) const;
+
   // --- autograd accessors ---
   bool requires_grad() const { return impl_->requires_grad; }
   /// Marks a leaf as requiring grad. Returns *this for chaining.

@@ -1,0 +1,145 @@
+// Whole training steps on the GPU against the same model on the CPU: a GPT (embeddings,
+// attention with a causal mask, GELU MLP, layer norm, dropout, tied lm head,
+// cross-entropy, AdamW; with and without activation checkpointing) and a CNN (cuDNN
+// conv, batch norm, max pool, dropout, SGD with momentum). Same seed, same data, same
+// dropout masks: losses, gradients and parameters must agree to f32 rounding.
+#include <gtest/gtest.h>
+
+#include "../cuda_test_util.h"
+#include "autograd/engine.h"
+#include "autograd/functions.h"
+#include "nn/cnn.h"
+#include "nn/gpt.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+
+namespace strata {
+namespace {
+
+using test::expect_close;
+using test::kGpu;
+using test::Tol;
+
+// Moves a module's parameters and floating buffers to device d. Integer buffers stay on
+// the host: BatchNorm2d bumps num_batches_tracked through a host pointer.
+void move_module(nn::Module& m, Device d) {
+  for (const auto& [name, p] : m.named_parameters()) {
+    MemoryScope scope(MemCategory::params);
+    Tensor q = p.detach().to(d);
+    q.set_requires_grad(p.requires_grad());
+    m.set_parameter(name, q);
+  }
+  for (const auto& [name, b] : m.named_buffers())
+    if (is_floating(b.dtype())) m.set_buffer(name, b.to(d));
+}
+
+Tensor tokens(const Shape& s, int64_t vocab, uint64_t seed) {
+  Generator g(seed);
+  auto u = ops::uniform(s, 0.0, double(vocab), g, DType::f64).to_vector<double>();
+  std::vector<int64_t> ids;
+  for (double v : u) ids.push_back(std::min<int64_t>(int64_t(v), vocab - 1));
+  return ops::from_vector<int64_t>(ids, s);
+}
+
+void expect_same_params(const nn::Module& gpu_m, const nn::Module& cpu_m, Tol tol, const std::string& when) {
+  const auto g = gpu_m.named_parameters(), c = cpu_m.named_parameters();
+  ASSERT_EQ(g.size(), c.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_EQ(g[i].first, c[i].first);
+    EXPECT_EQ(g[i].second.device(), kGpu) << g[i].first;
+    expect_close(g[i].second, c[i].second, tol, when + " param " + g[i].first);
+  }
+}
+
+void expect_same_grads(const nn::Module& gpu_m, const nn::Module& cpu_m, Tol tol) {
+  const auto g = gpu_m.named_parameters(), c = cpu_m.named_parameters();
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_TRUE(g[i].second.grad().defined()) << g[i].first;
+    EXPECT_EQ(g[i].second.grad().device(), kGpu) << g[i].first;
+    expect_close(g[i].second.grad(), c[i].second.grad(), tol, "grad " + g[i].first);
+  }
+}
+
+void gpt_steps(bool checkpoint) {
+  nn::GPTConfig cfg;
+  cfg.vocab = 64;
+  cfg.block_size = 16;
+  cfg.n_layer = 2;
+  cfg.n_head = 2;
+  cfg.n_embd = 32;
+  cfg.dropout = 0.1;
+  cfg.checkpoint = checkpoint;
+  Generator gc(7), gg(7);
+  auto cpu_m = std::make_shared<nn::GPT>(cfg, gc);
+  auto gpu_m = std::make_shared<nn::GPT>(cfg, gg);
+  move_module(*gpu_m, kGpu);
+  expect_same_params(*gpu_m, *cpu_m, Tol{0, 0}, "initial");
+  // eps 1e-6: an update must not flip with the sign of a gradient that is ~0 up to rounding
+  const optim::AdamWOptions opt{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.1};
+  optim::AdamW oc(cpu_m->named_parameters(), opt), og(gpu_m->named_parameters(), opt);
+  for (int step = 0; step < 3; ++step) {
+    const Tensor idx = tokens({4, 16}, cfg.vocab, 100 + uint64_t(step));
+    const Tensor tgt = tokens({4, 16}, cfg.vocab, 200 + uint64_t(step));
+    oc.zero_grad();
+    og.zero_grad();
+    const Tensor lc = cpu_m->loss(idx, tgt);
+    const Tensor lg = gpu_m->loss(idx.to(kGpu), tgt.to(kGpu));
+    EXPECT_EQ(lg.device(), kGpu);
+    EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-5 * std::abs(lc.item<double>())) << "loss at step " << step;
+    backward(lc);
+    backward(lg);
+    if (step == 0) expect_same_grads(*gpu_m, *cpu_m, Tol{1e-5, 1e-3});
+    oc.step();
+    og.step();
+  }
+  expect_same_params(*gpu_m, *cpu_m, Tol{2e-5, 1e-4}, "after 3 AdamW steps");
+}
+
+TEST(CudaModelStep, GptTrainingStepsMatchTheCpu) {
+  STRATA_REQUIRE_GPU();
+  gpt_steps(/*checkpoint=*/false);
+}
+
+TEST(CudaModelStep, GptWithActivationCheckpointingMatchesTheCpu) {
+  STRATA_REQUIRE_GPU();
+  gpt_steps(/*checkpoint=*/true);
+}
+
+TEST(CudaModelStep, CnnTrainingStepsMatchTheCpu) {
+  STRATA_REQUIRE_GPU();
+#ifndef STRATA_WITH_CUDNN
+  GTEST_SKIP() << "built without cuDNN";
+#endif
+  nn::CNNConfig cfg;
+  cfg.channels = {4, 8};
+  cfg.image_size = 12;
+  cfg.hidden = 16;
+  cfg.dropout = 0.25;
+  cfg.batch_norm = true;
+  Generator gc(3), gg(3);
+  auto cpu_m = std::make_shared<nn::CNN>(cfg, gc);
+  auto gpu_m = std::make_shared<nn::CNN>(cfg, gg);
+  move_module(*gpu_m, kGpu);
+  const optim::SGDOptions opt{.lr = 0.05, .momentum = 0.9, .dampening = 0.0, .weight_decay = 1e-4, .nesterov = false};
+  optim::SGD oc(cpu_m->named_parameters(), opt), og(gpu_m->named_parameters(), opt);
+  for (int step = 0; step < 3; ++step) {
+    const Tensor x = test::rand_cpu({8, 1, 12, 12}, DType::f32, 300 + uint64_t(step), 0.0, 1.0);
+    const Tensor y = tokens({8}, 10, 400 + uint64_t(step));
+    oc.zero_grad();
+    og.zero_grad();
+    const Tensor lc = cross_entropy((*cpu_m)(x), y);
+    const Tensor lg = cross_entropy((*gpu_m)(x.to(kGpu)), y.to(kGpu));
+    EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-5 * std::abs(lc.item<double>())) << "loss at step " << step;
+    backward(lc);
+    backward(lg);
+    if (step == 0) expect_same_grads(*gpu_m, *cpu_m, Tol{1e-5, 1e-3});
+    oc.step();
+    og.step();
+  }
+  expect_same_params(*gpu_m, *cpu_m, Tol{2e-5, 1e-4}, "after 3 SGD steps");
+  const auto gb = gpu_m->named_buffers(), cb = cpu_m->named_buffers();
+  for (size_t i = 0; i < gb.size(); ++i) expect_close(gb[i].second, cb[i].second, "buffer " + gb[i].first);
+}
+
+}  // namespace
+}  // namespace strata
