@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/half_bits.h"
 
 namespace strata {
 
@@ -49,15 +50,10 @@ struct Half {
 struct BFloat16 {
   uint16_t bits;
 };
-float half_to_float(uint16_t h);
-uint16_t float_to_half(float f);
-inline float bf16_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }
-inline uint16_t float_to_bf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return uint16_t(u >> 16);
-}
+inline float half_to_float(uint16_t h) { return half_bits_to_float(h); }
+inline uint16_t float_to_half(float f) { return float_to_half_bits(f); }
+inline float bf16_to_float(uint16_t b) { return bf16_bits_to_float(b); }
+inline uint16_t float_to_bf16(float f) { return float_to_bf16_bits(f); }
 
 /// Maps a C++ type to its DType tag.
 template <class T> struct dtype_of;

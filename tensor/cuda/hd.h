@@ -5,11 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define STRATA_HD __host__ __device__ __forceinline__
-#else
-#define STRATA_HD inline
-#endif
+#include "core/half_bits.h"  // STRATA_HD
 
 // `#pragma unroll` for device code only (host compilers warn about it).
 #if defined(__CUDA_ARCH__)
@@ -20,24 +16,7 @@
 
 namespace strata::cuda::hd {
 
-STRATA_HD uint32_t float_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-
-STRATA_HD float bits_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
+using strata::hd::bits_float;
+using strata::hd::float_bits;
 
 }  // namespace strata::cuda::hd

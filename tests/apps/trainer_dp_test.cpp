@@ -12,6 +12,7 @@
 
 #include "apps/memory_report.h"
 #include "apps/trainer.h"
+#include "tests/apps/test_files.h"
 #include "tests/temp_dir_fixture.h"
 
 namespace strata::apps {
@@ -19,10 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kSrc = STRATA_SOURCE_DIR;
-const std::string kTinyMlp = kSrc + "/tests/data_files/tiny_mlp.yaml";
-const std::string kTinyGpt = kSrc + "/tests/data_files/tiny_gpt.yaml";
-const std::string kCorpus = kSrc + "/tests/data_files/tiny_corpus.txt";
 
 class TrainerDpTest : public strata::testing::TempDirTest {
  protected:

@@ -2,6 +2,7 @@
 // resume from a checkpoint, checkpoint validation (nothing loaded partially), and
 // the shipped configs all loading.
 #include "apps/trainer.h"
+#include "tests/apps/test_files.h"
 #include "tests/temp_dir_fixture.h"
 
 #include <gtest/gtest.h>
@@ -20,10 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kSrc = STRATA_SOURCE_DIR;
-const std::string kTinyMlp = kSrc + "/tests/data_files/tiny_mlp.yaml";
-const std::string kTinyGpt = kSrc + "/tests/data_files/tiny_gpt.yaml";
-const std::string kCorpus = kSrc + "/tests/data_files/tiny_corpus.txt";
 const std::string kGptLossFixture = kSrc + "/tests/data_files/tiny_gpt_losses.json";
 
 class TrainerTest : public strata::testing::TempDirTest {

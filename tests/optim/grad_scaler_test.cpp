@@ -16,6 +16,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/sgd.h"
 #include "tensor/ops.h"
+#include "tests/test_tensors.h"
 
 using namespace strata;
 using optim::GradScaler;
@@ -24,11 +25,7 @@ using optim::NamedTensors;
 
 namespace {
 
-Tensor leaf(const std::vector<float>& v, const Shape& s) {
-  Tensor t = ops::from_vector<float>(v, s);
-  t.set_requires_grad(true);
-  return t;
-}
+using strata::testing::leaf;
 
 void set_grad(Tensor& p, const std::vector<float>& g) { p.set_grad(ops::from_vector<float>(g, p.shape())); }
 

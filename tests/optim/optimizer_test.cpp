@@ -7,17 +7,14 @@
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "tensor/ops.h"
+#include "tests/test_tensors.h"
 
 using namespace strata;
 using optim::NamedTensors;
 
 namespace {
 
-Tensor leaf(const std::vector<float>& v, const Shape& s) {
-  Tensor t = ops::from_vector<float>(v, s);
-  t.set_requires_grad(true);
-  return t;
-}
+using strata::testing::leaf;
 
 // Three fixed gradients for a 4-element parameter.
 const std::vector<std::vector<double>> kGrads = {{0.5, -1.0, 2.0, 0.0}, {0.1, 0.3, -0.7, 1.5}, {-0.4, 0.2, 0.9, -2.0}};

@@ -8,6 +8,7 @@
 
 #include "core/threads.h"
 #include "tensor/ops.h"
+#include "tests/test_tensors.h"
 
 using namespace strata;
 
@@ -15,10 +16,7 @@ namespace {
 
 using Vec = std::vector<double>;
 
-Tensor rnd(const Shape& s, DType dt, uint64_t seed, double scale = 1.0) {
-  Generator g(seed);
-  return ops::normal(s, 0, scale, g, dt);
-}
+using strata::testing::rnd;
 
 // Restores the thread count a test changed.
 class ThreadsGuard {

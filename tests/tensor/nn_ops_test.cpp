@@ -9,6 +9,7 @@
 
 #include "core/threads.h"
 #include "tensor/ops.h"
+#include "tests/test_tensors.h"
 
 using namespace strata;
 
@@ -16,10 +17,7 @@ namespace {
 
 using Vec = std::vector<double>;
 
-Tensor rnd(const Shape& s, DType dt, uint64_t seed, double scale = 1.0) {
-  Generator g(seed);
-  return ops::normal(s, 0, scale, g, dt);
-}
+using strata::testing::rnd;
 
 double tol_for(DType dt) { return dt == DType::f64 ? 1e-10 : 2e-5; }
 
