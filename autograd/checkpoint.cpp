@@ -3,6 +3,7 @@
 // and backpropagates through the recomputed graph. Parameters inside the segment
 // are reached only by that inner backward, so their .grad is accumulated (and their
 // post-accumulate hooks fire) once per backward.
+#include "autograd/autocast.h"
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "autograd/node.h"
@@ -41,7 +42,7 @@ struct OutputSlot {
 class CheckpointNode final : public Node {
  public:
   CheckpointNode(SegmentFn fn, const std::vector<Tensor>& inputs, uint64_t seed, uint64_t offset)
-      : fn_(std::move(fn)), seed_(seed), offset_(offset) {
+      : fn_(std::move(fn)), seed_(seed), offset_(offset), autocast_(autocast_dtype()) {
     for (const auto& t : inputs) {
       inputs_.emplace_back(t);
       needs_.push_back(t.defined() && t.requires_grad());
@@ -67,6 +68,7 @@ class CheckpointNode final : public Node {
     {
       EnableGradGuard grad_on;
       GeneratorReplay replay(seed_, offset_);
+      AutocastGuard autocast(autocast_);  // recompute in the precision the forward used
       outs = fn_(args);
     }
     std::vector<Tensor> roots, grads;
@@ -98,6 +100,7 @@ class CheckpointNode final : public Node {
   std::vector<SavedTensor> inputs_;
   std::vector<bool> needs_;
   uint64_t seed_, offset_;
+  std::optional<DType> autocast_;
   std::vector<OutputSlot> slots_;
   bool packed_ = false;
 };

@@ -211,6 +211,14 @@ Tensor masked_fill(const Tensor& t, const Tensor& mask, double value) {
                    [m](const Tensor& g) { return std::vector{ops::masked_fill(g, m, 0.0)}; });
 }
 
+Tensor cast(const Tensor& x, DType dt) {
+  if (x.dtype() == dt) return x;
+  const DType in = x.dtype();
+  if (!is_floating(in) || !is_floating(dt)) return ops::to_dtype(x, dt);  // integers carry no gradient
+  return record_fn("CastBackward", ops::to_dtype(x, dt), {x},
+                   [in](const Tensor& g) { return std::vector{ops::to_dtype(g, in)}; });
+}
+
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

@@ -1,11 +1,15 @@
 // Differentiable matmul and linear. Backward GEMMs read transposed views, so no
 // operand is ever copied to be transposed.
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/lambda_node.h"
 
 namespace strata {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (autocast::wants_low_precision({a, b}))
+    return autocast::run_low_precision({a, b},
+                                       [](const std::vector<Tensor>& in) { return strata::matmul(in[0], in[1]); });
   Tensor out = ops::matmul(a, b);
   if (!any_requires_grad(a, b)) return out;
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -34,6 +38,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (autocast::wants_low_precision({x, w, b}))
+    return autocast::run_low_precision(
+        {x, w, b}, [](const std::vector<Tensor>& in) { return strata::linear(in[0], in[1], in[2]); });
   STRATA_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), "[linear] input ", shape_str(x.shape()),
                " does not match weight ", shape_str(w.shape()), " (out, in)");
   const int64_t in = w.size(1), outf = w.size(0);

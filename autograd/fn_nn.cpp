@@ -1,6 +1,7 @@
 // Differentiable neural-network functions. Each forward is one raw op from
 // tensor/nn_ops.cpp; its backward node keeps only what the matching *_backward raw
 // op needs (outputs, statistics, indices, masks), never a copy of the input.
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/lambda_node.h"
 
@@ -14,7 +15,8 @@ Tensor if_needed(bool need, Tensor g) { return need ? std::move(g) : Tensor(); }
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) {
+Tensor softmax(const Tensor& x_in, int64_t dim) {
+  const Tensor x = autocast::to_f32(x_in);  // f32 op under autocast
   Tensor y = ops::softmax(x, dim);
   if (!any_requires_grad(x)) return y;
   SavedTensor sy(y);
@@ -23,7 +25,8 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   });
 }
 
-Tensor log_softmax(const Tensor& x, int64_t dim) {
+Tensor log_softmax(const Tensor& x_in, int64_t dim) {
+  const Tensor x = autocast::to_f32(x_in);  // f32 op under autocast
   Tensor y = ops::log_softmax(x, dim);
   if (!any_requires_grad(x)) return y;
   SavedTensor sy(y);
@@ -32,7 +35,9 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   });
 }
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, double eps) {
+  // f32 op under autocast
+  const Tensor x = autocast::to_f32(x_in), weight = autocast::to_f32(w_in), bias = autocast::to_f32(b_in);
   auto [y, mean, rstd] = ops::layer_norm(x, weight, bias, eps);
   if (!any_requires_grad(x, weight, bias)) return y;
   const bool nx = needs(x), nw = needs(weight), nb = needs(bias);
@@ -61,6 +66,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p) {
+  if (autocast::wants_low_precision({x, w, b}))
+    return autocast::run_low_precision(
+        {x, w, b}, [&p](const std::vector<Tensor>& in) { return strata::conv2d(in[0], in[1], in[2], p); });
   Tensor y = ops::conv2d(x, w, b, p);
   if (!any_requires_grad(x, w, b)) return y;
   const bool nx = needs(x), nw = needs(w), nb = needs(b);
@@ -98,7 +106,8 @@ Tensor embedding(const Tensor& weight, const Tensor& idx) {
   });
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index) {
+  const Tensor logits = autocast::to_f32(logits_in);  // f32 op under autocast
   STRATA_CHECK(logits.dim() >= 1, "[cross_entropy] logits must be (..., C), got ", shape_str(logits.shape()));
   const int64_t C = logits.size(-1);
   Tensor l2 = logits.dim() == 2 ? logits : ops::reshape(logits, {-1, C});  // (N, C)

@@ -60,6 +60,10 @@ Tensor sigmoid(const Tensor& a);
 /// cond (u8, not differentiable) ? a : b.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor masked_fill(const Tensor& t, const Tensor& mask, double value);
+/// x converted to dtype dt (returns x itself when it already is dt). Backward casts the
+/// gradient back to x's dtype, so an f32 leaf read through a bf16 cast gets an f32 .grad.
+/// Differentiable between floating dtypes only (a cast to or from an integer records nothing).
+Tensor cast(const Tensor& x, DType dt);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

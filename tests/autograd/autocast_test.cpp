@@ -1,0 +1,243 @@
+// Autocast and the differentiable cast: gradients cross dtype boundaries back to the
+// input's dtype, the guard is scoped and per thread, linear/matmul/conv2d compute on
+// 16-bit-rounded values (checked against a double-precision reference built from the
+// rounded inputs) and the f32 ops lift 16-bit inputs to f32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "autograd/autocast.h"
+#include "autograd/engine.h"
+#include "autograd/functions.h"
+#include "autograd/gradcheck.h"
+
+using namespace strata;
+
+namespace {
+
+Tensor rnd(const Shape& s, uint64_t seed, DType dt = DType::f32, double scale = 1.0) {
+  Generator g(seed);
+  return ops::normal(s, 0, scale, g, dt);
+}
+
+Tensor leaf(const Shape& s, uint64_t seed, DType dt = DType::f32) {
+  Tensor t = ops::to_dtype(rnd(s, seed), dt);  // the generator draws f32/f64 only
+  t.set_requires_grad(true);
+  return t;
+}
+
+// t rounded to dt, as f32 values.
+std::vector<float> rounded(const Tensor& t, DType dt) {
+  return ops::to_dtype(ops::to_dtype(t, dt), DType::f32).to_vector<float>();
+}
+
+std::vector<float> as_f32(const Tensor& t) { return ops::to_dtype(t, DType::f32).to_vector<float>(); }
+
+// Every element of the f32 tensor t is exactly representable in dt.
+bool representable(const Tensor& t, DType dt) { return t.to_vector<float>() == rounded(t, dt); }
+
+// y (M,N) = x (M,K) @ w(N,K)^T + b in double, from given values.
+std::vector<double> ref_linear(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
+                               int64_t M, int64_t K, int64_t N) {
+  std::vector<double> y(size_t(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = b.empty() ? 0.0 : b[size_t(j)];
+      for (int64_t k = 0; k < K; ++k) s += double(x[size_t(i * K + k)]) * w[size_t(j * K + k)];
+      y[size_t(i * N + j)] = s;
+    }
+  return y;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ cast
+
+TEST(Cast, GradcheckThroughF32RoundTrip) {
+  // f64 -> f32 -> f64 is the identity up to f32 rounding; its gradient is 1 (times the
+  // downstream one). A coarse eps keeps the rounding noise below the tolerance.
+  Generator g(1);
+  Tensor x = ops::uniform({3, 4}, -2, 2, g, DType::f64);
+  x.set_requires_grad(true);
+  auto r = gradcheck([](const std::vector<Tensor>& in) { return square(cast(cast(in[0], DType::f32), DType::f64)); },
+                     {x}, 1e-3, 1e-4, 1e-3);
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(Cast, F32LeafThroughBf16GetsRoundedF32Grad) {
+  Tensor x = leaf({5, 7}, 2);
+  Tensor c = rnd({5, 7}, 3);  // upstream gradient, not bf16-representable
+  Tensor y = cast(x, DType::bf16);
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  EXPECT_EQ(as_f32(y).size(), 35u);
+  EXPECT_EQ(as_f32(y), rounded(x, DType::bf16));
+  Tensor z = cast(y, DType::f32);
+  backward(sum(mul(z, c)));
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(x.grad().dtype(), DType::f32);
+  // d/dz = c, rounded to bf16 when it crosses the bf16 tensor, then widened exactly
+  EXPECT_EQ(x.grad().to_vector<float>(), rounded(c, DType::bf16));
+}
+
+TEST(Cast, SameDtypeIsIdentityAndIntegersCarryNoGradient) {
+  Tensor x = leaf({3}, 4);
+  Tensor same = cast(x, DType::f32);
+  EXPECT_EQ(same.raw_data(), x.raw_data());
+  Tensor i = cast(x, DType::i64);
+  EXPECT_EQ(i.dtype(), DType::i64);
+  EXPECT_FALSE(i.requires_grad());
+  Tensor h = cast(x, DType::f16);
+  EXPECT_TRUE(h.requires_grad());
+  EXPECT_EQ(as_f32(h), rounded(x, DType::f16));
+}
+
+// ------------------------------------------------------------------ mode
+
+TEST(Autocast, GuardNestsRestoresAndRejectsNon16Bit) {
+  EXPECT_FALSE(autocast_dtype().has_value());
+  {
+    AutocastGuard a(DType::bf16);
+    EXPECT_EQ(autocast_dtype(), DType::bf16);
+    {
+      AutocastGuard b(DType::f16);
+      EXPECT_EQ(autocast_dtype(), DType::f16);
+      {
+        AutocastGuard off(std::nullopt);
+        EXPECT_FALSE(autocast_dtype().has_value());
+      }
+      EXPECT_EQ(autocast_dtype(), DType::f16);
+    }
+    EXPECT_EQ(autocast_dtype(), DType::bf16);
+    EXPECT_THROW(AutocastGuard bad(DType::f32), Error);
+    EXPECT_EQ(autocast_dtype(), DType::bf16);
+  }
+  EXPECT_FALSE(autocast_dtype().has_value());
+}
+
+TEST(Autocast, ModeIsThreadLocal) {
+  AutocastGuard a(DType::bf16);
+  std::optional<DType> seen = DType::f16;
+  Tensor other_y;
+  Tensor x = rnd({4, 8}, 5), w = rnd({3, 8}, 6);
+  std::thread t([&] {
+    seen = autocast_dtype();
+    other_y = linear(x, w, Tensor());
+  });
+  t.join();
+  EXPECT_FALSE(seen.has_value());
+  // the other thread ran linear in plain f32; this thread runs it rounded to bf16
+  const auto ref = ref_linear(x.to_vector<float>(), w.to_vector<float>(), {}, 4, 8, 3);
+  const auto o = other_y.to_vector<float>();
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(o[i], ref[i], 1e-5 * (1 + std::abs(ref[i])));
+  Tensor y = linear(x, w, Tensor());
+  EXPECT_TRUE(representable(y, DType::bf16));
+  EXPECT_NE(y.to_vector<float>(), o);
+}
+
+// ------------------------------------------------------------------ lower-precision ops
+
+TEST(Autocast, LinearRoundsInputsAndOutputAndReturnsF32Grads) {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const int64_t M = 6, K = 40, N = 5;
+    Tensor x = leaf({2, 3, K}, 7), w = leaf({N, K}, 8), b = leaf({N}, 9);
+    Tensor y;
+    {
+      AutocastGuard ac(dt);
+      y = linear(x, w, b);
+    }
+    EXPECT_EQ(y.dtype(), DType::f32);
+    EXPECT_EQ(y.shape(), (Shape{2, 3, N}));
+    EXPECT_TRUE(representable(y, dt)) << dtype_name(dt);
+    // reference: the GEMM in double on the rounded inputs, rounded once at the end
+    const auto ref = ref_linear(rounded(x, dt), rounded(w, dt), rounded(b, dt), M, K, N);
+    const std::vector<float> ref_f(ref.begin(), ref.end());
+    const auto expect = rounded(ops::from_vector<float>(ref_f, {M, N}), dt);
+    const auto got = y.to_vector<float>();
+    for (size_t i = 0; i < got.size(); ++i) {
+      // f32 accumulation may flip the last rounding step: at most one 16-bit ulp apart
+      const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::abs(double(expect[i])), 1e-3)) -
+                                             (dt == DType::bf16 ? 7 : 10));
+      EXPECT_LE(std::abs(got[i] - expect[i]), ulp) << dtype_name(dt) << " element " << i;
+    }
+    Tensor c = rnd({2, 3, N}, 10);
+    backward(sum(mul(y, c)));
+    for (const Tensor* p : {&x, &w, &b}) {
+      ASSERT_TRUE(p->grad().defined());
+      EXPECT_EQ(p->grad().dtype(), DType::f32);
+      EXPECT_TRUE(representable(p->grad(), dt)) << "gradients leave the 16-bit op rounded";
+    }
+    // db = sum over rows of the rounded upstream gradient
+    const auto cr = rounded(c, dt), db = b.grad().to_vector<float>();
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t i = 0; i < M; ++i) s += cr[size_t(i * N + j)];
+      EXPECT_NEAR(db[size_t(j)], s, 1e-2 * (1 + std::abs(s)));
+    }
+  }
+}
+
+TEST(Autocast, MatmulAndConv2dMatchF32WithinBf16Tolerance) {
+  Tensor a = leaf({2, 4, 16}, 11), bm = leaf({16, 8}, 12);
+  Tensor x = leaf({2, 3, 6, 6}, 13), w = leaf({4, 3, 3, 3}, 14), b = leaf({4}, 15);
+  ops::Conv2dParams p{.pad_h = 1, .pad_w = 1};
+  Tensor y32 = matmul(a, bm), c32 = strata::conv2d(x, w, b, p);
+  Tensor y16, c16;
+  {
+    AutocastGuard ac(DType::bf16);
+    y16 = matmul(a, bm);
+    c16 = strata::conv2d(x, w, b, p);
+  }
+  for (auto [lo, hi] : {std::pair{y16, y32}, std::pair{c16, c32}}) {
+    EXPECT_EQ(lo.dtype(), DType::f32);
+    EXPECT_EQ(lo.shape(), hi.shape());
+    EXPECT_TRUE(representable(lo, DType::bf16));
+    const auto l = lo.to_vector<float>(), h = hi.to_vector<float>();
+    double err = 0, nrm = 0;
+    for (size_t i = 0; i < l.size(); ++i) err += (l[i] - h[i]) * double(l[i] - h[i]), nrm += double(h[i]) * h[i];
+    EXPECT_LT(std::sqrt(err / nrm), 2e-2);
+    EXPECT_GT(std::sqrt(err / nrm), 0.0) << "autocast changed nothing";
+  }
+  backward(sum(y16));
+  backward(sum(c16));
+  for (const Tensor* t : {&a, &bm, &x, &w, &b}) EXPECT_EQ(t->grad().dtype(), DType::f32);
+}
+
+TEST(Autocast, F64InputsAreLeftAlone) {
+  Tensor a = rnd({3, 5}, 16, DType::f64), bm = rnd({5, 2}, 17, DType::f64);
+  AutocastGuard ac(DType::bf16);
+  Tensor y = matmul(a, bm);
+  EXPECT_EQ(y.dtype(), DType::f64);
+  EXPECT_EQ(y.to_vector<double>(), ops::matmul(a, bm).to_vector<double>());
+}
+
+// ------------------------------------------------------------------ f32 ops
+
+TEST(Autocast, F32OpsLiftBf16InputsAndReturnGradsInBf16) {
+  Tensor x = leaf({4, 9}, 18, DType::bf16);
+  Tensor tgt = ops::from_vector<int64_t>({0, 3, 8, 2}, {4});
+  Tensor xf = ops::to_dtype(x.detach(), DType::f32);  // the same values in f32
+  AutocastGuard ac(DType::bf16);
+  Tensor s = softmax(x, -1), ls = log_softmax(x, -1), ce = cross_entropy(x, tgt);
+  Tensor ln = layer_norm(x, ops::to_dtype(ops::ones({9}), DType::bf16), ops::to_dtype(ops::zeros({9}), DType::bf16));
+  for (const Tensor& t : {s, ls, ce, ln}) EXPECT_EQ(t.dtype(), DType::f32);
+  EXPECT_EQ(s.to_vector<float>(), ops::softmax(xf, -1).to_vector<float>());
+  EXPECT_EQ(ls.to_vector<float>(), ops::log_softmax(xf, -1).to_vector<float>());
+  EXPECT_EQ(ce.item<float>(), std::get<0>(ops::cross_entropy(xf, tgt, -100)).item<float>());
+  EXPECT_EQ(ln.to_vector<float>(), std::get<0>(ops::layer_norm(xf, Tensor(), Tensor(), 1e-5)).to_vector<float>());
+  backward(ce);
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(x.grad().dtype(), DType::bf16);
+  // d ce / dx = (softmax - onehot) / N, rounded to bf16
+  auto p = ops::softmax(xf, -1).to_vector<float>();
+  for (int64_t i : {0, 1, 2, 3}) p[size_t(i * 9 + tgt.to_vector<int64_t>()[size_t(i)])] -= 1.0f;
+  for (float& v : p) v /= 4.0f;
+  EXPECT_EQ(as_f32(x.grad()), rounded(ops::from_vector<float>(p, {4, 9}), DType::bf16));
+}
+
+TEST(Autocast, F32OpsKeepF32InputsUntouched) {
+  Tensor x = rnd({3, 6}, 19);
+  AutocastGuard ac(DType::bf16);
+  Tensor s = softmax(x, -1);
+  EXPECT_EQ(s.to_vector<float>(), ops::softmax(x, -1).to_vector<float>());
+}
