@@ -238,7 +238,12 @@ std::string ProcessGroup::describe(const OpInfo& i) const {
 // ------------------------------------------------------------------ running collectives
 
 void ProcessGroup::execute(const OpInfo& info, const Collective& c, int64_t& bytes_sent) {
-  const bool want_native = info.algo == Algorithm::native || info.algo == Algorithm::automatic;
+  // The ring/tree algorithms and the 16-bit staging below run host code on the buffers:
+  // a device backend (nccl) always takes its own implementation.
+  const bool device_backend = backend_->device_type() != DeviceType::CPU;
+  STRATA_CHECK(!device_backend || backend_->supports(c), "[", op_kind_name(c.kind), "] the ", backend_->kind(),
+               " backend has no implementation of this op and host algorithms cannot run on device memory");
+  const bool want_native = device_backend || info.algo == Algorithm::native || info.algo == Algorithm::automatic;
   if (want_native && backend_->supports(c)) {
     auto req = backend_->start(c);
     if (!req->wait_until(info.deadline)) throw detail::TimedOut(req->peer());

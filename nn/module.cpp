@@ -279,6 +279,25 @@ void Module::to(DType dtype) {
   for (auto& [n, c] : children_) c->to(dtype);
 }
 
+void Module::to(Device device) {
+  for (auto& [n, t] : params_)
+    if (t.device() != device) {
+      Tensor c;
+      {
+        MemoryScope scope(MemCategory::params);
+        c = t.detach().to(device);
+      }
+      c.set_requires_grad(t.requires_grad());
+      t = c;
+    }
+  for (auto& [n, t] : buffers_)
+    if (t.device() != device) {
+      MemoryScope scope(t.storage()->category());
+      t = t.to(device);
+    }
+  for (auto& [n, c] : children_) c->to(device);
+}
+
 std::vector<Generator*> Module::generators() {
   std::vector<Generator*> out;
   if (Generator* g = own_generator()) out.push_back(g);

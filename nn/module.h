@@ -86,6 +86,10 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Converts every floating parameter and buffer to `dtype` (e.g. f64 for gradcheck)
   /// through set_parameter / set_buffer; integer buffers keep their type.
   void to(DType dtype);
+  /// Moves every parameter and buffer to `device` (copies through set_parameter /
+  /// set_buffer semantics; gradients are dropped). Call it before wrapping with DDP/ZeRO
+  /// and before building the optimizer, which hold the tensors they were given.
+  void to(Device device);
 
   /// The random generator this module owns (Dropout), else nullptr. Activation
   /// checkpointing saves and restores these so a recomputed forward draws the same masks.

@@ -40,8 +40,12 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   const bool training = is_training();
   Tensor y = batch_norm(x, *weight_, *bias_, *running_mean_, *running_var_, training, momentum_, eps_);
   if (training) {
-    num_batches_->data<int64_t>()[0] += 1;
-    num_batches_->bump_version();
+    if (num_batches_->device().is_cpu()) {
+      num_batches_->data<int64_t>()[0] += 1;
+      num_batches_->bump_version();
+    } else {  // a device counter: read it back (one sync per forward) and write n + 1
+      ops::fill_(*num_batches_, double(num_batches_tracked() + 1));
+    }
   }
   return y;
 }

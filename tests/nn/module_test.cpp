@@ -214,3 +214,39 @@ TEST(Module, ParametersAreChargedToParamsCategory) {
   }
   EXPECT_EQ(cpu_memory().stats(MemCategory::params).current, before);
 }
+
+namespace strata {
+namespace {
+
+// Module::to(Device): moving to the device it is on changes nothing; moving to cuda:0
+// either works (a GPU is visible: the values survive the round trip) or fails with an
+// error naming CUDA, leaving the module usable on the CPU.
+TEST(Module, ToDeviceMovesParametersAndBuffersOrSaysWhyNot) {
+  Generator g(3);
+  auto m = std::make_shared<nn::CNN>(nn::CNNConfig{.in_channels = 1, .channels = {2}, .classes = 3, .batch_norm = true,
+                                                   .dropout = 0.0, .image_size = 4, .hidden = 4},
+                                     g);
+  const nn::NamedTensors before = m->state_dict();
+  std::vector<std::vector<double>> values;
+  for (const auto& [n, t] : before) values.push_back(t.to_vector<double>());
+  m->to(kCPU);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(m->state_dict()[i].second.shares_storage(before[i].second));
+  const Device gpu{DeviceType::CUDA, 0};
+  try {
+    m->to(gpu);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+    for (const auto& [n, t] : m->state_dict()) EXPECT_TRUE(t.device().is_cpu()) << n;
+    return;
+  }
+  for (const auto& [n, t] : m->named_parameters()) {
+    EXPECT_EQ(t.device(), gpu) << n;
+    EXPECT_TRUE(t.requires_grad()) << n;
+  }
+  m->to(kCPU);
+  const nn::NamedTensors after = m->state_dict();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].second.to_vector<double>(), values[i]) << after[i].first;
+}
+
+}  // namespace
+}  // namespace strata
