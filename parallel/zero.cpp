@@ -83,8 +83,22 @@ struct ZeroState {
 
   ZeroState(comm::ProcessGroup& g, const ZeroOptions& o) : group(g), opts(o), rank(g.rank()), world(g.size()) {}
 
-  Tensor param_view(const ZeroUnit& u, size_t e) const {
-    return ops::view(slice1d(u.param_flat, u.layout.offsets[e], u.layout.numels[e]), shapes[size_t(u.slot_of[e])]);
+  // Entry e of unit u inside one of the unit's padded flat buffers (parameters, gradients
+  // or the reduce-scatter staging), shaped like that parameter.
+  Tensor entry_view(const Tensor& flat, const ZeroUnit& u, size_t e) const {
+    return ops::view(slice1d(flat, u.layout.offsets[e], u.layout.numels[e]), shapes[size_t(u.slot_of[e])]);
+  }
+
+  // Stages 1-2: every unit's full parameters from the updated slices (in place); returns
+  // how many all-gathers ran and adds the time blocked on them to `wait_s`.
+  int64_t all_gather_params(double& wait_s) {
+    std::vector<comm::Work> works;
+    for (auto& u : units)
+      if (u.layout.numel > 0) works.push_back(group.all_gather(u.param_shard, u.param_flat));
+    const auto t = Clock::now();
+    for (auto& w : works) w.wait();
+    wait_s += seconds_since(t);
+    return int64_t(works.size());
   }
 
   // ------------------------------------------------------------ stage 3 gather / free
@@ -195,7 +209,7 @@ struct ZeroState {
       for (size_t e = 0; e < u.layout.params.size(); ++e) {
         Tensor& p = params[size_t(u.slot_of[e])];
         Tensor g = p.grad();
-        Tensor slot = ops::view(slice1d(u.grad_flat, u.layout.offsets[e], u.layout.numels[e]), p.shape());
+        Tensor slot = entry_view(u.grad_flat, u, e);
         if (g.defined() && !g.shares_storage(u.grad_flat)) ops::copy_(slot, g);  // .grad was replaced
         else if (!g.defined()) ops::fill_(slot, 0.0);
         p.set_grad(slot);
@@ -207,7 +221,7 @@ struct ZeroState {
         Tensor& p = params[size_t(u.slot_of[e])];
         Tensor g = p.grad();
         if (!g.defined()) continue;  // unused: zeros
-        Tensor slot = ops::view(slice1d(u.rs_in, u.layout.offsets[e], u.layout.numels[e]), p.shape());
+        Tensor slot = entry_view(u.rs_in, u, e);
         ops::copy_(slot, g);
         p.set_grad(Tensor());  // only the slice is kept
       }
@@ -382,7 +396,7 @@ ZeroDataParallel::ZeroDataParallel(std::shared_ptr<nn::Module> module, comm::Pro
     u.param_flat =
         flat_buffer(u.layout.padded(), u.dtype, opts.stage == 3 ? MemCategory::comm : MemCategory::params, s.device);
     for (size_t e = 0; e < idx.size(); ++e) {
-      Tensor dst = s.param_view(u, e);
+      Tensor dst = s.entry_view(u.param_flat, u, e);
       ops::copy_(dst, s.params[size_t(idx[e])]);
     }
     if (opts.stage == 3) {
@@ -399,13 +413,12 @@ ZeroDataParallel::ZeroDataParallel(std::shared_ptr<nn::Module> module, comm::Pro
     }
     for (size_t e = 0; e < idx.size(); ++e) {
       const int p = idx[e];
-      Tensor v = s.param_view(u, e);
+      Tensor v = s.entry_view(u.param_flat, u, e);
       v.set_requires_grad(true);
       module_->set_parameter(s.names[size_t(p)], v);
       s.params[size_t(p)] = module_->parameter(s.names[size_t(p)]);
       if (opts.stage == 1)
-        s.params[size_t(p)].set_grad(ops::view(slice1d(u.grad_flat, u.layout.offsets[e], u.layout.numels[e]),
-                                               s.shapes[size_t(p)]));
+        s.params[size_t(p)].set_grad(s.entry_view(u.grad_flat, u, e));
     }
     if (opts.stage == 3) u.param_flat.storage()->release();
   }
@@ -504,13 +517,7 @@ void ZeroDataParallel::step() {
   NoGradGuard no_grad;
   s.optimizer->step();
   if (opts_.stage == 3) return;  // the next forward gathers the updated slices
-  std::vector<comm::Work> works;
-  for (auto& u : s.units)
-    if (u.layout.numel > 0) works.push_back(group_.all_gather(u.param_shard, u.param_flat));
-  const auto t = Clock::now();
-  for (auto& w : works) w.wait();
-  s.last.all_gathers = int64_t(works.size());
-  s.last.wait_s += seconds_since(t);
+  s.last.all_gathers = s.all_gather_params(s.last.wait_s);
 }
 
 void ZeroDataParallel::zero_grad() {
@@ -519,11 +526,8 @@ void ZeroDataParallel::zero_grad() {
   for (auto& u : s.units) {
     if (opts_.stage == 1) {
       ops::fill_(u.grad_flat, 0.0);
-      for (size_t e = 0; e < u.layout.params.size(); ++e) {
-        const int p = u.slot_of[e];
-        s.params[size_t(p)].set_grad(ops::view(slice1d(u.grad_flat, u.layout.offsets[e], u.layout.numels[e]),
-                                               s.shapes[size_t(p)]));
-      }
+      for (size_t e = 0; e < u.layout.params.size(); ++e)
+        s.params[size_t(u.slot_of[e])].set_grad(s.entry_view(u.grad_flat, u, e));
     } else {
       ops::fill_(u.grad_shard, 0.0);
       for (int p : u.slot_of) s.params[size_t(p)].set_grad(Tensor());
@@ -612,13 +616,12 @@ void ZeroDataParallel::load_state(const RangeReader& read, const nlohmann::json*
     // Before the first step a checkpoint holds no state tensors.
     const std::vector<std::string> kinds =
         st.scalars.value("step", int64_t(0)) > 0 ? s.optimizer->state_kinds() : std::vector<std::string>{};
-    for (const auto& [name, piece] : s.optimizer->named_parameters()) {
-      const int p = int(std::find(s.names.begin(), s.names.end(), name) - s.names.begin());
-      const detail::ZeroUnit& u = s.units[size_t(s.unit_of[size_t(p)])];
+    for (const auto& u : s.units)
       for (const ShardSlice& sl : u.slices)
-        if (sl.param == p)
-          for (const auto& kind : kinds) st.tensors.emplace_back(kind + "." + name, read(kind + "." + name, sl.param_begin, sl.param_end));
-    }
+        for (const auto& kind : kinds) {
+          const std::string name = kind + "." + s.names[size_t(sl.param)];
+          st.tensors.emplace_back(name, read(name, sl.param_begin, sl.param_end));
+        }
   }
   // Apply.
   size_t i = 0;
@@ -633,10 +636,8 @@ void ZeroDataParallel::load_state(const RangeReader& read, const nlohmann::json*
   }
   if (optimizer_scalars) s.optimizer->load_state_dict(st);
   if (opts_.stage < 3) {
-    std::vector<comm::Work> works;
-    for (auto& u : s.units)
-      if (u.layout.numel > 0) works.push_back(group_.all_gather(u.param_shard, u.param_flat));
-    for (auto& w : works) w.wait();
+    double wait_s = 0;
+    s.all_gather_params(wait_s);
   }
 }
 
