@@ -1,5 +1,6 @@
 // Small tensor factories shared by the unit tests of several layers.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -18,6 +19,15 @@ inline Tensor leaf(const std::vector<float>& v, const Shape& s) {
   Tensor t = ops::from_vector<float>(v, s);
   t.set_requires_grad(true);
   return t;
+}
+
+/// (shape s) i64 token ids uniform in [0, vocab), from a generator seeded with `seed`.
+inline Tensor random_tokens(const Shape& s, int64_t vocab, uint64_t seed) {
+  Generator g(seed);
+  auto u = ops::uniform(s, 0.0, double(vocab), g, DType::f64).to_vector<double>();
+  std::vector<int64_t> ids;
+  for (double v : u) ids.push_back(std::min<int64_t>(int64_t(v), vocab - 1));
+  return ops::from_vector<int64_t>(ids, s);
 }
 
 }  // namespace strata::testing

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 
+#include "tests/test_tensors.h"
 #include "autograd/autocast.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
@@ -16,19 +17,12 @@
 #include "test_util.h"
 
 using namespace strata;
+using strata::testing::random_tokens;
 using strata::testing::randn;
 
 namespace {
 
-Tensor tokens(const Shape& s, int64_t vocab, uint64_t seed) {
-  Generator g(seed);
-  auto u = ops::uniform(s, 0.0, double(vocab), g, DType::f64).to_vector<double>();
-  std::vector<int64_t> ids;
-  for (double v : u) ids.push_back(std::min<int64_t>(int64_t(v), vocab - 1));
-  return ops::from_vector<int64_t>(ids, s);
-}
-
-Tensor labels(int64_t n, int64_t classes, uint64_t seed) { return tokens({n}, classes, seed); }
+Tensor labels(int64_t n, int64_t classes, uint64_t seed) { return random_tokens({n}, classes, seed); }
 
 using LossFn = std::function<Tensor()>;
 
@@ -155,7 +149,7 @@ TEST(AutocastModels, CnnGradientsMatchF32) {
 
 TEST(AutocastModels, GptGradientsMatchF32) {
   auto m = make_gpt();
-  const Tensor idx = tokens({4, 16}, kGpt.vocab, 5), tgt = tokens({4, 16}, kGpt.vocab, 6);
+  const Tensor idx = random_tokens({4, 16}, kGpt.vocab, 5), tgt = random_tokens({4, 16}, kGpt.vocab, 6);
   nn::GPT* gpt = m.get();
   expect_grads_close(*m, [gpt, idx, tgt] { return gpt->loss(idx, tgt); }, DType::bf16, 2e-2, 0.99);
 }
@@ -163,7 +157,7 @@ TEST(AutocastModels, GptGradientsMatchF32) {
 TEST(AutocastModels, SgdUnderBf16TrainsLikeF32) {
   const Tensor x = randn({32, 48}, 7), y = labels(32, 7, 8);
   expect_trains_like_f32(make_mlp, [&](nn::Module& m) { return classifier_loss(m, x, y); }, 25, 0.2);
-  const Tensor idx = tokens({4, 16}, kGpt.vocab, 9), tgt = tokens({4, 16}, kGpt.vocab, 10);
+  const Tensor idx = random_tokens({4, 16}, kGpt.vocab, 9), tgt = random_tokens({4, 16}, kGpt.vocab, 10);
   expect_trains_like_f32(
       make_gpt,
       [&](nn::Module& m) {
@@ -177,7 +171,7 @@ TEST(AutocastModels, SgdUnderBf16TrainsLikeF32) {
 // forward ran in: the bf16 gradients equal those of the same model without checkpointing.
 TEST(AutocastModels, CheckpointedGptRecomputesUnderTheForwardsAutocast) {
   auto m = make_gpt();
-  const Tensor idx = tokens({4, 16}, kGpt.vocab, 5), tgt = tokens({4, 16}, kGpt.vocab, 6);
+  const Tensor idx = random_tokens({4, 16}, kGpt.vocab, 5), tgt = random_tokens({4, 16}, kGpt.vocab, 6);
   nn::GPT* gpt = m.get();
   const LossFn loss = [gpt, idx, tgt] { return gpt->loss(idx, tgt); };
   step_grads(*m, loss, DType::bf16);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "tests/test_tensors.h"
 #include "autograd/engine.h"
 #include "nn/cnn.h"
 #include "nn/gpt.h"
@@ -12,18 +13,11 @@
 #include "test_util.h"
 
 using namespace strata;
+using strata::testing::random_tokens;
 using strata::testing::expect_close;
 using strata::testing::randn;
 
 namespace {
-
-Tensor random_tokens(const Shape& s, int64_t vocab, uint64_t seed) {
-  Generator g(seed);
-  auto u = ops::uniform(s, 0.0, double(vocab), g, DType::f64).to_vector<double>();
-  std::vector<int64_t> ids;
-  for (double v : u) ids.push_back(std::min<int64_t>(int64_t(v), vocab - 1));
-  return ops::from_vector<int64_t>(ids, s);
-}
 
 int64_t gpt_param_count(const nn::GPTConfig& c) {
   const int64_t C = c.n_embd;

@@ -5,6 +5,7 @@
 // dropout masks: losses, gradients and parameters must agree to f32 rounding.
 #include <gtest/gtest.h>
 
+#include "tests/test_tensors.h"
 #include "../cuda_test_util.h"
 #include "autograd/engine.h"
 #include "autograd/functions.h"
@@ -19,27 +20,7 @@ namespace {
 using test::expect_close;
 using test::kGpu;
 using test::Tol;
-
-// Moves a module's parameters and floating buffers to device d. Integer buffers stay on
-// the host: BatchNorm2d bumps num_batches_tracked through a host pointer.
-void move_module(nn::Module& m, Device d) {
-  for (const auto& [name, p] : m.named_parameters()) {
-    MemoryScope scope(MemCategory::params);
-    Tensor q = p.detach().to(d);
-    q.set_requires_grad(p.requires_grad());
-    m.set_parameter(name, q);
-  }
-  for (const auto& [name, b] : m.named_buffers())
-    if (is_floating(b.dtype())) m.set_buffer(name, b.to(d));
-}
-
-Tensor tokens(const Shape& s, int64_t vocab, uint64_t seed) {
-  Generator g(seed);
-  auto u = ops::uniform(s, 0.0, double(vocab), g, DType::f64).to_vector<double>();
-  std::vector<int64_t> ids;
-  for (double v : u) ids.push_back(std::min<int64_t>(int64_t(v), vocab - 1));
-  return ops::from_vector<int64_t>(ids, s);
-}
+using testing::random_tokens;
 
 void expect_same_params(const nn::Module& gpu_m, const nn::Module& cpu_m, Tol tol, const std::string& when) {
   const auto g = gpu_m.named_parameters(), c = cpu_m.named_parameters();
@@ -72,14 +53,14 @@ void gpt_steps(bool checkpoint) {
   Generator gc(7), gg(7);
   auto cpu_m = std::make_shared<nn::GPT>(cfg, gc);
   auto gpu_m = std::make_shared<nn::GPT>(cfg, gg);
-  move_module(*gpu_m, kGpu);
+  gpu_m->to(kGpu);
   expect_same_params(*gpu_m, *cpu_m, Tol{0, 0}, "initial");
   // eps 1e-6: an update must not flip with the sign of a gradient that is ~0 up to rounding
   const optim::AdamWOptions opt{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.1};
   optim::AdamW oc(cpu_m->named_parameters(), opt), og(gpu_m->named_parameters(), opt);
   for (int step = 0; step < 3; ++step) {
-    const Tensor idx = tokens({4, 16}, cfg.vocab, 100 + uint64_t(step));
-    const Tensor tgt = tokens({4, 16}, cfg.vocab, 200 + uint64_t(step));
+    const Tensor idx = random_tokens({4, 16}, cfg.vocab, 100 + uint64_t(step));
+    const Tensor tgt = random_tokens({4, 16}, cfg.vocab, 200 + uint64_t(step));
     oc.zero_grad();
     og.zero_grad();
     const Tensor lc = cpu_m->loss(idx, tgt);
@@ -119,12 +100,12 @@ TEST(CudaModelStep, CnnTrainingStepsMatchTheCpu) {
   Generator gc(3), gg(3);
   auto cpu_m = std::make_shared<nn::CNN>(cfg, gc);
   auto gpu_m = std::make_shared<nn::CNN>(cfg, gg);
-  move_module(*gpu_m, kGpu);
+  gpu_m->to(kGpu);
   const optim::SGDOptions opt{.lr = 0.05, .momentum = 0.9, .dampening = 0.0, .weight_decay = 1e-4, .nesterov = false};
   optim::SGD oc(cpu_m->named_parameters(), opt), og(gpu_m->named_parameters(), opt);
   for (int step = 0; step < 3; ++step) {
     const Tensor x = test::rand_cpu({8, 1, 12, 12}, DType::f32, 300 + uint64_t(step), 0.0, 1.0);
-    const Tensor y = tokens({8}, 10, 400 + uint64_t(step));
+    const Tensor y = random_tokens({8}, 10, 400 + uint64_t(step));
     oc.zero_grad();
     og.zero_grad();
     const Tensor lc = cross_entropy((*cpu_m)(x), y);
