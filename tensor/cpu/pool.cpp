@@ -142,6 +142,21 @@ void max_pool2d_backward_kernel(const Tensor& dy, const Tensor& idx, Tensor& dx)
   });
 }
 
+namespace {
+
+// One axis of an average-pool window at output position o: the input range [lo, hi) it
+// covers and PyTorch's divisor extent (the window clipped to the padded input only).
+struct AvgWindow {
+  int64_t lo, hi, divisor;
+};
+AvgWindow avg_window(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int64_t n) {
+  const int64_t start = o * stride - pad;
+  return {std::max<int64_t>(start, 0), std::min<int64_t>(start + kernel, n),
+          std::min<int64_t>(start + kernel, n + pad) - start};
+}
+
+}  // namespace
+
 void avg_pool2d_kernel(const Tensor& x, Tensor& y, const ops::Pool2dParams& p) {
   if (y.numel() == 0) return;
   const PlaneGeom g = plane_geom(x, y);
@@ -152,18 +167,13 @@ void avg_pool2d_kernel(const Tensor& x, Tensor& y, const ops::Pool2dParams& p) {
       const scalar_t* xs = xp + pl * g.H * g.W;
       scalar_t* ys = yp + pl * g.Ho * g.Wo;
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
-        const int64_t hs = oh * p.stride_h - p.pad_h;
-        // PyTorch's divisor: the window clipped to the padded input, before clipping to the input
-        const int64_t hd = std::min<int64_t>(hs + p.kernel_h, g.H + p.pad_h) - hs;
-        const int64_t h0 = std::max<int64_t>(hs, 0), h1 = std::min<int64_t>(hs + p.kernel_h, g.H);
+        const AvgWindow wh = avg_window(oh, p.stride_h, p.pad_h, p.kernel_h, g.H);
         for (int64_t ow = 0; ow < g.Wo; ++ow) {
-          const int64_t ws = ow * p.stride_w - p.pad_w;
-          const int64_t wd = std::min<int64_t>(ws + p.kernel_w, g.W + p.pad_w) - ws;
-          const int64_t w0 = std::max<int64_t>(ws, 0), w1 = std::min<int64_t>(ws + p.kernel_w, g.W);
+          const AvgWindow ww = avg_window(ow, p.stride_w, p.pad_w, p.kernel_w, g.W);
           scalar_t s = 0;
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) s += xs[h * g.W + w];
-          ys[oh * g.Wo + ow] = s / scalar_t(hd * wd);
+          for (int64_t h = wh.lo; h < wh.hi; ++h)
+            for (int64_t w = ww.lo; w < ww.hi; ++w) s += xs[h * g.W + w];
+          ys[oh * g.Wo + ow] = s / scalar_t(wh.divisor * ww.divisor);
         }
       }
     });
@@ -181,16 +191,12 @@ void avg_pool2d_backward_kernel(const Tensor& dy, Tensor& dx, const ops::Pool2dP
       const scalar_t* gs = gp + pl * g.Ho * g.Wo;
       std::fill(ds, ds + g.H * g.W, scalar_t(0));
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
-        const int64_t hs = oh * p.stride_h - p.pad_h;
-        const int64_t hd = std::min<int64_t>(hs + p.kernel_h, g.H + p.pad_h) - hs;
-        const int64_t h0 = std::max<int64_t>(hs, 0), h1 = std::min<int64_t>(hs + p.kernel_h, g.H);
+        const AvgWindow wh = avg_window(oh, p.stride_h, p.pad_h, p.kernel_h, g.H);
         for (int64_t ow = 0; ow < g.Wo; ++ow) {
-          const int64_t ws = ow * p.stride_w - p.pad_w;
-          const int64_t wd = std::min<int64_t>(ws + p.kernel_w, g.W + p.pad_w) - ws;
-          const int64_t w0 = std::max<int64_t>(ws, 0), w1 = std::min<int64_t>(ws + p.kernel_w, g.W);
-          const scalar_t v = gs[oh * g.Wo + ow] / scalar_t(hd * wd);
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) ds[h * g.W + w] += v;
+          const AvgWindow ww = avg_window(ow, p.stride_w, p.pad_w, p.kernel_w, g.W);
+          const scalar_t v = gs[oh * g.Wo + ow] / scalar_t(wh.divisor * ww.divisor);
+          for (int64_t h = wh.lo; h < wh.hi; ++h)
+            for (int64_t w = ww.lo; w < ww.hi; ++w) ds[h * g.W + w] += v;
         }
       }
     });
