@@ -67,6 +67,17 @@ Device common_device(const char* op, const T0& t0, const Ts&... ts) {
   return d;
 }
 
+/// Index tensors are i64 or i32: calls f(int64_t{}) or f(int32_t{}) (a tag carrying the
+/// index type), else throws naming `op`. Shared by the CPU and CUDA index kernels.
+template <class TensorT, class F>
+void dispatch_index(const TensorT& idx, const char* op, F&& f) {
+  switch (idx.dtype()) {
+    case DType::i64: return f(int64_t{});
+    case DType::i32: return f(int32_t{});
+    default: STRATA_THROW(Error, "[", op, "] index must be i64 or i32, got ", dtype_name(idx.dtype()));
+  }
+}
+
 /// Calls f.template operator()<T>() with T the C++ type of a floating dtype (f32/f64).
 #define STRATA_DISPATCH_FLOAT(dtype, op, ...)                                                          \
   [&] {                                                                                                \

@@ -12,15 +12,10 @@
 namespace strata::cpu {
 namespace {
 
+// Calls f with the index data as const int64_t* or const int32_t*.
 template <class F>
-void dispatch_index(const Tensor& idx, F&& f) {
-  if (idx.dtype() == DType::i64) {
-    f(idx.data<int64_t>());
-  } else if (idx.dtype() == DType::i32) {
-    f(idx.data<int32_t>());
-  } else {
-    STRATA_THROW(Error, "[embedding] indices must be i64 or i32, got ", dtype_name(idx.dtype()));
-  }
+void with_indices(const Tensor& idx, F&& f) {
+  dispatch_index(idx, "embedding", [&](auto tag) { f(idx.data<decltype(tag)>()); });
 }
 
 template <class I>
@@ -49,7 +44,7 @@ void scatter_rows(const T* dy, const I* ip, T* dw, int64_t n, int64_t V, int64_t
 
 void embedding_kernel(const Tensor& weight, const Tensor& idx, Tensor& out) {
   const int64_t V = weight.size(0), D = weight.size(1), n = idx.numel();
-  dispatch_index(idx, [&](const auto* ip) {
+  with_indices(idx, [&](const auto* ip) {
     check_indices(ip, n, V);
     STRATA_DISPATCH_FLOAT(weight.dtype(), "embedding", [&] {
       const scalar_t* wp = weight.data<scalar_t>();
@@ -64,7 +59,7 @@ void embedding_kernel(const Tensor& weight, const Tensor& idx, Tensor& out) {
 
 void embedding_backward_kernel(const Tensor& dy, const Tensor& idx, Tensor& dw) {
   const int64_t V = dw.size(0), D = dw.size(1), n = idx.numel();
-  dispatch_index(idx, [&](const auto* ip) {
+  with_indices(idx, [&](const auto* ip) {
     check_indices(ip, n, V);
     STRATA_DISPATCH_FLOAT(dw.dtype(), "embedding_backward",
                           [&] { scatter_rows(dy.data<scalar_t>(), ip, dw.data<scalar_t>(), n, V, D); });

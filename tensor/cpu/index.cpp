@@ -14,15 +14,6 @@ namespace {
 
 constexpr int64_t kSerial = int64_t(1) << 40;  // grain for loops whose runs may hit the same output
 
-template <class F>
-void dispatch_index(const Tensor& idx, const char* op, F&& f) {
-  switch (idx.dtype()) {
-    case DType::i64: return f(int64_t{});
-    case DType::i32: return f(int32_t{});
-    default: STRATA_THROW(Error, "[", op, "] index must be i64 or i32, got ", dtype_name(idx.dtype()));
-  }
-}
-
 // Throws unless every index is in [0, n).
 template <class I>
 void check_range(const Tensor& idx, int64_t n, const char* op, int64_t dim) {

@@ -82,15 +82,6 @@ __global__ void embedding_bwd_k(int64_t n, int64_t D, const T* dy, const I* idx,
   }
 }
 
-template <class F>
-void dispatch_index(const Tensor& idx, const char* op, F&& f) {
-  switch (idx.dtype()) {
-    case DType::i64: return f(int64_t{});
-    case DType::i32: return f(int32_t{});
-    default: STRATA_THROW(Error, "[", op, "] index must be i64 or i32, got ", dtype_name(idx.dtype()));
-  }
-}
-
 // Calls f(W{}) with an unsigned type of dtype dt's element size.
 template <class F>
 void dispatch_width(DType dt, F&& f) {
