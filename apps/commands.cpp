@@ -33,10 +33,14 @@ const char* version_string() {
 
 namespace {
 
-// The config a checkpoint was trained with (its state.json echo).
+// The config a checkpoint was trained with (its state.json echo), on the CPU: a GPU
+// run's checkpoint evaluates anywhere unless `sets` asks for run.device (as torch.load's
+// map_location).
 TrainConfig config_from_checkpoint(const Checkpoint& ck, const std::vector<std::string>& sets) {
   const std::string src = ck.dir + "/" + kStateFile + " (config)";
-  TrainConfig c = TrainConfig::from_node(ConfigNode::load_string(ck.state.config_yaml, sets, src));
+  std::vector<std::string> on_cpu = {"run.device=cpu"};
+  on_cpu.insert(on_cpu.end(), sets.begin(), sets.end());
+  TrainConfig c = TrainConfig::from_node(ConfigNode::load_string(ck.state.config_yaml, on_cpu, src));
   c.source = src;
   return c;
 }

@@ -2,8 +2,16 @@
 // (an mlp config with `n_head` is an unknown-key error), then cross-field validation.
 #include "apps/config.h"
 
+#include "comm/nccl.h"
+
 namespace strata::apps {
 namespace {
+
+#ifdef STRATA_WITH_CUDA
+constexpr bool kCudaBuild = true;
+#else
+constexpr bool kCudaBuild = false;
+#endif
 
 void read_run(const ConfigNode& n, RunSection& s) {
   s.dir = n.get("dir", s.dir);
@@ -11,6 +19,14 @@ void read_run(const ConfigNode& n, RunSection& s) {
   s.threads = n.get("threads", s.threads);
   n.check_range("threads", s.threads, 0, 4096);
   if (s.dir.empty()) n.fail("dir", "must not be empty");
+  s.device = n.get("device", s.device);
+  try {
+    parse_device(s.device);
+  } catch (const Error&) {
+    n.fail("device", "'" + s.device + "' is not a device: expected cpu, cuda or cuda:N");
+  }
+  s.precision = n.get("precision", s.precision);
+  n.one_of("precision", s.precision, {"f32", "bf16", "f16"});
 }
 
 void read_model(const ConfigNode& n, ModelSection& s) {
@@ -162,7 +178,9 @@ void read_parallel(const ConfigNode& n, parallel::ParallelConfig& s) {
   s = parallel::ParallelConfig::from_node(n);
 }
 
-void read_comm(const ConfigNode& n, comm::CommOptions& s) {
+void read_comm(const ConfigNode& n, comm::CommOptions& s, std::string& backend) {
+  backend = n.get("backend", backend);
+  n.one_of("backend", backend, {"auto", "mpi", "nccl"});
   std::string algo = comm::algorithm_name(s.algorithm);
   algo = n.get("algorithm", algo);
   n.one_of("algorithm", algo, {"native", "ring", "tree", "auto"});
@@ -188,7 +206,7 @@ TrainConfig TrainConfig::from_node(const ConfigNode& root) {
   read_schedule(root.child("schedule"), c.schedule);
   read_train(root.child("train"), c.train);
   read_parallel(root.child("parallel"), c.parallel);
-  read_comm(root.child("comm"), c.comm);
+  read_comm(root.child("comm"), c.comm, c.comm_backend);
   root.check_unknown_keys();
   c.yaml = root.dump();
   c.validate();
@@ -202,6 +220,21 @@ TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::st
 }
 
 void TrainConfig::validate() const {
+  const Device dev = parse_device(run.device);
+  if (!dev.is_cpu() && !kCudaBuild)
+    config_fail("run.device", "'" + run.device + "' needs a CUDA build of strata; this one was built without CUDA "
+                              "(configure with -DSTRATA_CUDA=ON where the CUDA toolkit is installed)");
+  if (comm_backend == "nccl" && dev.is_cpu())
+    config_fail("comm.backend", "nccl moves CUDA tensors only, but run.device is '" + run.device +
+                                    "' (set run.device: cuda, or comm.backend: mpi)");
+  if (comm_backend == "nccl" && !comm::nccl_available())
+    config_fail("comm.backend", "nccl is not in this build (it needs CUDA and NCCL >= 2.18 at configure time)");
+  if (comm_backend == "mpi" && !dev.is_cpu())
+    config_fail("comm.backend", "mpi cannot move CUDA tensors (run.device is '" + run.device +
+                                    "'); use nccl, the default for a CUDA device");
+  if (run.precision == "f16" && parallel.zero_stage > 0)
+    config_fail("run.precision", "f16 needs loss scaling, whose overflow check ZeRO's sharded gradients would have "
+                                 "to agree on across ranks, which is not implemented; use bf16 (no scaler needed)");
   const bool tokens = data.dataset == "text" || (data.dataset == "synthetic" && data.kind == "tokens");
   if (model.type == "gpt" && !tokens)
     config_fail("data.dataset", "model.type gpt needs token data (text, or synthetic with kind: tokens), got '" +

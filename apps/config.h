@@ -16,6 +16,12 @@ struct RunSection {
   std::string dir = "runs/default";
   uint64_t seed = 0;
   int threads = 0;  // 0 = all cores
+  /// cpu | cuda | cuda:N. "cuda" under mpirun is each rank's local-rank GPU (one GPU per
+  /// rank, like torchrun's LOCAL_RANK), else cuda:0.
+  std::string device = "cpu";
+  /// f32 | bf16 | f16: forward and loss under autocast (autograd/autocast.h) with f32
+  /// master weights; f16 adds dynamic loss scaling (optim::GradScaler).
+  std::string precision = "f32";
 };
 
 struct ModelSection {
@@ -102,6 +108,9 @@ struct TrainConfig {
   parallel::ParallelConfig parallel;
   /// comm.*: algorithm native|ring|tree|auto, timeout_s, debug (used by mode ddp).
   comm::CommOptions comm;
+  /// comm.backend: auto | mpi | nccl (mode ddp under mpirun; auto = nccl for a CUDA
+  /// run.device, mpi otherwise).
+  std::string comm_backend = "auto";
   std::string yaml;
   std::string source;  // file name, for messages
 

@@ -11,15 +11,21 @@
 #include <thread>
 
 #include "apps/memory_report.h"
+#include "autograd/autocast.h"
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "comm/local.h"
 #include "comm/mpi.h"
+#include "comm/nccl.h"
 #include "core/memory.h"
 #include "core/threads.h"
 #include "optim/clip.h"
 #include "tensor/file_io.h"
+#include "tensor/storage.h"
+#ifdef STRATA_WITH_CUDA
+#include "tensor/cuda/runtime.h"
+#endif
 
 namespace strata::apps {
 namespace fs = std::filesystem;
@@ -63,6 +69,25 @@ std::string checkpoint_name(int64_t step) {
 // Seed of replica k's init/dropout generator in mode dp (k >= 1; replica 0 uses run.seed).
 uint64_t replica_seed(uint64_t seed, uint64_t k) { return seed + k * 0x9E3779B97F4A7C15ull; }
 
+// run.device as a Device: "cuda" under mpirun is the local rank's GPU. ConfigError naming
+// run.device when that GPU is not visible (the CPU-only build was refused by validate()).
+Device resolve_device(const RunSection& run) {
+  Device d = parse_device(run.device);
+  if (d.is_cpu()) return d;
+  if (run.device == "cuda" && comm::launched_by_mpi()) d.index = comm::local_rank();
+#ifdef STRATA_WITH_CUDA
+  const int count = cuda::device_count();
+  if (count == 0)
+    config_fail("run.device", "'" + run.device + "': no CUDA device is visible (" + cuda::unavailable_reason() + ")");
+  if (d.index >= count)
+    config_fail("run.device", "'" + run.device + "' resolves to cuda:" + std::to_string(d.index) + " but only " +
+                                  std::to_string(count) + " CUDA device(s) are visible" +
+                                  (run.device == "cuda" ? " (one GPU per rank: start at most that many ranks per node)"
+                                                        : ""));
+#endif
+  return d;
+}
+
 }  // namespace
 
 ProgressStyle choose_progress_style(bool stdout_is_tty, bool launched_by_mpi, const char* forced) {
@@ -83,10 +108,16 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   // Progress style first: a bad STRATA_PROGRESS is a config error before any work.
   draw_bar_ = opts_.verbose && choose_progress_style(::isatty(STDOUT_FILENO) != 0, comm::launched_by_mpi(),
                                                      std::getenv("STRATA_PROGRESS")) == ProgressStyle::bar;
+  device_ = resolve_device(cfg_.run);
+  if (cfg_.run.precision != "f32") autocast_ = cfg_.run.precision == "bf16" ? DType::bf16 : DType::f16;
+  if (cfg_.run.precision == "f16") scaler_.emplace();
   if (ddp) {
     // Under mpirun: one rank per process. Otherwise a 1-rank world, which trains exactly
-    // like mode none (same sampler order, same batch).
-    group_ = comm::launched_by_mpi() ? comm::init_mpi_world(cfg_.comm) : comm::make_local_world(1, cfg_.comm)[0];
+    // like mode none (same sampler order, same batch). CUDA tensors travel over nccl.
+    const bool nccl = cfg_.comm_backend == "nccl" || (cfg_.comm_backend == "auto" && !device_.is_cpu());
+    group_ = nccl                         ? comm::init_nccl_world(cfg_.comm, device_.index)
+             : comm::launched_by_mpi() ? comm::init_mpi_world(cfg_.comm)
+                                       : comm::make_local_world(1, cfg_.comm)[0];
     rank_ = group_->rank();
     world_ = group_->size();
     if (rank_ != 0) {  // logs, metrics and checkpoints come from rank 0 only
@@ -106,6 +137,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   data_ = build_data(cfg_);
   Generator init_gen(cfg_.run.seed);
   model_ = build_model(cfg_, init_gen);
+  if (!device_.is_cpu()) model_->to(device_);  // before the optimizer: its state follows the parameters
   // ZeRO builds its optimizer over this rank's slices after flattening (the plain one
   // would keep the unsharded parameters alive).
   if (!zero) {
@@ -152,6 +184,13 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     start = {ck.state.loader_epoch, ck.state.loader_batch};
     last_checkpoint_step_ = step_;
     if (ck.state.extra.contains("dp_replica_rngs")) replica_rngs = ck.state.extra["dp_replica_rngs"];
+    if (scaler_ && ck.state.extra.contains("grad_scaler")) {  // an f32/bf16 checkpoint starts a fresh scale
+      try {
+        scaler_->load_state_dict(ck.state.extra["grad_scaler"]);
+      } catch (const Error& e) {
+        STRATA_THROW(DataError, "checkpoint state '", state_file, "': grad_scaler: ", e.what());
+      }
+    }
     if (opts_.verbose) std::printf("resumed from %s at step %lld\n", ck.dir.c_str(), (long long)step_);
   }
   if (dp) {
@@ -244,28 +283,33 @@ double Trainer::step() {
   const int64_t accum = cfg_.train.grad_accum_steps;
   double sum = 0.0;
   for (int64_t a = 0; a < accum; ++a) {
-    std::optional<data::Batch> b = loader_->next();
-    if (!b) {  // end of epoch: the loader has moved to the next one
+    std::optional<data::Batch> next = loader_->next();
+    if (!next) {  // end of epoch: the loader has moved to the next one
       loader_->set_epoch(loader_->epoch());
-      b = loader_->next();
+      next = loader_->next();
     }
-    STRATA_CHECK(b.has_value(), "[train] the data loader produced no batch at step ", step_);
+    STRATA_CHECK(next.has_value(), "[train] the data loader produced no batch at step ", step_);
+    const data::Batch b = on_device(std::move(*next));
     // DDP: the first accum-1 micro-batches only accumulate locally (no_sync); the last
     // one's backward all-reduces the accumulated sum and finalize() averages it.
     std::optional<parallel::NoSyncGuard> no_sync;
     std::optional<parallel::ZeroNoSyncGuard> zero_no_sync;
     if (ddp_ && a + 1 < accum) no_sync.emplace(ddp_->no_sync());
     if (zero_ && a + 1 < accum) zero_no_sync.emplace(zero_->no_sync());
-    Tensor loss = ddp_    ? ddp_->forward_with([&] { return batch_loss(*model_, cfg_, *b); })
-                  : zero_ ? zero_->forward_with([&] { return batch_loss(*model_, cfg_, *b); })
-                  : dp_   ? dp_loss(*b)
-                          : batch_loss(*model_, cfg_, *b);
+    Tensor loss;
+    {
+      AutocastGuard amp(autocast_);  // forward and loss only; backward runs in the ops' own dtypes
+      loss = ddp_    ? ddp_->forward_with([&] { return batch_loss(*model_, cfg_, b); })
+             : zero_ ? zero_->forward_with([&] { return batch_loss(*model_, cfg_, b); })
+             : dp_   ? dp_loss(b)
+                     : batch_loss(*model_, cfg_, b);
+    }
     const double lv = loss.item<double>();
     if (!std::isfinite(lv))
       STRATA_THROW(Error, "training diverged at step ", step_ + 1, ": loss is ", lv,
                    " (lower optim.lr or set train.grad_clip)");
     if (accum > 1) loss = loss * (1.0 / double(accum));
-    backward(loss);
+    backward(scaler_ ? scaler_->scale(loss) : loss);
     if (ddp_) ddp_->finalize();  // no-op inside no_sync
     if (zero_) zero_->finalize();
     sum += lv;
@@ -277,8 +321,15 @@ double Trainer::step() {
     ++step_;
     return sum / double(accum);
   }
-  if (cfg_.train.grad_clip > 0) optim::clip_grad_norm(params_, cfg_.train.grad_clip);
-  optimizer_->step();
+  if (scaler_) scaler_->unscale_(*optimizer_);  // clipping sees the true gradients
+  const bool finite = !scaler_ || scaler_->non_finite(*optimizer_).empty();
+  if (cfg_.train.grad_clip > 0 && finite) optim::clip_grad_norm(params_, cfg_.train.grad_clip);
+  if (scaler_) {
+    scaler_->step(*optimizer_);  // skipped, with a warning naming the parameters, unless finite
+    scaler_->update();
+  } else {
+    optimizer_->step();
+  }
   if (ddp_)
     ddp_->zero_grad();
   else
@@ -286,6 +337,14 @@ double Trainer::step() {
   ++step_;
   if (dp_) last_dp_memory_ = dp_->memory_report();  // a copy of K small records; optimizer added when printed
   return sum / double(accum);
+}
+
+data::Batch Trainer::on_device(data::Batch b) const {
+  if (!device_.is_cpu()) {
+    b.input = b.input.to(device_);
+    b.target = b.target.to(device_);
+  }
+  return b;
 }
 
 Tensor Trainer::dp_loss(const data::Batch& batch) {
@@ -304,16 +363,19 @@ EvalResult Trainer::evaluate() {
   EvalResult r;
   double loss_sum = 0.0;
   int64_t correct = 0, batches = 0;
-  while (auto b = loader.next()) {
-    const int64_t n = b->size();
+  AutocastGuard amp(autocast_);
+  while (auto next = loader.next()) {
+    const Tensor target = next->target;  // on the CPU
+    const data::Batch b = on_device(std::move(*next));
+    const int64_t n = b.size();
     if (data_.tokens) {
-      loss_sum += (dp_ ? dp_loss(*b) : batch_loss(*model_, cfg_, *b)).item<double>() * double(n);
+      loss_sum += (dp_ ? dp_loss(b) : batch_loss(*model_, cfg_, b)).item<double>() * double(n);
     } else {
-      Tensor logits = dp_ ? dp_->forward(b->input) : model_->forward(b->input);
-      loss_sum += cross_entropy(logits, b->target).item<double>() * double(n);
-      Tensor pred = ops::argmax(logits, 1);
+      Tensor logits = dp_ ? dp_->forward(b.input) : model_->forward(b.input);
+      loss_sum += cross_entropy(logits, b.target).item<double>() * double(n);
+      Tensor pred = ops::to_cpu(ops::argmax(logits, 1));
       const int64_t* p = pred.data<int64_t>();
-      const int64_t* t = b->target.data<int64_t>();
+      const int64_t* t = target.data<int64_t>();
       for (int64_t i = 0; i < n; ++i) correct += p[i] == t[i];
     }
     r.samples += n;
@@ -335,6 +397,7 @@ TrainingState Trainer::capture_state() const {
   st.sampler_seed = sampler_seed_;
   st.config_yaml = cfg_.yaml;
   st.extra = {{"model_type", cfg_.model.type}, {"dataset", cfg_.data.dataset}};
+  if (scaler_) st.extra["grad_scaler"] = scaler_->state_dict();
   if (dp_) {  // the other replicas' dropout streams; a single-process resume ignores them
     nlohmann::json reps = nlohmann::json::array();
     for (int k = 1; k < dp_->replicas(); ++k) {
@@ -376,14 +439,19 @@ void Trainer::log_step(double loss, double lr) {
   const double throughput = dt > 0 ? double(window_steps_ * units_per_step()) / dt : 0.0;
   const double bpe = double(loader_->batches_per_epoch());
   const double epoch = double(loader_->state().epoch) + (bpe > 0 ? double(loader_->state().batch) / bpe : 0.0);
-  write_metrics({{"type", "train"},
-                 {"step", step_},
-                 {"epoch", epoch},
-                 {"loss", loss},
-                 {"lr", lr},
-                 {"throughput", throughput},
-                 {"throughput_unit", throughput_unit()},
-                 {"elapsed_s", seconds_since(run_start_)}});
+  nlohmann::json j = {{"type", "train"},
+                      {"step", step_},
+                      {"epoch", epoch},
+                      {"loss", loss},
+                      {"lr", lr},
+                      {"throughput", throughput},
+                      {"throughput_unit", throughput_unit()},
+                      {"elapsed_s", seconds_since(run_start_)}};
+  if (scaler_) {
+    j["loss_scale"] = scaler_->get_scale();
+    j["skipped_steps"] = scaler_->skipped_steps();
+  }
+  write_metrics(j);
   if (opts_.verbose && !draw_bar_) {
     const int64_t done = step_ - run_start_step_;
     const double eta = done > 0 ? seconds_since(run_start_) / double(done) * double(total_steps_ - step_) : NAN;
@@ -457,6 +525,9 @@ EvalResult Trainer::train() {
                 (long long)data_.train->size(), (long long)data_.eval->size(), data_.eval_split.c_str(),
                 cfg_.optim.name.c_str(), cfg_.optim.lr, (long long)total_steps_, (long long)steps_per_epoch_,
                 get_num_threads());
+    if (!device_.is_cpu() || autocast_)
+      std::printf("device: %s | precision: %s%s\n", device_.str().c_str(), cfg_.run.precision.c_str(),
+                  scaler_ ? " (autocast, dynamic loss scaling)" : autocast_ ? " (autocast)" : "");
     if (group_)
       std::printf("ddp: %d rank(s) (%s backend, comm.algorithm %s), %lld samples per rank per step\n", world_,
                   group_->backend_kind(), comm::algorithm_name(group_->algorithm()),
@@ -555,7 +626,7 @@ std::string Trainer::memory_report() const {
                 "memory (rank %d): allocator bytes vs plan for %s at %d rank(s), zero_stage %d, Ψ = %lld%s", rank_,
                 layout, world_, zero_ ? cfg_.parallel.zero_stage : 0, (long long)model_->num_parameters(),
                 dp_ ? " (measured includes every replica)" : "");
-  std::string s = format_memory_report(predicted_memory(), cpu_memory(), model_->num_parameters(), heading);
+  std::string s = format_memory_report(predicted_memory(), device_memory(device_), model_->num_parameters(), heading);
   if (dp_ && !last_dp_memory_.empty()) {
     std::vector<parallel::ReplicaMemory> m = last_dp_memory_;
     for (const auto& [name, t] : optimizer_->state_dict().tensors) m[0].optimizer += t.nbytes();

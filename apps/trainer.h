@@ -18,6 +18,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/ddp.h"
 #include "parallel/memory_plan.h"
+#include "optim/grad_scaler.h"
 #include "parallel/zero.h"
 
 namespace strata::apps {
@@ -76,6 +77,15 @@ struct TrainerOptions {
 /// its kernels with max(1, threads / replicas) intra-op threads (threads 0 = all cores).
 /// Without dropout and BatchNorm the run equals mode none to float tolerance.
 ///
+/// run.device cuda[:N]: the model, its optimizer state and every batch live on that GPU
+/// (cuda without an index: the local rank's GPU under mpirun, else cuda:0); with mode ddp
+/// the world group is on the nccl backend (comm.backend auto). Checkpoints are the same
+/// files as on the CPU, so a GPU run resumes or evaluates on the CPU and back.
+/// run.precision bf16 | f16: forward and loss run under autocast (matmul/linear/conv in
+/// 16-bit, f32 master weights, backward and step outside); f16 also scales the loss
+/// (optim::GradScaler: a step whose gradients overflowed is skipped with a warning naming
+/// the parameters, clipping sees unscaled gradients, the scale is checkpointed).
+///
 /// At the end of train() (rank 0, verbose) a memory report compares the allocator's
 /// bytes by category with parallel::plan_memory's prediction for the run's layout
 /// (mode dp adds DataParallel's per-replica table).
@@ -109,6 +119,10 @@ class Trainer {
   const TrainConfig& config() const { return cfg_; }
   /// This process's rank and the world size (0 and 1 unless parallel.mode is ddp).
   int rank() const { return rank_; }
+  /// Where the model and batches live (run.device resolved; cuda under mpirun: the local rank's GPU).
+  Device device() const { return device_; }
+  /// The f16 loss scaler (null unless run.precision is f16).
+  const optim::GradScaler* grad_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
   int world_size() const { return world_; }
   /// The DataParallel wrapper of mode dp (null otherwise).
   parallel::DataParallel* data_parallel() const { return dp_.get(); }
@@ -132,6 +146,8 @@ class Trainer {
   EvalResult evaluate_collective();
   /// The mean loss of `batch` through the mode dp wrapper (gathered output).
   Tensor dp_loss(const data::Batch& batch);
+  /// The batch's tensors on device_ (the loader builds them on the CPU).
+  data::Batch on_device(data::Batch b) const;
 
   TrainConfig cfg_;
   TrainerOptions opts_;
@@ -151,6 +167,9 @@ class Trainer {
   // parallel.mode dp: wraps model_ (replica 0); last_dp_memory_ is the last step's report.
   std::shared_ptr<parallel::DataParallel> dp_;
   std::vector<parallel::ReplicaMemory> last_dp_memory_;
+  Device device_ = kCPU;
+  std::optional<DType> autocast_;          // run.precision bf16 | f16
+  std::optional<optim::GradScaler> scaler_;  // run.precision f16
   int rank_ = 0;
   int world_ = 1;
   int64_t step_ = 0;

@@ -30,4 +30,9 @@ std::shared_ptr<ProcessGroup> init_mpi_world(const CommOptions& options = {}, in
 /// True when this process was started by an MPI launcher (mpirun / srun with PMI).
 bool launched_by_mpi();
 
+/// This process's rank among the ranks on its node, from the launcher's environment
+/// (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, MV2_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID
+/// or LOCAL_RANK); 0 when none is set. Picks a rank's GPU (one GPU per rank).
+int local_rank();
+
 }  // namespace strata::comm

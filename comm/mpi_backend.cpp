@@ -503,6 +503,18 @@ bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
 
+int local_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+                          "SLURM_LOCALID", "LOCAL_RANK"}) {
+    const char* v = std::getenv(var);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (*end == '\0' && x >= 0 && x < 1 << 20) return int(x);
+  }
+  return 0;
+}
+
 std::shared_ptr<ProcessGroup> init_mpi_world(const CommOptions& options, int* argc, char*** argv) {
   options.validate();
   auto rt = MpiRuntime::acquire(argc, argv);

@@ -766,18 +766,6 @@ std::unique_ptr<Backend> NcclBackend::split(int color, int key, Deadline deadlin
 
 // ------------------------------------------------------------------ world creation
 
-int local_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
-                          "SLURM_LOCALID", "LOCAL_RANK"}) {
-    const char* v = std::getenv(var);
-    if (!v || !*v) continue;
-    char* end = nullptr;
-    const long x = std::strtol(v, &end, 10);
-    if (*end == '\0' && x >= 0 && x < 1 << 20) return int(x);
-  }
-  return 0;
-}
-
 // Picks this rank's device (*device, or its local rank when -1). Empty when usable,
 // else why not.
 std::string choose_device(int* device) {

@@ -32,4 +32,13 @@ std::string Device::str() const {
   return type == DeviceType::CPU ? std::string("cpu") : "cuda:" + std::to_string(index);
 }
 
+Device parse_device(const std::string& s) {
+  if (s == "cpu") return kCPU;
+  if (s == "cuda") return {DeviceType::CUDA, 0};
+  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() <= 9 &&
+      s.find_first_not_of("0123456789", 5) == std::string::npos)
+    return {DeviceType::CUDA, std::stoi(s.substr(5))};
+  STRATA_THROW(Error, "[device] '", s, "' is not a device: expected cpu, cuda or cuda:N");
+}
+
 }  // namespace strata

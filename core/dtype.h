@@ -42,6 +42,9 @@ struct Device {
   std::string str() const;
 };
 inline constexpr Device kCPU{};
+/// "cpu", "cuda" (= cuda:0) or "cuda:N" -> Device; anything else throws Error naming the
+/// string and the accepted forms. Says nothing about whether the device exists.
+Device parse_device(const std::string& s);
 
 /// 16-bit float types are storage formats: kernels compute in f32 and convert.
 struct Half {

@@ -115,7 +115,10 @@ void Optimizer::load_state_dict(const OptimizerState& st) {
     bool any = false;
     for (size_t k = 0; k < names.size(); ++k)
       if (plan[i][k]) {
-        states_[i][k] = ops::contiguous(ops::clone(*plan[i][k]));
+        // state lives on its parameter's device (a CPU checkpoint loads into a GPU run)
+        const Tensor& src = *plan[i][k];
+        const Device d = params_[i].second.device();
+        states_[i][k] = src.device() == d ? ops::contiguous(ops::clone(src)) : ops::to_device(src, d);
         any = true;
       }
     param_steps_[i] = any ? steps.value(params_[i].first, step_) : 0;

@@ -66,11 +66,15 @@ Tensor normal(const Shape& shape, double mean, double std, Generator& gen, DType
 }
 
 void copy_(Tensor& dst, const Tensor& src) {
-  STRATA_CHECK(dst.device() == src.device(), "[copy_] use to_device to move between devices (",
-               src.device().str(), " -> ", dst.device().str(), ")");
   STRATA_CHECK(broadcast_shapes(dst.shape(), src.shape()) == dst.shape(), "[copy_] cannot broadcast ",
                shape_str(src.shape()), " to ", shape_str(dst.shape()));
-  kCopy(dst.device())(dst, src);
+  if (dst.device() == src.device()) {
+    kCopy(dst.device())(dst, src);
+  } else if (dst.is_contiguous() && dst.dtype() == src.dtype() && dst.shape() == src.shape()) {
+    kTransfer(dst.device().is_cpu() ? src.device() : dst.device())(dst, src);  // straight into dst
+  } else {
+    kCopy(dst.device())(dst, to_device(src, dst.device()));  // move, then convert/broadcast/stride there
+  }
   dst.bump_version();
 }
 

@@ -42,6 +42,7 @@ Tensor to_dtype(const Tensor& t, DType d);
 Tensor contiguous(const Tensor& t);
 Tensor clone(const Tensor& t);
 /// dst[...] = src broadcast to dst's shape (dtype converts). dst may be a strided view.
+/// src may sit on another device (as torch's copy_): it is transferred, then converted.
 void copy_(Tensor& dst, const Tensor& src);
 void fill_(Tensor& t, double value);
 

@@ -15,6 +15,9 @@
 #include <fstream>
 
 #include "tensor/file_io.h"
+#ifdef STRATA_WITH_CUDA
+#include "tensor/cuda/runtime.h"
+#endif
 
 namespace strata::apps {
 namespace {
@@ -221,6 +224,66 @@ TEST_F(TrainerTest, DdpOneRankWorldMatchesSingleProcess) {
   }
 }
 
+// ---------------------------------------------------------------- run.precision
+
+struct PrecisionRun {
+  std::vector<Record> train;
+  double eval_loss = 0;
+  std::vector<nlohmann::json> metrics;  // the train records as written
+};
+
+PrecisionRun run_precision(const std::string& yaml, std::vector<std::string> sets, const std::string& dir,
+                           const std::string& precision) {
+  sets.push_back("run.dir=" + dir);
+  sets.push_back("run.precision=" + precision);
+  Trainer t(TrainConfig::load(yaml, sets), {.verbose = false});
+  EXPECT_EQ(t.grad_scaler() != nullptr, precision == "f16");
+  PrecisionRun r;
+  r.eval_loss = t.train().loss;
+  r.train = train_records(dir);
+  std::ifstream f(dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(f, line))
+    if (auto j = nlohmann::json::parse(line); j["type"] == "train") r.metrics.push_back(j);
+  return r;
+}
+
+// bf16 / f16 autocast: every loss tracks f32 within 16-bit tolerance, yet the runs are not
+// f32 in disguise (the losses differ); f16 reports its loss scale and skipped steps.
+TEST_F(TrainerTest, MixedPrecisionTracksF32) {
+  const std::vector<std::string> sets = {"data.path=" + kCorpus, "model.dropout=0"};
+  const auto f32 = run_precision(kTinyGpt, sets, path("f32"), "f32");
+  ASSERT_EQ(f32.train.size(), 10u);
+  for (const std::string p : {"bf16", "f16"}) {
+    const auto low = run_precision(kTinyGpt, sets, path(p), p);
+    ASSERT_EQ(low.train.size(), f32.train.size()) << p;
+    double max_rel = 0;
+    for (size_t i = 0; i < f32.train.size(); ++i)
+      max_rel = std::max(max_rel, std::abs(low.train[i].loss - f32.train[i].loss) / f32.train[i].loss);
+    EXPECT_LT(max_rel, p == "bf16" ? 0.02 : 0.005) << p;
+    EXPECT_GT(max_rel, 1e-6) << p << ": the losses equal f32's, so autocast did not run";
+    EXPECT_NEAR(low.eval_loss, f32.eval_loss, 0.02 * f32.eval_loss) << p;
+    EXPECT_LT(low.train.back().loss, low.train.front().loss - 0.5) << p;
+    for (const auto& m : low.metrics) {
+      EXPECT_EQ(m.contains("loss_scale"), p == "f16") << m.dump();
+      if (p == "f16") {
+        EXPECT_EQ(m["skipped_steps"].get<int64_t>(), 0) << m.dump();
+      }
+    }
+  }
+}
+
+// f16's scaler state (scale, growth counter) travels in the checkpoint: the resumed run
+// continues bit for bit, and what was saved is the scaler's state after k clean steps.
+TEST_F(TrainerTest, ResumeIsBitExactWithF16LossScaling) {
+  check_resume(kTinyGpt, {"data.path=" + kCorpus, "schedule.name=step", "schedule.step_size=4",
+                          "train.save_final=true", "run.precision=f16"}, dir_.string(), 4);
+  const Checkpoint ck = read_checkpoint(dir_.string() + "/b", false);
+  ASSERT_TRUE(ck.state.extra.contains("grad_scaler")) << ck.state.extra.dump();
+  EXPECT_EQ(ck.state.extra["grad_scaler"]["scale"].get<double>(), 65536.0);
+  EXPECT_EQ(ck.state.extra["grad_scaler"]["_growth_tracker"].get<int64_t>(), 4);
+}
+
 TEST_F(TrainerTest, MissingCheckpointNamesThePath) {
   try {
     read_checkpoint(path("nope"), true);
@@ -260,6 +323,62 @@ TEST(TrainConfigTest, SchemaErrorsNameKeyPaths) {
   EXPECT_NE(config_error(kTinyMlp, {"optim.name=adamm"}).find("optim.name: expected one of sgd|adam|adamw"),
             std::string::npos);
 }
+
+TEST(TrainConfigTest, DevicePrecisionAndBackendErrorsNameKeyPaths) {
+  EXPECT_NE(config_error(kTinyMlp, {"run.device=tpu"})
+                .find("run.device: 'tpu' is not a device: expected cpu, cuda or cuda:N"),
+            std::string::npos);
+  EXPECT_NE(config_error(kTinyMlp, {"run.device=cuda:x"}).find("run.device: 'cuda:x' is not a device"),
+            std::string::npos);
+  EXPECT_NE(config_error(kTinyMlp, {"run.precision=fp8"}).find("run.precision: expected one of f32|bf16|f16"),
+            std::string::npos);
+  EXPECT_NE(config_error(kTinyMlp, {"comm.backend=gloo"}).find("comm.backend: expected one of auto|mpi|nccl"),
+            std::string::npos);
+  EXPECT_NE(config_error(kTinyMlp, {"parallel.mode=ddp", "parallel.zero_stage=2", "run.precision=f16"})
+                .find("run.precision: f16 needs loss scaling"),
+            std::string::npos);
+  EXPECT_EQ(config_error(kTinyMlp, {"parallel.mode=ddp", "parallel.zero_stage=2", "run.precision=bf16"}), "");
+  const std::string nccl_cpu = config_error(kTinyMlp, {"comm.backend=nccl"});
+  EXPECT_EQ(nccl_cpu.rfind("comm.backend: nccl ", 0), 0u) << nccl_cpu;
+#ifndef STRATA_WITH_CUDA
+  EXPECT_NE(config_error(kTinyMlp, {"run.device=cuda:1"})
+                .find("run.device: 'cuda:1' needs a CUDA build of strata; this one was built without CUDA"),
+            std::string::npos);
+#else
+  EXPECT_NE(config_error(kTinyMlp, {"run.device=cuda", "comm.backend=mpi"})
+                .find("comm.backend: mpi cannot move CUDA tensors (run.device is 'cuda')"),
+            std::string::npos);
+#endif
+}
+
+TEST(TrainConfigTest, ParseDevice) {
+  EXPECT_EQ(parse_device("cpu"), kCPU);
+  EXPECT_EQ(parse_device("cuda"), (Device{DeviceType::CUDA, 0}));
+  EXPECT_EQ(parse_device("cuda:3"), (Device{DeviceType::CUDA, 3}));
+  EXPECT_EQ(parse_device("cuda:3").str(), "cuda:3");
+  for (const char* bad : {"", "gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU", "cuda:99999"}) {
+    try {
+      parse_device(bad);
+      ADD_FAILURE() << "'" << bad << "' parsed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expected cpu, cuda or cuda:N"), std::string::npos) << e.what();
+    }
+  }
+}
+
+#ifdef STRATA_WITH_CUDA
+// A CUDA build on a machine without a GPU: the run stops before any work with the key
+// path and the driver's reason (a GPU machine runs tests/cuda/device/trainer_test.cpp).
+TEST(TrainConfigTest, CudaDeviceWithoutGpuNamesRunDevice) {
+  if (cuda::device_count() > 0) GTEST_SKIP() << "a GPU is visible; tests/cuda/device covers training on it";
+  try {
+    Trainer t(TrainConfig::load(kTinyMlp, {"run.device=cuda", "run.dir=/nonexistent/never"}), {.verbose = false});
+    FAIL() << "constructed";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("run.device: 'cuda': no CUDA device is visible (", 0), 0u) << e.what();
+  }
+}
+#endif
 
 std::string schema_error(const std::string& yaml) {
   try {
