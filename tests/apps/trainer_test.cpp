@@ -304,50 +304,41 @@ std::string config_error(const std::string& yaml, std::vector<std::string> sets)
   return "";
 }
 
+// The config error of loading `yaml` with `sets` contains `want`.
+void expect_config_error(const std::string& yaml, std::vector<std::string> sets, const std::string& want) {
+  const std::string got = config_error(yaml, std::move(sets));
+  EXPECT_NE(got.find(want), std::string::npos) << "expected '" << want << "' in '" << got << "'";
+}
+
 TEST(TrainConfigTest, SchemaErrorsNameKeyPaths) {
-  EXPECT_NE(config_error(kTinyMlp, {"model.n_head=4"}).find("model.n_head: unknown key"), std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"train.lerning_rate=1"}).find("train.lerning_rate: unknown key"),
-            std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"optim.lr=abc"}).find("optim.lr: expected a number, got 'abc'"),
-            std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"model.dropout=1.5"}).find("model.dropout: expected a value in [0, 1)"),
-            std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"parallel.mode=tp"}).find("parallel.mode: 'tp' is not available"),
-            std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"parallel.mode=ddp", "parallel.bucket_cap_mb=0"}).find("parallel.bucket_cap_mb"),
-            std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"comm.algorithm=star"}).find("comm.algorithm: expected one of"),
-            std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"comm.timeout_s=0"}).find("comm.timeout_s"), std::string::npos);
-  EXPECT_NE(config_error(kTinyGpt, {"model.n_head=3"}).find("model.n_embd: must be divisible"), std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"optim.name=adamm"}).find("optim.name: expected one of sgd|adam|adamw"),
-            std::string::npos);
+  expect_config_error(kTinyMlp, {"model.n_head=4"}, "model.n_head: unknown key");
+  expect_config_error(kTinyMlp, {"train.lerning_rate=1"}, "train.lerning_rate: unknown key");
+  expect_config_error(kTinyMlp, {"optim.lr=abc"}, "optim.lr: expected a number, got 'abc'");
+  expect_config_error(kTinyMlp, {"model.dropout=1.5"}, "model.dropout: expected a value in [0, 1)");
+  expect_config_error(kTinyMlp, {"parallel.mode=tp"}, "parallel.mode: 'tp' is not available");
+  expect_config_error(kTinyMlp, {"parallel.mode=ddp", "parallel.bucket_cap_mb=0"}, "parallel.bucket_cap_mb");
+  expect_config_error(kTinyMlp, {"comm.algorithm=star"}, "comm.algorithm: expected one of");
+  expect_config_error(kTinyMlp, {"comm.timeout_s=0"}, "comm.timeout_s");
+  expect_config_error(kTinyGpt, {"model.n_head=3"}, "model.n_embd: must be divisible");
+  expect_config_error(kTinyMlp, {"optim.name=adamm"}, "optim.name: expected one of sgd|adam|adamw");
 }
 
 TEST(TrainConfigTest, DevicePrecisionAndBackendErrorsNameKeyPaths) {
-  EXPECT_NE(config_error(kTinyMlp, {"run.device=tpu"})
-                .find("run.device: 'tpu' is not a device: expected cpu, cuda or cuda:N"),
-            std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"run.device=cuda:x"}).find("run.device: 'cuda:x' is not a device"),
-            std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"run.precision=fp8"}).find("run.precision: expected one of f32|bf16|f16"),
-            std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"comm.backend=gloo"}).find("comm.backend: expected one of auto|mpi|nccl"),
-            std::string::npos);
-  EXPECT_NE(config_error(kTinyMlp, {"parallel.mode=ddp", "parallel.zero_stage=2", "run.precision=f16"})
-                .find("run.precision: f16 needs loss scaling"),
-            std::string::npos);
+  expect_config_error(kTinyMlp, {"run.device=tpu"}, "run.device: 'tpu' is not a device: expected cpu, cuda or cuda:N");
+  expect_config_error(kTinyMlp, {"run.device=cuda:x"}, "run.device: 'cuda:x' is not a device");
+  expect_config_error(kTinyMlp, {"run.precision=fp8"}, "run.precision: expected one of f32|bf16|f16");
+  expect_config_error(kTinyMlp, {"comm.backend=gloo"}, "comm.backend: expected one of auto|mpi|nccl");
+  expect_config_error(kTinyMlp, {"parallel.mode=ddp", "parallel.zero_stage=2", "run.precision=f16"},
+                      "run.precision: f16 needs loss scaling");
   EXPECT_EQ(config_error(kTinyMlp, {"parallel.mode=ddp", "parallel.zero_stage=2", "run.precision=bf16"}), "");
   const std::string nccl_cpu = config_error(kTinyMlp, {"comm.backend=nccl"});
   EXPECT_EQ(nccl_cpu.rfind("comm.backend: nccl ", 0), 0u) << nccl_cpu;
 #ifndef STRATA_WITH_CUDA
-  EXPECT_NE(config_error(kTinyMlp, {"run.device=cuda:1"})
-                .find("run.device: 'cuda:1' needs a CUDA build of strata; this one was built without CUDA"),
-            std::string::npos);
+  expect_config_error(kTinyMlp, {"run.device=cuda:1"},
+                      "run.device: 'cuda:1' needs a CUDA build of strata; this one was built without CUDA");
 #else
-  EXPECT_NE(config_error(kTinyMlp, {"run.device=cuda", "comm.backend=mpi"})
-                .find("comm.backend: mpi cannot move CUDA tensors (run.device is 'cuda')"),
-            std::string::npos);
+  expect_config_error(kTinyMlp, {"run.device=cuda", "comm.backend=mpi"},
+                      "comm.backend: mpi cannot move CUDA tensors (run.device is 'cuda')");
 #endif
 }
 
