@@ -49,8 +49,9 @@ class Backend {
   virtual const char* kind() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  /// The device type of the tensors this backend moves.
-  virtual DeviceType device_type() const { return DeviceType::CPU; }
+  /// The device of the tensors this backend moves (nccl: this rank's GPU). ProcessGroup
+  /// refuses tensors on any other device before queueing an op (device_mismatch).
+  virtual Device device() const { return kCPU; }
 
   /// Starts sending `bytes` bytes at `data` to group rank `dst`. Messages between two
   /// ranks with the same tag are matched in the order they were started.

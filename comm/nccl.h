@@ -20,8 +20,10 @@
 // CommErrors carrying ncclGetErrorString and ncclGetLastError.
 //
 // Semantics that differ from the cpu backends:
-//  - Tensors must be on the group's device (CUDA); reductions run in NCCL in the
-//    tensor's dtype (f16/bf16 are not widened to f32 as on the cpu backends).
+//  - Tensors must be on the group's device (ProcessGroup::device(), this rank's GPU):
+//    a CPU tensor or one on another GPU is refused on the calling thread before the op is
+//    queued. Reductions run in NCCL in the tensor's dtype (f16/bf16 are not widened to
+//    f32 as on the cpu backends).
 //  - comm.algorithm is ignored: every op is NCCL's own (gather, scatter, all_to_all are
 //    grouped ncclSend/ncclRecv). The group's algorithm is pinned to `native`.
 //  - send/recv sizes are not checked against each other: a mismatch times out.

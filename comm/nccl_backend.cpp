@@ -397,8 +397,9 @@ class Launch {
   Launch& operator=(const Launch&) = delete;
 
   /// Device address of t's bytes: t itself when it lives on this group's GPU, else (a CPU
-  /// tensor: ProcessGroup's debug check and staging buffers) a device copy, filled now
-  /// when `read`, copied back to t on completion when `write`. Call before launching.
+  /// tensor: only ProcessGroup's debug check passes one, user tensors are checked against
+  /// device() on the caller's thread) a device copy, filled now when `read`, copied back
+  /// to t on completion when `write`. Call before launching.
   void* device_ptr(const Tensor& t, bool read, bool write) {
     if (!t.defined()) return nullptr;
     if (t.device().type == DeviceType::CUDA) {
@@ -547,7 +548,7 @@ class NcclBackend final : public Backend {
   const char* kind() const override { return "nccl"; }
   int rank() const override { return st_->rank(); }
   int size() const override { return st_->size(); }
-  DeviceType device_type() const override { return DeviceType::CUDA; }
+  Device device() const override { return Device{DeviceType::CUDA, st_->device()}; }
 
   // NCCL has no tags: messages between two ranks match in the order they were posted.
   std::unique_ptr<Request> isend(const void* data, int64_t bytes, int dst, int /*tag*/) override {

@@ -42,9 +42,9 @@ constexpr int kAlgoTag = 31000;  // tag of algorithm-internal messages (user tag
 
 bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
 
-Tensor comm_buffer(int64_t numel, DType dt) {
+Tensor comm_buffer(int64_t numel, DType dt, Device device = kCPU) {
   MemoryScope scope(MemCategory::comm);
-  return Tensor::empty({numel}, dt);
+  return Tensor::empty({numel}, dt, device);
 }
 
 // Contiguous stand-in for t: t itself, or a copy holding t's values (copy = true) or not.
@@ -99,6 +99,7 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, CommOptions options
       rank_(backend_->rank()),
       size_(backend_->size()),
       debug_(options.debug_enabled()),
+      device_(backend_->device()),
       algorithm_(options.algorithm) {
   opts_.validate();
 }
@@ -240,7 +241,7 @@ std::string ProcessGroup::describe(const OpInfo& i) const {
 void ProcessGroup::execute(const OpInfo& info, const Collective& c, int64_t& bytes_sent) {
   // The ring/tree algorithms and the 16-bit staging below run host code on the buffers:
   // a device backend (nccl) always takes its own implementation.
-  const bool device_backend = backend_->device_type() != DeviceType::CPU;
+  const bool device_backend = !device_.is_cpu();
   STRATA_CHECK(!device_backend || backend_->supports(c), "[", op_kind_name(c.kind), "] the ", backend_->kind(),
                " backend has no implementation of this op and host algorithms cannot run on device memory");
   const bool want_native = device_backend || info.algo == Algorithm::native || info.algo == Algorithm::automatic;
@@ -361,10 +362,28 @@ void ProcessGroup::debug_check(const OpInfo& info) {
 
 // ------------------------------------------------------------------ argument checks
 
+std::optional<std::string> device_mismatch(std::string_view op, std::string_view group, std::string_view backend,
+                                           int rank, Device group_device, Device tensor) {
+  if (tensor == group_device) return std::nullopt;
+  std::string msg = strata::detail::str_cat("[", op, "] group '", group, "' (", backend, ", rank ", rank, ") runs on ",
+                                            group_device.str(), " but the tensor is on ", tensor.str());
+  if (group_device.is_cpu() && !tensor.is_cpu())
+    msg += strata::detail::str_cat(": the ", backend, " backend moves CPU tensors only (device memory is not staged "
+                                   "through the host); use the nccl backend for CUDA tensors (comm::init_nccl_world) "
+                                   "or copy the tensor with .to(kCPU)");
+  else if (tensor.is_cpu())
+    msg += strata::detail::str_cat(": the ", backend, " backend moves tensors on this rank's GPU only; copy the tensor "
+                                   "with .to(", group_device.str(), ") or use an mpi group for CPU tensors");
+  else if (tensor.type == group_device.type)
+    msg += strata::detail::str_cat(": each rank's ", backend, " communicator uses one GPU (init_nccl_world's device); "
+                                   "create the tensor on group.device() or copy it with .to(", group_device.str(), ")");
+  return msg;
+}
+
 void ProcessGroup::check_tensor(const char* op, const Tensor& t, bool written) const {
   STRATA_CHECK(t.defined(), "[", op, "] tensor is undefined (group '", name_, "', rank ", rank_, ")");
-  STRATA_CHECK(t.device().type == backend_->device_type(), "[", op, "] tensor ", t.str(), " is on ",
-               t.device().str(), " but group '", name_, "' uses the ", backend_->kind(), " backend");
+  if (auto why = device_mismatch(op, name_, backend_->kind(), rank_, device_, t.device()))
+    STRATA_THROW(Error, *why, " (", t.str(), ")");
   if (written) {
     for (int64_t d = 0; d < t.dim(); ++d)
       STRATA_CHECK(t.stride(d) != 0 || t.size(d) <= 1, "[", op, "] cannot write into ", t.str(),
@@ -459,7 +478,7 @@ Work ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, Red
                ")");
   Tensor in = staged(input, true);
   Tensor out = staged(output, false);
-  if (overlaps(in, out)) out = comm_buffer(output.numel(), output.dtype());
+  if (overlaps(in, out)) out = comm_buffer(output.numel(), output.dtype(), output.device());
   OpInfo info{.kind = OpKind::reduce_scatter, .dtype = input.dtype(), .count = output.numel(),
               .bytes = input.nbytes(), .op = op, .reduction = true};
   info.algo = algorithm();

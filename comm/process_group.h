@@ -8,7 +8,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -24,11 +26,16 @@ namespace strata::comm {
 /// new_group() or a DeviceMesh. There is no global group: pass groups explicitly.
 ///
 /// Semantics follow torch.distributed: every rank of the group calls the same
-/// collectives in the same order. Tensors are CPU tensors of any dtype (reductions:
-/// f32, f64, f16, bf16, i32, i64, u8; avg only on floating dtypes; f16/bf16 accumulate
-/// in f32). Non-contiguous tensors are handled through a contiguous staging copy
-/// (copied back on completion). Tensors must stay alive and unmodified until the
-/// returned Work completes (the Work keeps their storage alive).
+/// collectives in the same order. Tensors are of any dtype (reductions: f32, f64, f16,
+/// bf16, i32, i64, u8; avg only on floating dtypes; on the cpu backends f16/bf16
+/// accumulate in f32) and must live on the group's device(): CPU memory for the mpi
+/// and local backends, this rank's GPU for nccl. Any other tensor is refused on the
+/// calling thread before anything is queued (see device_mismatch): like torch's gloo and
+/// non-CUDA-aware mpi backends, the cpu backends do not stage CUDA tensors through host
+/// memory, so copy them with .to(kCPU) or use the nccl backend. Non-contiguous tensors
+/// are handled through a contiguous staging copy (copied back on completion). Tensors
+/// must stay alive and unmodified until the returned Work completes (the Work keeps
+/// their storage alive).
 ///
 /// Thread-safety: calls may come from any thread; ops run in the order they were
 /// issued. Every wait inside an op is bounded by comm.timeout_s; on expiry (or when a
@@ -48,6 +55,9 @@ class ProcessGroup {
   const CommOptions& options() const { return opts_; }
   /// "mpi", "local", ...
   const char* backend_kind() const { return backend_->kind(); }
+  /// Where this group's tensors live: kCPU (mpi, local) or this rank's GPU (nccl).
+  /// Build buffers for collectives with it, e.g. ops::zeros({n}, dt, group.device()).
+  Device device() const { return device_; }
   /// The algorithm ops issued from now on use (all ranks must agree).
   Algorithm algorithm() const { return algorithm_.load(); }
   void set_algorithm(Algorithm a) { algorithm_.store(a); }
@@ -114,6 +124,7 @@ class ProcessGroup {
   std::string name_;
   int rank_, size_;
   bool debug_;
+  Device device_;
   std::atomic<Algorithm> algorithm_;
 
   std::mutex qmu_;
@@ -127,5 +138,14 @@ class ProcessGroup {
   mutable std::mutex stats_mu_;
   CommStats stats_;
 };
+
+/// Where a tensor handed to a collective is checked against its group: the error text
+/// for a tensor on `tensor` given to `op` of a group on `group_device`, or nullopt when
+/// they match. `group`, `backend` and `rank` name the group in the message, e.g.
+/// "[all_reduce] group 'world' (nccl, rank 1) runs on cuda:1 but the tensor is on cuda:0: ...".
+/// Pure (no CUDA calls): ProcessGroup runs it on the caller's thread for every tensor
+/// argument before an op is queued and throws strata::Error with the text.
+std::optional<std::string> device_mismatch(std::string_view op, std::string_view group, std::string_view backend,
+                                           int rank, Device group_device, Device tensor);
 
 }  // namespace strata::comm

@@ -1,6 +1,7 @@
-# nccl comm backend: multi-process GPU tests under mpirun (labels cuda, dist), built when
-# the backend is (cmake/nccl.cmake). They need one GPU per rank and report SKIPPED (ctest
-# shows them as skipped) on machines with fewer. Included by tests/CMakeLists.txt.
+# nccl comm backend: multi-process GPU tests under mpirun (labels cuda, dist) of the
+# collectives and of DDP / ZeRO over them, built when the backend is (cmake/nccl.cmake).
+# They need one GPU per rank and report SKIPPED (ctest shows them as skipped) on machines
+# with fewer. Included by tests/CMakeLists.txt.
 if(NOT STRATA_WITH_NCCL)
   return()
 endif()
@@ -24,3 +25,16 @@ add_test(NAME comm_nccl_timeout
     -P ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/run_fault.cmake)
 set_tests_properties(comm_nccl_timeout PROPERTIES LABELS "cuda;dist" TIMEOUT 120 ENVIRONMENT "${_nccl_env}"
                      SKIP_REGULAR_EXPRESSION "SKIPPED: needs one GPU per rank")
+
+# DDP and ZeRO stages 1-3 over the nccl backend (tests/parallel/mpi/nccl/, a folder the
+# cpu mpirun test's glob in parallel.cmake does not see): equal to the single-process CPU run.
+if(TARGET strata_parallel)
+  add_executable(strata_test_parallel_nccl ${CMAKE_CURRENT_SOURCE_DIR}/parallel/mpi/nccl/nccl_parallel_test.cpp)
+  target_include_directories(strata_test_parallel_nccl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/parallel)
+  target_link_libraries(strata_test_parallel_nccl PRIVATE strata_parallel strata_comm strata_warnings GTest::gtest)
+  foreach(np 2 4)
+    add_test(NAME parallel_nccl_np${np} COMMAND ${_nccl_mpirun} -np ${np} $<TARGET_FILE:strata_test_parallel_nccl>)
+    set_tests_properties(parallel_nccl_np${np} PROPERTIES LABELS "cuda;dist" TIMEOUT 300 ENVIRONMENT "${_nccl_env}"
+                         SKIP_REGULAR_EXPRESSION "SKIPPED: needs one GPU per rank")
+  endforeach()
+endif()

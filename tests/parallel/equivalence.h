@@ -30,6 +30,7 @@ struct EquivCase {
   int accum = 1;       // micro-batches per step per rank; the first accum-1 under no_sync
   bool optimizer_zero_grad = false;  // zero through the optimizer instead of the DDP handle
   parallel::DDPOptions ddp{};
+  Device device = kCPU;  // where each rank's replica trains (the reference always runs on the CPU)
 };
 
 inline constexpr uint64_t kModelSeed = 1234;
@@ -74,18 +75,29 @@ inline Tensor batch_loss(nn::Module& m, const Tensor& x, const Tensor& y) {
   return cross_entropy(m.forward(x), y);
 }
 
+/// The loss of one step averaged over the ranks of `group` (collective): with equal
+/// shards, the loss of the full batch.
+inline double rank_mean(comm::ProcessGroup& group, double v, Device device) {
+  Tensor t = ops::full({1}, v, DType::f64, device);
+  group.all_reduce(t, comm::ReduceOp::avg).wait();
+  return t.item<double>();
+}
+
 /// Single-process reference after c.steps steps. Without BatchNorm it trains on the full
-/// batch B. With BatchNorm, whose batch statistics DDP takes per rank, it accumulates the
-/// N shards' gradients (loss / N each) and keeps the running statistics shard 0 produced,
-/// which is what broadcast_buffers leaves on every rank.
-inline nn::NamedTensors reference_state(const EquivCase& c, int n) {
+/// batch B (its loss per step goes to `losses` when given). With BatchNorm, whose batch
+/// statistics DDP takes per rank, it accumulates the N shards' gradients (loss / N each)
+/// and keeps the running statistics shard 0 produced, which is what broadcast_buffers
+/// leaves on every rank.
+inline nn::NamedTensors reference_state(const EquivCase& c, int n, std::vector<double>* losses = nullptr) {
   auto model = make_model(c.model, kModelSeed);
   auto opt = make_optimizer(c.optim, *model);
   const bool bn = c.model == "cnn_bn";
   for (int s = 0; s < c.steps; ++s) {
     auto [x, y] = make_batch(c.model, c.batch, s);
     if (!bn) {
-      backward(batch_loss(*model, x, y));
+      Tensor loss = batch_loss(*model, x, y);
+      if (losses) losses->push_back(loss.item<double>());
+      backward(loss);
     } else {
       const int64_t per = c.batch / n;
       nn::NamedTensors after_shard0;
@@ -108,23 +120,29 @@ inline nn::NamedTensors reference_state(const EquivCase& c, int n) {
   return model->state_dict();
 }
 
-/// Trains under DDP on this rank of `group` and returns the state (parameters and
-/// buffers, after a final buffer sync). Each rank starts from a different init, so the
-/// wrap-time broadcast is exercised too.
-inline nn::NamedTensors ddp_state(comm::ProcessGroup& group, const EquivCase& c) {
+/// Trains under DDP on this rank of `group` (model and batches on c.device) and returns
+/// the state (parameters and buffers, after a final buffer sync). Each rank starts from a
+/// different init, so the wrap-time broadcast is exercised too. `losses`: the loss of
+/// each step averaged over the ranks (collective).
+inline nn::NamedTensors ddp_state(comm::ProcessGroup& group, const EquivCase& c,
+                                  std::vector<double>* losses = nullptr) {
   const int n = group.size(), r = group.rank();
   auto model = make_model(c.model, r == 0 ? kModelSeed : kModelSeed + 77 * uint64_t(r));
+  model->to(c.device);
   auto ddp = parallel::apply_ddp(model, group, c.ddp);
   auto opt = make_optimizer(c.optim, *model);
   STRATA_CHECK(c.batch % (int64_t(n) * c.accum) == 0, "[test] batch ", c.batch, " does not split into ", n,
                " ranks x ", c.accum, " micro-batches");
   const int64_t per = c.batch / n, micro = per / c.accum;
   for (int s = 0; s < c.steps; ++s) {
-    auto [x, y] = make_batch(c.model, c.batch, s);
+    auto [xb, yb] = make_batch(c.model, c.batch, s);
+    const Tensor x = xb.to(c.device), y = yb.to(c.device);
+    double step_loss = 0;
     for (int m = 0; m < c.accum; ++m) {
       Tensor xm = ops::narrow(x, 0, r * per + m * micro, micro), ym = ops::narrow(y, 0, r * per + m * micro, micro);
       auto step_micro = [&] {
         Tensor loss = ddp->forward_with([&] { return batch_loss(*model, xm, ym); }) * (1.0 / double(c.accum));
+        if (losses) step_loss += loss.item<double>();
         backward(loss);
         ddp->finalize();
       };
@@ -135,6 +153,7 @@ inline nn::NamedTensors ddp_state(comm::ProcessGroup& group, const EquivCase& c)
         step_micro();
       }
     }
+    if (losses) losses->push_back(rank_mean(group, step_loss, c.device));
     opt->step();
     if (c.optimizer_zero_grad)
       opt->zero_grad();

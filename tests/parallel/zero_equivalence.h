@@ -23,14 +23,17 @@ inline parallel::OptimizerFactory optimizer_factory(const std::string& kind) {
   };
 }
 
-/// Single process, batch B, with clipping (the norms it saw go to `norms`).
-inline nn::NamedTensors reference_state_clipped(const ZeroCase& zc, std::vector<double>* norms) {
+/// Single process, batch B, with clipping (the norms it saw go to `norms`, the losses to `losses`).
+inline nn::NamedTensors reference_state_clipped(const ZeroCase& zc, std::vector<double>* norms,
+                                                std::vector<double>* losses = nullptr) {
   const EquivCase& c = zc.base;
   auto model = make_model(c.model, kModelSeed);
   auto opt = make_optimizer(c.optim, *model);
   for (int s = 0; s < c.steps; ++s) {
     auto [x, y] = make_batch(c.model, c.batch, s);
-    backward(batch_loss(*model, x, y));
+    Tensor loss = batch_loss(*model, x, y);
+    if (losses) losses->push_back(loss.item<double>());
+    backward(loss);
     if (zc.clip > 0) {
       const double nrm = optim::clip_grad_norm(model->parameters(), zc.clip);
       if (norms) norms->push_back(nrm);
@@ -48,11 +51,13 @@ struct ZeroResult {
   int64_t padded_elems = 0;   // sum over units of the padded flat size
 };
 
-/// Trains under ZeRO on this rank of `group` (each rank starts from a different init).
-inline ZeroResult zero_state(comm::ProcessGroup& group, const ZeroCase& zc) {
+/// Trains under ZeRO on this rank of `group` (each rank starts from a different init;
+/// model and batches on c.device). `losses`: each step's loss averaged over the ranks.
+inline ZeroResult zero_state(comm::ProcessGroup& group, const ZeroCase& zc, std::vector<double>* losses = nullptr) {
   const EquivCase& c = zc.base;
   const int n = group.size(), r = group.rank();
   auto model = make_model(c.model, r == 0 ? kModelSeed : kModelSeed + 77 * uint64_t(r));
+  model->to(c.device);
   parallel::ZeroOptions o{.stage = zc.stage, .bucket_cap_mb = zc.bucket_cap_mb, .prefetch = zc.prefetch, .wrap = {}};
   auto zero = parallel::apply_zero(model, group, o, optimizer_factory(c.optim));
   ZeroResult res;
@@ -64,11 +69,14 @@ inline ZeroResult zero_state(comm::ProcessGroup& group, const ZeroCase& zc) {
   };
   for (int s = 0; s < c.steps; ++s) {
     const int64_t before = sent();
-    auto [x, y] = make_batch(c.model, c.batch, s);
+    auto [xb, yb] = make_batch(c.model, c.batch, s);
+    const Tensor x = xb.to(c.device), y = yb.to(c.device);
+    double step_loss = 0;
     for (int m = 0; m < c.accum; ++m) {
       Tensor xm = ops::narrow(x, 0, r * per + m * micro, micro), ym = ops::narrow(y, 0, r * per + m * micro, micro);
       auto step_micro = [&] {
         Tensor loss = zero->forward_with([&] { return batch_loss(*model, xm, ym); }) * (1.0 / double(c.accum));
+        if (losses) step_loss += loss.item<double>();
         backward(loss);
         zero->finalize();
       };
@@ -79,6 +87,7 @@ inline ZeroResult zero_state(comm::ProcessGroup& group, const ZeroCase& zc) {
         step_micro();
       }
     }
+    if (losses) losses->push_back(rank_mean(group, step_loss, c.device));
     if (zc.clip > 0) res.norms.push_back(zero->clip_grad_norm(zc.clip));
     zero->step();
     zero->zero_grad();

@@ -15,6 +15,7 @@
 #include "comm/mpi.h"
 #include "comm/nccl.h"
 #include "core/threads.h"
+#include "nccl_world.h"
 
 using namespace strata;
 using namespace strata::comm;
@@ -30,23 +31,6 @@ CommOptions test_options(double timeout_s = 60) {
   CommOptions o;
   o.timeout_s = timeout_s;
   return o;
-}
-
-int local_rank() {
-  const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  return v ? std::atoi(v) : 0;
-}
-
-// Why this job cannot run (some rank lacks its own GPU), or "" when every rank has one.
-std::string gpu_shortage(ProcessGroup& mpi) {
-  const int have = nccl_device_count();
-  Tensor bad = ops::full({1}, have > local_rank() ? -1.0 : double(mpi.rank()), DType::i32);
-  mpi.all_reduce(bad, ReduceOp::max).wait();
-  const int r = int(bad.item<double>());
-  if (!nccl_available()) return "this build has no nccl backend";
-  if (r < 0) return "";
-  return "rank " + std::to_string(r) + " has no GPU of its own (" + std::to_string(have) + " visible on rank " +
-         std::to_string(mpi.rank()) + "'s node, local rank " + std::to_string(local_rank()) + ")";
 }
 
 Tensor gpu(const Tensor& cpu) { return ops::to_device(cpu, g_gpu); }
@@ -260,19 +244,41 @@ TEST(NcclCollectives, DebugModeStagesCpuBuffers) {
   expect_values(host(ok), std::vector<double>(10, double(n * n)), 0, "after mismatch");
 }
 
-// Checked on the caller's thread, so the group stays usable. (A tensor on another GPU
-// is only caught on the comm thread, which fails the group: not tested here.)
-TEST(NcclCollectives, CpuTensorIsAClearError) {
-  Tensor cpu = ops::ones({4}, DType::f32);
+// A tensor on the wrong device is refused on the caller's thread before anything is
+// queued (no op counted, no sequence number used), so the group stays usable.
+void expect_refused(const Tensor& t, const std::string& want) {
+  ProcessGroup& g = *g_nccl;
+  const int64_t calls = g.stats()[OpKind::all_reduce].calls;
   try {
-    g_nccl->all_reduce(cpu).wait();
-    ADD_FAILURE() << "a CPU tensor was accepted";
+    g.all_reduce(t).wait();
+    ADD_FAILURE() << "a tensor on " << t.device().str() << " was accepted by a group on " << g.device().str();
+  } catch (const CommError& e) {
+    ADD_FAILURE() << "refused on the comm thread (the group failed): " << e.what();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("uses the nccl backend"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
   }
+  EXPECT_EQ(g.stats()[OpKind::all_reduce].calls, calls);
   Tensor ok = ops::ones({4}, DType::f32, g_gpu);
-  g_nccl->all_reduce(ok).wait();
-  expect_values(host(ok), std::vector<double>(4, double(g_nccl->size())), 0, "after the refused call");
+  g.all_reduce(ok).wait();
+  expect_values(host(ok), std::vector<double>(4, double(g.size())), 0, "after the refused call");
+}
+
+TEST(NcclCollectives, CpuTensorIsAClearError) {
+  EXPECT_EQ(g_nccl->device(), g_gpu);
+  expect_refused(ops::ones({4}, DType::f32), "[all_reduce] group 'world' (nccl, rank " +
+                                                 std::to_string(g_nccl->rank()) + ") runs on " + g_gpu.str() +
+                                                 " but the tensor is on cpu");
+}
+
+TEST(NcclCollectives, TensorOnAnotherGpuIsAClearError) {
+  const int count = nccl_device_count();
+  Tensor fewest = ops::full({1}, double(count), DType::i32);
+  g_mpi->all_reduce(fewest, ReduceOp::min).wait();  // every rank takes the same branch
+  if (fewest.item<double>() < 2) GTEST_SKIP() << "needs a second GPU on every node";
+  const Device other{DeviceType::CUDA, (g_gpu.index + 1) % count};
+  expect_refused(ops::ones({4}, DType::f32, other), "[all_reduce] group 'world' (nccl, rank " +
+                                                        std::to_string(g_nccl->rank()) + ") runs on " + g_gpu.str() +
+                                                        " but the tensor is on " + other.str());
 }
 
 // ---------------------------------------------------------------- fault mode
