@@ -555,9 +555,8 @@ EvalResult Trainer::train() {
     if (step_ % cfg_.train.log_every == 0 || step_ == total_steps_) {
       double mean = window_loss_ / double(window_steps_);
       if (world_ > 1) {  // every rank logs at the same steps: average the window over the world
-        Tensor t = ops::from_vector(std::vector<double>{mean}, {1});
-        group_->all_reduce(t, comm::ReduceOp::sum).wait();
-        mean = t.data<double>()[0] / double(world_);
+        const Tensor t = ops::from_vector(std::vector<double>{mean}, {1});
+        mean = comm::all_reduce_host(*group_, t, comm::ReduceOp::sum).item<double>() / double(world_);
       }
       log_step(mean, lr);
       window_loss_ = 0.0;

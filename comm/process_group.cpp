@@ -661,4 +661,17 @@ void ProcessGroup::abort(const std::string& reason) {
   backend_->abort(reason);
 }
 
+Tensor all_reduce_host(ProcessGroup& group, const Tensor& t, ReduceOp op) {
+  Tensor d = group.device() == t.device() ? ops::clone(t) : t.to(group.device());
+  group.all_reduce(d, op).wait();
+  return ops::to_cpu(d);
+}
+
+Tensor all_gather_host(ProcessGroup& group, const Tensor& t) {
+  const Tensor in = ops::reshape(ops::contiguous(t), {-1}).to(group.device());
+  Tensor out = Tensor::empty({int64_t(group.size()) * t.numel()}, t.dtype(), group.device());
+  group.all_gather(in, out).wait();
+  return ops::to_cpu(out);
+}
+
 }  // namespace strata::comm

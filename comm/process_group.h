@@ -148,4 +148,12 @@ class ProcessGroup {
 std::optional<std::string> device_mismatch(std::string_view op, std::string_view group, std::string_view backend,
                                            int rank, Device group_device, Device tensor);
 
+/// Blocking collectives on small host values (losses, timings, status bytes) for code
+/// that must work on every backend: `t` is a CPU tensor, copied to group.device() for the
+/// op (nccl takes only GPU memory); the result comes back as a new CPU tensor and `t` is
+/// left unchanged. Collective: every rank calls them in the same order.
+Tensor all_reduce_host(ProcessGroup& group, const Tensor& t, ReduceOp op);
+/// t (c elements, any shape) -> (N*c): block j is rank j's t.
+Tensor all_gather_host(ProcessGroup& group, const Tensor& t);
+
 }  // namespace strata::comm

@@ -25,9 +25,7 @@ inline double median(std::vector<double> v) {
 
 /// The largest v over the ranks of g (collective).
 inline double max_over_ranks(comm::ProcessGroup& g, double v) {
-  Tensor t = ops::full({1}, v, DType::f64);
-  g.all_reduce(t, comm::ReduceOp::max).wait();
-  return t.item<double>();
+  return comm::all_reduce_host(g, ops::full({1}, v, DType::f64), comm::ReduceOp::max).item<double>();
 }
 
 }  // namespace strata::parallel::detail

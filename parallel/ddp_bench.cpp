@@ -148,8 +148,8 @@ CapTiming summarize(comm::ProcessGroup& g, const DDPBenchOptions& o, Variant& v)
   t.cap_mb = v.cap;
   t.buckets = int64_t(v.ddp->reducer().plan().buckets.size());
   t.step_s = max_over_ranks(g, median(v.times));
-  Tensor w = ops::from_vector(v.waits, {int64_t(v.waits.size())});
-  g.all_reduce(w, comm::ReduceOp::min).wait();
+  const Tensor w =
+      comm::all_reduce_host(g, ops::from_vector(v.waits, {int64_t(v.waits.size())}), comm::ReduceOp::min);
   t.exposed_s = median(w.to_vector<double>());
   // The same buckets all-reduced alone, back to back.
   std::vector<Tensor> views;

@@ -58,16 +58,12 @@ std::string join(const std::string& dir, const std::string& name) { return (fs::
 // Every rank's bytes on every rank: lengths first, then one all_gather padded to the max.
 std::vector<std::string> all_gather_bytes(comm::ProcessGroup& group, const std::string& mine) {
   const int n = group.size();
-  Tensor len = Tensor::empty({1}, DType::i64);
-  len.data<int64_t>()[0] = int64_t(mine.size());
-  Tensor lens = Tensor::empty({n}, DType::i64);
-  group.all_gather(len, lens).wait();
+  const Tensor lens = comm::all_gather_host(group, ops::from_vector(std::vector<int64_t>{int64_t(mine.size())}, {1}));
   const int64_t* l = lens.data<int64_t>();
   const int64_t width = std::max<int64_t>(1, *std::max_element(l, l + n));
   Tensor buf = ops::zeros({width}, DType::u8);
   std::memcpy(buf.data<uint8_t>(), mine.data(), mine.size());
-  Tensor all = Tensor::empty({int64_t(n) * width}, DType::u8);
-  group.all_gather(buf, all).wait();
+  const Tensor all = comm::all_gather_host(group, buf);
   std::vector<std::string> out(static_cast<size_t>(n));
   const char* p = reinterpret_cast<const char*>(all.data<uint8_t>());
   for (int r = 0; r < n; ++r) out[size_t(r)].assign(p + int64_t(r) * width, size_t(l[r]));

@@ -502,9 +502,8 @@ double ZeroDataParallel::clip_grad_norm(double max_norm) {
   double local = 0;
   for (auto& u : s.units)
     if (u.layout.shard > 0) local += ops::sum_squares(u.grad_shard);  // padding is zero
-  Tensor t = ops::full({1}, local, DType::f64, s.device);
-  group_.all_reduce(t, comm::ReduceOp::sum).wait();
-  const double total = std::sqrt(t.item<double>());
+  const double total =
+      std::sqrt(comm::all_reduce_host(group_, ops::full({1}, local, DType::f64), comm::ReduceOp::sum).item<double>());
   const double f = optim::clip_factor(total, max_norm);
   if (f < 1.0)
     for (auto& u : s.units)

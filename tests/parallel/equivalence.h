@@ -77,10 +77,8 @@ inline Tensor batch_loss(nn::Module& m, const Tensor& x, const Tensor& y) {
 
 /// The loss of one step averaged over the ranks of `group` (collective): with equal
 /// shards, the loss of the full batch.
-inline double rank_mean(comm::ProcessGroup& group, double v, Device device) {
-  Tensor t = ops::full({1}, v, DType::f64, device);
-  group.all_reduce(t, comm::ReduceOp::avg).wait();
-  return t.item<double>();
+inline double rank_mean(comm::ProcessGroup& group, double v) {
+  return comm::all_reduce_host(group, ops::full({1}, v, DType::f64), comm::ReduceOp::avg).item<double>();
 }
 
 /// Single-process reference after c.steps steps. Without BatchNorm it trains on the full
@@ -153,7 +151,7 @@ inline nn::NamedTensors ddp_state(comm::ProcessGroup& group, const EquivCase& c,
         step_micro();
       }
     }
-    if (losses) losses->push_back(rank_mean(group, step_loss, c.device));
+    if (losses) losses->push_back(rank_mean(group, step_loss));
     opt->step();
     if (c.optimizer_zero_grad)
       opt->zero_grad();

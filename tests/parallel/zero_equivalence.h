@@ -87,7 +87,7 @@ inline ZeroResult zero_state(comm::ProcessGroup& group, const ZeroCase& zc, std:
         step_micro();
       }
     }
-    if (losses) losses->push_back(rank_mean(group, step_loss, c.device));
+    if (losses) losses->push_back(rank_mean(group, step_loss));
     if (zc.clip > 0) res.norms.push_back(zero->clip_grad_norm(zc.clip));
     zero->step();
     zero->zero_grad();
