@@ -1,6 +1,9 @@
 // DataParallel (K thread replicas in one process) against the single-process reference,
+// its device list (all-CPU lists here, CUDA placement errors raised before any CUDA call),
 // its per-replica memory report, and the "module." checkpoint prefix rules.
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "equivalence.h"
 #include "parallel/data_parallel.h"
@@ -9,14 +12,15 @@
 namespace strata::testing {
 namespace {
 
-std::shared_ptr<parallel::DataParallel> wrap(const std::string& kind, int k) {
+std::shared_ptr<parallel::DataParallel> wrap(const std::string& kind, int k, std::vector<Device> devices = {}) {
   auto m = make_model(kind, kModelSeed);
   return std::make_shared<parallel::DataParallel>(
-      m, [kind] { return make_model(kind, 4242); }, parallel::DataParallelOptions{.replicas = k});
+      m, [kind] { return make_model(kind, 4242); },
+      parallel::DataParallelOptions{.replicas = k, .devices = std::move(devices)});
 }
 
-nn::NamedTensors dp_state(const EquivCase& c, int k, int64_t batch) {
-  auto dp = wrap(c.model, k);
+nn::NamedTensors dp_state(const EquivCase& c, int k, int64_t batch, std::vector<Device> devices = {}) {
+  auto dp = wrap(c.model, k, std::move(devices));
   auto opt = make_optimizer(c.optim, dp->module());
   for (int s = 0; s < c.steps; ++s) {
     auto [x, y] = make_batch(c.model, batch, s);
@@ -27,18 +31,65 @@ nn::NamedTensors dp_state(const EquivCase& c, int k, int64_t batch) {
   return dp->module().state_dict();
 }
 
-void check_dp(const EquivCase& c, int k, int64_t batch) {
+void check_dp(const EquivCase& c, int k, int64_t batch, std::vector<Device> devices = {}) {
   EquivCase ref_case = c;
   ref_case.batch = batch;
   std::string worst;
-  const double err = max_relative_error(dp_state(c, k, batch), reference_state(ref_case, 1), &worst);
+  const double err = max_relative_error(dp_state(c, k, batch, std::move(devices)), reference_state(ref_case, 1), &worst);
   EXPECT_LT(err, 1e-5) << c.model << "/" << c.optim << " K=" << k << " B=" << batch << ": " << worst;
 }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+constexpr Device kCuda0{DeviceType::CUDA, 0}, kCuda1{DeviceType::CUDA, 1};
 
 TEST(DataParallel, EqualsSingleProcess) {
   for (int k = 1; k <= 4; ++k) check_dp(EquivCase{}, k, 12);
   check_dp(EquivCase{.optim = "adam"}, 3, 12);
   check_dp(EquivCase{.model = "cnn"}, 2, 12);
+}
+
+TEST(DataParallel, CpuDeviceListEqualsSingleProcess) {
+  // replicas 0 = derived from the list; the explicit count must agree with it
+  check_dp(EquivCase{}, 0, 12, {kCPU, kCPU, kCPU});
+  check_dp(EquivCase{.optim = "adam"}, 3, 10, {kCPU, kCPU, kCPU});
+  check_dp(EquivCase{.model = "cnn"}, 0, 12, {kCPU, kCPU});
+  check_dp(EquivCase{.model = "gpt"}, 0, 6, {kCPU, kCPU, kCPU});
+  auto dp = wrap("mlp", 0, {kCPU, kCPU, kCPU});
+  EXPECT_EQ(dp->replicas(), 3);
+  EXPECT_EQ(dp->output_device(), kCPU);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(dp->device(k), kCPU);
+  EXPECT_EQ(wrap("mlp", 0)->replicas(), 2);  // neither given: two replicas on the module's device
+}
+
+TEST(DataParallel, DeviceListErrorsComeBeforeAnyCudaCall) {
+  // The wrapped module sits on the CPU: cuda:0 as devices[0] names both devices.
+  std::string e = error_of([] { wrap("mlp", 0, {kCuda0, kCuda1}); });
+  EXPECT_NE(e.find("module must have its parameters and buffers on device cuda:0"), std::string::npos) << e;
+  EXPECT_NE(e.find("is on cpu"), std::string::npos) << e;
+  e = error_of([] { wrap("mlp", 0, {kCuda1, kCuda1}); });
+  EXPECT_NE(e.find("cuda:1 is listed twice (devices[0] and devices[1])"), std::string::npos) << e;
+  e = error_of([] { wrap("mlp", 3, {kCPU, kCPU}); });
+  EXPECT_NE(e.find("parallel.replicas is 3 but 2 devices were given"), std::string::npos) << e;
+  e = error_of([] { wrap("mlp", 0, {kCPU, kCuda0}); });
+  EXPECT_NE(e.find("devices mix cpu (devices[0]) and cuda:0 (devices[1])"), std::string::npos) << e;
+  e = error_of([] { wrap("mlp", -1); });
+  EXPECT_NE(e.find("parallel.replicas must be >= 1"), std::string::npos) << e;
+  // A replica that would sit on a CUDA device is never built when replica 0 is misplaced.
+  int built = 0;
+  auto m = make_model("mlp", kModelSeed);
+  e = error_of([&] {
+    parallel::DataParallel(m, [&] { ++built; return make_model("mlp", 1); }, {.devices = {kCuda0, kCuda1}});
+  });
+  EXPECT_FALSE(e.empty());
+  EXPECT_EQ(built, 0);
 }
 
 TEST(DataParallel, UnevenChunksAndSmallBatches) {

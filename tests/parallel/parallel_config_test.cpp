@@ -84,5 +84,63 @@ TEST(ParallelConfig, ErrorsNameTheKey) {
   EXPECT_THROW(bad.validate(), ConfigError);
 }
 
+TEST(ParallelConfig, DevicesPlaceTheReplicas) {
+  const Device cuda0{DeviceType::CUDA, 0}, cuda1{DeviceType::CUDA, 1};
+  ParallelConfig c = load("parallel: {mode: dp, devices: [cuda:0, cuda:1]}\n");
+  ASSERT_EQ(c.devices.size(), 2u);
+  EXPECT_EQ(c.devices[0], cuda0);
+  EXPECT_EQ(c.devices[1], cuda1);
+  EXPECT_EQ(c.replicas, 2);  // derived from the list
+  const DataParallelOptions o = c.dp_options();
+  EXPECT_EQ(o.replicas, 2);
+  EXPECT_EQ(o.devices, c.devices);
+  // block style, "cuda" = cuda:0, an agreeing replica count, repeated cpu entries
+  c = load("parallel:\n  mode: dp\n  replicas: 3\n  devices:\n    - cpu\n    - cpu\n    - cpu\n");
+  EXPECT_EQ(c.devices, (std::vector<Device>{kCPU, kCPU, kCPU}));
+  EXPECT_EQ(c.dp_options().replicas, 3);
+  EXPECT_EQ(load("parallel: {mode: dp, devices: [cuda, cuda:3]}\n").devices,
+            (std::vector<Device>{cuda0, {DeviceType::CUDA, 3}}));
+  EXPECT_TRUE(load("parallel: {mode: dp, replicas: 4}\n").dp_options().devices.empty());
+  // what `--set parallel.devices=[cuda:1,cuda:0]` produces
+  ConfigNode root = ConfigNode::load_string("parallel: {mode: dp}\n", {"parallel.devices=[cuda:1, cuda:0]"});
+  EXPECT_EQ(ParallelConfig::from_node(root.child("parallel")).devices, (std::vector<Device>{cuda1, cuda0}));
+}
+
+TEST(ParallelConfig, DeviceErrorsNameTheEntry) {
+  EXPECT_EQ(error_of("parallel: {mode: dp, devices: [cuda:0, gpu1]}\n"),
+            "parallel.devices[1]: 'gpu1' is not a device: expected cpu, cuda or cuda:N (line 1)");
+  EXPECT_NE(error_of("parallel: {mode: dp, devices: [cuda:-1]}\n").find("parallel.devices[0]"), std::string::npos);
+  EXPECT_NE(error_of("parallel: {mode: dp, devices: [cuda:x]}\n").find("parallel.devices[0]"), std::string::npos);
+  EXPECT_EQ(error_of("parallel: {mode: dp, devices: [cuda:0, cuda:1, cuda:0]}\n"),
+            "parallel.devices[2]: cuda:0 is listed twice (also parallel.devices[0]); each CUDA device holds one "
+            "replica (line 1)");
+  EXPECT_NE(error_of("parallel: {mode: dp, devices: [cpu, cuda:0]}\n").find("parallel.devices[1]: is cuda:0"),
+            std::string::npos);
+  EXPECT_EQ(error_of("parallel: {mode: dp, replicas: 3, devices: [cuda:0, cuda:1]}\n"),
+            "parallel.devices: lists 2 device(s) but parallel.replicas is 3 (one replica per device; drop "
+            "parallel.replicas to derive it) (line 1)");
+  EXPECT_NE(error_of("parallel: {mode: ddp, devices: [cuda:0, cuda:1]}\n")
+                .find("parallel.devices: places DataParallel replicas and needs parallel.mode dp, got 'ddp'"),
+            std::string::npos);
+  EXPECT_NE(error_of("parallel: {devices: [cuda:0]}\n").find("got 'none'"), std::string::npos);
+  EXPECT_NE(error_of("parallel: {mode: dp, devices: cuda:0}\n").find("parallel.devices"), std::string::npos);
+  // validate() on a struct built in code applies the same rules
+  ParallelConfig c;
+  c.mode = "dp";
+  c.devices = {{DeviceType::CUDA, 0}, {DeviceType::CUDA, 1}};
+  c.replicas = 2;
+  EXPECT_NO_THROW(c.validate());
+  c.replicas = 3;
+  EXPECT_THROW(c.validate(), ConfigError);
+  c.replicas = 2;
+  c.devices[1] = c.devices[0];
+  try {
+    c.validate();
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.devices[1]"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace strata::parallel
