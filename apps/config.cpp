@@ -224,6 +224,10 @@ void TrainConfig::validate() const {
   if (!dev.is_cpu() && !kCudaBuild)
     config_fail("run.device", "'" + run.device + "' needs a CUDA build of strata; this one was built without CUDA "
                               "(configure with -DSTRATA_CUDA=ON where the CUDA toolkit is installed)");
+  if (!parallel.devices.empty() && parallel.devices[0] != dev)
+    config_fail("parallel.devices", "devices[0] is " + parallel.devices[0].str() + " but run.device is '" + run.device +
+                                        "': the model, its optimizer and the loss live on devices[0], so set "
+                                        "run.device: " + parallel.devices[0].str());
   if (comm_backend == "nccl" && dev.is_cpu())
     config_fail("comm.backend", "nccl moves CUDA tensors only, but run.device is '" + run.device +
                                     "' (set run.device: cuda, or comm.backend: mpi)");

@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "autograd/autocast.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -39,12 +40,13 @@ class ReplicaDeviceScope {
 };
 
 // Runs fn(k) for k in [0, n): k = 0 on this thread, the others on their own threads,
-// which inherit this thread's grad mode and memory category; each with devices[k] as its
-// current device. Rethrows the first error.
+// which inherit this thread's grad mode, autocast mode and memory category; each with
+// devices[k] as its current device. Rethrows the first error.
 template <class F>
 void run_replicas(int n, const std::vector<Device>& devices, F&& fn) {
   const bool grad = grad_enabled();
   const MemCategory cat = current_mem_category();
+  const std::optional<DType> amp = autocast_dtype();
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int k = 1; k < n; ++k)
@@ -52,6 +54,7 @@ void run_replicas(int n, const std::vector<Device>& devices, F&& fn) {
       try {
         set_grad_enabled(grad);
         MemoryScope scope(cat);
+        AutocastGuard autocast(amp);
         ReplicaDeviceScope dev(devices[size_t(k)]);
         fn(k);
       } catch (...) {

@@ -107,6 +107,35 @@ TEST_F(TrainerDpTest, MlpMatchesModeNone) {
   }
 }
 
+// parallel.devices places replica k on devices[k] (an all-CPU list here: the GPU list is
+// tests/cuda/device/data_parallel_test.cpp); the replica count follows the list, and
+// devices[0] must be run.device, where the model, optimizer and loss live.
+TEST_F(TrainerDpTest, DeviceListMatchesModeNone) {
+  const std::vector<std::string> sets = {"model.dropout=0", "train.max_steps=6", "train.eval_every=0"};
+  const RunResult none = train_run(kTinyMlp, sets, path("none"));
+  std::vector<std::string> listed = sets;
+  listed.push_back("parallel.mode=dp");
+  listed.push_back("parallel.devices=[cpu, cpu, cpu]");
+  listed.push_back("run.dir=" + path("listed"));
+  RunResult dp;
+  {
+    Trainer t(TrainConfig::load(kTinyMlp, listed), {.verbose = false});
+    ASSERT_NE(t.data_parallel(), nullptr);
+    EXPECT_EQ(t.data_parallel()->replicas(), 3);
+    dp.eval = t.train();
+  }
+  dp.losses = train_losses(path("listed"));
+  dp.weights = read_checkpoint(path("listed"), false).model;
+  expect_same_run(dp, none, "parallel.devices [cpu, cpu, cpu]");
+  try {
+    TrainConfig::load(kTinyMlp, {"parallel.mode=dp", "parallel.devices=[cuda:0, cuda:1]"});
+    FAIL() << "loaded";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "parallel.devices: devices[0] is cuda:0 but run.device is 'cpu': the model, its optimizer "
+                           "and the loss live on devices[0], so set run.device: cuda:0");
+  }
+}
+
 // The GPT path (token loss on the gathered (B, T, vocab) logits). AdamW's m/(sqrt(v)+eps)
 // turns float summation-order noise on near-zero gradients (fresh biases) into 1e-4
 // relative weight differences with eps 1e-8; eps 1e-3 keeps the update smooth, so the

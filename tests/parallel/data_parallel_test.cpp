@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <mutex>
+#include <optional>
 
+#include "autograd/autocast.h"
 #include "equivalence.h"
 #include "parallel/data_parallel.h"
 #include "parallel/state_dict_keys.h"
@@ -90,6 +93,34 @@ TEST(DataParallel, DeviceListErrorsComeBeforeAnyCudaCall) {
   });
   EXPECT_FALSE(e.empty());
   EXPECT_EQ(built, 0);
+}
+
+// Every replica thread runs under the caller's autocast mode (thread-local state), so a
+// bf16 forward is bf16 on all K chunks, and mode "off" stays off.
+TEST(DataParallel, ReplicasInheritAutocast) {
+  struct Probe : nn::Module {
+    std::mutex* mu;
+    std::vector<std::optional<DType>>* seen;
+    Probe(std::mutex* m, std::vector<std::optional<DType>>* s) : mu(m), seen(s) {}
+    Tensor forward(const Tensor& x) override {
+      std::lock_guard<std::mutex> lk(*mu);
+      seen->push_back(autocast_dtype());
+      return x;
+    }
+    std::string type_name() const override { return "Probe"; }
+  };
+  std::mutex mu;
+  std::vector<std::optional<DType>> seen;
+  parallel::DataParallel dp(std::make_shared<Probe>(&mu, &seen), [&] { return std::make_shared<Probe>(&mu, &seen); },
+                            {.replicas = 3});
+  const Tensor x = ops::zeros({6, 2});
+  for (const std::optional<DType> mode : {std::optional<DType>(DType::bf16), std::optional<DType>()}) {
+    seen.clear();
+    AutocastGuard ac(mode);
+    dp.forward(x);
+    ASSERT_EQ(seen.size(), 3u);
+    for (const auto& s : seen) EXPECT_EQ(s, mode);
+  }
 }
 
 TEST(DataParallel, UnevenChunksAndSmallBatches) {
