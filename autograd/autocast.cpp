@@ -31,19 +31,34 @@ bool wants_low_precision(const std::vector<Tensor>& inputs) {
   return false;
 }
 
+Path path_for(DeviceType device) { return device == DeviceType::CUDA ? Path::native : Path::emulated; }
+
 Tensor run_low_precision(const std::vector<Tensor>& inputs,
                          const std::function<Tensor(const std::vector<Tensor>&)>& fn) {
   const DType dt = *t_autocast;
+  Path path = Path::emulated;
+  for (const Tensor& t : inputs)
+    if (lowerable(t)) {
+      path = path_for(t.device().type);
+      break;
+    }
   std::vector<Tensor> lowered;
   lowered.reserve(inputs.size());
-  // round to dt, then compute on exact f32 copies (every 16-bit value is an f32)
-  for (const Tensor& t : inputs) lowered.push_back(lowerable(t) ? cast(cast(t, dt), DType::f32) : t);
+  for (const Tensor& t : inputs) {
+    if (!lowerable(t))
+      lowered.push_back(t);
+    else if (path == Path::native)
+      lowered.push_back(cast(t, dt));  // fn saves these 16-bit tensors for its backward
+    else
+      lowered.push_back(cast(cast(t, dt), DType::f32));  // exact f32 copies of the rounded values
+  }
   Tensor y;
   {
     AutocastGuard off(std::nullopt);  // fn re-enters the op this call came from
     y = fn(lowered);
   }
-  return cast(cast(y, dt), DType::f32);
+  // native: y already is 16-bit, widening is exact; emulated: round the f32 result once
+  return path == Path::native ? cast(y, DType::f32) : cast(cast(y, dt), DType::f32);
 }
 
 Tensor to_f32(const Tensor& x) { return t_autocast && x.defined() && is_half(x.dtype()) ? cast(x, DType::f32) : x; }

@@ -28,11 +28,17 @@ void set_autocast_dtype(std::optional<DType> dt);
 /// - every other op runs in the dtype it is given.
 /// Unlike PyTorch, the low-precision ops hand their result back as f32 holding the
 /// rounded bf16/f16 values: strata's elementwise ops require equal dtypes (a bf16
-/// projection could not be added to an f32 residual stream) and the CPU kernels keep
-/// 16-bit floats as a storage format only. Numerically each op is the 16-bit op with
-/// f32 accumulation (what cuBLAS does): inputs, output and the output's gradient are
-/// rounded to the autocast dtype; the GEMM itself runs on the f32 copies of the rounded
-/// values on every device, so activation memory is not halved yet.
+/// projection could not be added to an f32 residual stream, nor a bf16 score masked and
+/// fed to the f32 softmax without a cast at every use). Numerically each op is the 16-bit
+/// op with f32 accumulation: inputs, output and the output's gradient are rounded to the
+/// autocast dtype. How it computes depends on the inputs' device (autocast::path_for):
+/// - CUDA (native): the op runs on the 16-bit tensors (cuBLAS GemmEx / cuDNN, f32
+///   accumulation on tensor cores), so its backward saves 16-bit inputs and weights and
+///   the op's output is widened to f32 once. Activations a 16-bit op saves take half the
+///   memory; those the f32 ops around it save (layer norm inputs, the softmax output,
+///   an activation function's input) stay f32.
+/// - CPU (emulated): the CPU keeps f16/bf16 as a storage format only, so the GEMM runs
+///   on f32 copies of the rounded values: the same numbers, no speed or memory gained.
 /// bf16 needs no loss scaling; for f16 use optim::GradScaler (small gradients underflow).
 class AutocastGuard {
  public:
@@ -51,10 +57,22 @@ namespace autocast {
 /// or f16 tensor.
 bool wants_low_precision(const std::vector<Tensor>& inputs);
 
-/// Runs fn (a matmul-class op) in the autocast dtype: every floating non-f64 input is
-/// rounded through cast(x, dt), fn runs with autocast off on f32 copies of the rounded
-/// values, and its output is rounded to dt and returned as f32 (see AutocastGuard).
-/// Undefined inputs stay undefined.
+/// How a lower-precision op computes (see AutocastGuard).
+enum class Path {
+  native,    ///< on the 16-bit tensors themselves (kernels with 16-bit GEMM / conv)
+  emulated,  ///< on f32 copies of the 16-bit-rounded values
+};
+
+/// The path for inputs on devices of type `device`: native on CUDA (cuBLAS / cuDNN run
+/// f16 and bf16 with f32 accumulation), emulated everywhere else. Pure; thread-safe.
+Path path_for(DeviceType device);
+
+/// Runs fn (a matmul-class op) in the autocast dtype dt: every floating non-f64 input x
+/// becomes cast(x, dt) (differentiable, so f32 leaves get f32 gradients). On the native
+/// path (path_for of the first such input's device) fn runs on those 16-bit tensors;
+/// on the emulated path on their exact f32 copies, its output then rounded to dt. Either
+/// way fn runs with autocast off and the result comes back as f32 holding 16-bit values
+/// (see AutocastGuard). Undefined inputs stay undefined.
 Tensor run_low_precision(const std::vector<Tensor>& inputs,
                          const std::function<Tensor(const std::vector<Tensor>&)>& fn);
 

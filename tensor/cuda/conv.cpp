@@ -1,8 +1,9 @@
-// CUDA conv2d forward / backward through cuDNN (NCHW, f32 / f64). Algorithms come
-// from cuDNN's heuristics (…_v7 queries, no benchmarking), preferring deterministic
-// ones; f32 uses tensor-core (TF32) math only when allow_tf32(). Workspaces come from
-// the caching allocator. Builds without cuDNN register no conv kernel (the front end
-// then reports that cuda has no conv2d kernel).
+// CUDA conv2d forward / backward through cuDNN (NCHW; f32, f64, and f16 / bf16 with f32
+// accumulation on tensor cores for autocast). Algorithms come from cuDNN's heuristics
+// (…_v7 queries, no benchmarking), preferring deterministic ones; f32 uses tensor-core
+// (TF32) math only when allow_tf32(). Workspaces come from the caching allocator. Builds
+// without cuDNN register no conv kernel (the front end then reports that cuda has no
+// conv2d kernel).
 #ifdef STRATA_WITH_CUDNN
 #include <cudnn.h>
 
@@ -59,20 +60,41 @@ struct FilterDesc {
   FilterDesc& operator=(const FilterDesc&) = delete;
 };
 
+// The cuDNN storage type of a tensor dtype.
+cudnnDataType_t data_type(DType dt) {
+  switch (dt) {
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f64: return CUDNN_DATA_DOUBLE;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    default:
+      STRATA_THROW(Error, "[conv2d] unsupported dtype ", dtype_name(dt), " on cuda (expected f32, f64, f16 or bf16)");
+  }
+}
+
+bool is_16bit(cudnnDataType_t dt) { return dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16; }
+
+// The convolution's compute type: f32 for f16 / bf16 data (cuDNN's PSEUDO_HALF_CONFIG and
+// PSEUDO_BFLOAT16_CONFIG: f32 accumulation, one rounding to 16 bits), else the data type.
+cudnnDataType_t compute_type(cudnnDataType_t dt) { return is_16bit(dt) ? CUDNN_DATA_FLOAT : dt; }
+
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
   ConvDesc(cudnnDataType_t dt, const ops::Conv2dParams& p) {
     STRATA_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d), "conv2d");
     STRATA_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, int(p.pad_h), int(p.pad_w), int(p.stride_h),
-                                                       int(p.stride_w), 1, 1, CUDNN_CROSS_CORRELATION, dt),
+                                                       int(p.stride_w), 1, 1, CUDNN_CROSS_CORRELATION,
+                                                       compute_type(dt)),
                        "conv2d");
     STRATA_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math_type(dt)), "conv2d");
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
   ConvDesc(const ConvDesc&) = delete;
   ConvDesc& operator=(const ConvDesc&) = delete;
-  // f32: FMA-only unless TF32 is allowed (as PyTorch); f64: cuDNN's default
+  // f32: FMA-only unless TF32 is allowed (as PyTorch); f16 / bf16: tensor cores (no
+  // down-conversion is involved, the data already is 16-bit); f64: cuDNN's default
   static cudnnMathType_t math_type(cudnnDataType_t dt) {
+    if (is_16bit(dt)) return CUDNN_TENSOR_OP_MATH;
     if (dt != CUDNN_DATA_FLOAT) return CUDNN_DEFAULT_MATH;
     return allow_tf32() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   }
@@ -90,7 +112,7 @@ struct Problem {
   Problem(const Tensor& xt, const Tensor& wt, const Tensor& yt, const ops::Conv2dParams& p)
       : device(xt.device().index),
         h(handle(device)),
-        dt(xt.dtype() == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT),
+        dt(data_type(xt.dtype())),
         f64(xt.dtype() == DType::f64),
         x(dt, dim(xt, 0), dim(xt, 1), dim(xt, 2), dim(xt, 3)),
         y(dt, dim(yt, 0), dim(yt, 1), dim(yt, 2), dim(yt, 3)),
@@ -102,7 +124,7 @@ struct Problem {
     STRATA_CUDNN_CHECK(cudnnSetStream(h, current_stream(device)), "conv2d");
     return h;
   }
-  // 1 and 0 in the scaling type cuDNN expects for the data type
+  // 1 and 0 in the scaling type cuDNN expects: double for f64, float for f32 / f16 / bf16
   const void* one() const { return f64 ? static_cast<const void*>(&kOneD) : &kOneF; }
   const void* zero() const { return f64 ? static_cast<const void*>(&kZeroD) : &kZeroF; }
   static constexpr float kOneF = 1.0f, kZeroF = 0.0f;
@@ -152,10 +174,16 @@ void conv2d_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
   const auto algo = pick(perfs, returned, pr.dt, "conv2d");
   use_math(pr, algo.mathType, "conv2d");
   const Tensor ws = workspace(algo.memory, pr.device);
+  // f16 / bf16 with a bias: y starts as the broadcast bias and the convolution blends onto
+  // it (beta = 1) in f32, so the sum is rounded to 16 bits once, as a linear's bias + GEMM
+  // is; f32 / f64 add the bias after the convolution (cudnnAddTensor).
+  const bool bias_first = b.defined() && is_16bit(pr.dt);
+  if (bias_first) ops::copy_(y, ops::reshape(b, {b.numel(), 1, 1}));
   STRATA_CUDNN_CHECK(cudnnConvolutionForward(pr.h, pr.one(), pr.x.d, x.raw_data(), pr.w.d, w.raw_data(), pr.conv.d,
-                                             algo.algo, ws_ptr(ws), algo.memory, pr.zero(), pr.y.d, y.raw_data()),
+                                             algo.algo, ws_ptr(ws), algo.memory, bias_first ? pr.one() : pr.zero(),
+                                             pr.y.d, y.raw_data()),
                      "conv2d");
-  if (b.defined()) {
+  if (b.defined() && !bias_first) {
     TensorDesc bd(pr.dt, 1, int(b.numel()), 1, 1);
     STRATA_CUDNN_CHECK(cudnnAddTensor(pr.h, pr.one(), bd.d, b.raw_data(), pr.one(), pr.y.d, y.raw_data()), "conv2d");
   }
@@ -202,7 +230,10 @@ void conv2d_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, 
                                                       pr.w.d, dw.raw_data()),
                        "conv2d_backward");
   }
-  if (db.defined()) {
+  if (db.defined() && is_16bit(pr.dt)) {
+    // f16 / bf16: the sum over (N, H, W) through the sum kernel (f64 accumulation, one rounding)
+    ops::copy_(db, ops::sum(dy, {0, 2, 3}));
+  } else if (db.defined()) {
     TensorDesc bd(pr.dt, 1, int(db.numel()), 1, 1);
     STRATA_CUDNN_CHECK(cudnnConvolutionBackwardBias(pr.h, pr.one(), pr.y.d, dy.raw_data(), pr.zero(), bd.d,
                                                     db.raw_data()),

@@ -1,5 +1,7 @@
 // CUDA GEMM through cuBLAS (cublasGemmEx / cublasGemmStridedBatchedEx): f32 (TF32 only
-// when allow_tf32()), f64, and f16 / bf16 with f32 accumulation. The front end's
+// when allow_tf32()), f64, and f16 / bf16 with f32 accumulation (split-K partial sums
+// too: reduced-precision reductions are disallowed, so a 16-bit result is rounded
+// once, as autocast's CPU emulation does). The front end's
 // row-major operands (pointer, leading dim, transposed flag) map to cuBLAS's
 // column-major call by computing C^T = op(B)^T op(A)^T, so no operand is copied.
 #include <cublas_v2.h>
@@ -26,6 +28,9 @@ namespace {
 cublasHandle_t create_handle(int) {
   cublasHandle_t h = nullptr;
   STRATA_CUBLAS_CHECK(cublasCreate(&h), "matmul");
+  STRATA_CUBLAS_CHECK(cublasSetMathMode(h, cublasMath_t(CUBLAS_DEFAULT_MATH |
+                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+                      "matmul");
   return h;
 }
 

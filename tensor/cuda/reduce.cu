@@ -3,9 +3,11 @@
 // read consecutive elements), otherwise a thread sums each output (threads read
 // consecutive outputs). Long reductions with few outputs are split into a fixed
 // number of chunks whose f64 partials a second kernel adds in order, so results are
-// deterministic. f32 and f64 both accumulate in f64, as on the CPU.
+// deterministic. Every dtype (f32, f64, and f16 / bf16 for autocast's bias and
+// broadcast gradients) accumulates in f64 and rounds once, as on the CPU.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "tensor/cuda/indexing.h"
 #include "tensor/cuda/kernels.h"
@@ -15,6 +17,33 @@
 
 namespace strata::cuda {
 namespace {
+
+// Element <-> f64 accumulator; f16 / bf16 are their bit patterns (core/dtype.h).
+__device__ __forceinline__ double to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+__device__ __forceinline__ double to_acc(Half v) { return half_bits_to_float(v.bits); }
+__device__ __forceinline__ double to_acc(BFloat16 v) { return bf16_bits_to_float(v.bits); }
+template <class T>
+__device__ __forceinline__ T from_acc(double a) {
+  if constexpr (std::is_same_v<T, Half>)
+    return Half{float_to_half_bits(float(a))};
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return BFloat16{float_to_bf16_bits(float(a))};
+  else
+    return T(a);
+}
+
+// Calls f(T{}) for the dtypes sum supports.
+template <class F>
+void dispatch_sum(DType dt, F&& f) {
+  switch (dt) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::f16: return f(Half{});
+    case DType::bf16: return f(BFloat16{});
+    default: STRATA_THROW(Error, "[sum] unsupported dtype ", dtype_name(dt), " (expected f32, f64, f16 or bf16)");
+  }
+}
 
 __device__ __forceinline__ int64_t at(const OffsetCalc<1>& c, int64_t i) {
   int64_t off[1];
@@ -32,11 +61,11 @@ __global__ void sum_rows_k(int64_t M, int64_t K, int64_t chunks, int64_t chunk_l
     const int64_t base = at(kept, o);
     const int64_t k0 = c * chunk_len, k1 = min(K, k0 + chunk_len);
     double acc = 0;
-    for (int64_t k = k0 + lane; k < k1; k += 32) acc += double(in[base + at(red, k)]);
+    for (int64_t k = k0 + lane; k < k1; k += 32) acc += to_acc(in[base + at(red, k)]);
     acc = warp_reduce(acc, SumOp());
     if (lane == 0) {
       if (chunks == 1)
-        out[o] = T(acc * scale);
+        out[o] = from_acc<T>(acc * scale);
       else
         partial[o * chunks + c] = acc;
     }
@@ -51,9 +80,9 @@ __global__ void sum_cols_k(int64_t M, int64_t K, int64_t chunks, int64_t chunk_l
   for (int64_t o = global_index(); o < M; o += grid_stride()) {
     const int64_t base = at(kept, o);
     double acc = 0;
-    for (int64_t k = k0; k < k1; ++k) acc += double(in[base + at(red, k)]);
+    for (int64_t k = k0; k < k1; ++k) acc += to_acc(in[base + at(red, k)]);
     if (chunks == 1)
-      out[o] = T(acc * scale);
+      out[o] = from_acc<T>(acc * scale);
     else
       partial[o * chunks + c] = acc;
   }
@@ -64,7 +93,7 @@ __global__ void sum_finish_k(int64_t M, int64_t chunks, const double* partial, T
   for (int64_t o = global_index(); o < M; o += grid_stride()) {
     double s = 0;
     for (int64_t c = 0; c < chunks; ++c) s += partial[o * chunks + c];
-    out[o] = T(s * scale);
+    out[o] = from_acc<T>(s * scale);
   }
 }
 
@@ -158,7 +187,7 @@ void sum_kernel(Tensor& out, const Tensor& in, double scale) {
   const int64_t M = out.numel();
   if (M == 0) return;
   if (in.numel() == 0) {  // sum of nothing is 0, mean of nothing NaN
-    STRATA_DISPATCH_FLOAT(in.dtype(), "sum", [&] { fill_kernel(out, double(scalar_t(0.0 * scale))); });
+    dispatch_sum(in.dtype(), [&](auto) { fill_kernel(out, 0.0 * scale); });
     return;
   }
   OpContext ctx(out);
@@ -191,7 +220,8 @@ void sum_kernel(Tensor& out, const Tensor& in, double scale) {
   const int64_t chunk_len = ceil_div(K, chunks);
   Tensor partial = chunks > 1 ? Tensor::empty({M * chunks}, DType::f64, out.device()) : Tensor();
   double* pp = chunks > 1 ? dptr<double>(partial) : nullptr;
-  STRATA_DISPATCH_FLOAT(in.dtype(), "sum", [&] {
+  dispatch_sum(in.dtype(), [&](auto tag) {
+    using scalar_t = decltype(tag);
     const scalar_t* ip = dptr<scalar_t>(in);
     scalar_t* op = dptr<scalar_t>(out);
     if (rows) {

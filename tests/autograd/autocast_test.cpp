@@ -241,3 +241,38 @@ TEST(Autocast, F32OpsKeepF32InputsUntouched) {
   Tensor s = softmax(x, -1);
   EXPECT_EQ(s.to_vector<float>(), ops::softmax(x, -1).to_vector<float>());
 }
+
+// ------------------------------------------------------------------ path choice
+
+// CUDA runs the lower-precision ops natively on 16-bit tensors (cuBLAS / cuDNN); every
+// other device emulates them on f32 copies of the rounded values.
+TEST(Autocast, PathIsNativeOnCudaAndEmulatedOnTheCpu) {
+  EXPECT_EQ(autocast::path_for(DeviceType::CUDA), autocast::Path::native);
+  EXPECT_EQ(autocast::path_for(DeviceType::CPU), autocast::Path::emulated);
+}
+
+// On the CPU the emulated path hands the 16-bit op f32 inputs: what linear's backward
+// saves and what it returns are f32, holding 16-bit values.
+TEST(Autocast, CpuLinearRunsOnF32CopiesOfRoundedInputs) {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    Tensor x = leaf({3, 16}, 20), w = leaf({4, 16}, 21);
+    std::vector<Tensor> seen;
+    Tensor y;
+    {
+      AutocastGuard ac(dt);
+      y = autocast::run_low_precision({x, w}, [&](const std::vector<Tensor>& in) {
+        seen = in;
+        EXPECT_FALSE(autocast_dtype().has_value()) << "fn runs with autocast off";
+        return linear(in[0], in[1], Tensor());
+      });
+    }
+    ASSERT_EQ(seen.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(seen[i].dtype(), DType::f32);
+      EXPECT_TRUE(representable(seen[i], dt)) << dtype_name(dt) << " input " << i;
+      EXPECT_TRUE(seen[i].requires_grad()) << "the rounding is differentiable";
+    }
+    EXPECT_EQ(y.dtype(), DType::f32);
+    EXPECT_TRUE(representable(y, dt));
+  }
+}
