@@ -211,12 +211,7 @@ TEST(DDP, BucketsLaunchWhileBackwardRuns) {
     backward(cross_entropy(ddp->forward(x), y));
     const auto& plan = ddp->reducer().plan();
     const int64_t total = int64_t(plan.buckets.size());
-    int64_t only_later = 0;  // buckets holding only layers 2 and 3: ready once net.3.weight is
-    for (const auto& b : plan.buckets) {
-      bool later = true;
-      for (int i : b.params) later &= i >= 2;
-      only_later += later;
-    }
+    const int64_t only_later = buckets_only_from(plan, 2);  // layers 2 and 3: ready once net.3.weight is
     // While the first layer's gradients do not exist yet, every bucket of the later
     // layers is already on the wire, and none of the rest.
     EXPECT_EQ(launched_mid, only_later);

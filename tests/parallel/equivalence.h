@@ -75,6 +75,15 @@ inline Tensor batch_loss(nn::Module& m, const Tensor& x, const Tensor& y) {
   return cross_entropy(m.forward(x), y);
 }
 
+/// Buckets of `plan` holding only parameters with index >= `first`: all of them are ready,
+/// and launched, once parameter `first`'s gradient has arrived (gradients come in reverse
+/// order of registration).
+inline int64_t buckets_only_from(const parallel::BucketPlan& plan, int first) {
+  int64_t n = 0;
+  for (const auto& b : plan.buckets) n += std::all_of(b.params.begin(), b.params.end(), [&](int i) { return i >= first; });
+  return n;
+}
+
 /// The loss of one step averaged over the ranks of `group` (collective): with equal
 /// shards, the loss of the full batch.
 inline double rank_mean(comm::ProcessGroup& group, double v) {

@@ -82,12 +82,7 @@ TEST(DDPNccl, FirstBucketLaunchedWhileBackwardRuns) {
   ASSERT_EQ(ddp->reducer().param_names()[2], "net.3.weight");
   const auto& plan = ddp->reducer().plan();
   const int64_t total = int64_t(plan.buckets.size());
-  int64_t only_later = 0;  // buckets holding only layers 2 and 3: ready once net.3.weight is
-  for (const auto& b : plan.buckets) {
-    bool later = true;
-    for (int i : b.params) later &= i >= 2;
-    only_later += later;
-  }
+  const int64_t only_later = buckets_only_from(plan, 2);  // layers 2 and 3: ready once net.3.weight is
   ASSERT_GT(only_later, 5);
   ASSERT_LT(only_later, total);
   ASSERT_EQ(plan.buckets[0].params, std::vector<int>{5});
