@@ -125,6 +125,15 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
   });
 }
 
+Tensor causal_attention(const Tensor& qkv, int64_t head_dim) {
+  auto [y, probs] = ops::causal_attention(qkv, head_dim);
+  if (!any_requires_grad(qkv)) return y;
+  SavedTensor sq(qkv);
+  return record_fn("CausalAttentionBackward", y, {qkv}, [sq, head_dim, probs = probs](const Tensor& g) {
+    return std::vector{ops::causal_attention_backward(g, sq.get("CausalAttentionBackward"), probs, head_dim)};
+  });
+}
+
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0) return x;
   auto [y, mask] = ops::dropout(x, p, gen);

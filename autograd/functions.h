@@ -98,6 +98,10 @@ Tensor embedding(const Tensor& weight, const Tensor& idx);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100);
 /// Identity when !training or p == 0.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+/// Causal self-attention of a packed projection qkv (B, T, 3*H*hd) -> (B, T, H*hd), one
+/// fused op (ops::causal_attention): softmax(q k^T / sqrt(hd), causal) v per head, no
+/// dropout on the probabilities. Saves qkv and the (B, H, T, T) probabilities.
+Tensor causal_attention(const Tensor& qkv, int64_t head_dim);
 
 // ---------------------------------------------------------------- activation checkpointing (checkpoint.cpp)
 /// Runs fn(inputs) without recording; in backward re-runs it with grad and

@@ -17,8 +17,21 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   Tensor leaf(leaf_impl);
   if (!leaf_impl->grad) {
     MemoryScope scope(MemCategory::grads);
-    // Own the gradient: the incoming tensor may be a view or shared with another edge.
-    Tensor g = ops::clone(ops::sum_to_shape(grad_output, leaf.shape()));
+    // Own the gradient. An incoming tensor that nothing else holds (the engine's pending
+    // gradient, fresh from a backward formula) and whose bytes are exactly the leaf's is
+    // taken over as is; a view, or a tensor shared with another edge, is copied.
+    const bool take = grad_output.impl_ptr().use_count() == 1 && grad_output.storage().use_count() == 1 &&
+                      grad_output.is_contiguous() && grad_output.shape() == leaf.shape() &&
+                      grad_output.dtype() == leaf.dtype() && grad_output.device() == leaf.device() &&
+                      size_t(grad_output.nbytes()) == grad_output.storage()->nbytes();
+    Tensor g;
+    if (take) {
+      grad_output.storage()->recharge(MemCategory::grads);
+      g = Tensor::make_view(grad_output.storage(), leaf.shape(), grad_output.strides(), grad_output.offset(),
+                            grad_output.dtype());
+    } else {
+      g = ops::clone(ops::sum_to_shape(grad_output, leaf.shape()));
+    }
     leaf_impl->grad = g.impl_ptr();
   } else {
     Tensor g(leaf_impl->grad);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "nn/activation.h"
 #include "nn/dropout.h"
@@ -44,6 +45,11 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   STRATA_CHECK(qkv.size(-1) == 3 * cl && cl % hd == 0, "[CausalSelfAttention] c_attn output width ",
                qkv.size(-1), " is not 3 * heads * head_dim (head_dim ", hd, ")");
   const int64_t h = cl / hd;
+  // One fused op (no head split/merge copies, the causal softmax on the lower triangle
+  // only) unless the probabilities need dropout or autocast runs the matmuls in 16 bits.
+  const auto* attn_drop = dynamic_cast<const Dropout*>(&child_at(2));
+  if (attn_drop && (attn_drop->p() == 0 || !attn_drop->is_training()) && !autocast_dtype())
+    return child_at(3)(child_at(1)(causal_attention(qkv, hd)));
   auto parts = split(qkv, {cl, cl, cl}, -1);  // 3 x (B, T, Hl*hd)
   auto heads = [&](const Tensor& p) { return transpose(reshape(p, {b, t, h, hd}), 1, 2); };  // (B, Hl, T, hd)
   Tensor q = mul(heads(parts[0]), 1.0 / std::sqrt(double(hd)));  // scale q: fewer elements than scores

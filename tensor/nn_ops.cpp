@@ -1,6 +1,12 @@
 // Neural-network op front ends: shape/dtype checks, output allocation, contiguous
 // inputs, then dispatch to the kernels in tensor/cpu/{softmax,norm,conv,pool,
-// embedding,loss,dropout}.
+// embedding,loss,dropout,attention}.
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "tensor/attention_composed.h"
+#include "tensor/cpu/attention.h"
 #include "tensor/cpu/conv.h"
 #include "tensor/cpu/dropout.h"
 #include "tensor/cpu/embedding.h"
@@ -35,6 +41,8 @@ using CrossEntropyFn = void(const Tensor&, const Tensor&, int64_t, Tensor&, Tens
 using CrossEntropyBwdFn = void(const Tensor&, const Tensor&, const Tensor&, int64_t, Tensor&);
 using DropoutFn = void(const Tensor&, Tensor&, Tensor&, double, const Generator&, uint64_t);
 using DropoutBwdFn = void(const Tensor&, const Tensor&, Tensor&, double);
+using AttentionFn = void(const Tensor&, Tensor&, Tensor&, int64_t);
+using AttentionBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, int64_t);
 
 const KernelTable<SoftmaxFn> kSoftmax{"softmax", {&cpu::softmax_kernel, nullptr}};
 const KernelTable<SoftmaxBwdFn> kSoftmaxBwd{"softmax_backward", {&cpu::softmax_backward_kernel, nullptr}};
@@ -55,6 +63,9 @@ const KernelTable<CrossEntropyBwdFn> kCrossEntropyBwd{"cross_entropy_backward",
                                                       {&cpu::cross_entropy_backward_kernel, nullptr}};
 const KernelTable<DropoutFn> kDropout{"dropout", {&cpu::dropout_kernel, nullptr}};
 const KernelTable<DropoutBwdFn> kDropoutBwd{"dropout_backward", {&cpu::dropout_backward_kernel, nullptr}};
+const KernelTable<AttentionFn> kAttention{"causal_attention", {&cpu::causal_attention_kernel, nullptr}};
+const KernelTable<AttentionBwdFn> kAttentionBwd{"causal_attention_backward",
+                                                {&cpu::causal_attention_backward_kernel, nullptr}};
 
 int64_t wrap_dim(int64_t d, int64_t ndim, const char* op) {
   const int64_t n = std::max<int64_t>(ndim, 1);
@@ -145,6 +156,15 @@ void check_pool_grad(const Tensor& dy, const Shape& x_shape, const Pool2dParams&
   const Shape want = pool_out_shape(x_shape, p, op);
   STRATA_CHECK(dy.shape() == want, "[", op, "] grad shape ", shape_str(dy.shape()), " does not match the output ",
                shape_str(want), " of input ", shape_str(x_shape));
+}
+
+// qkv (B, T, 3*H*hd) with q|k|v of H heads each: checks it, returns H.
+int64_t attention_heads(const Tensor& qkv, int64_t head_dim, const char* op) {
+  check_float(qkv, op, "qkv");
+  STRATA_CHECK(qkv.dim() == 3, "[", op, "] expects qkv (B, T, 3*H*hd), got ", shape_str(qkv.shape()));
+  STRATA_CHECK(head_dim > 0 && qkv.size(2) % (3 * head_dim) == 0, "[", op, "] qkv width ", qkv.size(2),
+               " is not 3 * heads * head_dim (head_dim ", head_dim, ")");
+  return qkv.size(2) / (3 * head_dim);
 }
 
 }  // namespace
@@ -243,8 +263,12 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& dy, const T
 // ---------------------------------------------------------------- conv2d
 namespace {
 Shape conv_out_shape(const Tensor& x, const Tensor& w, const Conv2dParams& p, const char* op) {
-  check_float(x, op, "input");
-  check_float(w, op, "weight");
+  // f16 / bf16 too off the CPU: cuDNN runs them (autocast's native path)
+  const auto half_ok = [](const Tensor& t) {
+    return t.defined() && !t.device().is_cpu() && (t.dtype() == DType::f16 || t.dtype() == DType::bf16);
+  };
+  if (!half_ok(x)) check_float(x, op, "input");
+  if (!half_ok(w)) check_float(w, op, "weight");
   STRATA_CHECK(x.dim() == 4 && w.dim() == 4, "[", op, "] expects x (N,C,H,W) and w (O,C,kh,kw), got ",
                shape_str(x.shape()), " and ", shape_str(w.shape()));
   STRATA_CHECK(x.dtype() == w.dtype(), "[", op, "] dtype mismatch: x ", dtype_name(x.dtype()), ", w ",
@@ -369,6 +393,84 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& probs, const Te
   Tensor dlogits = empty(probs.shape(), probs.dtype(), d);
   kCrossEntropyBwd(d)(dloss, contiguous(probs), contiguous(target), ignore_index, dlogits);
   return dlogits;
+}
+
+// ---------------------------------------------------------------- causal attention
+namespace detail {
+namespace {
+// Views (B, H, T, hd) of q, k and v inside a packed (B, T, 3*H*hd) tensor.
+std::array<Tensor, 3> attention_head_views(const Tensor& qkv, int64_t head_dim) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), H = qkv.size(2) / (3 * head_dim);
+  const Tensor t5 = view(qkv, {B, T, 3, H, head_dim});
+  const auto part = [&](int64_t i) { return permute(select(t5, 2, i), {0, 2, 1, 3}); };
+  return {part(0), part(1), part(2)};
+}
+}  // namespace
+
+void composed_causal_attention(const Tensor& qkv, Tensor& y, Tensor& probs, int64_t head_dim) {
+  const auto [q, k, v] = attention_head_views(qkv, head_dim);
+  const int64_t B = qkv.size(0), T = qkv.size(1), H = q.size(1);
+  Tensor mask = empty({T, T}, DType::u8);  // j > i, built on the host
+  uint8_t* m = mask.data<uint8_t>();
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) m[i * T + j] = j > i;
+  Tensor s = binary_scalar(BinaryOp::mul, matmul(q, transpose(k, -1, -2)), 1.0 / std::sqrt(double(head_dim)));
+  s = masked_fill(s, to_device(mask, qkv.device()), -std::numeric_limits<double>::infinity());
+  copy_(probs, softmax(s, -1));
+  Tensor yh = transpose(view(y, {B, T, H, head_dim}), 1, 2);  // (B, H, T, hd) view of y
+  copy_(yh, matmul(probs, v));
+}
+
+void composed_causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, Tensor& dqkv,
+                                        int64_t head_dim) {
+  const auto [q, k, v] = attention_head_views(qkv, head_dim);
+  const int64_t B = qkv.size(0), T = qkv.size(1), H = q.size(1);
+  const double scale = 1.0 / std::sqrt(double(head_dim));
+  const Tensor g = transpose(view(dy, {B, T, H, head_dim}), 1, 2);  // (B, H, T, hd)
+  const Tensor ds = softmax_backward(matmul(g, transpose(v, -1, -2)), probs, -1);
+  auto [dq, dk, dv] = attention_head_views(dqkv, head_dim);
+  copy_(dq, binary_scalar(BinaryOp::mul, matmul(ds, k), scale));
+  copy_(dk, binary_scalar(BinaryOp::mul, matmul(transpose(ds, -1, -2), q), scale));
+  copy_(dv, matmul(transpose(probs, -1, -2), g));
+}
+}  // namespace detail
+
+namespace {
+// CUDA has no fused attention kernel yet: it runs the composition, whose matmuls,
+// softmax and strided copies are CUDA kernels. A native kernel that tensor/cuda/
+// registers under the same op name replaces it. Registered from this file so that
+// every program holding the front end holds the registration too.
+const bool kComposedAttentionRegistered = [] {
+  register_kernel("causal_attention", DeviceType::CUDA, &detail::composed_causal_attention);
+  register_kernel("causal_attention_backward", DeviceType::CUDA, &detail::composed_causal_attention_backward);
+  return true;
+}();
+}  // namespace
+
+std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim) {
+  const int64_t H = attention_heads(qkv, head_dim, "causal_attention");
+  const int64_t B = qkv.size(0), T = qkv.size(1);
+  const Device d = qkv.device();
+  Tensor y = empty({B, T, H * head_dim}, qkv.dtype(), d);
+  Tensor probs = empty({B, H, T, T}, qkv.dtype(), d);
+  (void)kComposedAttentionRegistered;
+  kAttention(d)(contiguous(qkv), y, probs, head_dim);
+  return {y, probs};
+}
+
+Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, int64_t head_dim) {
+  const int64_t H = attention_heads(qkv, head_dim, "causal_attention_backward");
+  const int64_t B = qkv.size(0), T = qkv.size(1);
+  STRATA_CHECK(dy.shape() == (Shape{B, T, H * head_dim}) && dy.dtype() == qkv.dtype(),
+               "[causal_attention_backward] grad ", dy.str(), " does not match the output (", B, ", ", T, ", ",
+               H * head_dim, ") of qkv ", qkv.str());
+  STRATA_CHECK(probs.shape() == (Shape{B, H, T, T}) && probs.dtype() == qkv.dtype(),
+               "[causal_attention_backward] probs ", probs.str(), " do not match (", B, ", ", H, ", ", T, ", ", T,
+               ")");
+  const Device d = common_device("causal_attention_backward", dy, qkv, probs);
+  Tensor dqkv = empty(qkv.shape(), qkv.dtype(), d);
+  kAttentionBwd(d)(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
+  return dqkv;
 }
 
 // ---------------------------------------------------------------- dropout

@@ -188,6 +188,14 @@ std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& targ
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& probs, const Tensor& target,
                               int64_t ignore_index);
 
+/// Causal self-attention of a packed projection: qkv (B, T, 3*H*hd) holds q|k|v, each H
+/// heads of head_dim hd. y = softmax(q k^T / sqrt(hd), causal) v per head, merged back
+/// to (B, T, H*hd). Returns y and the probabilities (B, H, T, T) that backward needs
+/// (zero above the diagonal). No dropout on the probabilities.
+std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim);
+/// d qkv (B, T, 3*H*hd) from dy (B, T, H*hd), the forward's qkv and probabilities.
+Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, int64_t head_dim);
+
 /// Inverted dropout: returns y = x * mask / (1-p) and the mask (u8).
 std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen);
 /// dy * mask / (1-p)

@@ -1,11 +1,12 @@
-// Layer norm runs one row per iteration (rows in parallel); its weight/bias
-// gradients are column sums split into column blocks, so no thread-local partials
-// are needed and the result does not depend on the thread count. Batch norm runs one
-// channel per iteration (channels in parallel) with double accumulators.
+// Layer norm runs one row per iteration (rows in parallel); its backward reads each row
+// once, writing dx and its row block's weight/bias gradient partials, summed in a fixed
+// order, so the result does not depend on the thread count. Batch norm runs one channel
+// per iteration (channels in parallel) with double accumulators.
 #include "tensor/cpu/norm.h"
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/threads.h"
 #include "tensor/dispatch.h"
@@ -53,51 +54,77 @@ void layer_norm_impl(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,
   });
 }
 
+// One block of rows of the layer norm backward, in one pass per row:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w,  xhat = (x - mean) * rstd
+// and, when dwp/dbp are given, this block's column sums dw += dy * xhat, db += dy.
+template <class T, bool kHasW>
+void layer_norm_backward_rows(const T* dy, const T* x, const T* mean, const T* rstd, const T* w, T* dx, T* dwp,
+                              T* dbp, int64_t r0, int64_t r1, int64_t C) {
+  const T inv_c = T(1) / T(C);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* gr = dy + r * C;
+    const T* xr = x + r * C;
+    T* dxr = dx + r * C;
+    const T mu = mean[r], rs = rstd[r];
+    T sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+    for (int64_t i = 0; i < C; ++i) {
+      const T g = kHasW ? gr[i] * w[i] : gr[i];
+      sg += g;
+      sgx += g * ((xr[i] - mu) * rs);
+    }
+    sg *= inv_c;
+    sgx *= inv_c;
+#pragma omp simd
+    for (int64_t i = 0; i < C; ++i) {
+      const T g = kHasW ? gr[i] * w[i] : gr[i];
+      dxr[i] = rs * (g - sg - (xr[i] - mu) * rs * sgx);
+    }
+    if (dwp) {
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) dwp[i] += gr[i] * ((xr[i] - mu) * rs);
+    }
+    if (dbp) {
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) dbp[i] += gr[i];
+    }
+  }
+}
+
+// Rows in blocks (in parallel) whose size depends only on the row count: at least
+// kLnMinRowBlock rows, at most kLnMaxBlocks blocks (bounding the partials' memory).
+// Each block writes its own dw/db partial sums, added up in block order afterwards, so
+// the result does not depend on the thread count and dy and x are read once.
+constexpr int64_t kLnMinRowBlock = 32, kLnMaxBlocks = 256;
+
 template <class T>
 void layer_norm_backward_impl(const T* dy, const T* x, const T* mean, const T* rstd, const T* w, T* dx, T* dw,
                               T* db, int64_t rows, int64_t C) {
-  // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w
-  parallel_for(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* gr = dy + r * C;
-      const T* xr = x + r * C;
-      T* dxr = dx + r * C;
-      const T mu = mean[r], rs = rstd[r];
-      T sg = 0, sgx = 0;
-#pragma omp simd reduction(+ : sg, sgx)
-      for (int64_t i = 0; i < C; ++i) {
-        const T g = w ? gr[i] * w[i] : gr[i];
-        sg += g;
-        sgx += g * (xr[i] - mu) * rs;
-      }
-      sg /= T(C);
-      sgx /= T(C);
-#pragma omp simd
-      for (int64_t i = 0; i < C; ++i) {
-        const T g = w ? gr[i] * w[i] : gr[i];
-        dxr[i] = rs * (g - sg - (xr[i] - mu) * rs * sgx);
-      }
+  const int64_t block = std::max(kLnMinRowBlock, (rows + kLnMaxBlocks - 1) / kLnMaxBlocks);
+  const int64_t blocks = (rows + block - 1) / block;
+  std::vector<T> part_w(dw ? size_t(blocks * C) : 0, T(0)), part_b(db ? size_t(blocks * C) : 0, T(0));
+  const int64_t grain = std::max<int64_t>(1, 8192 / (block * std::max<int64_t>(C, 1)));
+  parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
+      T* pw = dw ? part_w.data() + blk * C : nullptr;
+      T* pb = db ? part_b.data() + blk * C : nullptr;
+      if (w)
+        layer_norm_backward_rows<T, true>(dy, x, mean, rstd, w, dx, pw, pb, r0, r1, C);
+      else
+        layer_norm_backward_rows<T, false>(dy, x, mean, rstd, w, dx, pw, pb, r0, r1, C);
     }
   });
-  if (!dw && !db) return;
-  // column sums over rows, one column block per thread
-  parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
-    if (dw) std::fill(dw + c0, dw + c1, T(0));
-    if (db) std::fill(db + c0, db + c1, T(0));
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* gr = dy + r * C;
-      const T* xr = x + r * C;
-      const T mu = mean[r], rs = rstd[r];
-      if (dw) {
+  const auto reduce = [&](const std::vector<T>& part, T* out) {
+    std::copy(part.begin(), part.begin() + C, out);
+    for (int64_t blk = 1; blk < blocks; ++blk) {
+      const T* p = part.data() + blk * C;
 #pragma omp simd
-        for (int64_t i = c0; i < c1; ++i) dw[i] += gr[i] * (xr[i] - mu) * rs;
-      }
-      if (db) {
-#pragma omp simd
-        for (int64_t i = c0; i < c1; ++i) db[i] += gr[i];
-      }
+      for (int64_t i = 0; i < C; ++i) out[i] += p[i];
     }
-  });
+  };
+  if (dw) reduce(part_w, dw);
+  if (db) reduce(part_b, db);
 }
 
 // Per-run reductions over one contiguous (n, c) plane of S elements, written on raw

@@ -105,6 +105,31 @@ TEST(Engine, HookOfSharedParameterSeesTheFullGradient) {
   expect_vec_near(seen, ops::binary(ops::BinaryOp::add, w1.grad(), w2.grad()).to_vector<double>());
 }
 
+TEST(Engine, GradientsSharedBetweenEdgesStayIntact) {
+  // add() hands the same gradient tensor to both of its inputs, and the engine sums
+  // later arrivals into a pending gradient in place when it solely owns it: neither
+  // may change a tensor that another pending slot, the caller's grad_output or a
+  // leaf's .grad still holds. t = (p + q) + p with p = 2x, q = 3y: dx = 4 g, dy = 3 g.
+  Tensor x = leaf({3}, 60), y = leaf({3}, 61), z = leaf({3}, 62);
+  Tensor p = mul(x, 2.0), q = mul(y, 3.0);
+  Tensor t = add(add(p, q), p);
+  Tensor g = ops::from_vector<double>({1, -2, 0.5}, {3});
+  backward(t, g);
+  expect_vec_near(g, {1, -2, 0.5});  // the caller's gradient is untouched
+  expect_vec_near(x.grad(), {4, -8, 2});
+  expect_vec_near(y.grad(), {3, -6, 1.5});
+  // two leaves fed by one add: each .grad is its own tensor, not shared storage
+  backward(sum(add(z, mul(x, 0.0))));
+  expect_vec_near(z.grad(), {1, 1, 1});
+  expect_vec_near(x.grad(), {4, -8, 2});
+  Tensor a = leaf({2}, 63), b = leaf({2}, 64);
+  backward(sum(add(a, b)));
+  EXPECT_FALSE(a.grad().shares_storage(b.grad()));
+  backward(sum(mul(a, 5.0)));  // accumulating into a.grad leaves b.grad alone
+  expect_vec_near(a.grad(), {6, 6});
+  expect_vec_near(b.grad(), {1, 1});
+}
+
 TEST(Engine, NonScalarRootWithGradOutput) {
   Tensor x = leaf({2, 3}, 30);
   Tensor y = mul(x, 3.0);

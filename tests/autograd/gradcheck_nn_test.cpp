@@ -33,6 +33,15 @@ TEST(GradcheckNn, SoftmaxAndLogSoftmax) {
   }
 }
 
+TEST(GradcheckNn, CausalAttention) {
+  // qkv (B=2, T=4, 3 * H=2 * hd=3); sizes where a head or position mix-up changes the result
+  expect_gradcheck([](const std::vector<Tensor>& in) { return causal_attention(in[0], 3); },
+                   std::vector<Tensor>{rnd({2, 4, 18}, 30)});
+  // one head of width 2 through a strided (transposed) qkv
+  expect_gradcheck([](const std::vector<Tensor>& in) { return causal_attention(transpose(in[0], 1, 2), 2); },
+                   std::vector<Tensor>{rnd({1, 6, 5}, 31)});
+}
+
 TEST(GradcheckNn, LayerNormWithAndWithoutAffine) {
   expect_gradcheck([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2], 1e-5); },
                    std::vector<Tensor>{rnd({2, 3, 7}, 3), rnd({7}, 4), rnd({7}, 5)});
