@@ -20,11 +20,7 @@ void read_run(const ConfigNode& n, RunSection& s) {
   n.check_range("threads", s.threads, 0, 4096);
   if (s.dir.empty()) n.fail("dir", "must not be empty");
   s.device = n.get("device", s.device);
-  try {
-    parse_device(s.device);
-  } catch (const Error&) {
-    n.fail("device", "'" + s.device + "' is not a device: expected cpu, cuda or cuda:N");
-  }
+  if (!try_parse_device(s.device)) n.fail("device", not_a_device(s.device));
   s.precision = n.get("precision", s.precision);
   n.one_of("precision", s.precision, {"f32", "bf16", "f16"});
 }

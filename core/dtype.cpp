@@ -32,13 +32,20 @@ std::string Device::str() const {
   return type == DeviceType::CPU ? std::string("cpu") : "cuda:" + std::to_string(index);
 }
 
-Device parse_device(const std::string& s) {
+std::optional<Device> try_parse_device(const std::string& s) {
   if (s == "cpu") return kCPU;
-  if (s == "cuda") return {DeviceType::CUDA, 0};
+  if (s == "cuda") return Device{DeviceType::CUDA, 0};
   if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() <= 9 &&
       s.find_first_not_of("0123456789", 5) == std::string::npos)
-    return {DeviceType::CUDA, std::stoi(s.substr(5))};
-  STRATA_THROW(Error, "[device] '", s, "' is not a device: expected cpu, cuda or cuda:N");
+    return Device{DeviceType::CUDA, std::stoi(s.substr(5))};
+  return std::nullopt;
+}
+
+std::string not_a_device(const std::string& s) { return "'" + s + "' is not a device: expected cpu, cuda or cuda:N"; }
+
+Device parse_device(const std::string& s) {
+  if (const auto d = try_parse_device(s)) return *d;
+  STRATA_THROW(Error, "[device] ", not_a_device(s));
 }
 
 }  // namespace strata

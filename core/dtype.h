@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -42,8 +43,13 @@ struct Device {
   std::string str() const;
 };
 inline constexpr Device kCPU{};
-/// "cpu", "cuda" (= cuda:0) or "cuda:N" -> Device; anything else throws Error naming the
-/// string and the accepted forms. Says nothing about whether the device exists.
+/// "cpu", "cuda" (= cuda:0) or "cuda:N" -> Device; nullopt for anything else. Says
+/// nothing about whether the device exists.
+std::optional<Device> try_parse_device(const std::string& s);
+/// The error text for a string that is not a device: "'s' is not a device: expected cpu,
+/// cuda or cuda:N" (config loaders put it behind the key path).
+std::string not_a_device(const std::string& s);
+/// try_parse_device, throwing Error "[device] " + not_a_device(s) for anything else.
 Device parse_device(const std::string& s);
 
 /// 16-bit float types are storage formats: kernels compute in f32 and convert.

@@ -40,12 +40,11 @@ ParallelConfig ParallelConfig::from_node(const ConfigNode& n) {
   n.check_range("replicas", c.replicas, 1, 1024);
   const auto device_names = n.get("devices", std::vector<std::string>{});
   for (size_t k = 0; k < device_names.size(); ++k) {
-    try {
-      c.devices.push_back(parse_device(device_names[k]));
-    } catch (const Error&) {
-      config_fail(n.key_path("devices") + "[" + std::to_string(k) + "]",
-                  "'" + device_names[k] + "' is not a device: expected cpu, cuda or cuda:N", n.line_of("devices"));
-    }
+    const auto d = try_parse_device(device_names[k]);
+    if (!d)
+      config_fail(n.key_path("devices") + "[" + std::to_string(k) + "]", not_a_device(device_names[k]),
+                  n.line_of("devices"));
+    c.devices.push_back(*d);
   }
   if (!c.devices.empty() && !replicas_given) c.replicas = int(c.devices.size());
   check_devices(c, n.line_of("devices"));
