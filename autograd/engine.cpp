@@ -14,18 +14,13 @@ struct BySeq {
   bool operator()(Node* a, Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
 
-// True when t is the only handle on its TensorImpl and its bytes: writing into it in
-// place cannot be observed by anyone else.
-bool sole_owner(const Tensor& t) { return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1; }
-
 // Sums g into a pending gradient. The first one is kept as is; later ones are added in
 // place when the slot solely owns contiguous bytes of the same shape (the common case:
 // a fresh gradient from a backward formula), else into a new tensor.
 void accumulate(Tensor& slot, const Tensor& g) {
   if (!slot.defined()) {
     slot = g;
-  } else if (sole_owner(slot) && slot.is_contiguous() && slot.shape() == g.shape() && slot.dtype() == g.dtype() &&
-             slot.device() == g.device()) {
+  } else if (detail::reusable_as(slot, g)) {
     ops::add_(slot, g);
   } else {
     slot = ops::binary(ops::BinaryOp::add, slot, g);

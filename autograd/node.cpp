@@ -9,6 +9,13 @@ namespace {
 std::atomic<uint64_t> g_next_seq{0};
 }
 
+namespace detail {
+bool reusable_as(const Tensor& t, const Tensor& like) {
+  return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous() &&
+         t.shape() == like.shape() && t.dtype() == like.dtype() && t.device() == like.device();
+}
+}  // namespace detail
+
 Node::Node() : seq_(g_next_seq.fetch_add(1, std::memory_order_relaxed)) {}
 
 std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
@@ -20,9 +27,7 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
     // Own the gradient. An incoming tensor that nothing else holds (the engine's pending
     // gradient, fresh from a backward formula) and whose bytes are exactly the leaf's is
     // taken over as is; a view, or a tensor shared with another edge, is copied.
-    const bool take = grad_output.impl_ptr().use_count() == 1 && grad_output.storage().use_count() == 1 &&
-                      grad_output.is_contiguous() && grad_output.shape() == leaf.shape() &&
-                      grad_output.dtype() == leaf.dtype() && grad_output.device() == leaf.device() &&
+    const bool take = detail::reusable_as(grad_output, leaf) &&
                       size_t(grad_output.nbytes()) == grad_output.storage()->nbytes();
     Tensor g;
     if (take) {

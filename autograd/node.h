@@ -91,4 +91,11 @@ class SavedTensor {
   uint32_t version_ = 0;
 };
 
+namespace detail {
+/// True when `t` is the only handle on its TensorImpl and its bytes, is contiguous and has
+/// `like`'s shape, dtype and device: a gradient the engine may add into, or a leaf may keep,
+/// in place of a new tensor without anyone else observing it.
+bool reusable_as(const Tensor& t, const Tensor& like);
+}  // namespace detail
+
 }  // namespace strata
