@@ -6,15 +6,13 @@
 //             dq = scale * dS k,  dk = scale * dS^T q,  dv = P^T dy
 #include "tensor/cpu/attention.h"
 
-#include <cblas.h>
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/threads.h"
+#include "tensor/cpu/blocks.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/softmax.h"
 #include "tensor/dispatch.h"
@@ -29,25 +27,6 @@ struct Dims {
 Dims dims_of(const Tensor& qkv, int64_t head_dim) {
   const int64_t W = qkv.size(2), C = W / 3;
   return {qkv.size(0), qkv.size(1), C / head_dim, head_dim, C, W};
-}
-
-// Calls fn(tid, bh) for every (batch, head) pair bh in [0, n): serial at one thread,
-// else split over an OpenMP team with OpenBLAS on one thread for the duration. fn must
-// not throw (buffers are allocated before).
-template <class F>
-void for_each_head(int64_t n, F&& fn) {
-  const int nt = int(std::min<int64_t>(get_num_threads(), n));
-  if (nt <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(0, i);
-    return;
-  }
-  openblas_set_num_threads(1);
-#pragma omp parallel num_threads(nt)
-  {
-    const int64_t tid = omp_get_thread_num(), team = omp_get_num_threads();
-    for (int64_t i = n * tid / team; i < n * (tid + 1) / team; ++i) fn(tid, i);
-  }
-  openblas_set_num_threads(get_num_threads());
 }
 
 // Rows of the n x n scores are processed up to m = the end of the 16-element block that
@@ -111,20 +90,22 @@ template <class T>
 void forward_impl(const T* qkv, T* y, T* probs, const Dims& d) {
   const DType dt = dtype_v<T>;
   const double scale = 1.0 / std::sqrt(double(d.hd));
-  const int nt = int(std::min<int64_t>(get_num_threads(), d.B * d.H));
-  std::vector<T> scratch(size_t(std::max(nt, 1)) * size_t(d.hd * d.T));  // k^T per thread
-  for_each_head(d.B * d.H, [&](int64_t tid, int64_t bh) {
-    const int64_t b = bh / d.H, h = bh % d.H;
-    const T* q = qkv + b * d.T * d.W + h * d.hd;  // (T, hd), row stride W
-    const T* k = q + d.C;
-    const T* v = q + 2 * d.C;
-    T* p = probs + bh * d.T * d.T;               // (T, T)
-    T* yo = y + b * d.T * d.C + h * d.hd;        // (T, hd), row stride C
-    T* kt = scratch.data() + tid * d.hd * d.T;   // (hd, T)
-    transpose_head(k, d.W, d.T, d.hd, kt);
-    gemm(dt, d.T, d.T, d.hd, scale, {q, d.W, false}, {kt, d.T, false}, 0.0, p, d.T);
-    causal_softmax_rows(p, d.T);
-    gemm(dt, d.T, d.hd, d.T, 1.0, {p, d.T, false}, {v, d.W, false}, 0.0, yo, d.C);
+  const int nt = block_threads(d.B * d.H);
+  std::vector<T> scratch(size_t(nt) * size_t(d.hd * d.T));  // k^T per thread
+  for_blocks(d.B * d.H, nt, [&](int tid, int64_t bh0, int64_t bh1) {
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / d.H, h = bh % d.H;
+      const T* q = qkv + b * d.T * d.W + h * d.hd;  // (T, hd), row stride W
+      const T* k = q + d.C;
+      const T* v = q + 2 * d.C;
+      T* p = probs + bh * d.T * d.T;               // (T, T)
+      T* yo = y + b * d.T * d.C + h * d.hd;        // (T, hd), row stride C
+      T* kt = scratch.data() + tid * d.hd * d.T;   // (hd, T)
+      transpose_head(k, d.W, d.T, d.hd, kt);
+      gemm(dt, d.T, d.T, d.hd, scale, {q, d.W, false}, {kt, d.T, false}, 0.0, p, d.T);
+      causal_softmax_rows(p, d.T);
+      gemm(dt, d.T, d.hd, d.T, 1.0, {p, d.T, false}, {v, d.W, false}, 0.0, yo, d.C);
+    }
   });
 }
 
@@ -132,28 +113,30 @@ template <class T>
 void backward_impl(const T* dy, const T* qkv, const T* probs, T* dqkv, const Dims& d) {
   const DType dt = dtype_v<T>;
   const double scale = 1.0 / std::sqrt(double(d.hd));
-  const int nt = int(std::min<int64_t>(get_num_threads(), d.B * d.H));
+  const int nt = block_threads(d.B * d.H);
   const int64_t per_thread = d.T * d.T + d.hd * d.T;                   // dP / dS and v^T
-  std::vector<T> scratch(size_t(std::max(nt, 1)) * size_t(per_thread));
-  for_each_head(d.B * d.H, [&](int64_t tid, int64_t bh) {
-    const int64_t b = bh / d.H, h = bh % d.H;
-    const int64_t at = b * d.T * d.W + h * d.hd;
-    const T* q = qkv + at;
-    const T* k = q + d.C;
-    const T* v = q + 2 * d.C;
-    T* dq = dqkv + at;
-    T* dk = dq + d.C;
-    T* dv = dq + 2 * d.C;
-    const T* p = probs + bh * d.T * d.T;
-    const T* g = dy + b * d.T * d.C + h * d.hd;  // (T, hd), row stride C
-    T* ds = scratch.data() + tid * per_thread;
-    T* vt = ds + d.T * d.T;
-    transpose_head(v, d.W, d.T, d.hd, vt);
-    gemm(dt, d.T, d.T, d.hd, 1.0, {g, d.C, false}, {vt, d.T, false}, 0.0, ds, d.T);  // dP = dy v^T
-    causal_softmax_backward_rows(p, ds, d.T);                                       // dS
-    gemm(dt, d.T, d.hd, d.T, scale, {ds, d.T, false}, {k, d.W, false}, 0.0, dq, d.W);  // dq = scale dS k
-    gemm(dt, d.T, d.hd, d.T, scale, {ds, d.T, true}, {q, d.W, false}, 0.0, dk, d.W);   // dk = scale dS^T q
-    gemm(dt, d.T, d.hd, d.T, 1.0, {p, d.T, true}, {g, d.C, false}, 0.0, dv, d.W);      // dv = P^T dy
+  std::vector<T> scratch(size_t(nt) * size_t(per_thread));
+  for_blocks(d.B * d.H, nt, [&](int tid, int64_t bh0, int64_t bh1) {
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / d.H, h = bh % d.H;
+      const int64_t at = b * d.T * d.W + h * d.hd;
+      const T* q = qkv + at;
+      const T* k = q + d.C;
+      const T* v = q + 2 * d.C;
+      T* dq = dqkv + at;
+      T* dk = dq + d.C;
+      T* dv = dq + 2 * d.C;
+      const T* p = probs + bh * d.T * d.T;
+      const T* g = dy + b * d.T * d.C + h * d.hd;  // (T, hd), row stride C
+      T* ds = scratch.data() + tid * per_thread;
+      T* vt = ds + d.T * d.T;
+      transpose_head(v, d.W, d.T, d.hd, vt);
+      gemm(dt, d.T, d.T, d.hd, 1.0, {g, d.C, false}, {vt, d.T, false}, 0.0, ds, d.T);  // dP = dy v^T
+      causal_softmax_backward_rows(p, ds, d.T);                                       // dS
+      gemm(dt, d.T, d.hd, d.T, scale, {ds, d.T, false}, {k, d.W, false}, 0.0, dq, d.W);  // dq = scale dS k
+      gemm(dt, d.T, d.hd, d.T, scale, {ds, d.T, true}, {q, d.W, false}, 0.0, dk, d.W);   // dk = scale dS^T q
+      gemm(dt, d.T, d.hd, d.T, 1.0, {p, d.T, true}, {g, d.C, false}, 0.0, dv, d.W);      // dv = P^T dy
+    }
   });
 }
 

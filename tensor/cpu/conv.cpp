@@ -5,15 +5,13 @@
 // reduced in thread order. 1x1 stride-1 unpadded convolutions skip im2col.
 #include "tensor/cpu/conv.h"
 
-#include <cblas.h>
-#include <omp.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <vector>
 
 #include "core/threads.h"
+#include "tensor/cpu/blocks.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/dispatch.h"
 
@@ -123,40 +121,15 @@ T* scratch(int64_t n) {
   return reinterpret_cast<T*>(buf.data());
 }
 
-// Threads for a batch of N samples: one block of samples each.
-int sample_threads(int64_t N) { return int(std::clamp<int64_t>(get_num_threads(), 1, std::max<int64_t>(N, 1))); }
-
-// Runs fn(tid, n0, n1) for thread tid's block [n0, n1) of the N samples, on up to nt
-// threads, with OpenBLAS single-threaded meanwhile (restored afterwards). Returns the
-// team size OpenMP granted (1 inside another parallel region). fn must not throw: all
-// buffers are allocated before the parallel region.
-template <class F>
-int for_sample_blocks(int64_t N, int nt, F&& fn) {
-  if (nt <= 1) {
-    fn(0, int64_t(0), N);
-    return 1;
-  }
-  int used = 1;
-  openblas_set_num_threads(1);
-#pragma omp parallel num_threads(nt)
-  {
-    const int tid = omp_get_thread_num(), team = omp_get_num_threads();
-    if (tid == 0) used = team;
-    fn(tid, N * tid / team, N * (tid + 1) / team);
-  }
-  openblas_set_num_threads(get_num_threads());
-  return used;
-}
-
 template <class T>
 void conv_forward(const T* x, const T* w, const T* b, T* y, const Geom& g, DType dt) {
   const int64_t P = g.P(), ckk = g.ckk();
-  const int nt = sample_threads(g.N);
+  const int nt = block_threads(g.N);
   auto fill_bias = [&](T* yn) {
     for (int64_t o = 0; o < g.O; ++o) std::fill(yn + o * P, yn + (o + 1) * P, b ? b[o] : T(0));
   };
   if (g.pointwise()) {  // y_n (O,P) = w (O,C) @ x_n (C,P)
-    for_sample_blocks(g.N, nt, [&](int, int64_t n0, int64_t n1) {
+    for_blocks(g.N, nt, [&](int, int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) {
         T* yn = y + n * g.O * P;
         if (b) fill_bias(yn);
@@ -168,7 +141,7 @@ void conv_forward(const T* x, const T* w, const T* b, T* y, const Geom& g, DType
   const int64_t G = g.group();
   const int64_t col_len = ckk * G * P, tmp_len = G > 1 ? g.O * G * P : 0;
   T* const buf = scratch<T>(nt * (col_len + tmp_len));
-  for_sample_blocks(g.N, nt, [&](int tid, int64_t s0, int64_t s1) {
+  for_blocks(g.N, nt, [&](int tid, int64_t s0, int64_t s1) {
     T* col = buf + tid * (col_len + tmp_len);
     for (int64_t n0 = s0; n0 < s1; n0 += G) {
       const int64_t cnt = std::min(G, s1 - n0);
@@ -231,7 +204,7 @@ void conv_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, con
     std::fill(dw, dw + g.O * ckk, T(0));
     return;
   }
-  const int nt = sample_threads(g.N);
+  const int nt = block_threads(g.N);
   const int64_t wlen = g.O * ckk;
   const int64_t G = g.pointwise() ? 0 : g.group();
   const int64_t col_len = ckk * G * P, dyg_len = G > 1 ? g.O * G * P : 0;
@@ -240,7 +213,7 @@ void conv_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, con
   T* const partials = buf + nt * (col_len + dyg_len);
   auto dw_of = [&](int tid) { return tid == 0 ? dw : partials + (tid - 1) * wlen; };
   if (g.pointwise()) {
-    const int used = for_sample_blocks(g.N, nt, [&](int tid, int64_t s0, int64_t s1) {
+    const int used = for_blocks(g.N, nt, [&](int tid, int64_t s0, int64_t s1) {
       T* dwt = dw_of(tid);
       for (int64_t n = s0; n < s1; ++n) {
         const T* dyn = dy + n * g.O * P;
@@ -253,7 +226,7 @@ void conv_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, con
     reduce_partials(dw, partials, used, wlen);
     return;
   }
-  const int used = for_sample_blocks(g.N, nt, [&](int tid, int64_t s0, int64_t s1) {
+  const int used = for_blocks(g.N, nt, [&](int tid, int64_t s0, int64_t s1) {
     T* col = buf + tid * (col_len + dyg_len);
     T* dwt = dw_of(tid);
     for (int64_t n0 = s0; n0 < s1; n0 += G) {
