@@ -28,12 +28,7 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg, Generator& gen) :
 }
 
 const Tensor& CausalSelfAttention::causal_mask(int64_t t) {
-  if (!mask_.defined() || mask_.size(0) != t) {
-    mask_ = ops::empty({t, t}, DType::u8);
-    uint8_t* m = mask_.data<uint8_t>();
-    for (int64_t i = 0; i < t; ++i)
-      for (int64_t j = 0; j < t; ++j) m[i * t + j] = j > i;
-  }
+  if (!mask_.defined() || mask_.size(0) != t) mask_ = ops::causal_mask(t);
   return mask_;
 }
 

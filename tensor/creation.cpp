@@ -39,6 +39,14 @@ Tensor arange(double start, double end, double step, DType dtype) {
   return dtype == DType::f64 ? t : to_dtype(t, dtype);
 }
 
+Tensor causal_mask(int64_t t) {
+  Tensor mask = Tensor::empty({t, t}, DType::u8);
+  uint8_t* m = mask.data<uint8_t>();
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0; j < t; ++j) m[i * t + j] = j > i;
+  return mask;
+}
+
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape) {
   STRATA_CHECK(int64_t(values.size()) == shape_numel(shape), "[from_vector] ", values.size(),

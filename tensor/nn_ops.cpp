@@ -410,12 +410,8 @@ std::array<Tensor, 3> attention_head_views(const Tensor& qkv, int64_t head_dim) 
 void composed_causal_attention(const Tensor& qkv, Tensor& y, Tensor& probs, int64_t head_dim) {
   const auto [q, k, v] = attention_head_views(qkv, head_dim);
   const int64_t B = qkv.size(0), T = qkv.size(1), H = q.size(1);
-  Tensor mask = empty({T, T}, DType::u8);  // j > i, built on the host
-  uint8_t* m = mask.data<uint8_t>();
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = 0; j < T; ++j) m[i * T + j] = j > i;
   Tensor s = binary_scalar(BinaryOp::mul, matmul(q, transpose(k, -1, -2)), 1.0 / std::sqrt(double(head_dim)));
-  s = masked_fill(s, to_device(mask, qkv.device()), -std::numeric_limits<double>::infinity());
+  s = masked_fill(s, to_device(causal_mask(T), qkv.device()), -std::numeric_limits<double>::infinity());
   copy_(probs, softmax(s, -1));
   Tensor yh = transpose(view(y, {B, T, H, head_dim}), 1, 2);  // (B, H, T, hd) view of y
   copy_(yh, matmul(probs, v));

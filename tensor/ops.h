@@ -26,6 +26,8 @@ Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 /// [start, end) with step; dtype i64 or floating.
 Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::i64);
+/// (t, t) u8 on the CPU, 1 where j > i: the future positions causal attention masks out.
+Tensor causal_mask(int64_t t);
 /// Copies `values` into a new CPU tensor of `shape` (numel must match).
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape);

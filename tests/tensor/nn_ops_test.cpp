@@ -608,3 +608,11 @@ TEST_P(NnOps, SgdMatchesTorchFormulasOverThreeSteps) {
 }
 
 }  // namespace
+
+TEST(CausalMask, MarksTheFuturePositions) {
+  const Tensor m = ops::causal_mask(3);
+  EXPECT_EQ(m.shape(), (Shape{3, 3}));
+  EXPECT_EQ(m.dtype(), DType::u8);
+  EXPECT_EQ(m.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 1, 0, 0, 1, 0, 0, 0}));
+  EXPECT_EQ(ops::causal_mask(0).numel(), 0);
+}
