@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bootstrap, Release build, train the default config and print the final test accuracy.
-# The default is DDP on 2 MPI ranks (configs/fashion_cnn_ddp.yaml); configs whose
-# parallel.mode is ddp are started under mpirun with RANKS ranks (default 2).
+# The default is DDP on 2 MPI ranks (configs/fashion_cnn_ddp.yaml). Configs named
+# *_ddp.yaml or *_zero*.yaml, or any config when RANKS is set, are started under mpirun
+# with RANKS ranks (default 2); parallel.dp: auto then takes every rank.
 #   ./run.sh
 #   ./run.sh configs/fashion_mlp.yaml                # single process
 #   RANKS=4 ./run.sh configs/gpt_char_ddp.yaml --set train.max_steps=200
@@ -13,7 +14,7 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target strata_cli
 CONFIG=${1:-configs/fashion_cnn_ddp.yaml}
 shift || true
-if grep -Eq '^\s*mode:\s*ddp' "$CONFIG"; then
+if [[ -n "${RANKS:-}" || "$CONFIG" =~ _(ddp|zero[0-9]*)\.yaml$ ]]; then
   MPI_FLAGS=(--oversubscribe)
   if [[ $(id -u) -eq 0 ]]; then MPI_FLAGS+=(--allow-run-as-root); fi
   exec mpirun "${MPI_FLAGS[@]}" -np "${RANKS:-2}" "$BUILD_DIR/strata" train --config "$CONFIG" "$@"

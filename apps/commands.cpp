@@ -40,7 +40,11 @@ TrainConfig config_from_checkpoint(const Checkpoint& ck, const std::vector<std::
   const std::string src = ck.dir + "/" + kStateFile + " (config)";
   std::vector<std::string> on_cpu = {"run.device=cpu"};
   on_cpu.insert(on_cpu.end(), sets.begin(), sets.end());
-  TrainConfig c = TrainConfig::from_node(ConfigNode::load_string(ck.state.config_yaml, on_cpu, src));
+  // The layout the checkpoint was trained with does not matter here (eval and sample run
+  // in this process), and checkpoints of older versions spell it parallel.mode.
+  YAML::Node stored = YAML::Load(ck.state.config_yaml);
+  if (stored.IsMap()) stored.remove("parallel");
+  TrainConfig c = TrainConfig::from_node(ConfigNode::load_string(YAML::Dump(stored), on_cpu, src));
   c.source = src;
   return c;
 }
@@ -98,8 +102,7 @@ Command add_eval_command(CLI::App& parent) {
             const Checkpoint ck = read_checkpoint(o->checkpoint, false);
             if (!cfg) cfg = config_from_checkpoint(ck, o->sets);
             cfg->train.resume.clear();
-            cfg->parallel.mode = "none";  // any data-parallel checkpoint (DDP, sharded ZeRO) evaluates in this process
-            cfg->parallel.zero_stage = 0;
+            cfg->parallel = {};  // any checkpoint (DDP, ZeRO, thread replicas) evaluates in this process
             Trainer trainer(*cfg, {.verbose = false, .write_files = false});
             load_into(ck, trainer.model(), nullptr);
             const EvalResult r = trainer.evaluate();

@@ -166,13 +166,7 @@ void read_train(const ConfigNode& n, TrainSection& s) {
   n.check_range("grad_accum_steps", double(s.grad_accum_steps), 1, 1e6);
 }
 
-void read_parallel(const ConfigNode& n, parallel::ParallelConfig& s) {
-  const std::string mode = n.get("mode", s.mode);
-  if (mode == "zero" || mode == "fsdp" || mode == "tp" || mode == "pp")
-    n.fail("mode", "'" + mode + "' is not available in this build yet; use 'none' (single process), 'dp' (thread "
-                   "replicas) or 'ddp' (parallel.zero_stage selects ZeRO)");
-  s = parallel::ParallelConfig::from_node(n);
-}
+void read_parallel(const ConfigNode& n, parallel::ParallelConfig& s) { s = parallel::ParallelConfig::from_node(n); }
 
 void read_comm(const ConfigNode& n, comm::CommOptions& s, std::string& backend) {
   backend = n.get("backend", backend);
@@ -232,7 +226,7 @@ void TrainConfig::validate() const {
   if (comm_backend == "mpi" && !dev.is_cpu())
     config_fail("comm.backend", "mpi cannot move CUDA tensors (run.device is '" + run.device +
                                     "'); use nccl, the default for a CUDA device");
-  if (run.precision == "f16" && parallel.zero_stage > 0)
+  if (run.precision == "f16" && parallel.dims.zero_stage > 0)
     config_fail("run.precision", "f16 needs loss scaling, whose overflow check ZeRO's sharded gradients would have "
                                  "to agree on across ranks, which is not implemented; use bf16 (no scaler needed)");
   const bool tokens = data.dataset == "text" || (data.dataset == "synthetic" && data.kind == "tokens");

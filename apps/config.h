@@ -104,7 +104,7 @@ struct TrainConfig {
   OptimSection optim;
   ScheduleSection schedule;
   TrainSection train;
-  /// parallel.*: mode none | dp (replicas threads) | ddp, DDP bucket options, zero_stage, fsdp_prefetch.
+  /// parallel.*: degrees dp (auto) / tp / pp, zero_stage, DDP bucket options, fsdp_prefetch, thread replicas.
   parallel::ParallelConfig parallel;
   /// comm.*: algorithm native|ring|tree|auto, timeout_s, debug (used by mode ddp).
   comm::CommOptions comm;

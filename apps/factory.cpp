@@ -31,11 +31,11 @@ class SubsetDataset : public data::Dataset {
   int64_t offset_, count_;
 };
 
+}  // namespace
+
 int64_t gpt_vocab(const TrainConfig& cfg) {
   return cfg.data.dataset == "text" ? data::TextDataset::kVocabSize : cfg.data.vocab_size;
 }
-
-}  // namespace
 
 DataBundle build_data(const TrainConfig& cfg) {
   const auto& d = cfg.data;

@@ -34,6 +34,9 @@ DataBundle build_data(const TrainConfig& cfg);
 /// vocab 256, synthetic from its keys). Weights are drawn from `gen`.
 std::shared_ptr<nn::Module> build_model(const TrainConfig& cfg, Generator& gen);
 
+/// The GPT's vocabulary for the config's data (256 bytes for text, data.vocab_size otherwise).
+int64_t gpt_vocab(const TrainConfig& cfg);
+
 /// The optimizer over model.named_parameters().
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& cfg, const nn::Module& model);
 /// The optimizer of `cfg` over given tensors (ZeRO: this rank's parameter slices).

@@ -57,9 +57,13 @@ elseif(CASE STREQUAL "bad_config_range")
   run(2 train --config bad.yaml)
   expect(ERR "model.dropout: expected a value in [0, 1), got 1.5 (line 4)")
 elseif(CASE STREQUAL "bad_config_parallel")
-  run(2 train --config ${tiny_mlp} --set parallel.mode=tp)
-  expect(ERR "parallel.mode: 'tp' is not available")
-  run(2 train --config ${tiny_mlp} --set parallel.mode=ddp --set comm.algorithm=star)
+  run(2 train --config ${tiny_mlp} --set parallel.mode=ddp)
+  expect(ERR "parallel.mode: was removed ('ddp'): DDP is the default under mpirun")
+  run(2 train --config ${tiny_mlp} --set parallel.tp=2)
+  expect(ERR "parallel.tp: is 2 but tensor parallelism is not available")
+  run(2 train --config ${tiny_mlp} --set parallel.dp=2)
+  expect(ERR "but the world has 1 (start with mpirun -np 2")
+  run(2 train --config ${tiny_mlp} --set comm.algorithm=star)
   expect(ERR "comm.algorithm: expected one of")
 elseif(CASE STREQUAL "device_and_precision")
   # run.device cuda: trains on a GPU machine; elsewhere exit 2 naming run.device and why.
@@ -156,19 +160,19 @@ elseif(CASE STREQUAL "sample_gpt")
   endif()
   run(2 sample --checkpoint gpt --tokens -3)
 elseif(CASE STREQUAL "ddp_matches_single_process")
-  # 2 ranks x 8 samples (mpirun, parallel.mode ddp) against 1 process x 16 samples: the
+  # 2 ranks x 8 samples (mpirun, parallel.dp auto) against 1 process x 16 samples: the
   # logged losses (world average) must agree to 1e-5 relative at every step, and the
   # rank-0 checkpoint must load in a single-process eval. No dropout (its masks are
   # per-rank); grad accumulation exercises no_sync.
   set(common --config ${tiny_mlp} --set model.dropout=0 --set train.max_steps=8 --set train.grad_accum_steps=2
              --set train.eval_every=0)
   execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
-                          --set run.dir=ddp --set parallel.mode=ddp
+                          --set run.dir=ddp
                   WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 40)
   if(NOT "${rc}" STREQUAL "0")
     message(FATAL_ERROR "mpirun -np 2 strata train: exit code ${rc}\nstdout:\n${OUT}\nstderr:\n${ERR}")
   endif()
-  expect(OUT "ddp: 2 rank(s) (mpi backend" "final val accuracy: ")
+  expect(OUT "layout: dp 2 x tp 1 x pp 1, zero_stage 0 | DDP over 2 dp rank(s) (mpi backend" "final val accuracy: ")
   run(0 train ${common} --set run.dir=single)
   losses(${WORK}/ddp/metrics.jsonl ld)
   losses(${WORK}/single/metrics.jsonl ls)
@@ -183,7 +187,7 @@ elseif(CASE STREQUAL "ddp_matches_single_process")
   # (constant LR, so the schedule does not depend on max_steps).
   macro(ddp_run dir steps)
     execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
-                            --set parallel.mode=ddp --set schedule.name=constant --set run.dir=${dir}
+                            --set schedule.name=constant --set run.dir=${dir}
                             --set train.max_steps=${steps} ${ARGN}
                     WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 40)
     if(NOT "${rc}" STREQUAL "0")
@@ -205,7 +209,7 @@ elseif(CASE STREQUAL "zero_matches_ddp")
   # and clipping on); the stage-3 sharded checkpoint evaluates single-process, resumes on
   # 1 process exactly like the DDP checkpoint does, and consolidates to one file.
   set(common --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
-             --set train.max_steps=6 --set train.grad_accum_steps=2 --set train.save_final=true --set parallel.mode=ddp)
+             --set train.max_steps=6 --set train.grad_accum_steps=2 --set train.save_final=true)
   foreach(stage 0 1 2 3)
     execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
                             --set run.dir=z${stage} --set parallel.zero_stage=${stage}
@@ -215,7 +219,7 @@ elseif(CASE STREQUAL "zero_matches_ddp")
     endif()
     losses(${WORK}/z${stage}/metrics.jsonl l${stage})
     if(stage GREATER 0)
-      expect(OUT "ZeRO at 2 rank(s), zero_stage ${stage}")
+      expect(OUT "ZeRO-${stage} over 2 dp rank(s)" "ZeRO-${stage} at 2 rank(s), zero_stage ${stage}")
       same_losses("${l0}" "${l${stage}}" "zero_stage ${stage} vs DDP")
     endif()
   endforeach()

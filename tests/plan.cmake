@@ -1,5 +1,5 @@
 # CLI tests of `strata plan` (predicted per-rank memory of DDP / ZeRO-1/2/3), of
-# `strata train` with parallel.mode dp and its memory report, and of the progress style
+# `strata train` with parallel.replicas and its memory report, and of the progress style
 # (bar on a terminal, plain lines under mpirun or when STRATA_PROGRESS=lines). Same two
 # roles as e2e.cmake: included, it registers the ctest entries; run with -DCASE=<name>
 # -P plan.cmake, it executes one case.
@@ -64,8 +64,9 @@ if(CASE STREQUAL "plan_table")
   #   ZeRO-1 4Ψ + 4Ψ + 8*226                = 2704*2 + 1808   = 7216
   #   ZeRO-2 4Ψ + 4*226 + 8*226             = 2704 + 904 + 1808 = 5416
   #   ZeRO-3 (4 + 4 + 8) * 226              = 3616
-  run(0 plan --config ${tiny_mlp} --ranks 3)
-  expect(OUT "Ψ = 676 parameters x 4 bytes" "optim: adam, 2 state tensor(s) per parameter" "at 3 rank(s)"
+  run(0 plan --config ${tiny_mlp} --ranks 3 --set train.batch_size=12)
+  expect(OUT "layout at 3 rank(s): dp 3 x tp 1 x pp 1, zero_stage 0 | mesh pp=1 x dp=3 x tp=1 | on dp: DDP"
+         "4 samples per dp rank per step" "Ψ = 676 parameters x 4 bytes" "optim: adam, 2 state tensor(s) per parameter" "at 3 rank(s)"
          "(20.00Ψ)")
   expect_row(0 13520 configured)
   expect_row(1 7216)
@@ -79,28 +80,35 @@ if(CASE STREQUAL "plan_table")
   expect_row(0 8112 configured)  # 4Ψ + 4Ψ + 4Ψ buckets
   expect_row(3 5408)
 elseif(CASE STREQUAL "plan_configured_stage")
-  run(0 plan --config ${tiny_mlp} --ranks 2 --set parallel.mode=ddp --set parallel.zero_stage=2
+  run(0 plan --config ${tiny_mlp} --ranks 2 --set parallel.zero_stage=2
       --set parallel.gradient_as_bucket_view=true)
-  expect(OUT "zero_stage 2" "DDP buckets none (gradient_as_bucket_view)")
+  expect(OUT "layout at 2 rank(s): dp 2 x tp 1 x pp 1, zero_stage 2 | mesh pp=1 x dp=2 x tp=1 | on dp: ZeRO-2"
+         "DDP buckets none (gradient_as_bucket_view)")
   expect_row(0 10816)  # 16Ψ, no buckets
   expect_row(2 6760 configured)  # 2704 + 12 * 338
   # The shipped configs all plan.
   file(GLOB configs ${SRC}/configs/*.yaml)
   foreach(c ${configs})
-    run(0 plan --config ${c} --ranks 4)
+    set(ranks 4)
+    if(c MATCHES "_dp\\.yaml$")  # thread replicas live in one process
+      set(ranks 1)
+    endif()
+    run(0 plan --config ${c} --ranks ${ranks})
     expect(OUT "<- configured")
   endforeach()
 elseif(CASE STREQUAL "plan_errors")
   run(2 plan --config ${tiny_mlp} --ranks 0)
   expect(ERR "--ranks: expected a world size")
-  run(2 plan --config ${tiny_mlp} --ranks 2 --set parallel.zero_stage=1)
-  expect(ERR "parallel.zero_stage: is 1 but ZeRO stages need parallel.mode ddp")
-  run(2 plan --config ${tiny_mlp} --ranks 2 --set parallel.mode=ddp --set parallel.zero_stage=5)
+  run(2 plan --config ${tiny_mlp} --ranks 2 --set parallel.zero_stage=1 --set parallel.replicas=2)
+  expect(ERR "parallel.zero_stage: is 1 but parallel.replicas runs thread replicas")
+  run(2 plan --config ${tiny_mlp} --ranks 3 --set parallel.dp=2)
+  expect(ERR "parallel: dp x tp x pp = 2 x 1 x 1 = 2 rank(s), but the world has 3")
+  run(2 plan --config ${tiny_mlp} --ranks 2 --set parallel.zero_stage=5)
   expect(ERR "parallel.zero_stage: expected a value in [0, 3], got 5")
   run(2 plan --config ${tiny_mlp})
   expect(ERR "--ranks is required")
 elseif(CASE STREQUAL "train_dp_memory_report")
-  run(0 train --config ${tiny_mlp} --set run.dir=dp --set parallel.mode=dp --set parallel.replicas=2
+  run(0 train --config ${tiny_mlp} --set run.dir=dp --set parallel.replicas=2
       --set run.threads=2 --set train.max_steps=6)
   expect(OUT "dp: 2 replicas (threads in this process) x 1 intra-op thread(s)"
          "memory (rank 0): allocator bytes vs plan for DataParallel at 1 rank(s)"
@@ -110,11 +118,12 @@ elseif(CASE STREQUAL "train_dp_memory_report")
   expect(row "(8.00Ψ)" "(4.00Ψ)")
   run(0 eval --checkpoint dp)
   expect(OUT "val accuracy: ")
-  # ZeRO's end report names the stage; zero_stage without mode ddp is a config error.
-  run(0 train --config ${tiny_mlp} --set run.dir=z --set parallel.mode=ddp --set parallel.zero_stage=1
+  # ZeRO's end report names the stage (ZeRO at 1 rank shards trivially); with thread
+  # replicas zero_stage is a config error.
+  run(0 train --config ${tiny_mlp} --set run.dir=z --set parallel.zero_stage=1
       --set train.max_steps=4)
-  expect(OUT "memory (rank 0): allocator bytes vs plan for ZeRO at 1 rank(s), zero_stage 1")
-  run(2 train --config ${tiny_mlp} --set run.dir=z --set parallel.zero_stage=1)
+  expect(OUT "memory (rank 0): allocator bytes vs plan for ZeRO-1 at 1 rank(s), zero_stage 1")
+  run(2 train --config ${tiny_mlp} --set run.dir=z --set parallel.zero_stage=1 --set parallel.replicas=2)
   expect(ERR "parallel.zero_stage")
 elseif(CASE STREQUAL "progress_env")
   # stdout is a pipe here: plain lines by default and with lines; the bar when forced.
@@ -154,14 +163,14 @@ elseif(CASE STREQUAL "progress_pty")
 elseif(CASE STREQUAL "progress_mpirun_pty")
   # The real case: mpirun on a terminal gives rank 0 a pty; the log must get lines.
   set(cmd "${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train --config ${tiny_mlp} --set run.dir=r "
-          "--set train.max_steps=4 --set parallel.mode=ddp --set train.save_final=false")
+          "--set train.max_steps=4 --set train.save_final=false")
   string(REPLACE ";" "" cmd "${cmd}")
   execute_process(COMMAND ${SCRIPT} -qec "${cmd}" /dev/null WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc
                   OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 50)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "script -c mpirun strata train: exit code ${rc}\n${OUT}\n${ERR}")
   endif()
-  expect(OUT "ddp: 2 rank(s) (mpi backend" "\nstep 4/4 | epoch")
+  expect(OUT "layout: dp 2 x tp 1 x pp 1, zero_stage 0 | DDP over 2 dp rank(s) (mpi backend" "\nstep 4/4 | epoch")
   expect_not(OUT "\r[")
 else()
   message(FATAL_ERROR "unknown plan/progress case '${CASE}'")

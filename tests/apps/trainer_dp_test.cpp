@@ -1,4 +1,4 @@
-// `strata train` with parallel.mode dp (DataParallel thread replicas) against mode none:
+// `strata train` with parallel.replicas (DataParallel thread replicas) against one process:
 // same losses and weights after k steps, a prefix-free checkpoint that a single-process
 // eval loads, bit-exact dp resume; the ZeRO stage refusal; and the end-of-run memory
 // report (allocator bytes by category vs the planner).
@@ -67,7 +67,6 @@ struct RunResult {
 RunResult train_run(const std::string& yaml, std::vector<std::string> sets, const std::string& dir, int replicas = 0) {
   sets.push_back("run.dir=" + dir);
   if (replicas > 0) {
-    sets.push_back("parallel.mode=dp");
     sets.push_back("parallel.replicas=" + std::to_string(replicas));
   }
   Trainer t(TrainConfig::load(yaml, sets), {.verbose = false});
@@ -114,7 +113,6 @@ TEST_F(TrainerDpTest, DeviceListMatchesModeNone) {
   const std::vector<std::string> sets = {"model.dropout=0", "train.max_steps=6", "train.eval_every=0"};
   const RunResult none = train_run(kTinyMlp, sets, path("none"));
   std::vector<std::string> listed = sets;
-  listed.push_back("parallel.mode=dp");
   listed.push_back("parallel.devices=[cpu, cpu, cpu]");
   listed.push_back("run.dir=" + path("listed"));
   RunResult dp;
@@ -128,7 +126,7 @@ TEST_F(TrainerDpTest, DeviceListMatchesModeNone) {
   dp.weights = read_checkpoint(path("listed"), false).model;
   expect_same_run(dp, none, "parallel.devices [cpu, cpu, cpu]");
   try {
-    TrainConfig::load(kTinyMlp, {"parallel.mode=dp", "parallel.devices=[cuda:0, cuda:1]"});
+    TrainConfig::load(kTinyMlp, {"parallel.devices=[cuda:0, cuda:1]"});
     FAIL() << "loaded";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(), "parallel.devices: devices[0] is cuda:0 but run.device is 'cpu': the model, its optimizer "
@@ -171,7 +169,7 @@ TEST_F(TrainerDpTest, CheckpointLoadsInSingleProcessEval) {
 // dp with dropout: a resumed run continues every replica's dropout stream, so k + k
 // steps equal 2k steps bit for bit.
 TEST_F(TrainerDpTest, ResumeIsBitExactWithDropout) {
-  const std::vector<std::string> common = {"model.dropout=0.2", "parallel.mode=dp", "parallel.replicas=3",
+  const std::vector<std::string> common = {"model.dropout=0.2", "parallel.replicas=3",
                                            "train.eval_every=0", "schedule.name=constant"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> o = common;
@@ -207,13 +205,13 @@ TEST_F(TrainerDpTest, ZeroStagesTrainLikeSingleProcess) {
   };
   const std::vector<double> ref = run({});
   for (const std::string stage : {"1", "2", "3"}) {
-    const std::vector<double> got = run({"parallel.mode=ddp", "parallel.zero_stage=" + stage});
+    const std::vector<double> got = run({"parallel.zero_stage=" + stage});
     ASSERT_EQ(got.size(), ref.size());
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-5 * std::abs(ref[i])) << "stage " << stage;
   }
-  // Without mode ddp the config itself is refused.
+  // Thread replicas do not shard: the config itself is refused.
   try {
-    TrainConfig::load(kTinyMlp, {"parallel.zero_stage=1"});
+    TrainConfig::load(kTinyMlp, {"parallel.zero_stage=1", "parallel.replicas=2"});
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("parallel.zero_stage"), std::string::npos) << e.what();
@@ -222,13 +220,13 @@ TEST_F(TrainerDpTest, ZeroStagesTrainLikeSingleProcess) {
 
 // The planner's prediction for a single-process Adam run against the allocator: while
 // the trainer lives it holds exactly 4Ψ of parameters and 8Ψ of Adam state; its peak
-// gradient bytes are 4Ψ; a 1-rank DDP run adds 4Ψ of buckets (comm).
+// gradient bytes are 4Ψ (DDP's buckets are checked under mpirun, see plan.cmake).
 TEST_F(TrainerDpTest, MemoryReportMatchesAllocator) {
-  for (const std::string mode : {"none", "ddp"}) {
-    SCOPED_TRACE(mode);
+  {
+    const std::string mode = "none";
     const MemStats p0 = cpu_memory().stats(MemCategory::params), o0 = cpu_memory().stats(MemCategory::optimizer),
                    c0 = cpu_memory().stats(MemCategory::comm), g0 = cpu_memory().stats(MemCategory::grads);
-    Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + path(mode), "train.max_steps=3", "parallel.mode=" + mode}),
+    Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + path(mode), "train.max_steps=3"}),
               {.verbose = false, .write_files = false});
     t.train();
     const int64_t psi = t.model().num_parameters();
@@ -237,13 +235,13 @@ TEST_F(TrainerDpTest, MemoryReportMatchesAllocator) {
     EXPECT_EQ(plan.params, 4 * psi);
     EXPECT_EQ(plan.grads, 4 * psi);
     EXPECT_EQ(plan.optimizer, 8 * psi);
-    EXPECT_EQ(plan.comm, mode == "ddp" ? 4 * psi : 0);
+    EXPECT_EQ(plan.comm, 0);
     EXPECT_EQ(cpu_memory().stats(MemCategory::params).current - p0.current, plan.params);
     EXPECT_EQ(cpu_memory().stats(MemCategory::optimizer).current - o0.current, plan.optimizer);
     EXPECT_EQ(cpu_memory().stats(MemCategory::comm).current - c0.current, plan.comm);
     EXPECT_GE(cpu_memory().stats(MemCategory::grads).peak - g0.current, plan.grads);
     const std::string report = t.memory_report();
-    EXPECT_NE(report.find(mode == "ddp" ? "plan for DDP at 1 rank(s)" : "plan for single process"),
+    EXPECT_NE(report.find("plan for single process at 1 rank(s)"),
               std::string::npos)
         << report;
     EXPECT_NE(report.find("optimizer    "), std::string::npos) << report;
@@ -251,7 +249,7 @@ TEST_F(TrainerDpTest, MemoryReportMatchesAllocator) {
 }
 
 TEST_F(TrainerDpTest, DpMemoryReportHasReplicaTable) {
-  Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + path("dp"), "train.max_steps=2", "parallel.mode=dp",
+  Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + path("dp"), "train.max_steps=2",
                                          "parallel.replicas=3"}),
             {.verbose = false, .write_files = false});
   t.train();

@@ -196,32 +196,30 @@ TEST_F(TrainerTest, CheckpointWriteIsAtomicAndReplaces) {
   EXPECT_NE(ck.state.config_yaml.find("dataset: synthetic"), std::string::npos);
 }
 
-// parallel.mode ddp outside mpirun is a 1-rank world: DistributedSampler (same order as
-// RandomSampler), apply_ddp, no_sync micro-batches and finalize() must reproduce mode
-// none exactly, including gradient accumulation and clipping; the checkpoint is plain.
-TEST_F(TrainerTest, DdpOneRankWorldMatchesSingleProcess) {
-  const std::vector<std::string> common = {"model.dropout=0", "train.max_steps=6", "train.grad_accum_steps=2",
-                                           "train.eval_every=0"};
-  auto run_mode = [&](const std::string& mode) {
-    std::vector<std::string> sets = common;
-    sets.push_back("run.dir=" + path(mode));
-    sets.push_back("parallel.mode=" + mode);
-    Trainer t(TrainConfig::load(kTinyMlp, sets), {.verbose = false});
-    EXPECT_EQ(t.world_size(), 1);
-    t.train();
-    return train_records(path(mode));
+// Outside mpirun the world is one rank: dp: auto resolves to 1 (no DDP wrapper, the plain
+// optimizer), and a layout that needs more ranks is a config error naming the launcher.
+TEST_F(TrainerTest, OneRankWorldResolvesTheLayout) {
+  Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + path("one"), "train.max_steps=1"}), {.verbose = false});
+  EXPECT_EQ(t.world_size(), 1);
+  EXPECT_EQ(t.parallel_model().dims(), (parallel::ParallelDims{.dp = 1}));
+  EXPECT_EQ(t.parallel_model().ddp(), nullptr);
+  EXPECT_EQ(t.parallel_model().describe(), "single process over 1 dp rank(s)");
+  // The degrees are resolved against the world when the trainer starts.
+  auto trainer_error = [&](const std::string& yaml, std::vector<std::string> sets) -> std::string {
+    sets.push_back("run.dir=" + path("bad"));
+    try {
+      Trainer bad(TrainConfig::load(yaml, sets), {.verbose = false, .write_files = false});
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
   };
-  const auto none = run_mode("none");
-  const auto ddp = run_mode("ddp");
-  ASSERT_EQ(none.size(), 6u);
-  ASSERT_EQ(ddp.size(), none.size());
-  for (size_t i = 0; i < none.size(); ++i) EXPECT_DOUBLE_EQ(ddp[i].loss, none[i].loss) << "step " << none[i].step;
-  const Checkpoint a = read_checkpoint(path("none"), false), b = read_checkpoint(path("ddp"), false);
-  ASSERT_EQ(a.model.size(), b.model.size());
-  for (size_t i = 0; i < a.model.size(); ++i) {
-    EXPECT_EQ(a.model[i].first, b.model[i].first);
-    EXPECT_EQ(a.model[i].second.to_vector<float>(), b.model[i].second.to_vector<float>()) << a.model[i].first;
-  }
+  EXPECT_EQ(trainer_error(kTinyMlp, {"parallel.dp=2"}),
+            "parallel: dp x tp x pp = 2 x 1 x 1 = 2 rank(s), but the world has 1 (start with mpirun -np 2, or set "
+            "parallel.dp: auto)");
+  EXPECT_NE(trainer_error(kTinyGpt, {"parallel.tp=3", "data.path=" + kCorpus})
+                .find("parallel.tp: is 3 but tensor parallelism is not available"),
+            std::string::npos);
 }
 
 // ---------------------------------------------------------------- run.precision
@@ -315,8 +313,8 @@ TEST(TrainConfigTest, SchemaErrorsNameKeyPaths) {
   expect_config_error(kTinyMlp, {"train.lerning_rate=1"}, "train.lerning_rate: unknown key");
   expect_config_error(kTinyMlp, {"optim.lr=abc"}, "optim.lr: expected a number, got 'abc'");
   expect_config_error(kTinyMlp, {"model.dropout=1.5"}, "model.dropout: expected a value in [0, 1)");
-  expect_config_error(kTinyMlp, {"parallel.mode=tp"}, "parallel.mode: 'tp' is not available");
-  expect_config_error(kTinyMlp, {"parallel.mode=ddp", "parallel.bucket_cap_mb=0"}, "parallel.bucket_cap_mb");
+  expect_config_error(kTinyMlp, {"parallel.mode=ddp"}, "parallel.mode: was removed ('ddp')");
+  expect_config_error(kTinyMlp, {"parallel.bucket_cap_mb=0"}, "parallel.bucket_cap_mb");
   expect_config_error(kTinyMlp, {"comm.algorithm=star"}, "comm.algorithm: expected one of");
   expect_config_error(kTinyMlp, {"comm.timeout_s=0"}, "comm.timeout_s");
   expect_config_error(kTinyGpt, {"model.n_head=3"}, "model.n_embd: must be divisible");
@@ -328,9 +326,9 @@ TEST(TrainConfigTest, DevicePrecisionAndBackendErrorsNameKeyPaths) {
   expect_config_error(kTinyMlp, {"run.device=cuda:x"}, "run.device: 'cuda:x' is not a device");
   expect_config_error(kTinyMlp, {"run.precision=fp8"}, "run.precision: expected one of f32|bf16|f16");
   expect_config_error(kTinyMlp, {"comm.backend=gloo"}, "comm.backend: expected one of auto|mpi|nccl");
-  expect_config_error(kTinyMlp, {"parallel.mode=ddp", "parallel.zero_stage=2", "run.precision=f16"},
+  expect_config_error(kTinyMlp, {"parallel.zero_stage=2", "run.precision=f16"},
                       "run.precision: f16 needs loss scaling");
-  EXPECT_EQ(config_error(kTinyMlp, {"parallel.mode=ddp", "parallel.zero_stage=2", "run.precision=bf16"}), "");
+  EXPECT_EQ(config_error(kTinyMlp, {"parallel.zero_stage=2", "run.precision=bf16"}), "");
   const std::string nccl_cpu = config_error(kTinyMlp, {"comm.backend=nccl"});
   EXPECT_EQ(nccl_cpu.rfind("comm.backend: nccl ", 0), 0u) << nccl_cpu;
 #ifndef STRATA_WITH_CUDA

@@ -60,42 +60,62 @@ TEST(Groups, NewGroupKeepsListedOrderAndSkipsOthers) {
   });
 }
 
-TEST(DeviceMeshTest, LayoutArithmeticTpFastest) {
-  const MeshShape s{2, 3, 2};  // pp x dp x tp = 12 ranks
-  EXPECT_EQ(s.coord_of(0), (MeshCoord{0, 0, 0}));
-  EXPECT_EQ(s.coord_of(1), (MeshCoord{0, 0, 1}));
-  EXPECT_EQ(s.coord_of(2), (MeshCoord{0, 1, 0}));
-  EXPECT_EQ(s.coord_of(7), (MeshCoord{1, 0, 1}));
+MeshShape pp_dp_tp(int pp, int dp, int tp) { return MeshShape({{"pp", pp}, {"dp", dp}, {"tp", tp}}); }
+
+TEST(DeviceMeshTest, LayoutArithmeticLastDimensionFastest) {
+  const MeshShape s = pp_dp_tp(2, 3, 2);  // 12 ranks
+  EXPECT_EQ(s.coord_of(0), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(s.coord_of(1), (std::vector<int>{0, 0, 1}));
+  EXPECT_EQ(s.coord_of(2), (std::vector<int>{0, 1, 0}));
+  EXPECT_EQ(s.coord_of(7), (std::vector<int>{1, 0, 1}));
   for (int r = 0; r < 12; ++r) EXPECT_EQ(s.rank_of(s.coord_of(r)), r);
-  EXPECT_EQ(s.group_ranks(7, MeshDim::tp), (std::vector<int>{6, 7}));
-  EXPECT_EQ(s.group_ranks(7, MeshDim::dp), (std::vector<int>{7, 9, 11}));
-  EXPECT_EQ(s.group_ranks(7, MeshDim::pp), (std::vector<int>{1, 7}));
+  EXPECT_EQ(s.group_ranks(7, "tp"), (std::vector<int>{6, 7}));
+  EXPECT_EQ(s.group_ranks(7, "dp"), (std::vector<int>{7, 9, 11}));
+  EXPECT_EQ(s.group_ranks(7, "pp"), (std::vector<int>{1, 7}));
+  EXPECT_EQ(s.str(), "pp=2 x dp=3 x tp=2");
   EXPECT_THROW(s.validate(8), ConfigError);
   EXPECT_NO_THROW(s.validate(12));
-  EXPECT_THROW((MeshShape{0, 2, 2}).validate(0), ConfigError);
+  EXPECT_THROW(pp_dp_tp(0, 2, 2), ConfigError);
+  EXPECT_THROW(MeshShape({{"dp", 2}, {"dp", 2}}), ConfigError);
+  EXPECT_THROW((void)s.size("cp"), Error);
+}
+
+TEST(DeviceMeshTest, AnyDimensionNamesAndOrder) {
+  // A fourth dimension is just another name: cp between dp and tp.
+  const MeshShape s({{"pp", 1}, {"dp", 2}, {"cp", 2}, {"tp", 2}});
+  EXPECT_EQ(s.world(), 8);
+  EXPECT_EQ(s.group_ranks(5, "cp"), (std::vector<int>{5, 7}));
+  EXPECT_EQ(s.group_ranks(5, "dp"), (std::vector<int>{1, 5}));
+  EXPECT_EQ(s.group_ranks(5, "tp"), (std::vector<int>{4, 5}));
+  run_local(8, [s](ProcessGroup& w) {
+    std::shared_ptr<ProcessGroup> world(&w, [](ProcessGroup*) {});
+    DeviceMesh mesh(world, s);
+    for (const char* d : {"pp", "dp", "cp", "tp"})
+      EXPECT_EQ(member_world_ranks(*mesh[d], w.rank()), s.group_ranks(w.rank(), d)) << d;
+  });
 }
 
 TEST(DeviceMeshTest, GroupsMatchTheGridOnEightLocalRanks) {
-  for (MeshShape shape : {MeshShape{2, 2, 2}, MeshShape{1, 4, 2}, MeshShape{2, 1, 4}, MeshShape{1, 8, 1}}) {
+  for (MeshShape shape : {pp_dp_tp(2, 2, 2), pp_dp_tp(1, 4, 2), pp_dp_tp(2, 1, 4), pp_dp_tp(1, 8, 1)}) {
     run_local(8, [shape](ProcessGroup& w) {
       // Each rank holds its own shared_ptr to its world group; the mesh shares it.
       std::shared_ptr<ProcessGroup> world(&w, [](ProcessGroup*) {});
       DeviceMesh mesh(world, shape);
       const int r = w.rank();
       EXPECT_EQ(mesh.coord(), shape.coord_of(r));
-      for (MeshDim d : {MeshDim::pp, MeshDim::dp, MeshDim::tp}) {
-        ProcessGroup& g = *mesh.group(d);
+      for (const char* d : {"pp", "dp", "tp"}) {
+        ProcessGroup& g = *mesh[d];
         EXPECT_EQ(g.size(), shape.size(d));
         EXPECT_EQ(g.rank(), mesh.rank(d));
-        EXPECT_EQ(member_world_ranks(g, r), shape.group_ranks(r, d)) << mesh_dim_name(d) << " group of rank " << r;
+        EXPECT_EQ(member_world_ranks(g, r), shape.group_ranks(r, d)) << d << " group of rank " << r;
       }
       DeviceMesh copy = mesh;  // value type: copies share the groups
-      EXPECT_EQ(copy.tp_group().get(), mesh.tp_group().get());
+      EXPECT_EQ(copy["tp"].get(), mesh["tp"].get());
     });
   }
   run_local(4, [](ProcessGroup& w) {
     std::shared_ptr<ProcessGroup> world(&w, [](ProcessGroup*) {});
-    EXPECT_THROW(DeviceMesh(world, 2, 2, 2), ConfigError);
+    EXPECT_THROW(DeviceMesh(world, pp_dp_tp(2, 2, 2)), ConfigError);
   });
 }
 

@@ -1,0 +1,106 @@
+// The world, the degrees, the mesh and the composed model of one `strata train` run.
+#include "apps/layout.h"
+
+#include "apps/factory.h"
+#include "autograd/functions.h"
+#include "comm/local.h"
+#include "comm/mpi.h"
+#include "comm/nccl.h"
+#ifdef STRATA_WITH_CUDA
+#include "tensor/cuda/runtime.h"
+#endif
+
+namespace strata::apps {
+namespace {
+
+// Seed of replica k's init/dropout generator (k >= 1; replica 0 uses run.seed).
+uint64_t replica_seed(uint64_t seed, uint64_t k) { return seed + k * 0x9E3779B97F4A7C15ull; }
+
+}  // namespace
+
+Device resolve_device(const RunSection& run) {
+  Device d = parse_device(run.device);
+  if (d.is_cpu()) return d;
+  if (run.device == "cuda" && comm::launched_by_mpi()) d.index = comm::local_rank();
+#ifdef STRATA_WITH_CUDA
+  const int count = cuda::device_count();
+  if (count == 0)
+    config_fail("run.device", "'" + run.device + "': no CUDA device is visible (" + cuda::unavailable_reason() + ")");
+  if (d.index >= count)
+    config_fail("run.device", "'" + run.device + "' resolves to cuda:" + std::to_string(d.index) + " but only " +
+                                  std::to_string(count) + " CUDA device(s) are visible" +
+                                  (run.device == "cuda" ? " (one GPU per rank: start at most that many ranks per node)"
+                                                        : ""));
+#endif
+  return d;
+}
+
+std::shared_ptr<comm::ProcessGroup> init_world(const TrainConfig& cfg, Device device) {
+  if (!comm::launched_by_mpi()) return comm::make_local_world(1, cfg.comm)[0];
+  const bool nccl = cfg.comm_backend == "nccl" || (cfg.comm_backend == "auto" && !device.is_cpu());
+  return nccl ? comm::init_nccl_world(cfg.comm, device.index) : comm::init_mpi_world(cfg.comm);
+}
+
+parallel::ModelLimits model_limits(const TrainConfig& cfg) {
+  if (cfg.model.type != "gpt") return {};
+  return {.heads = cfg.model.n_head, .vocab = gpt_vocab(cfg), .layers = cfg.model.n_layer};
+}
+
+parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world) {
+  if (cfg.parallel.thread_replicas() && world > 1)
+    config_fail("parallel.replicas", "runs thread replicas inside one process (DataParallel), but this process is "
+                                     "one of " + std::to_string(world) +
+                                     " MPI ranks: drop parallel.replicas (the ranks train with DDP), or start one process");
+  const parallel::ParallelDims dims = cfg.parallel.dims.resolve(world);
+  dims.check_model(model_limits(cfg));
+  if (cfg.train.batch_size % dims.dp != 0)
+    config_fail("train.batch_size", "is " + std::to_string(cfg.train.batch_size) + " but must be divisible by the " +
+                                        std::to_string(dims.dp) +
+                                        " data-parallel ranks (the global batch is split evenly)");
+  return dims;
+}
+
+std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig& cfg,
+                                                              std::shared_ptr<comm::ProcessGroup> world,
+                                                              const parallel::ParallelDims& dims,
+                                                              std::shared_ptr<nn::Module> model) {
+  const comm::DeviceMesh mesh(std::move(world), dims.mesh_shape());
+  return parallel::parallelize(
+      std::move(model), mesh,
+      {.dims = dims,
+       .ddp = cfg.parallel.ddp,
+       .fsdp_prefetch = cfg.parallel.fsdp_prefetch,
+       .fsdp_wrap = {},
+       .make_optimizer = [&cfg](optim::NamedTensors p) { return build_optimizer(cfg, std::move(p)); }});
+}
+
+bool needs_data(const parallel::ParallelModel& pm) {
+  const comm::DeviceMesh& m = pm.mesh();
+  return m.rank("pp") == 0 || m.rank("pp") == m.size("pp") - 1;
+}
+
+std::shared_ptr<data::Sampler> build_sampler(const parallel::ParallelModel& pm, int64_t train_size, uint64_t seed) {
+  const comm::DeviceMesh& m = pm.mesh();
+  return std::make_shared<data::DistributedSampler>(
+      train_size, data::DistributedSamplerOptions{.num_replicas = m.size("dp"), .rank = m.rank("dp"), .seed = seed});
+}
+
+std::shared_ptr<parallel::DataParallel> build_replicas(const TrainConfig& cfg, std::shared_ptr<nn::Module> model) {
+  uint64_t next = 1;
+  return std::make_shared<parallel::DataParallel>(
+      std::move(model),
+      [&] {
+        Generator g(replica_seed(cfg.run.seed, next++));
+        return build_model(cfg, g);
+      },
+      cfg.parallel.dp_options());
+}
+
+Tensor replicated_batch_loss(parallel::DataParallel& replicas, const data::Batch& batch) {
+  Tensor out = replicas.forward(batch.input);  // classifier (B, classes) | GPT (B, T, vocab)
+  if (out.dim() == 3)  // as GPT::loss: mean next-token cross-entropy over B*T positions
+    return cross_entropy(reshape(out, {-1, out.size(out.dim() - 1)}), ops::reshape(batch.target, {-1}), -1);
+  return cross_entropy(out, batch.target);
+}
+
+}  // namespace strata::apps

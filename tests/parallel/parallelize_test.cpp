@@ -1,0 +1,143 @@
+// ParallelDims (degrees resolved and checked in one place) and parallelize(): every
+// layout composed from one options struct trains the same model as one process.
+#include <gtest/gtest.h>
+
+#include "comm/local.h"
+#include "parallel/parallelize.h"
+#include "zero_equivalence.h"
+
+namespace strata::parallel {
+namespace {
+
+using strata::testing::EquivCase;
+using strata::testing::ZeroCase;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ParallelDims, ResolvesDpAutoAndChecksTheWorld) {
+  EXPECT_EQ(ParallelDims{}.resolve(4).dp, 4);
+  EXPECT_EQ(ParallelDims{}.resolve(1).dp, 1);
+  EXPECT_EQ((ParallelDims{.dp = 2, .zero_stage = 3}).resolve(2), (ParallelDims{.dp = 2, .zero_stage = 3}));
+  EXPECT_EQ(error_of([] { ParallelDims{.dp = 2}.resolve(3); }),
+            "parallel: dp x tp x pp = 2 x 1 x 1 = 2 rank(s), but the world has 3 (start with mpirun -np 2, or set "
+            "parallel.dp: auto)");
+  EXPECT_NE(error_of([] { ParallelDims{.tp = 2}.resolve(4); }).find("parallel.tp: is 2 but tensor parallelism is not "
+                                                                   "available"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ParallelDims{.pp = 2}.resolve(4); }).find("parallel.pp"), std::string::npos);
+  EXPECT_NE(error_of([] { ParallelDims{.zero_stage = 4}.resolve(1); }).find("parallel.zero_stage"), std::string::npos);
+  EXPECT_NE(error_of([] { ParallelDims{.dp = -1}.resolve(1); }).find("parallel.dp: must be >= 1"), std::string::npos);
+}
+
+TEST(ParallelDims, ModelLimitsNameTheKeys) {
+  const ParallelDims tp4{.dp = 1, .tp = 4};
+  EXPECT_EQ(error_of([&] { tp4.check_model({.heads = 6, .vocab = {}, .layers = {}}); }),
+            "parallel.tp: is 4 but model.n_head = 6 is not divisible by it (each tp rank holds whole heads)");
+  EXPECT_NE(error_of([&] { tp4.check_model({.heads = 8, .vocab = 65, .layers = {}}); }).find("vocabulary of 65"), std::string::npos);
+  EXPECT_EQ(error_of([] { ParallelDims{.dp = 1, .pp = 3}.check_model({.heads = {}, .vocab = {}, .layers = 2}); }),
+            "parallel.pp: is 3 but model.n_layer = 2 (each stage needs at least one block)");
+  EXPECT_EQ(error_of([&] { tp4.check_model({.heads = 8, .vocab = 256, .layers = 1}); }), "");
+}
+
+TEST(ParallelDims, MeshIsPpDpTpWithTpFastest) {
+  const ParallelDims d{.dp = 2, .tp = 1, .pp = 1, .zero_stage = 1};
+  EXPECT_EQ(d.mesh_shape().str(), "pp=1 x dp=2 x tp=1");
+  EXPECT_EQ(d.str(), "dp 2 x tp 1 x pp 1, zero_stage 1");
+  EXPECT_EQ(d.dp_strategy(), "ZeRO-1");
+  EXPECT_EQ(ParallelDims{.dp = 2}.dp_strategy(), "DDP");
+  EXPECT_EQ(ParallelDims{.dp = 1}.dp_strategy(), "single process");
+  EXPECT_THROW((void)ParallelDims{}.mesh_shape(), Error);  // dp unresolved
+}
+
+// Trains c through parallelize() on this rank (different init per rank: the layout must
+// broadcast rank 0's), with clipping, and returns the full state after the last step.
+nn::NamedTensors parallel_state(comm::ProcessGroup& world_ref, const ZeroCase& zc, std::vector<double>* norms,
+                                std::string* described) {
+  const EquivCase& c = zc.base;
+  std::shared_ptr<comm::ProcessGroup> world(&world_ref, [](comm::ProcessGroup*) {});
+  const int n = world->size(), r = world->rank();
+  const ParallelDims dims = ParallelDims{.zero_stage = zc.stage}.resolve(n);
+  auto model = strata::testing::make_model(c.model, r == 0 ? strata::testing::kModelSeed
+                                                           : strata::testing::kModelSeed + 77 * uint64_t(r));
+  auto pm = parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
+                        {.dims = dims,
+                         .ddp = {.bucket_cap_mb = zc.bucket_cap_mb},
+                         .fsdp_prefetch = zc.prefetch,
+                         .fsdp_wrap = {},
+                         .make_optimizer = strata::testing::optimizer_factory(c.optim)});
+  if (described) *described = pm->describe();
+  EXPECT_EQ(pm->sharded(), zc.stage > 0);
+  EXPECT_EQ(pm->ddp() != nullptr, zc.stage == 0 && n > 1);
+  const int64_t per = c.batch / n, micro = per / c.accum;
+  for (int s = 0; s < c.steps; ++s) {
+    auto [x, y] = strata::testing::make_batch(c.model, c.batch, s);
+    for (int m = 0; m < c.accum; ++m) {
+      Tensor xm = ops::narrow(x, 0, r * per + m * micro, micro), ym = ops::narrow(y, 0, r * per + m * micro, micro);
+      std::optional<NoSync> guard;
+      if (m + 1 < c.accum) guard.emplace(pm->no_sync());
+      Tensor loss = pm->forward_with([&] { return strata::testing::batch_loss(pm->module(), xm, ym); });
+      backward(loss * (1.0 / double(c.accum)));
+      pm->finalize();
+    }
+    if (zc.clip > 0 && norms) norms->push_back(pm->clip_grad_norm(zc.clip));
+    pm->step();
+    pm->zero_grad();
+  }
+  const ParallelModel::FullParams full = pm->summon_full_params();
+  nn::NamedTensors out;
+  for (const auto& [name, t] : pm->module().state_dict()) out.emplace_back(name, ops::clone(t));
+  return out;
+}
+
+void check_layout(const ZeroCase& zc, int n) {
+  std::vector<double> ref_norms;
+  // accum micro-batches of B/(N accum) each sum to the full batch's mean gradient.
+  ZeroCase ref = zc;
+  const nn::NamedTensors want = strata::testing::reference_state_clipped(ref, &ref_norms);
+  comm::run_local(n, [&](comm::ProcessGroup& w) {
+    std::vector<double> norms;
+    std::string described;
+    const nn::NamedTensors got = parallel_state(w, zc, &norms, &described);
+    std::string worst;
+    const double err = strata::testing::max_relative_error(got, want, &worst);
+    EXPECT_LT(err, 1e-5) << described << " model " << zc.base.model << " rank " << w.rank() << " worst " << worst;
+    ASSERT_EQ(norms.size(), ref_norms.size());
+    for (size_t i = 0; i < norms.size(); ++i) EXPECT_NEAR(norms[i], ref_norms[i], 1e-5 * ref_norms[i]) << described;
+  });
+}
+
+TEST(Parallelize, EveryDpLayoutEqualsOneProcess) {
+  // zero_stage 0 is DDP at N > 1 and the bare model at N = 1; 1-3 are ZeRO.
+  for (int stage = 0; stage <= 3; ++stage)
+    for (int n = 1; n <= 4; ++n)
+      check_layout(ZeroCase{.base = {.optim = "adam", .batch = 24, .accum = 2}, .stage = stage, .clip = 0.05}, n);
+}
+
+TEST(Parallelize, GptWithTiedEmbeddings) {
+  for (int stage = 0; stage <= 3; ++stage) check_layout(ZeroCase{.base = {.model = "gpt"}, .stage = stage, .clip = 0.5}, 2);
+}
+
+TEST(Parallelize, RefusesAMeshThatDoesNotMatchTheDegrees) {
+  comm::run_local(2, [](comm::ProcessGroup& w) {
+    std::shared_ptr<comm::ProcessGroup> world(&w, [](comm::ProcessGroup*) {});
+    const ParallelDims dims = ParallelDims{}.resolve(2);
+    const comm::DeviceMesh flat(world, comm::MeshShape({{"dp", 2}}));
+    EXPECT_THROW(parallelize(strata::testing::make_model("mlp", 1), flat,
+                             {.dims = dims,
+                              .ddp = {},
+                              .fsdp_prefetch = true,
+                              .fsdp_wrap = {},
+                              .make_optimizer = strata::testing::optimizer_factory("sgd")}),
+                 Error);
+  });
+}
+
+}  // namespace
+}  // namespace strata::parallel
