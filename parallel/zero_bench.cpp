@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "autograd/engine.h"
+#include "autograd/grad_mode.h"
 #include "comm/local.h"
 #include "core/memory.h"
 #include "core/threads.h"
@@ -31,6 +32,21 @@ ZeroBenchMemory snapshot() {
 
 int64_t sent_bytes(comm::ProcessGroup& g) { return g.stats().total_bytes_sent(); }
 
+// The model and this rank's batch of one bench run (every layout starts from the same weights).
+struct GptRun {
+  std::shared_ptr<nn::GPT> model;
+  Tensor idx, tgt;
+  GptRun(comm::ProcessGroup& g, const ZeroBenchOptions& o) {
+    Generator gen(17);
+    model = std::make_shared<nn::GPT>(o.gpt, gen);
+    Generator d(1000 + uint64_t(g.rank()));
+    const double v = double(o.gpt.vocab);
+    idx = ops::to_dtype(ops::uniform({o.batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
+    tgt = ops::to_dtype(ops::uniform({o.batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
+  }
+  Tensor loss() { return model->loss(idx, tgt); }
+};
+
 ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int stage) {
   const int64_t div = std::string(g.backend_kind()) == "local" ? g.size() : 1;
   ZeroStageResult r;
@@ -42,12 +58,8 @@ ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int 
   if (g.rank() == 0) cpu_memory().reset_peaks();
   g.barrier().wait();
   {
-    Generator gen(17);
-    auto model = std::make_shared<nn::GPT>(o.gpt, gen);
-    Generator d(1000 + uint64_t(g.rank()));
-    const double v = double(o.gpt.vocab);
-    Tensor idx = ops::to_dtype(ops::uniform({o.batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
-    Tensor tgt = ops::to_dtype(ops::uniform({o.batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
+    GptRun run(g, o);
+    const std::shared_ptr<nn::GPT>& model = run.model;
     const optim::AdamWOptions adam{.lr = 1e-4};
     std::unique_ptr<DistributedDataParallel> ddp;
     std::unique_ptr<optim::Optimizer> opt;
@@ -73,12 +85,12 @@ ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int 
     auto step = [&] {
       if (ddp) {
         ddp->zero_grad();
-        backward(ddp->forward_with([&] { return model->loss(idx, tgt); }));
+        backward(ddp->forward_with([&] { return run.loss(); }));
         ddp->finalize();
         opt->step();
       } else {
         zero->zero_grad();
-        backward(zero->forward_with([&] { return model->loss(idx, tgt); }));
+        backward(zero->forward_with([&] { return run.loss(); }));
         zero->finalize();
         zero->step();
       }
@@ -105,6 +117,74 @@ ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int 
   return r;
 }
 
+ZeroOverlapResult run_overlap(comm::ProcessGroup& g, const ZeroBenchOptions& o, int stage, double first_mb,
+                              double cap_mb) {
+  GptRun run(g, o);
+  const optim::AdamWOptions adam{.lr = 1e-4};
+  auto zero = apply_zero(run.model, g,
+                         {.stage = stage, .bucket_cap_mb = cap_mb, .wrap = {}, .first_unit_mb = first_mb,
+                          .last_unit_mb = first_mb},
+                         [&](optim::NamedTensors p) { return std::make_unique<optim::AdamW>(std::move(p), adam); });
+  ZeroOverlapResult r;
+  r.stage = stage;
+  r.first_unit_mb = first_mb;
+  r.cap_mb = cap_mb;
+  // The communication of one step on buffers of the units' sizes: every reduce-scatter
+  // queued, then every all-gather, as the step issues them.
+  std::vector<Tensor> full, part;
+  for (const auto& u : zero->units()) {
+    if (u.numel == 0) continue;
+    ++r.units;
+    full.push_back(ops::zeros({u.padded()}));
+    part.push_back(ops::zeros({u.shard}));
+  }
+  auto zero_step = [&] {
+    zero->zero_grad();
+    backward(zero->forward_with([&] { return run.loss(); }));
+    zero->finalize();
+    zero->step();
+  };
+  auto compute_step = [&] {
+    zero->zero_grad();
+    {
+      auto no_comm = zero->no_sync();  // stages 1-2: backward's hooks do nothing
+      backward(zero->forward_with([&] { return run.loss(); }));
+      zero->finalize();
+    }
+    NoGradGuard no_grad;
+    zero->optimizer().step();
+  };
+  auto comm_step = [&] {
+    std::vector<comm::Work> w;
+    for (size_t k = 0; k < full.size(); ++k) w.push_back(g.reduce_scatter(full[k], part[k], comm::ReduceOp::avg));
+    for (auto& x : w) x.wait();
+    w.clear();
+    for (size_t k = 0; k < full.size(); ++k) w.push_back(g.all_gather(part[k], full[k]));
+    for (auto& x : w) x.wait();
+  };
+  auto timed = [&](const auto& fn, std::vector<double>& out) {
+    g.barrier().wait();
+    const auto t0 = Clock::now();
+    fn();
+    out.push_back(since(t0));
+  };
+  for (int i = 0; i < o.warmup; ++i) {
+    zero_step();
+    compute_step();
+    comm_step();
+  }
+  std::vector<double> ts, tc, tm;
+  for (int i = 0; i < o.steps; ++i) {
+    timed(zero_step, ts);
+    timed(compute_step, tc);
+    timed(comm_step, tm);
+  }
+  r.step_s = max_over_ranks(g, median(ts));
+  r.compute_s = max_over_ranks(g, median(tc));
+  r.comm_s = max_over_ranks(g, median(tm));
+  return r;
+}
+
 std::string mib(int64_t b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", double(b) / (1024.0 * 1024.0));
@@ -124,6 +204,13 @@ ZeroBenchReport bench_zero(comm::ProcessGroup& group, const ZeroBenchOptions& op
     rep.psi = nn::GPT(opts.gpt, gen).num_parameters();
   }
   for (int stage = 0; stage <= 3; ++stage) rep.stages.push_back(run_stage(group, opts, stage));
+  if (opts.overlap && group.size() > 1) {
+    const ZeroOptions d{};  // the default layout (DDP-like caps) beside one unit of everything
+    for (int stage : {1, 2}) {
+      rep.overlap.push_back(run_overlap(group, opts, stage, d.first_unit_mb, d.bucket_cap_mb));
+      rep.overlap.push_back(run_overlap(group, opts, stage, 1024.0, 1024.0));
+    }
+  }
   set_num_threads(saved);
   return rep;
 }
@@ -156,6 +243,17 @@ std::string ZeroBenchReport::to_string() const {
                   mib(r.measured.optimizer).c_str(), mib(r.measured.comm).c_str(), mib(r.measured.total()).c_str(),
                   mib(r.predicted.total()).c_str(), ratio, double(r.measured.total()) / double(psi),
                   mib(r.peak_activations).c_str(), mib(r.peak).c_str(), mib(r.bytes_sent).c_str());
+    s += buf;
+  }
+  if (overlap.empty()) return s;
+  s += "\nOverlap, end to end (medians of interleaved steps, slowest rank; hidden = 1 - exposed / comm alone, "
+       "unclamped):\n\n";
+  s += "| stage | units | first / cap MiB | ZeRO step ms | compute-only ms | exposed ms | RS+AG alone ms | hidden |\n";
+  s += "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n";
+  for (const auto& r : overlap) {
+    std::snprintf(buf, sizeof buf, "| ZeRO-%d | %d | %g / %g | %.2f | %.2f | %.2f | %.2f | %.0f %% |\n", r.stage,
+                  r.units, r.first_unit_mb, r.cap_mb, r.step_s * 1e3, r.compute_s * 1e3, r.exposed_s() * 1e3,
+                  r.comm_s * 1e3, 100.0 * r.hidden());
     s += buf;
   }
   return s;
