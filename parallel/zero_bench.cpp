@@ -117,34 +117,39 @@ ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int 
   return r;
 }
 
-ZeroOverlapResult run_overlap(comm::ProcessGroup& g, const ZeroBenchOptions& o, int stage, double first_mb,
-                              double cap_mb) {
-  GptRun run(g, o);
-  const optim::AdamWOptions adam{.lr = 1e-4};
-  auto zero = apply_zero(run.model, g,
-                         {.stage = stage, .bucket_cap_mb = cap_mb, .wrap = {}, .first_unit_mb = first_mb,
-                          .last_unit_mb = first_mb},
-                         [&](optim::NamedTensors p) { return std::make_unique<optim::AdamW>(std::move(p), adam); });
+// One layout of the overlap measurement: its own model, ZeRO instance and the
+// communication of one of its steps on buffers of its units' sizes.
+struct OverlapLayout {
+  GptRun run;
+  std::unique_ptr<ZeroDataParallel> zero;
+  std::vector<Tensor> full, part;  // per non-empty unit: padded and shard buffers
   ZeroOverlapResult r;
-  r.stage = stage;
-  r.first_unit_mb = first_mb;
-  r.cap_mb = cap_mb;
-  // The communication of one step on buffers of the units' sizes: every reduce-scatter
-  // queued, then every all-gather, as the step issues them.
-  std::vector<Tensor> full, part;
-  for (const auto& u : zero->units()) {
-    if (u.numel == 0) continue;
-    ++r.units;
-    full.push_back(ops::zeros({u.padded()}));
-    part.push_back(ops::zeros({u.shard}));
+  std::vector<double> ts, tc, tm;
+
+  OverlapLayout(comm::ProcessGroup& g, const ZeroBenchOptions& o, int stage, double first_mb, double cap_mb)
+      : run(g, o) {
+    const optim::AdamWOptions adam{.lr = 1e-4};
+    zero = apply_zero(run.model, g,
+                      {.stage = stage, .bucket_cap_mb = cap_mb, .wrap = {}, .first_unit_mb = first_mb,
+                       .last_unit_mb = first_mb},
+                      [&](optim::NamedTensors p) { return std::make_unique<optim::AdamW>(std::move(p), adam); });
+    r.stage = stage;
+    r.first_unit_mb = first_mb;
+    r.cap_mb = cap_mb;
+    for (const auto& u : zero->units()) {
+      if (u.numel == 0) continue;
+      ++r.units;
+      full.push_back(ops::zeros({u.padded()}));
+      part.push_back(ops::zeros({u.shard}));
+    }
   }
-  auto zero_step = [&] {
+  void zero_step() {
     zero->zero_grad();
     backward(zero->forward_with([&] { return run.loss(); }));
     zero->finalize();
     zero->step();
-  };
-  auto compute_step = [&] {
+  }
+  void compute_step() {
     zero->zero_grad();
     {
       auto no_comm = zero->no_sync();  // stages 1-2: backward's hooks do nothing
@@ -153,36 +158,48 @@ ZeroOverlapResult run_overlap(comm::ProcessGroup& g, const ZeroBenchOptions& o, 
     }
     NoGradGuard no_grad;
     zero->optimizer().step();
-  };
-  auto comm_step = [&] {
+  }
+  // Every reduce-scatter queued, then every all-gather, as the step issues them.
+  void comm_step(comm::ProcessGroup& g) {
     std::vector<comm::Work> w;
     for (size_t k = 0; k < full.size(); ++k) w.push_back(g.reduce_scatter(full[k], part[k], comm::ReduceOp::avg));
     for (auto& x : w) x.wait();
     w.clear();
     for (size_t k = 0; k < full.size(); ++k) w.push_back(g.all_gather(part[k], full[k]));
     for (auto& x : w) x.wait();
-  };
-  auto timed = [&](const auto& fn, std::vector<double>& out) {
+  }
+};
+
+// Stages 1-2, each with the default (DDP-like) units and with one unit of everything:
+// all layouts timed in one interleaved loop, so load changes on a shared host hit all.
+std::vector<ZeroOverlapResult> run_overlap(comm::ProcessGroup& g, const ZeroBenchOptions& o) {
+  const ZeroOptions d{};
+  std::vector<std::unique_ptr<OverlapLayout>> layouts;
+  for (int stage : {1, 2}) {
+    layouts.push_back(std::make_unique<OverlapLayout>(g, o, stage, d.first_unit_mb, d.bucket_cap_mb));
+    layouts.push_back(std::make_unique<OverlapLayout>(g, o, stage, 1024.0, 1024.0));
+  }
+  auto timed = [&](const auto& fn, std::vector<double>* out) {
     g.barrier().wait();
     const auto t0 = Clock::now();
     fn();
-    out.push_back(since(t0));
+    if (out) out->push_back(since(t0));
   };
-  for (int i = 0; i < o.warmup; ++i) {
-    zero_step();
-    compute_step();
-    comm_step();
+  for (int i = 0; i < o.warmup + o.steps; ++i)
+    for (auto& l : layouts) {
+      const bool keep = i >= o.warmup;
+      timed([&] { l->zero_step(); }, keep ? &l->ts : nullptr);
+      timed([&] { l->compute_step(); }, keep ? &l->tc : nullptr);
+      timed([&] { l->comm_step(g); }, keep ? &l->tm : nullptr);
+    }
+  std::vector<ZeroOverlapResult> out;
+  for (auto& l : layouts) {
+    l->r.step_s = max_over_ranks(g, median(l->ts));
+    l->r.compute_s = max_over_ranks(g, median(l->tc));
+    l->r.comm_s = max_over_ranks(g, median(l->tm));
+    out.push_back(l->r);
   }
-  std::vector<double> ts, tc, tm;
-  for (int i = 0; i < o.steps; ++i) {
-    timed(zero_step, ts);
-    timed(compute_step, tc);
-    timed(comm_step, tm);
-  }
-  r.step_s = max_over_ranks(g, median(ts));
-  r.compute_s = max_over_ranks(g, median(tc));
-  r.comm_s = max_over_ranks(g, median(tm));
-  return r;
+  return out;
 }
 
 std::string mib(int64_t b) {
@@ -204,13 +221,7 @@ ZeroBenchReport bench_zero(comm::ProcessGroup& group, const ZeroBenchOptions& op
     rep.psi = nn::GPT(opts.gpt, gen).num_parameters();
   }
   for (int stage = 0; stage <= 3; ++stage) rep.stages.push_back(run_stage(group, opts, stage));
-  if (opts.overlap && group.size() > 1) {
-    const ZeroOptions d{};  // the default layout (DDP-like caps) beside one unit of everything
-    for (int stage : {1, 2}) {
-      rep.overlap.push_back(run_overlap(group, opts, stage, d.first_unit_mb, d.bucket_cap_mb));
-      rep.overlap.push_back(run_overlap(group, opts, stage, 1024.0, 1024.0));
-    }
-  }
+  if (opts.overlap && group.size() > 1) rep.overlap = run_overlap(group, opts);
   set_num_threads(saved);
   return rep;
 }

@@ -38,7 +38,7 @@ struct ZeroStageResult {
 };
 
 /// End-to-end overlap of one stage-1/2 layout, from three steps timed interleaved in one
-/// run (medians, slowest rank): the ZeRO step; the same step without communication
+/// loop with every other layout's (medians, slowest rank): the ZeRO step; the same step without communication
 /// (forward and backward under no_sync, then the optimizer on this rank's slice); and the
 /// step's reduce-scatters and all-gathers alone, on buffers of the units' sizes.
 struct ZeroOverlapResult {
