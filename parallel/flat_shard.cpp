@@ -37,20 +37,4 @@ std::vector<ShardSlice> shard_slices(const FlatUnit& u, int rank) {
   return out;
 }
 
-std::vector<std::vector<int>> group_params_by_cap(const std::vector<int64_t>& numels, int64_t cap_elems) {
-  STRATA_CHECK(cap_elems > 0, "[group_params_by_cap] cap must be positive, got ", cap_elems);
-  std::vector<std::vector<int>> groups;
-  int64_t in_group = 0;
-  for (int i = int(numels.size()) - 1; i >= 0; --i) {
-    const int64_t n = numels[size_t(i)];
-    if (groups.empty() || (in_group > 0 && in_group + n > cap_elems)) {
-      groups.emplace_back();
-      in_group = 0;
-    }
-    groups.back().push_back(i);
-    in_group += n;
-  }
-  return groups;
-}
-
 }  // namespace strata::parallel

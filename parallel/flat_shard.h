@@ -1,6 +1,7 @@
-// The shard arithmetic of ZeRO/FSDP as pure functions: which parameters form a flat
-// unit, where each sits in the unit, how a unit is padded to a multiple of the world
-// size and which slice of which parameter lands in each rank's shard. Tested alone.
+// The shard arithmetic of ZeRO/FSDP as pure functions: where each parameter sits in a
+// flat unit, how a unit is padded to a multiple of the world size and which slice of
+// which parameter lands in each rank's shard. Tested alone (which parameters form a
+// unit is zero_plan.h's business).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -39,12 +40,5 @@ struct ShardSlice {
 
 /// The parameter slices of `u` owned by `rank` (in layout order, non-empty ones only).
 std::vector<ShardSlice> shard_slices(const FlatUnit& u, int rank);
-
-/// ZeRO-1/2 grouping: walks the parameters (element counts in registration order)
-/// backwards, the order backward produces their gradients, and starts a new group
-/// whenever adding the next one would exceed `cap_elems` (a parameter larger than the
-/// cap forms a group alone). Returns the groups in that order, each listing parameter
-/// indices last-registered first.
-std::vector<std::vector<int>> group_params_by_cap(const std::vector<int64_t>& numels, int64_t cap_elems);
 
 }  // namespace strata::parallel

@@ -13,18 +13,24 @@
 #include "optim/optimizer.h"
 #include "parallel/flat_shard.h"
 #include "parallel/sharded_checkpoint.h"
+#include "parallel/zero_plan.h"
 
 namespace strata::parallel {
 
 /// The ZeRO keys of the `parallel:` config section.
 struct ZeroOptions {
   int stage = 1;               ///< parallel.zero_stage: 1 optimizer state, 2 + gradients, 3 + parameters
-  double bucket_cap_mb = 25.0; ///< stages 1-2: parameters per flat unit (one reduce-scatter / all-gather each)
+  double bucket_cap_mb = 25.0; ///< stages 1-2: MiB per flat unit (one reduce-scatter / all-gather each)
   bool prefetch = true;        ///< stage 3: all-gather the next unit while the current one computes
   bool broadcast_buffers = true;  ///< rank 0's buffers (BatchNorm statistics) before each forward
   /// Stage 3 wrap policy: module paths that become units ("h.0", "h.1", ...). Empty:
   /// default_wrap_policy(). Parameters outside every listed module form the root unit.
   std::vector<std::string> wrap{};
+  /// Stages 1-2: cap of the first unit backward completes (its reduce-scatter starts
+  /// while the rest of backward runs; DDP's first_bucket_mb) and of the last one (the
+  /// first-registered parameters, reduced only after backward ends: keep it small).
+  double first_unit_mb = 1.0;
+  double last_unit_mb = 1.0;
 };
 
 /// FSDP's transformer-style auto wrap: every child with parameters of a ModuleList or
@@ -63,10 +69,12 @@ class ZeroNoSyncGuard;
 ///   stage 1: full parameters (4Ψ) and gradients (4Ψ, .grad are views of the flat grad
 ///            units), optimizer state of the slice (8Ψ/N);
 ///   stage 2: full parameters, gradient slice (4Ψ/N; the full .grad exists only during
-///            backward until its unit is reduce-scattered), optimizer state slice;
+///            backward until its unit is reduce-scattered: at any moment at most the
+///            unit being filled and the one being sent), optimizer state slice;
 ///   stage 3: parameter slice (4Ψ/N): a unit's full parameters are all-gathered before
 ///            its forward and freed after it, gathered again for its backward and freed
-///            when its gradients are in; gradient and optimizer slices as stage 2.
+///            when its gradients are in (gathered: the root unit, the current one and
+///            the prefetched next one); gradient and optimizer slices as stage 2.
 /// Per step each rank sends (N-1)/N of the padded flat size once for the reduce-scatter
 /// and once per all-gather: 2 units' worth for stages 1-2, 3 for stage 3.
 ///

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "autograd/engine.h"
+#include "autograd/grad_mode.h"
 #include "comm/local.h"
 #include "core/memory.h"
 #include "core/threads.h"
@@ -31,6 +32,21 @@ ZeroBenchMemory snapshot() {
 
 int64_t sent_bytes(comm::ProcessGroup& g) { return g.stats().total_bytes_sent(); }
 
+// The model and this rank's batch of one bench run (every layout starts from the same weights).
+struct GptRun {
+  std::shared_ptr<nn::GPT> model;
+  Tensor idx, tgt;
+  GptRun(comm::ProcessGroup& g, const ZeroBenchOptions& o) {
+    Generator gen(17);
+    model = std::make_shared<nn::GPT>(o.gpt, gen);
+    Generator d(1000 + uint64_t(g.rank()));
+    const double v = double(o.gpt.vocab);
+    idx = ops::to_dtype(ops::uniform({o.batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
+    tgt = ops::to_dtype(ops::uniform({o.batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
+  }
+  Tensor loss() { return model->loss(idx, tgt); }
+};
+
 ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int stage) {
   const int64_t div = std::string(g.backend_kind()) == "local" ? g.size() : 1;
   ZeroStageResult r;
@@ -42,12 +58,8 @@ ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int 
   if (g.rank() == 0) cpu_memory().reset_peaks();
   g.barrier().wait();
   {
-    Generator gen(17);
-    auto model = std::make_shared<nn::GPT>(o.gpt, gen);
-    Generator d(1000 + uint64_t(g.rank()));
-    const double v = double(o.gpt.vocab);
-    Tensor idx = ops::to_dtype(ops::uniform({o.batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
-    Tensor tgt = ops::to_dtype(ops::uniform({o.batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
+    GptRun run(g, o);
+    const std::shared_ptr<nn::GPT>& model = run.model;
     const optim::AdamWOptions adam{.lr = 1e-4};
     std::unique_ptr<DistributedDataParallel> ddp;
     std::unique_ptr<optim::Optimizer> opt;
@@ -73,12 +85,12 @@ ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int 
     auto step = [&] {
       if (ddp) {
         ddp->zero_grad();
-        backward(ddp->forward_with([&] { return model->loss(idx, tgt); }));
+        backward(ddp->forward_with([&] { return run.loss(); }));
         ddp->finalize();
         opt->step();
       } else {
         zero->zero_grad();
-        backward(zero->forward_with([&] { return model->loss(idx, tgt); }));
+        backward(zero->forward_with([&] { return run.loss(); }));
         zero->finalize();
         zero->step();
       }
@@ -105,6 +117,91 @@ ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int 
   return r;
 }
 
+// One layout of the overlap measurement: its own model, ZeRO instance and the
+// communication of one of its steps on buffers of its units' sizes.
+struct OverlapLayout {
+  GptRun run;
+  std::unique_ptr<ZeroDataParallel> zero;
+  std::vector<Tensor> full, part;  // per non-empty unit: padded and shard buffers
+  ZeroOverlapResult r;
+  std::vector<double> ts, tc, tm;
+
+  OverlapLayout(comm::ProcessGroup& g, const ZeroBenchOptions& o, int stage, double first_mb, double cap_mb)
+      : run(g, o) {
+    const optim::AdamWOptions adam{.lr = 1e-4};
+    zero = apply_zero(run.model, g,
+                      {.stage = stage, .bucket_cap_mb = cap_mb, .wrap = {}, .first_unit_mb = first_mb,
+                       .last_unit_mb = first_mb},
+                      [&](optim::NamedTensors p) { return std::make_unique<optim::AdamW>(std::move(p), adam); });
+    r.stage = stage;
+    r.first_unit_mb = first_mb;
+    r.cap_mb = cap_mb;
+    for (const auto& u : zero->units()) {
+      if (u.numel == 0) continue;
+      ++r.units;
+      full.push_back(ops::zeros({u.padded()}));
+      part.push_back(ops::zeros({u.shard}));
+    }
+  }
+  void zero_step() {
+    zero->zero_grad();
+    backward(zero->forward_with([&] { return run.loss(); }));
+    zero->finalize();
+    zero->step();
+  }
+  void compute_step() {
+    zero->zero_grad();
+    {
+      auto no_comm = zero->no_sync();  // stages 1-2: backward's hooks do nothing
+      backward(zero->forward_with([&] { return run.loss(); }));
+      zero->finalize();
+    }
+    NoGradGuard no_grad;
+    zero->optimizer().step();
+  }
+  // Every reduce-scatter queued, then every all-gather, as the step issues them.
+  void comm_step(comm::ProcessGroup& g) {
+    std::vector<comm::Work> w;
+    for (size_t k = 0; k < full.size(); ++k) w.push_back(g.reduce_scatter(full[k], part[k], comm::ReduceOp::avg));
+    for (auto& x : w) x.wait();
+    w.clear();
+    for (size_t k = 0; k < full.size(); ++k) w.push_back(g.all_gather(part[k], full[k]));
+    for (auto& x : w) x.wait();
+  }
+};
+
+// Stages 1-2, each with the default (DDP-like) units and with one unit of everything:
+// all layouts timed in one interleaved loop, so load changes on a shared host hit all.
+std::vector<ZeroOverlapResult> run_overlap(comm::ProcessGroup& g, const ZeroBenchOptions& o) {
+  const ZeroOptions d{};
+  std::vector<std::unique_ptr<OverlapLayout>> layouts;
+  for (int stage : {1, 2}) {
+    layouts.push_back(std::make_unique<OverlapLayout>(g, o, stage, d.first_unit_mb, d.bucket_cap_mb));
+    layouts.push_back(std::make_unique<OverlapLayout>(g, o, stage, 1024.0, 1024.0));
+  }
+  auto timed = [&](const auto& fn, std::vector<double>* out) {
+    g.barrier().wait();
+    const auto t0 = Clock::now();
+    fn();
+    if (out) out->push_back(since(t0));
+  };
+  for (int i = 0; i < o.warmup + o.steps; ++i)
+    for (auto& l : layouts) {
+      const bool keep = i >= o.warmup;
+      timed([&] { l->zero_step(); }, keep ? &l->ts : nullptr);
+      timed([&] { l->compute_step(); }, keep ? &l->tc : nullptr);
+      timed([&] { l->comm_step(g); }, keep ? &l->tm : nullptr);
+    }
+  std::vector<ZeroOverlapResult> out;
+  for (auto& l : layouts) {
+    l->r.step_s = max_over_ranks(g, median(l->ts));
+    l->r.compute_s = max_over_ranks(g, median(l->tc));
+    l->r.comm_s = max_over_ranks(g, median(l->tm));
+    out.push_back(l->r);
+  }
+  return out;
+}
+
 std::string mib(int64_t b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", double(b) / (1024.0 * 1024.0));
@@ -124,6 +221,7 @@ ZeroBenchReport bench_zero(comm::ProcessGroup& group, const ZeroBenchOptions& op
     rep.psi = nn::GPT(opts.gpt, gen).num_parameters();
   }
   for (int stage = 0; stage <= 3; ++stage) rep.stages.push_back(run_stage(group, opts, stage));
+  if (opts.overlap && group.size() > 1) rep.overlap = run_overlap(group, opts);
   set_num_threads(saved);
   return rep;
 }
@@ -156,6 +254,17 @@ std::string ZeroBenchReport::to_string() const {
                   mib(r.measured.optimizer).c_str(), mib(r.measured.comm).c_str(), mib(r.measured.total()).c_str(),
                   mib(r.predicted.total()).c_str(), ratio, double(r.measured.total()) / double(psi),
                   mib(r.peak_activations).c_str(), mib(r.peak).c_str(), mib(r.bytes_sent).c_str());
+    s += buf;
+  }
+  if (overlap.empty()) return s;
+  s += "\nOverlap, end to end (medians of interleaved steps, slowest rank; hidden = 1 - exposed / comm alone, "
+       "unclamped):\n\n";
+  s += "| stage | units | first / cap MiB | ZeRO step ms | compute-only ms | exposed ms | RS+AG alone ms | hidden |\n";
+  s += "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n";
+  for (const auto& r : overlap) {
+    std::snprintf(buf, sizeof buf, "| ZeRO-%d | %d | %g / %g | %.2f | %.2f | %.2f | %.2f | %.0f %% |\n", r.stage,
+                  r.units, r.first_unit_mb, r.cap_mb, r.step_s * 1e3, r.compute_s * 1e3, r.exposed_s() * 1e3,
+                  r.comm_s * 1e3, 100.0 * r.hidden());
     s += buf;
   }
   return s;

@@ -1,6 +1,7 @@
 // The ZeRO measurements `strata bench zero` prints (and the README quotes): per stage
 // (0 = DDP, 1, 2, 3) on a gpt_char-sized GPT, the step time, the static bytes per rank by
-// category beside the planner's prediction, and the peak bytes during a step.
+// category beside the planner's prediction, and the peak bytes during a step; and for
+// stages 1-2 how much of the communication backward hides, end to end.
 #pragma once
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ struct ZeroBenchOptions {
   int steps = 6;      ///< timed steps per stage
   int warmup = 2;
   int threads = 1;    ///< compute threads per rank (restored afterwards)
+  bool overlap = true;  ///< also measure ZeroOverlapResult (3 timings x steps per layout)
 };
 
 /// Bytes per rank by category.
@@ -35,11 +37,31 @@ struct ZeroStageResult {
   int64_t bytes_sent = 0;        ///< comm bytes this rank sent per step
 };
 
+/// End-to-end overlap of one stage-1/2 layout, from three steps timed interleaved in one
+/// loop with every other layout's (medians, slowest rank): the ZeRO step; the same step without communication
+/// (forward and backward under no_sync, then the optimizer on this rank's slice); and the
+/// step's reduce-scatters and all-gathers alone, on buffers of the units' sizes.
+struct ZeroOverlapResult {
+  int stage = 1;
+  int units = 0;            ///< flat units (reduce-scatters per step)
+  double first_unit_mb = 0; ///< the layout's caps (MiB)
+  double cap_mb = 0;
+  double step_s = 0;        ///< ZeRO step
+  double compute_s = 0;     ///< compute-only step
+  double comm_s = 0;        ///< reduce-scatter + all-gather alone
+  /// step_s - compute_s: what ZeRO adds to the step.
+  double exposed_s() const { return step_s - compute_s; }
+  /// 1 - exposed / comm alone. Not clamped: negative when ZeRO adds more than its
+  /// communication costs alone, above 1 when the difference is inside the noise.
+  double hidden() const { return comm_s > 0 ? 1.0 - exposed_s() / comm_s : 0.0; }
+};
+
 struct ZeroBenchReport {
   int ranks = 0;
   std::string backend;
   int64_t psi = 0;  ///< parameters
   std::vector<ZeroStageResult> stages;
+  std::vector<ZeroOverlapResult> overlap;  ///< stages 1-2: DDP-like units, then one unit of everything
   /// Markdown table for the README.
   std::string to_string() const;
 };
