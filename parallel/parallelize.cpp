@@ -122,11 +122,14 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
   // 3. Data parallel on mesh["dp"].
   comm::ProcessGroup& dp = *mesh["dp"];
   if (d.zero_stage > 0) {
-    const ZeroOptions zo{.stage = d.zero_stage,
-                         .bucket_cap_mb = opts.ddp.bucket_cap_mb,
-                         .prefetch = opts.fsdp_prefetch,
-                         .broadcast_buffers = opts.ddp.broadcast_buffers,
-                         .wrap = opts.fsdp_wrap};
+    // ZeRO-1/2 units are cut like DDP's buckets (a small first and last one).
+    ZeroOptions zo{.stage = d.zero_stage,
+                   .bucket_cap_mb = opts.ddp.bucket_cap_mb,
+                   .prefetch = opts.fsdp_prefetch,
+                   .broadcast_buffers = opts.ddp.broadcast_buffers,
+                   .wrap = opts.fsdp_wrap};
+    zo.first_unit_mb = opts.ddp.first_bucket_mb;
+    zo.last_unit_mb = opts.ddp.last_bucket_mb;
     auto zero = apply_zero(model, dp, zo, opts.make_optimizer);
     return std::make_unique<ParallelModel>(std::move(model), mesh, d, nullptr, std::move(zero), nullptr);
   }
