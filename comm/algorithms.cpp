@@ -3,7 +3,9 @@
 #include "comm/algorithms.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "comm/reduce_kernels.h"
@@ -35,9 +37,34 @@ std::unique_ptr<Request> P2P::isend(const void* data, int64_t bytes, int dst) {
 
 std::unique_ptr<Request> P2P::irecv(void* data, int64_t bytes, int src) { return b_.irecv(data, bytes, src, tag_); }
 
+bool wait_request(Backend& b, Request& r, Deadline deadline) {
+  if (std::strcmp(b.kind(), "mpi") != 0) return r.wait_until(deadline);
+  static const int poll_us = [] {
+    const char* e = std::getenv("STRATA_COMM_POLL_US");
+    return e ? std::atoi(e) : 100;
+  }();
+  if (poll_us <= 0) return r.wait_until(deadline);
+  using std::chrono::microseconds;
+  // A short spin catches what is about to finish (the peer is already in the op).
+  if (r.wait_until(std::min(deadline, Clock::now() + microseconds(50)))) return true;
+  auto pause = microseconds(10);
+  auto next_peer_check = Clock::now() + std::chrono::milliseconds(10);
+  for (;;) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, microseconds(poll_us));
+    const auto now = Clock::now();
+    if (r.wait_until(std::min(deadline, now))) return true;  // one MPI_Test
+    if (now >= deadline) return false;
+    if (now >= next_peer_check) {
+      b.check_peers();
+      next_peer_check = now + std::chrono::milliseconds(10);
+    }
+  }
+}
+
 void P2P::wait(std::unique_ptr<Request>& r) {
   if (!r) return;
-  if (!r->wait_until(deadline_)) throw TimedOut(r->peer());
+  if (!wait_request(b_, *r, deadline_)) throw TimedOut(r->peer());
   r.reset();
 }
 
@@ -232,16 +259,17 @@ void tree_broadcast(P2P& p, void* buf, int64_t bytes, int root, int64_t chunk_by
   for (auto& s : sends) p.wait(s);
 }
 
-void tree_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int root, int64_t chunk_bytes) {
-  const int n = p.size();
-  if (n == 1 || count == 0) return;
-  const TreeLinks t = binomial_tree(p.rank(), n, root);
+namespace {
+// Binomial-tree reduce to root. keep_input: non-roots with children accumulate in scratch
+// so their own buffer stays unchanged; otherwise every rank accumulates in place.
+void tree_reduce_core(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int root, int64_t chunk_bytes,
+                      bool keep_input) {
+  const TreeLinks t = binomial_tree(p.rank(), p.size(), root);
   const int64_t es = int64_t(element_size(dt));
   char* b = static_cast<char*>(buf);
-  // Non-roots with children accumulate in scratch so their own buffer stays unchanged.
   Tensor acc_t;
   char* acc = b;
-  if (t.parent >= 0 && !t.children.empty()) {
+  if (keep_input && t.parent >= 0 && !t.children.empty()) {
     acc_t = scratch(count * es);
     acc = bytes_of(acc_t);
     std::memcpy(acc, b, size_t(count * es));
@@ -261,6 +289,19 @@ void tree_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int ro
     if (t.parent >= 0) sends.push_back(p.isend(acc + s * es, len * es, t.parent));
   }
   for (auto& s : sends) p.wait(s);
+}
+}  // namespace
+
+void tree_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int root, int64_t chunk_bytes) {
+  if (p.size() == 1 || count == 0) return;
+  tree_reduce_core(p, buf, count, dt, op, root, chunk_bytes, /*keep_input=*/true);
+}
+
+void tree_all_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int64_t chunk_bytes) {
+  if (p.size() == 1 || count == 0) return;
+  // Every rank's buffer is overwritten by the broadcast, so the reduce may use it as scratch.
+  tree_reduce_core(p, buf, count, dt, op, 0, chunk_bytes, /*keep_input=*/false);
+  tree_broadcast(p, buf, count * int64_t(element_size(dt)), 0, chunk_bytes);
 }
 
 // ------------------------------------------------------------------ recursive doubling / halving

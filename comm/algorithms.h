@@ -19,6 +19,13 @@ struct TimedOut : std::exception {
   const char* what() const noexcept override { return "comm timeout"; }
 };
 
+/// Waits for r until `deadline` (false when it passes) without holding a core. The mpi
+/// backend's Request::wait_until spins on MPI_Test (MPI progresses only inside it), which
+/// on cores shared with compute takes their time for as long as a peer is late; for it,
+/// after a 50 µs spin, r is tested at most every 100 µs and the thread sleeps in between
+/// (dead peers are still checked every 10 ms). Other backends block in wait_until.
+bool wait_request(Backend& b, Request& r, Deadline deadline);
+
 /// What an algorithm uses to talk: the backend, the op's deadline and tag, and the
 /// counter of bytes this rank sent.
 class P2P {
@@ -63,6 +70,11 @@ void ring_all_gather(P2P& p, const void* input, void* output, int64_t bytes_per_
 void tree_broadcast(P2P& p, void* buf, int64_t bytes, int root, int64_t chunk_bytes);
 /// Binomial-tree reduce to root (result in root's buf; other ranks' buf unchanged).
 void tree_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int root, int64_t chunk_bytes);
+/// In-place all-reduce: binomial-tree reduce to rank 0, then binomial-tree broadcast from
+/// it (both pipelined in chunks of chunk_bytes). Every rank but 0 sends K bytes up the
+/// tree and every rank sends K bytes to each of its children, 2(N-1) x K in all; rank r
+/// sends (r > 0) x K + children(r) x K. All ranks end with rank 0's bits.
+void tree_all_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int64_t chunk_bytes);
 
 /// Recursive-doubling all-reduce (log2 N full-size exchanges; latency-optimal for small
 /// messages). Non-power-of-two N folds the extra ranks in first and out at the end.
