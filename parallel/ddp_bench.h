@@ -22,7 +22,7 @@ struct DDPBenchOptions {
   /// fashion_cnn-sized CNN (28x28, conv 32-64 with BatchNorm, fc 128).
   nn::CNNConfig cnn{};
   int64_t cnn_batch = 32;  ///< images per rank per step (weak scaling)
-  int steps = 10;          ///< timed steps per measurement
+  int steps = 20;          ///< timed steps per measurement
   int warmup = 2;          ///< untimed steps before them (the first one rebuilds the buckets)
   int threads = 1;         ///< compute threads per rank (restored afterwards)
 };
@@ -42,8 +42,11 @@ struct OverlapRow {
   bool bucket_view = true;  ///< gradient_as_bucket_view
   int64_t buckets = 0;
   double step_s = 0;       ///< DDP step: pre_forward, forward, backward, finalize, optimizer
+  std::vector<double> steps;  ///< every timed DDP step (slowest rank), paired with compute_steps
   double allreduce_s = 0;  ///< the same buckets all-reduced alone, back to back
-  /// step_s - ModelOverlap::compute_step_s: what DDP adds to a step, end to end.
+  /// What DDP adds to a step, end to end: the median over steps i of steps[i] -
+  /// compute_steps[i] (each pair measured back to back, so load that drifts during the run
+  /// cancels).
   double exposed_s = 0;
   /// 1 - exposed_s / allreduce_s, not clamped: below 0 when DDP adds more than the
   /// whole all-reduce, 1 when it adds nothing.
@@ -67,6 +70,7 @@ struct ModelOverlap {
   int64_t params = 0;
   int64_t batch = 0;          ///< samples per rank per step
   double compute_step_s = 0;  ///< every rank at once, same work, no DDP and no communication
+  std::vector<double> compute_steps;  ///< every timed compute-only step (slowest rank)
   double solo_step_s = 0;     ///< rank 0 alone while the others idle, no communication
   std::vector<OverlapRow> rows;  ///< rows[0]: the headline (25 MiB, bucket views)
 };
