@@ -3,9 +3,7 @@
 #include "comm/algorithms.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "comm/reduce_kernels.h"
@@ -37,34 +35,9 @@ std::unique_ptr<Request> P2P::isend(const void* data, int64_t bytes, int dst) {
 
 std::unique_ptr<Request> P2P::irecv(void* data, int64_t bytes, int src) { return b_.irecv(data, bytes, src, tag_); }
 
-bool wait_request(Backend& b, Request& r, Deadline deadline) {
-  if (std::strcmp(b.kind(), "mpi") != 0) return r.wait_until(deadline);
-  static const int poll_us = [] {
-    const char* e = std::getenv("STRATA_COMM_POLL_US");
-    return e ? std::atoi(e) : 100;
-  }();
-  if (poll_us <= 0) return r.wait_until(deadline);
-  using std::chrono::microseconds;
-  // A short spin catches what is about to finish (the peer is already in the op).
-  if (r.wait_until(std::min(deadline, Clock::now() + microseconds(50)))) return true;
-  auto pause = microseconds(10);
-  auto next_peer_check = Clock::now() + std::chrono::milliseconds(10);
-  for (;;) {
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, microseconds(poll_us));
-    const auto now = Clock::now();
-    if (r.wait_until(std::min(deadline, now))) return true;  // one MPI_Test
-    if (now >= deadline) return false;
-    if (now >= next_peer_check) {
-      b.check_peers();
-      next_peer_check = now + std::chrono::milliseconds(10);
-    }
-  }
-}
-
 void P2P::wait(std::unique_ptr<Request>& r) {
   if (!r) return;
-  if (!wait_request(b_, *r, deadline_)) throw TimedOut(r->peer());
+  if (!r->wait_until(deadline_)) throw TimedOut(r->peer());
   r.reset();
 }
 

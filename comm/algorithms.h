@@ -19,13 +19,6 @@ struct TimedOut : std::exception {
   const char* what() const noexcept override { return "comm timeout"; }
 };
 
-/// Waits for r until `deadline` (false when it passes) without holding a core. The mpi
-/// backend's Request::wait_until spins on MPI_Test (MPI progresses only inside it), which
-/// on cores shared with compute takes their time for as long as a peer is late; for it,
-/// after a 50 µs spin, r is tested at most every 100 µs and the thread sleeps in between
-/// (dead peers are still checked every 10 ms). Other backends block in wait_until.
-bool wait_request(Backend& b, Request& r, Deadline deadline);
-
 /// What an algorithm uses to talk: the backend, the op's deadline and tag, and the
 /// counter of bytes this rank sent.
 class P2P {

@@ -251,7 +251,7 @@ void ProcessGroup::execute(const OpInfo& info, const Collective& c, SentBytes& b
   const bool want_native = device_backend || info.algo == Algorithm::native || info.algo == Algorithm::automatic;
   if (want_native && backend_->supports(c)) {
     auto req = backend_->start(c);
-    if (!detail::wait_request(*backend_, *req, info.deadline)) throw detail::TimedOut(req->peer());
+    if (!req->wait_until(info.deadline)) throw detail::TimedOut(req->peer());
     bytes.modelled += model_bytes(c, size_, rank_);
     return;
   }
