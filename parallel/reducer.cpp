@@ -215,8 +215,11 @@ struct ReducerState {
     rebuilt = true;
     std::vector<char> seen(params.size(), 0);
     std::vector<int64_t> order;
-    for (int i : ready_order)
-      if (!seen[size_t(i)]) order.push_back(i), seen[size_t(i)] = 1;
+    for (int i : ready_order) {
+      if (seen[size_t(i)]) continue;
+      seen[size_t(i)] = 1;
+      order.push_back(i);
+    }
     for (size_t i = params.size(); i-- > 0;)  // zero-element parameters: never ready, never reduced
       if (!seen[i]) order.push_back(int64_t(i));
     ready_order.clear();
