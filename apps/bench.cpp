@@ -115,7 +115,8 @@ int bench_comm(const CommBenchArgs& a) {
 
 struct DpBenchArgs {
   std::string backend = "local";
-  int ranks = 2, steps = 10;
+  int ranks = 2, steps = 20;
+  std::vector<double> caps = {1, 5, 100};  ///< bench ddp: extra GPT bucket caps (MiB)
 };
 
 // A data-parallel benchmark (bench_ddp, bench_zero) on a local world of a.ranks threads
@@ -124,6 +125,7 @@ template <class Options, class Local, class Mpi>
 int bench_dp(const char* name, const DpBenchArgs& a, Local&& local, Mpi&& on_group) {
   Options o;
   o.steps = a.steps;
+  if constexpr (requires { o.bucket_caps_mb; }) o.bucket_caps_mb = a.caps;
   if (a.backend == "local") {
     std::printf("%s", local(a.ranks, o).to_string().c_str());
     return 0;
@@ -163,7 +165,7 @@ Command add_bench_command(CLI::App& parent) {
   auto co = std::make_shared<CommBenchArgs>();
   comm->add_option("--backend", co->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
   comm->add_option("--op", co->op, "all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all");
-  comm->add_option("--algorithm", co->algorithm, "native|ring|tree|auto");
+  comm->add_option("--algorithm", co->algorithm, "native|ring|tree|recursive|auto");
   comm->add_option("--sizes", co->sizes, "Size range, e.g. 1K:256M");
   comm->add_option("--ranks", co->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
   comm->add_option("--threads", co->threads, "Compute threads per rank")->check(CLI::PositiveNumber);
@@ -172,6 +174,8 @@ Command add_bench_command(CLI::App& parent) {
   ddp->add_option("--backend", dd->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
   ddp->add_option("--ranks", dd->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
   ddp->add_option("--steps", dd->steps, "Timed steps per measurement")->check(CLI::PositiveNumber);
+  ddp->add_option("--caps", dd->caps, "GPT bucket caps in MiB measured beside 25 (e.g. --caps 1 5 100; --caps 25: only 25)")
+      ->check(CLI::PositiveNumber);
   CLI::App* zero = cmd->add_subcommand("zero", "DDP and ZeRO-1/2/3 on gpt_char: step time, memory per rank vs plan");
   auto zo = std::make_shared<DpBenchArgs>();
   zo->steps = 6;

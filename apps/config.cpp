@@ -173,7 +173,7 @@ void read_comm(const ConfigNode& n, comm::CommOptions& s, std::string& backend) 
   n.one_of("backend", backend, {"auto", "mpi", "nccl"});
   std::string algo = comm::algorithm_name(s.algorithm);
   algo = n.get("algorithm", algo);
-  n.one_of("algorithm", algo, {"native", "ring", "tree", "auto"});
+  n.one_of("algorithm", algo, {"native", "ring", "tree", "recursive", "auto"});
   s.algorithm = comm::parse_algorithm(algo);
   s.timeout_s = n.get("timeout_s", s.timeout_s);
   n.check_range("timeout_s", s.timeout_s, 0.0, 1e9, true);

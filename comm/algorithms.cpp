@@ -232,16 +232,17 @@ void tree_broadcast(P2P& p, void* buf, int64_t bytes, int root, int64_t chunk_by
   for (auto& s : sends) p.wait(s);
 }
 
-void tree_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int root, int64_t chunk_bytes) {
-  const int n = p.size();
-  if (n == 1 || count == 0) return;
-  const TreeLinks t = binomial_tree(p.rank(), n, root);
+namespace {
+// Binomial-tree reduce to root. keep_input: non-roots with children accumulate in scratch
+// so their own buffer stays unchanged; otherwise every rank accumulates in place.
+void tree_reduce_core(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int root, int64_t chunk_bytes,
+                      bool keep_input) {
+  const TreeLinks t = binomial_tree(p.rank(), p.size(), root);
   const int64_t es = int64_t(element_size(dt));
   char* b = static_cast<char*>(buf);
-  // Non-roots with children accumulate in scratch so their own buffer stays unchanged.
   Tensor acc_t;
   char* acc = b;
-  if (t.parent >= 0 && !t.children.empty()) {
+  if (keep_input && t.parent >= 0 && !t.children.empty()) {
     acc_t = scratch(count * es);
     acc = bytes_of(acc_t);
     std::memcpy(acc, b, size_t(count * es));
@@ -261,6 +262,19 @@ void tree_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int ro
     if (t.parent >= 0) sends.push_back(p.isend(acc + s * es, len * es, t.parent));
   }
   for (auto& s : sends) p.wait(s);
+}
+}  // namespace
+
+void tree_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int root, int64_t chunk_bytes) {
+  if (p.size() == 1 || count == 0) return;
+  tree_reduce_core(p, buf, count, dt, op, root, chunk_bytes, /*keep_input=*/true);
+}
+
+void tree_all_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int64_t chunk_bytes) {
+  if (p.size() == 1 || count == 0) return;
+  // Every rank's buffer is overwritten by the broadcast, so the reduce may use it as scratch.
+  tree_reduce_core(p, buf, count, dt, op, 0, chunk_bytes, /*keep_input=*/false);
+  tree_broadcast(p, buf, count * int64_t(element_size(dt)), 0, chunk_bytes);
 }
 
 // ------------------------------------------------------------------ recursive doubling / halving

@@ -63,6 +63,11 @@ void ring_all_gather(P2P& p, const void* input, void* output, int64_t bytes_per_
 void tree_broadcast(P2P& p, void* buf, int64_t bytes, int root, int64_t chunk_bytes);
 /// Binomial-tree reduce to root (result in root's buf; other ranks' buf unchanged).
 void tree_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int root, int64_t chunk_bytes);
+/// In-place all-reduce: binomial-tree reduce to rank 0, then binomial-tree broadcast from
+/// it (both pipelined in chunks of chunk_bytes). Every rank but 0 sends K bytes up the
+/// tree and every rank sends K bytes to each of its children, 2(N-1) x K in all; rank r
+/// sends (r > 0) x K + children(r) x K. All ranks end with rank 0's bits.
+void tree_all_reduce(P2P& p, void* buf, int64_t count, DType dt, ReduceOp op, int64_t chunk_bytes);
 
 /// Recursive-doubling all-reduce (log2 N full-size exchanges; latency-optimal for small
 /// messages). Non-power-of-two N folds the extra ranks in first and out at the end.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "comm/local.h"
@@ -70,15 +71,22 @@ Work issue(ProcessGroup& g, OpKind op, const BenchCase& c) {
 }
 
 // Mean seconds per op over `iters` back-to-back ops (issued together, waited at the end,
-// as nccl-tests does), max over ranks.
-double time_ops(ProcessGroup& g, OpKind op, const BenchCase& c, int iters) {
+// as nccl-tests does), max over ranks. `sent`: this rank's bytes per op, and the part of
+// them that is modelled rather than counted.
+double time_ops(ProcessGroup& g, OpKind op, const BenchCase& c, int iters, OpStats* sent = nullptr) {
   g.barrier().wait();
+  const OpStats s0 = g.stats()[op];
   const double t0 = now_s();
   std::vector<Work> ws;
   ws.reserve(size_t(iters));
   for (int i = 0; i < iters; ++i) ws.push_back(issue(g, op, c));
   for (auto& w : ws) w.wait();
   double dt = (now_s() - t0) / iters;
+  if (sent) {
+    const OpStats s1 = g.stats()[op];
+    sent->bytes_sent = (s1.bytes_sent - s0.bytes_sent) / iters;
+    sent->bytes_modelled = (s1.bytes_modelled - s0.bytes_modelled) / iters;
+  }
   Tensor t = ops::full({1}, dt, DType::f64);
   g.all_reduce(t, ReduceOp::max).wait();
   return t.item<double>();
@@ -116,7 +124,10 @@ std::vector<CommBenchRow> run_comm_bench(ProcessGroup& g, const CommBenchOptions
     row.bytes = c.bytes;
     row.count = c.count;
     row.iters = iters;
-    const double t = time_ops(g, o.op, c, iters);
+    OpStats sent;
+    const double t = time_ops(g, o.op, c, iters, &sent);
+    row.bytes_sent = sent.bytes_sent;
+    row.bytes_modelled = sent.bytes_modelled;
     row.time_us = t * 1e6;
     row.algbw = double(c.bytes) / t / 1e9;
     row.busbw = row.algbw * bus_factor(o.op, g.size());
@@ -124,11 +135,20 @@ std::vector<CommBenchRow> run_comm_bench(ProcessGroup& g, const CommBenchOptions
     rows.push_back(row);
     if (bytes > o.max_bytes / o.step_factor) break;
   }
-  if (o.with_memcpy) {  // rank 0 measured; share it so every rank returns the same rows
-    Tensor m = ops::zeros({int64_t(rows.size())}, DType::f64);
-    for (size_t i = 0; i < rows.size(); ++i) m.data<double>()[i] = rows[i].memcpy_bw;
+  {  // rank 0 measured memcpy and its bytes; share them so every rank returns the same rows
+    const size_t k = rows.size();
+    std::vector<double> v(3 * k);
+    for (size_t i = 0; i < k; ++i)
+      std::tie(v[i], v[k + i], v[2 * k + i]) =
+          std::tuple(rows[i].memcpy_bw, double(rows[i].bytes_sent), double(rows[i].bytes_modelled));
+    Tensor m = ops::from_vector(v, {int64_t(3 * k)});
     g.broadcast(m, 0).wait();
-    for (size_t i = 0; i < rows.size(); ++i) rows[i].memcpy_bw = m.data<double>()[i];
+    v = m.to_vector<double>();
+    for (size_t i = 0; i < k; ++i) {
+      rows[i].memcpy_bw = v[i];
+      rows[i].bytes_sent = int64_t(v[k + i]);
+      rows[i].bytes_modelled = int64_t(v[2 * k + i]);
+    }
   }
   g.set_algorithm(saved);
   return rows;
@@ -156,12 +176,23 @@ std::string format_comm_bench(const CommBenchOptions& o, int ranks, const std::v
                 : (o.op == OpKind::broadcast || o.op == OpKind::reduce) ? "1"
                                                                          : "(N-1)/N");
   s += line;
-  std::snprintf(line, sizeof line, "%12s %12s %7s %12s %10s %10s%s\n", "size(B)", "count", "iters", "time(us)",
-                "algbw(GB/s)", "busbw(GB/s)", o.with_memcpy ? "  memcpy(GB/s)" : "");
+  // One label for the whole table when every row agrees (it does unless a size crosses
+  // from a native op to a fallback).
+  std::string kind = rows.empty() ? "none" : rows[0].bytes_kind();
+  for (const auto& r : rows)
+    if (r.bytes_kind() != kind) kind = "per row";
+  std::snprintf(line, sizeof line, "# sent(B): bytes rank 0 sent per op, %s%s\n", kind.c_str(),
+                kind == "modelled" ? " (native collective: nccl-tests bus model, not observed)"
+                : kind == "counted" ? " (every message on send/recv)"
+                                    : "");
+  s += line;
+  std::snprintf(line, sizeof line, "%12s %12s %7s %12s %10s %10s %12s %-9s%s\n", "size(B)", "count", "iters",
+                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "sent(B)", "bytes", o.with_memcpy ? "  memcpy(GB/s)" : "");
   s += line;
   for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "%12lld %12lld %7d %12.1f %10.2f %10.2f", static_cast<long long>(r.bytes),
-                  static_cast<long long>(r.count), r.iters, r.time_us, r.algbw, r.busbw);
+    std::snprintf(line, sizeof line, "%12lld %12lld %7d %12.1f %10.2f %10.2f %12lld %-9s", static_cast<long long>(r.bytes),
+                  static_cast<long long>(r.count), r.iters, r.time_us, r.algbw, r.busbw,
+                  static_cast<long long>(r.bytes_sent), r.bytes_kind());
     s += line;
     if (o.with_memcpy) {
       std::snprintf(line, sizeof line, "  %12.2f", r.memcpy_bw);

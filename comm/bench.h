@@ -1,5 +1,6 @@
 // The comm benchmark behind `strata bench comm`: times one collective over a range of
-// sizes and reports nccl-tests style algorithm and bus bandwidth.
+// sizes and reports nccl-tests style algorithm and bus bandwidth, and the bytes sent per
+// op, labelled counted or modelled.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -35,6 +36,10 @@ struct CommBenchRow {
   double algbw = 0;     ///< GB/s = bytes / time
   double busbw = 0;     ///< GB/s = algbw x bus factor (all_reduce 2(N-1)/N, gather-like (N-1)/N, broadcast 1)
   double memcpy_bw = 0; ///< GB/s of one memcpy of `bytes` on this machine (0 if not measured)
+  int64_t bytes_sent = 0;      ///< bytes rank 0 sent per op
+  int64_t bytes_modelled = 0;  ///< of which modelled (native collectives), not counted
+  /// "counted" (send/recv algorithms) or "modelled" (native): see comm::bytes_kind.
+  const char* bytes_kind() const { return comm::bytes_kind(bytes_sent, bytes_modelled); }
 };
 
 /// Runs the benchmark on `group` (a collective: every rank calls it with the same

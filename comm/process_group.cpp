@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+
+#include <pthread.h>
 
 #include "comm/algorithms.h"
 #include "comm/reduce_kernels.h"
@@ -187,14 +190,15 @@ void ProcessGroup::run_task(Task& t) {
     t.state->finish(std::current_exception());
     return;
   }
-  int64_t bytes_sent = 0;
+  SentBytes bytes;
   try {
-    t.body(info, bytes_sent);
+    t.body(info, bytes);
     {
       std::lock_guard<std::mutex> lk(stats_mu_);
       OpStats& s = stats_[info.kind];
       ++s.calls;
-      s.bytes_sent += bytes_sent;
+      s.bytes_sent += bytes.counted + bytes.modelled;
+      s.bytes_modelled += bytes.modelled;
       s.payload_bytes += info.bytes;
       s.seconds += seconds_since(t0);
     }
@@ -238,7 +242,7 @@ std::string ProcessGroup::describe(const OpInfo& i) const {
 
 // ------------------------------------------------------------------ running collectives
 
-void ProcessGroup::execute(const OpInfo& info, const Collective& c, int64_t& bytes_sent) {
+void ProcessGroup::execute(const OpInfo& info, const Collective& c, SentBytes& bytes) {
   // The ring/tree algorithms and the 16-bit staging below run host code on the buffers:
   // a device backend (nccl) always takes its own implementation.
   const bool device_backend = !device_.is_cpu();
@@ -248,7 +252,7 @@ void ProcessGroup::execute(const OpInfo& info, const Collective& c, int64_t& byt
   if (want_native && backend_->supports(c)) {
     auto req = backend_->start(c);
     if (!req->wait_until(info.deadline)) throw detail::TimedOut(req->peer());
-    bytes_sent += model_bytes(c, size_, rank_);
+    bytes.modelled += model_bytes(c, size_, rank_);
     return;
   }
   const bool reduction =
@@ -268,7 +272,7 @@ void ProcessGroup::execute(const OpInfo& info, const Collective& c, int64_t& byt
     } else {
       c32.input = c32.output = up(c.output);
     }
-    execute(info, c32, bytes_sent);
+    execute(info, c32, bytes);
     if (c.kind != OpKind::reduce || rank_ == c.root)
       detail::convert(c.output.raw_data(), c.output.dtype(), c32.output.raw_data(), DType::f32, c.output.numel());
     return;
@@ -276,16 +280,16 @@ void ProcessGroup::execute(const OpInfo& info, const Collective& c, int64_t& byt
   if (reduction && c.op == ReduceOp::avg) {
     Collective sum = c;
     sum.op = ReduceOp::sum;
-    execute(info, sum, bytes_sent);
+    execute(info, sum, bytes);
     if (c.kind != OpKind::reduce || rank_ == c.root)
       detail::scale_inplace(c.output.raw_data(), c.output.numel(), c.output.dtype(), 1.0 / size_);
     return;
   }
-  execute_generic(info, c, bytes_sent);
+  execute_generic(info, c, bytes.counted);
 }
 
-void ProcessGroup::execute_generic(const OpInfo& info, const Collective& c, int64_t& bytes_sent) {
-  detail::P2P p(*backend_, info.deadline, kAlgoTag, &bytes_sent);
+void ProcessGroup::execute_generic(const OpInfo& info, const Collective& c, int64_t& bytes_counted) {
+  detail::P2P p(*backend_, info.deadline, kAlgoTag, &bytes_counted);
   const int64_t chunk = opts_.chunk_bytes;
   auto raw = [](const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
   switch (c.kind) {
@@ -295,7 +299,9 @@ void ProcessGroup::execute_generic(const OpInfo& info, const Collective& c, int6
       const DType dt = c.output.dtype();
       if (info.algo == Algorithm::ring)
         detail::ring_all_reduce(p, raw(c.output), count, dt, c.op, chunk);
-      else if (info.algo == Algorithm::tree && !small)
+      else if (info.algo == Algorithm::tree)
+        detail::tree_all_reduce(p, raw(c.output), count, dt, c.op, chunk);
+      else if (info.algo == Algorithm::recursive && !small)
         detail::halving_doubling_all_reduce(p, raw(c.output), count, dt, c.op);
       else if (small)
         detail::recursive_doubling_all_reduce(p, raw(c.output), count, dt, c.op);
@@ -413,7 +419,7 @@ Work ProcessGroup::broadcast(const Tensor& t, int root) {
   Tensor buf = staged(t, /*copy=*/true);
   OpInfo info{.kind = OpKind::broadcast, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .root = root};
   info.algo = algorithm();
-  return enqueue(info, [this, t, buf, root](const OpInfo& i, int64_t& bytes) {
+  return enqueue(info, [this, t, buf, root](const OpInfo& i, SentBytes& bytes) {
     execute(i, Collective{OpKind::broadcast, buf, buf, ReduceOp::sum, root}, bytes);
     if (rank_ != root) copy_back(t, buf);
   });
@@ -427,7 +433,7 @@ Work ProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
   OpInfo info{.kind = OpKind::reduce, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .root = root,
               .op = op, .reduction = true};
   info.algo = algorithm();
-  return enqueue(info, [this, t, buf, root, op](const OpInfo& i, int64_t& bytes) {
+  return enqueue(info, [this, t, buf, root, op](const OpInfo& i, SentBytes& bytes) {
     execute(i, Collective{OpKind::reduce, buf, buf, op, root}, bytes);
     if (rank_ == root) copy_back(t, buf);
   });
@@ -440,7 +446,7 @@ Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
   OpInfo info{.kind = OpKind::all_reduce, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .op = op,
               .reduction = true};
   info.algo = algorithm();
-  return enqueue(info, [this, t, buf, op](const OpInfo& i, int64_t& bytes) {
+  return enqueue(info, [this, t, buf, op](const OpInfo& i, SentBytes& bytes) {
     execute(i, Collective{OpKind::all_reduce, buf, buf, op, 0}, bytes);
     copy_back(t, buf);
   });
@@ -462,7 +468,7 @@ Work ProcessGroup::all_gather(const Tensor& input, const Tensor& output) {
   if (!own_block && overlaps(in, out)) in = ops::clone(in);
   OpInfo info{.kind = OpKind::all_gather, .dtype = input.dtype(), .count = input.numel(), .bytes = input.nbytes()};
   info.algo = algorithm();
-  return enqueue(info, [this, output, out, in](const OpInfo& i, int64_t& bytes) {
+  return enqueue(info, [this, output, out, in](const OpInfo& i, SentBytes& bytes) {
     execute(i, Collective{OpKind::all_gather, in, out, ReduceOp::sum, 0}, bytes);
     copy_back(output, out);
   });
@@ -482,7 +488,7 @@ Work ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, Red
   OpInfo info{.kind = OpKind::reduce_scatter, .dtype = input.dtype(), .count = output.numel(),
               .bytes = input.nbytes(), .op = op, .reduction = true};
   info.algo = algorithm();
-  return enqueue(info, [this, output, out, in, op](const OpInfo& i, int64_t& bytes) {
+  return enqueue(info, [this, output, out, in, op](const OpInfo& i, SentBytes& bytes) {
     execute(i, Collective{OpKind::reduce_scatter, in, out, op, 0}, bytes);
     copy_back(output, out);
   });
@@ -504,7 +510,7 @@ Work ProcessGroup::gather(const Tensor& input, const Tensor& output, int root) {
   OpInfo info{.kind = OpKind::gather, .dtype = input.dtype(), .count = input.numel(), .bytes = input.nbytes(),
               .root = root};
   info.algo = algorithm();
-  return enqueue(info, [this, output, out, in, root](const OpInfo& i, int64_t& bytes) {
+  return enqueue(info, [this, output, out, in, root](const OpInfo& i, SentBytes& bytes) {
     execute(i, Collective{OpKind::gather, in, out, ReduceOp::sum, root}, bytes);
     if (rank_ == root) copy_back(output, out);
   });
@@ -526,7 +532,7 @@ Work ProcessGroup::scatter(const Tensor& input, const Tensor& output, int root) 
   OpInfo info{.kind = OpKind::scatter, .dtype = output.dtype(), .count = output.numel(), .bytes = output.nbytes(),
               .root = root};
   info.algo = algorithm();
-  return enqueue(info, [this, output, out, in, root](const OpInfo& i, int64_t& bytes) {
+  return enqueue(info, [this, output, out, in, root](const OpInfo& i, SentBytes& bytes) {
     execute(i, Collective{OpKind::scatter, in, out, ReduceOp::sum, root}, bytes);
     copy_back(output, out);
   });
@@ -543,7 +549,7 @@ Work ProcessGroup::all_to_all(const Tensor& input, const Tensor& output) {
   if (overlaps(in, out)) in = ops::clone(in);
   OpInfo info{.kind = OpKind::all_to_all, .dtype = input.dtype(), .count = input.numel(), .bytes = input.nbytes()};
   info.algo = algorithm();
-  return enqueue(info, [this, output, out, in](const OpInfo& i, int64_t& bytes) {
+  return enqueue(info, [this, output, out, in](const OpInfo& i, SentBytes& bytes) {
     execute(i, Collective{OpKind::all_to_all, in, out, ReduceOp::sum, 0}, bytes);
     copy_back(output, out);
   });
@@ -552,7 +558,7 @@ Work ProcessGroup::all_to_all(const Tensor& input, const Tensor& output) {
 Work ProcessGroup::barrier() {
   OpInfo info{.kind = OpKind::barrier};
   info.algo = algorithm();
-  return enqueue(info, [this](const OpInfo& i, int64_t& bytes) { execute(i, Collective{}, bytes); });
+  return enqueue(info, [this](const OpInfo& i, SentBytes& bytes) { execute(i, Collective{}, bytes); });
 }
 
 namespace {
@@ -570,8 +576,8 @@ Work ProcessGroup::send(const Tensor& t, int dst, int tag) {
   Tensor buf = staged(t, true);
   OpInfo info{.kind = OpKind::send, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .peer = dst,
               .tag = tag};
-  return enqueue(info, [this, buf, dst, tag](const OpInfo& i, int64_t& bytes) {
-    detail::P2P p(*backend_, i.deadline, tag, &bytes);
+  return enqueue(info, [this, buf, dst, tag](const OpInfo& i, SentBytes& bytes) {
+    detail::P2P p(*backend_, i.deadline, tag, &bytes.counted);
     p.send(buf.raw_data(), buf.nbytes(), dst);
   });
 }
@@ -582,8 +588,8 @@ Work ProcessGroup::recv(const Tensor& t, int src, int tag) {
   Tensor buf = staged(t, false);
   OpInfo info{.kind = OpKind::recv, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .peer = src,
               .tag = tag};
-  return enqueue(info, [this, t, buf, src, tag](const OpInfo& i, int64_t& bytes) {
-    detail::P2P p(*backend_, i.deadline, tag, &bytes);
+  return enqueue(info, [this, t, buf, src, tag](const OpInfo& i, SentBytes& bytes) {
+    detail::P2P p(*backend_, i.deadline, tag, &bytes.counted);
     p.recv(buf.raw_data(), buf.nbytes(), src);
     copy_back(t, buf);
   });
@@ -599,8 +605,8 @@ Work ProcessGroup::send_recv(const Tensor& send_t, int dst, const Tensor& recv_t
   if (overlaps(sbuf, rbuf)) sbuf = ops::clone(sbuf);
   OpInfo info{.kind = OpKind::send_recv, .dtype = send_t.dtype(), .count = send_t.numel(), .bytes = send_t.nbytes(),
               .peer = dst, .tag = tag};
-  return enqueue(info, [this, recv_t, sbuf, rbuf, dst, src, tag](const OpInfo& i, int64_t& bytes) {
-    detail::P2P p(*backend_, i.deadline, tag, &bytes);
+  return enqueue(info, [this, recv_t, sbuf, rbuf, dst, src, tag](const OpInfo& i, SentBytes& bytes) {
+    detail::P2P p(*backend_, i.deadline, tag, &bytes.counted);
     p.sendrecv(sbuf.raw_data(), sbuf.nbytes(), dst, rbuf.raw_data(), rbuf.nbytes(), src);
     copy_back(recv_t, rbuf);
   });
@@ -612,7 +618,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, std::strin
   auto child = std::make_shared<std::unique_ptr<Backend>>();
   OpInfo info{.kind = OpKind::split};
   info.algo = algorithm();
-  Work w = enqueue(info, [this, child, color, key](const OpInfo& i, int64_t&) {
+  Work w = enqueue(info, [this, child, color, key](const OpInfo& i, SentBytes&) {
     *child = backend_->split(color, key, i.deadline);
   });
   w.wait();
@@ -646,6 +652,17 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
 CommStats ProcessGroup::stats() const {
   std::lock_guard<std::mutex> lk(stats_mu_);
   return stats_;
+}
+
+double ProcessGroup::comm_thread_cpu_s() const {
+  std::lock_guard<std::mutex> lk(qmu_);
+  if (!thread_.joinable()) return 0.0;
+  clockid_t cid;
+  timespec ts{};
+  if (pthread_getcpuclockid(const_cast<std::thread&>(thread_).native_handle(), &cid) != 0 ||
+      clock_gettime(cid, &ts) != 0)
+    return 0.0;
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 void ProcessGroup::reset_stats() {

@@ -97,6 +97,10 @@ class ProcessGroup {
 
   /// Counters of ops completed so far (thread-safe snapshot).
   CommStats stats() const;
+  /// CPU time the comm thread has used so far (CLOCK_THREAD_CPUTIME_ID of that thread;
+  /// 0 before the first op that needed it). Busy-polling for a peer counts, so on cores
+  /// shared with compute this is time taken from the compute threads. Thread-safe.
+  double comm_thread_cpu_s() const;
   void reset_stats();
 
   /// Fails the group: queued and future ops throw CommError with `reason`, and peers are
@@ -108,13 +112,17 @@ class ProcessGroup {
  private:
   struct OpInfo;
   struct Task;
-  using Body = std::function<void(const OpInfo&, int64_t& bytes_sent)>;
+  /// Bytes one op sent: counted on send/recv, or modelled for a native collective.
+  struct SentBytes {
+    int64_t counted = 0, modelled = 0;
+  };
+  using Body = std::function<void(const OpInfo&, SentBytes& bytes)>;
 
   Work enqueue(OpInfo info, Body body);
   void run_task(Task& t);
   void comm_loop();
-  void execute(const OpInfo& info, const Collective& c, int64_t& bytes_sent);
-  void execute_generic(const OpInfo& info, const Collective& c, int64_t& bytes_sent);
+  void execute(const OpInfo& info, const Collective& c, SentBytes& bytes);
+  void execute_generic(const OpInfo& info, const Collective& c, int64_t& bytes_counted);
   void debug_check(const OpInfo& info);
   std::string describe(const OpInfo& info) const;
   void check_tensor(const char* op, const Tensor& t, bool written) const;
@@ -127,7 +135,7 @@ class ProcessGroup {
   Device device_;
   std::atomic<Algorithm> algorithm_;
 
-  std::mutex qmu_;
+  mutable std::mutex qmu_;
   std::condition_variable qcv_;
   std::deque<std::unique_ptr<Task>> queue_;
   bool stop_ = false;

@@ -59,6 +59,7 @@ const char* algorithm_name(Algorithm a) {
     case Algorithm::native: return "native";
     case Algorithm::ring: return "ring";
     case Algorithm::tree: return "tree";
+    case Algorithm::recursive: return "recursive";
     case Algorithm::automatic: return "auto";
   }
   return "?";
@@ -68,8 +69,9 @@ Algorithm parse_algorithm(const std::string& s) {
   if (s == "native") return Algorithm::native;
   if (s == "ring") return Algorithm::ring;
   if (s == "tree") return Algorithm::tree;
+  if (s == "recursive") return Algorithm::recursive;
   if (s == "auto" || s == "automatic") return Algorithm::automatic;
-  STRATA_THROW(ConfigError, "comm.algorithm: unknown value '", s, "' (expected native, ring, tree or auto)");
+  STRATA_THROW(ConfigError, "comm.algorithm: unknown value '", s, "' (expected native, ring, tree, recursive or auto)");
 }
 
 void CommOptions::validate() const {
@@ -91,6 +93,18 @@ int64_t CommStats::total_bytes_sent() const {
   int64_t t = 0;
   for (const auto& s : ops) t += s.bytes_sent;
   return t;
+}
+
+int64_t CommStats::total_bytes_modelled() const {
+  int64_t t = 0;
+  for (const auto& s : ops) t += s.bytes_modelled;
+  return t;
+}
+
+const char* bytes_kind(int64_t bytes_sent, int64_t bytes_modelled) {
+  if (bytes_sent == 0) return "none";
+  if (bytes_modelled == 0) return "counted";
+  return bytes_modelled == bytes_sent ? "modelled" : "counted+modelled";
 }
 
 std::string format_bytes(int64_t bytes) {

@@ -43,16 +43,19 @@ OpKind parse_op_kind(const std::string& s);
 
 /// How collectives are carried out (config `comm.algorithm`).
 ///  - native: the backend's own collective (MPI_Iallreduce, shared-memory kernels, NCCL);
-///    ops a backend lacks fall back to `automatic`.
+///    ops a backend lacks fall back to `automatic`. Its bytes are modelled, not counted.
 ///  - ring:   ring all-reduce / all-gather / reduce-scatter on send/recv (broadcast and
 ///            reduce have no ring form and use the binomial tree).
-///  - tree:   binomial-tree broadcast / reduce; all-reduce by recursive doubling for
-///            small messages and recursive halving/doubling (Rabenseifner) for large ones.
+///  - tree:   binomial trees on send/recv: broadcast, reduce, and all-reduce as a
+///            binomial-tree reduce to rank 0 followed by a binomial-tree broadcast.
+///  - recursive: all-reduce by recursive doubling for messages up to
+///            comm.small_message_bytes and recursive halving/doubling (Rabenseifner)
+///            above; other ops as `tree`.
 ///  - automatic ("auto"): native where the backend has it, else recursive doubling below
 ///            comm.small_message_bytes and ring above.
-enum class Algorithm : uint8_t { native, ring, tree, automatic };
+enum class Algorithm : uint8_t { native, ring, tree, recursive, automatic };
 const char* algorithm_name(Algorithm a);
-/// Parses "native", "ring", "tree", "auto"; throws ConfigError naming comm.algorithm.
+/// Parses "native", "ring", "tree", "recursive", "auto"; throws ConfigError naming comm.algorithm.
 Algorithm parse_algorithm(const std::string& s);
 
 /// The comm.* section of a config. Plain data; validate() names the key path of errors.
@@ -70,15 +73,21 @@ struct CommOptions {
 };
 
 /// What one rank did for one kind of op. `bytes_sent` is the payload this rank handed to
-/// the transport. Algorithms on send/recv count exactly; a backend-native collective is
-/// charged the bus-traffic model of nccl-tests (e.g. all_reduce 2(N-1)/N x K), since
-/// its internal traffic cannot be observed.
+/// the transport. Algorithms on send/recv (ring, tree, recursive) count it exactly, message
+/// by message; a backend-native collective is charged the bus-traffic model of nccl-tests
+/// (e.g. all_reduce 2(N-1)/N x K), since its internal traffic cannot be observed. That
+/// modelled part is also in `bytes_modelled`: print bytes with bytes_kind() beside them.
 struct OpStats {
   int64_t calls = 0;
   int64_t bytes_sent = 0;
-  int64_t payload_bytes = 0;  ///< sum of the op's tensor size (input, or in-place buffer)
-  double seconds = 0;         ///< time the comm thread spent running the op
+  int64_t bytes_modelled = 0;  ///< the part of bytes_sent that is modelled, not counted
+  int64_t payload_bytes = 0;   ///< sum of the op's tensor size (input, or in-place buffer)
+  double seconds = 0;          ///< time the comm thread spent running the op
 };
+
+/// "counted" (every byte seen on send/recv), "modelled" (every byte from the bus model),
+/// "counted+modelled" (both kinds of op ran), or "none" when nothing was sent.
+const char* bytes_kind(int64_t bytes_sent, int64_t bytes_modelled);
 
 /// Snapshot of a group's counters, indexed by OpKind.
 struct CommStats {
@@ -86,6 +95,9 @@ struct CommStats {
   const OpStats& operator[](OpKind k) const { return ops[size_t(k)]; }
   OpStats& operator[](OpKind k) { return ops[size_t(k)]; }
   int64_t total_bytes_sent() const;
+  int64_t total_bytes_modelled() const;
+  /// bytes_kind() of the totals.
+  const char* total_bytes_kind() const { return bytes_kind(total_bytes_sent(), total_bytes_modelled()); }
 };
 
 /// "1.5 MiB", "300 B": for messages and tables.

@@ -30,6 +30,13 @@ int64_t mib_to_bytes(double mib) {
 
 BucketPlan plan_buckets(const std::vector<BucketParam>& params, int64_t cap_bytes, int64_t first_cap_bytes,
                         int64_t last_cap_bytes) {
+  std::vector<int> order(params.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = int(order.size() - 1 - k);
+  return plan_buckets_in_order(params, order, cap_bytes, first_cap_bytes, last_cap_bytes);
+}
+
+BucketPlan plan_buckets_in_order(const std::vector<BucketParam>& params, const std::vector<int>& ready_order,
+                                 int64_t cap_bytes, int64_t first_cap_bytes, int64_t last_cap_bytes) {
   STRATA_CHECK(cap_bytes > 0 && first_cap_bytes > 0 && last_cap_bytes > 0,
                "[ddp] bucket caps must be positive, got cap ", cap_bytes, " bytes, first ", first_cap_bytes,
                " bytes, last ", last_cap_bytes, " bytes");
@@ -38,9 +45,18 @@ BucketPlan plan_buckets(const std::vector<BucketParam>& params, int64_t cap_byte
   plan.slots.resize(params.size());
   plan.param_buckets.resize(params.size());
 
-  // Slots: walk the parameters backwards, appending each to its dtype's buffer.
+  STRATA_CHECK(ready_order.size() == params.size(), "[ddp] bucket order lists ", ready_order.size(),
+               " parameters but there are ", params.size());
+  std::vector<int> pos(params.size(), -1);  // layout position of each parameter (0 = ready first)
+  for (size_t k = 0; k < ready_order.size(); ++k) {
+    const int i = ready_order[k];
+    STRATA_CHECK(i >= 0 && i < np && pos[size_t(i)] < 0, "[ddp] bucket order is not a permutation of 0..", np - 1,
+                 ": entry ", k, " is ", i);
+    pos[size_t(i)] = int(k);
+  }
+  // Slots: walk the parameters in ready order, appending each to its dtype's buffer.
   std::vector<std::vector<int>> order;  // per buffer: parameters in layout order
-  for (int i = np - 1; i >= 0; --i) {
+  for (int i : ready_order) {
     const BucketParam& p = params[size_t(i)];
     STRATA_CHECK(p.numel >= 0, "[ddp] parameter ", i, " has a negative element count ", p.numel);
     auto it = std::find(plan.buffer_dtypes.begin(), plan.buffer_dtypes.end(), p.dtype);
@@ -59,7 +75,7 @@ BucketPlan plan_buckets(const std::vector<BucketParam>& params, int64_t cap_byte
   struct Range {
     int buffer;
     int64_t begin, end;
-    int first_pos;  // layout position (0 = last registered) of the parameter holding `begin`
+    int first_pos;  // layout position (0 = ready first) of the parameter holding `begin`
   };
   std::vector<Range> ranges;
   for (size_t b = 0; b < plan.buffer_numel.size(); ++b) {
@@ -86,7 +102,7 @@ BucketPlan plan_buckets(const std::vector<BucketParam>& params, int64_t cap_byte
       while (q + 1 < ob.size() &&
              plan.slots[size_t(ob[q])].offset + plan.slots[size_t(ob[q])].numel <= lo)
         ++q;
-      ranges.push_back({int(b), lo, cuts[j + 1], np - 1 - ob[q]});
+      ranges.push_back({int(b), lo, cuts[j + 1], pos[size_t(ob[q])]});
     }
   }
   // Launch order: by when the bucket's first parameter is laid out (≈ ready), then buffer.

@@ -1,7 +1,7 @@
 // How DDP lays gradients out for communication: one flat buffer per dtype holding the
-// parameters in reverse registration order (roughly the order backward produces their
-// gradients), cut into buckets of at most `cap` bytes with smaller first and last ones.
-// Pure arithmetic, tested alone.
+// parameters in the order backward produces their gradients (guessed as reverse
+// registration order, or as recorded by the Reducer), cut into buckets of at most `cap`
+// bytes with smaller first and last ones. Pure arithmetic, tested alone.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -62,6 +62,14 @@ struct BucketPlan {
 /// Zero-element parameters get an empty slot and no bucket. Throws if a cap is not positive.
 BucketPlan plan_buckets(const std::vector<BucketParam>& params, int64_t cap_bytes, int64_t first_cap_bytes,
                         int64_t last_cap_bytes);
+
+/// The same layout with the parameters in `ready_order` instead of reverse registration
+/// order: a permutation of 0..params.size()-1, the parameter expected to be ready first
+/// first (what the Reducer recorded in its first synchronized backward). Buffers appear in
+/// order of their dtype's first parameter in `ready_order`. Throws if it is not a
+/// permutation. plan_buckets(p, ...) is plan_buckets_in_order(p, {n-1, ..., 0}, ...).
+BucketPlan plan_buckets_in_order(const std::vector<BucketParam>& params, const std::vector<int>& ready_order,
+                                 int64_t cap_bytes, int64_t first_cap_bytes, int64_t last_cap_bytes);
 
 /// bucket_cap_mb (MiB, as in PyTorch: 25 -> 26214400 bytes) to bytes, at least 1.
 int64_t mib_to_bytes(double mib);

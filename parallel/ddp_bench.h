@@ -1,7 +1,8 @@
-// The DDP measurements `strata bench ddp` prints (and the README quotes): step time with
-// and without communication, how much of the all-reduce time backward hides, the effect
-// of bucket_cap_mb, CNN throughput scaling from 1 to N ranks, and per-rank memory by
-// category against the 4Ψ + 4Ψ + 8Ψ + 4Ψ formula.
+// The DDP measurements `strata bench ddp` prints (and docs/ddp.md quotes): for the GPT and
+// the CNN, the DDP step against the compute-only step measured interleaved in one run,
+// the all-reduce of the same buckets alone, the exposed and hidden communication that
+// follow from them end to end, where the added time goes, the host's own ceiling, bucket
+// caps, and per-rank memory by category against the 4Ψ + 4Ψ + 8Ψ + 4Ψ formula.
 #pragma once
 #include <string>
 #include <vector>
@@ -16,12 +17,13 @@ struct DDPBenchOptions {
   /// gpt_char-sized GPT (byte vocabulary, configs' block_size 64).
   nn::GPTConfig gpt{.vocab = 256, .block_size = 64, .n_layer = 4, .n_head = 4, .n_embd = 128};
   int64_t gpt_batch = 8;  ///< sequences per rank per step
-  std::vector<double> bucket_caps_mb = {1, 5, 25, 100};
+  /// Extra GPT rows at these caps (bucket views); the 25 MiB rows are always there.
+  std::vector<double> bucket_caps_mb = {1, 5, 100};
   /// fashion_cnn-sized CNN (28x28, conv 32-64 with BatchNorm, fc 128).
   nn::CNNConfig cnn{};
   int64_t cnn_batch = 32;  ///< images per rank per step (weak scaling)
-  int steps = 10;          ///< timed steps per measurement
-  int warmup = 2;          ///< untimed steps before each
+  int steps = 20;          ///< timed steps per measurement
+  int warmup = 2;          ///< untimed steps before them (the first one rebuilds the buckets)
   int threads = 1;         ///< compute threads per rank (restored afterwards)
 };
 
@@ -31,50 +33,67 @@ struct RankMemory {
   int64_t total() const { return params + grads + buckets + optimizer; }
 };
 
-/// DDP on the GPT at one bucket cap.
-struct CapTiming {
-  double cap_mb = 0;
+/// One DDP configuration of a model, timed beside that model's compute-only step.
+/// Step times (DDP, compute-only, all-reduce alone) are the slowest rank's time of each
+/// step, then the median over steps; the parts of the breakdown are each rank's median,
+/// then the largest over ranks.
+struct OverlapRow {
+  double cap_mb = 25;
+  bool bucket_view = true;  ///< gradient_as_bucket_view
   int64_t buckets = 0;
-  double step_s = 0;           ///< DDP step (forward, backward, finalize, AdamW step)
-  double comm_only_s = 0;      ///< the same buckets all-reduced alone, back to back
-  double exposed_s = 0;        ///< finalize() wait of the rank that finished backward last (median)
-  double hidden_fraction = 0;  ///< 1 - exposed_s / comm_only_s, clamped to [0, 1]
+  double step_s = 0;       ///< DDP step: pre_forward, forward, backward, finalize, optimizer
+  std::vector<double> steps;  ///< every timed DDP step (slowest rank), paired with compute_steps
+  double allreduce_s = 0;  ///< the same buckets all-reduced alone, back to back
+  /// What DDP adds to a step, end to end: the median over steps i of steps[i] -
+  /// compute_steps[i] (each pair measured back to back, so load that drifts during the run
+  /// cancels).
+  double exposed_s = 0;
+  /// 1 - exposed_s / allreduce_s, not clamped: below 0 when DDP adds more than the
+  /// whole all-reduce, 1 when it adds nothing.
+  double hidden = 0;
+  // Where the added time goes (each a median per step, slowest rank):
+  double broadcast_s = 0;  ///< pre_forward(): rank 0's buffers broadcast (broadcast_buffers)
+  double hook_s = 0;       ///< inside the gradient hooks: slot copies, bookkeeping, launching
+  double copy_s = 0;       ///< bucket copies in and out (part of hook_s and finalize_s)
+  double finalize_s = 0;   ///< finalize(): the wait below and the copies back to .grad
+  double wait_s = 0;       ///< of which blocked on all-reduces still running
+  double comm_cpu_s = 0;   ///< CPU time of the comm thread during the step (shares the cores)
+  double allreduce_cpu_s = 0;  ///< CPU time of the comm thread for the all-reduce alone
+  int64_t launched_in_backward = 0;  ///< buckets launched before the last gradient arrived
+  int64_t bytes_sent = 0;   ///< per step by rank 0
+  std::string bytes_kind;   ///< "counted" (send/recv algorithms) or "modelled" (native)
 };
 
-/// Timings are medians over the timed steps (the slowest rank's median).
+/// A model's rows and the compute-only references they are measured against.
+struct ModelOverlap {
+  std::string model;
+  int64_t params = 0;
+  int64_t batch = 0;          ///< samples per rank per step
+  double compute_step_s = 0;  ///< every rank at once, same work, no DDP and no communication
+  std::vector<double> compute_steps;  ///< every timed compute-only step (slowest rank)
+  double solo_step_s = 0;     ///< rank 0 alone while the others idle, no communication
+  std::vector<OverlapRow> rows;  ///< rows[0]: the headline (25 MiB, bucket views)
+};
+
 struct DDPBenchReport {
   int ranks = 0;
-  std::string backend;
+  std::string backend, algorithm;
   int threads = 0;
   int steps = 0;  ///< timed steps per measurement
-  int64_t gpt_params = 0;
-  int64_t gpt_buckets = 0;       ///< buckets at 25 MiB
-  double compute_step_s = 0;     ///< forward + backward + AdamW step, no communication
-  double ddp_step_s = 0;         ///< the same under DDP (25 MiB buckets)
-  double comm_only_s = 0;        ///< the step's bucket all-reduces alone, back to back
-  double exposed_comm_s = 0;     ///< per step: the last rank's finalize() wait (communication not hidden)
-  double hidden_fraction = 0;    ///< 1 - exposed_comm_s / comm_only_s, clamped to [0, 1]
-  std::vector<CapTiming> caps;   ///< every cap of DDPBenchOptions::bucket_caps_mb (and 25)
-  int64_t cnn_params = 0;
-  double cnn_samples_s_1 = 0;    ///< one rank alone
-  double cnn_samples_s_n = 0;    ///< all ranks, summed
-  double scaling_efficiency = 0; ///< cnn_samples_s_n / (ranks * cnn_samples_s_1)
-  /// All ranks training at once with no communication at all: what the host allows
-  /// (a 2-core machine shared with other work caps this well below ranks x one rank).
-  double cnn_samples_s_n_nocomm = 0;
+  ModelOverlap gpt, cnn;
   int64_t psi = 0;               ///< GPT parameter count
   RankMemory tally, tally_view;  ///< counted from the tensors (Ψ-exact), without / with bucket views
   RankMemory tracked, tracked_view;  ///< MemoryTracker deltas per rank (params, grads, comm, optimizer)
 
-  /// Markdown tables for the README.
+  /// Markdown tables.
   std::string to_string() const;
 };
 
 /// Runs every measurement on `group` (collective: every rank calls it with the same
-/// options) and returns the same report on every rank. The variants being compared
-/// (compute-only and each bucket cap; one rank alone and all ranks) run interleaved step
-/// by step, so load from other processes affects them alike. Sets the compute thread count to
-/// opts.threads while it runs.
+/// options) and returns the same report on every rank. Per model, the compute-only step,
+/// rank 0's solo step, each DDP row's step and its all-reduce alone run interleaved step by
+/// step (a barrier before each), so load from other processes affects them alike. Sets the
+/// compute thread count to opts.threads while it runs.
 DDPBenchReport bench_ddp(comm::ProcessGroup& group, const DDPBenchOptions& opts = {});
 /// bench_ddp on a fresh local world of `ranks` threads.
 DDPBenchReport bench_ddp_local(int ranks, const DDPBenchOptions& opts = {});

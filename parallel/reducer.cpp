@@ -22,6 +22,7 @@ struct ReducerState {
   comm::ProcessGroup& group;
   ReducerOptions opts;
   BucketPlan plan;
+  std::vector<BucketParam> bucket_params;  // per param (registration order): what the planner needs
   std::vector<Tensor> buffers;       // per dtype, 1-D, MemCategory::comm
   std::vector<Tensor> param_views;   // per param: its slot, shaped like the parameter
   std::vector<Tensor> bucket_views;  // per bucket: 1-D slice of its buffer
@@ -37,6 +38,11 @@ struct ReducerState {
   std::vector<int> pending;     // per bucket: parameters still missing
   std::vector<comm::Work> works;
   size_t next_launch = 0;
+  int64_t missing = 0;  // parameters (with elements) still without a gradient this iteration
+  // Bucket rebuild: the order gradients became ready in the first synchronized backward
+  // (recorded until `rebuilt`), and the order the current plan was laid out in.
+  bool rebuilt = false;
+  std::vector<int> ready_order, layout_order;
   // find_unused_parameters: per param, 1 once it got a gradient since the last sync
   // (accumulates over no_sync iterations).
   Tensor used;
@@ -57,6 +63,9 @@ struct ReducerState {
     pending = bucket_size;
     works.assign(plan.buckets.size(), comm::Work());
     next_launch = 0;
+    missing = 0;
+    for (size_t i = 0; i < params.size(); ++i) missing += numel(i) > 0;
+    if (!rebuilt) ready_order.clear();
     stats = ReducerStats{};
     stats.launched_at_s.assign(plan.buckets.size(), 0.0);
     stats.done_at_s.assign(plan.buckets.size(), 0.0);
@@ -68,6 +77,7 @@ struct ReducerState {
       works[next_launch] = group.all_reduce(bucket_views[next_launch], comm::ReduceOp::avg);
       stats.launched_at_s[next_launch] = seconds_since(t_begin);
       ++stats.buckets;
+      if (missing > 0) ++stats.launched_in_backward;
       stats.bytes += bucket_views[next_launch].nbytes();
       ++next_launch;
     }
@@ -89,6 +99,8 @@ struct ReducerState {
   // Puts parameter i's current local gradient into its slot and counts its buckets down.
   void mark_ready(size_t i) {
     marked[i] = 1;
+    if (numel(i) > 0) --missing;
+    if (!rebuilt) ready_order.push_back(int(i));
     const auto t0 = Clock::now();
     Tensor g = params[i].grad();
     Tensor& v = param_views[i];
@@ -110,6 +122,7 @@ struct ReducerState {
       if (opts.gradient_as_bucket_view) bind_view(i);
       return;
     }
+    const auto t0 = Clock::now();
     if (!any_hook) {
       begin_iteration();
       t_begin = Clock::now();  // the timeline starts at the first gradient, not at prepare
@@ -125,6 +138,7 @@ struct ReducerState {
                    "accumulate inside no_sync()");
     }
     mark_ready(i);
+    stats.hook_s += seconds_since(t0);
   }
 
   void prepare(const std::vector<Tensor>& outputs) {
@@ -161,8 +175,64 @@ struct ReducerState {
     }
   }
 
+  // Lays the buffers out in `order` (ready first), keeping every slot's values and
+  // re-pointing .grad that aliased an old slot at its new one.
+  void lay_out(const std::vector<int>& order) {
+    const Device device = params.empty() ? kCPU : params[0].device();
+    BucketPlan np = plan_buckets_in_order(bucket_params, order, opts.cap_bytes, opts.first_cap_bytes,
+                                          opts.last_cap_bytes);
+    std::vector<Tensor> nbuf;
+    {
+      MemoryScope scope(MemCategory::comm);
+      for (size_t b = 0; b < np.buffer_numel.size(); ++b)
+        nbuf.push_back(ops::zeros({np.buffer_numel[b]}, np.buffer_dtypes[b], device));
+    }
+    std::vector<Tensor> nviews;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ParamSlot& sl = np.slots[i];
+      nviews.push_back(ops::view(ops::narrow(nbuf[size_t(sl.buffer)], 0, sl.offset, sl.numel), params[i].shape()));
+      if (param_views.empty()) continue;
+      ops::copy_(nviews[i], param_views[i]);
+      const Tensor g = params[i].grad();
+      if (g.defined() && g.impl() == param_views[i].impl()) params[i].set_grad(nviews[i]);
+    }
+    plan = std::move(np);
+    buffers = std::move(nbuf);
+    param_views = std::move(nviews);
+    bucket_views.clear();
+    bucket_size.clear();
+    for (const auto& b : plan.buckets) {
+      bucket_views.push_back(ops::narrow(buffers[size_t(b.buffer)], 0, b.begin, b.numel()));
+      bucket_size.push_back(int(b.params.size()));
+    }
+    layout_order = order;
+  }
+
+  // After the first synchronized backward (as PyTorch's Reducer does): rank 0's recorded
+  // ready order, broadcast so every rank lays out the same buckets, becomes the layout
+  // from the next iteration on. Collective; runs once.
+  void rebuild_buckets() {
+    rebuilt = true;
+    std::vector<char> seen(params.size(), 0);
+    std::vector<int64_t> order;
+    for (int i : ready_order) {
+      if (seen[size_t(i)]) continue;
+      seen[size_t(i)] = 1;
+      order.push_back(i);
+    }
+    for (size_t i = params.size(); i-- > 0;)  // zero-element parameters: never ready, never reduced
+      if (!seen[i]) order.push_back(int64_t(i));
+    ready_order.clear();
+    Tensor t = ops::from_vector(order, {int64_t(order.size())}).to(group.device());
+    group.broadcast(t, 0).wait();
+    const std::vector<int64_t> agreed = ops::to_cpu(t).to_vector<int64_t>();
+    const std::vector<int> o(agreed.begin(), agreed.end());
+    if (o != layout_order) lay_out(o);
+  }
+
   void finalize() {
     if (!active) return;
+    const auto t_finalize = Clock::now();
     if (!sync) {  // forward ran synchronized, backward under no_sync: nothing to reduce
       for (auto& w : works) w.wait();
       active = expecting = any_hook = false;
@@ -229,6 +299,8 @@ struct ReducerState {
     }
     stats.copy_s += seconds_since(t_copy);
     if (used.defined()) ops::zero_(used);
+    if (!rebuilt) rebuild_buckets();
+    stats.finalize_s = seconds_since(t_finalize);
     last = stats;
     active = false;
     expecting = false;
@@ -241,7 +313,6 @@ struct ReducerState {
 Reducer::Reducer(nn::NamedTensors params, comm::ProcessGroup& group, const ReducerOptions& opts)
     : s_(std::make_shared<detail::ReducerState>(group, opts)) {
   auto& s = *s_;
-  std::vector<BucketParam> bp;
   for (auto& [name, t] : params) {
     if (!t.requires_grad()) continue;
     STRATA_CHECK(t.is_leaf(), "[ddp] parameter '", name, "' is not a leaf tensor (", t.str(), ")");
@@ -251,28 +322,17 @@ Reducer::Reducer(nn::NamedTensors params, comm::ProcessGroup& group, const Reduc
                  dtype_name(t.dtype()));
     s.names.push_back(name);
     s.params.push_back(t);
-    bp.push_back({t.numel(), t.dtype()});
+    s.bucket_params.push_back({t.numel(), t.dtype()});
   }
-  s.plan = plan_buckets(bp, opts.cap_bytes, opts.first_cap_bytes, opts.last_cap_bytes);
   // Buckets live where the parameters do (one device per replica).
   const Device device = s.params.empty() ? kCPU : s.params[0].device();
   for (size_t i = 0; i < s.params.size(); ++i)
     STRATA_CHECK(s.params[i].device() == device, "[ddp] parameter '", s.names[i], "' is on ", s.params[i].device().str(),
                  " but '", s.names[0], "' is on ", device.str(), ": a DDP replica lives on one device");
-  {
-    MemoryScope scope(MemCategory::comm);
-    for (size_t b = 0; b < s.plan.buffer_numel.size(); ++b)
-      s.buffers.push_back(ops::zeros({s.plan.buffer_numel[b]}, s.plan.buffer_dtypes[b], device));
-  }
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    const ParamSlot& sl = s.plan.slots[i];
-    s.param_views.push_back(ops::view(ops::narrow(s.buffers[size_t(sl.buffer)], 0, sl.offset, sl.numel),
-                                      s.params[i].shape()));
-  }
-  for (const auto& b : s.plan.buckets) {
-    s.bucket_views.push_back(ops::narrow(s.buffers[size_t(b.buffer)], 0, b.begin, b.numel()));
-    s.bucket_size.push_back(int(b.params.size()));
-  }
+  // Until the first backward shows the real order: reverse registration order.
+  std::vector<int> reverse(s.params.size());
+  for (size_t k = 0; k < reverse.size(); ++k) reverse[k] = int(reverse.size() - 1 - k);
+  s.lay_out(reverse);
   if (opts.find_unused_parameters) {
     MemoryScope scope(MemCategory::comm);
     s.used = ops::zeros({int64_t(s.params.size())}, DType::i32);

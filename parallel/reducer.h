@@ -26,8 +26,13 @@ struct ReducerStats {
   int64_t buckets = 0;        ///< all-reduces launched
   int64_t bytes = 0;          ///< payload bytes all-reduced
   int64_t unused_params = 0;  ///< parameters find_unused_parameters marked ready without a gradient
-  double copy_s = 0;          ///< time spent copying gradients into and out of the buckets
-  double wait_s = 0;          ///< time finalize() blocked on all-reduces still running (exposed comm)
+  /// Buckets launched while some parameter's gradient was still missing, i.e. during
+  /// backward rather than by the last gradient hook (the more, the more overlap).
+  int64_t launched_in_backward = 0;
+  double hook_s = 0;      ///< time inside the gradient hooks (slot copies, bookkeeping, launching)
+  double copy_s = 0;      ///< time spent copying gradients into and out of the buckets
+  double wait_s = 0;      ///< time finalize() blocked on all-reduces still running
+  double finalize_s = 0;  ///< all of finalize(): the wait, the copies back to .grad, a rebuild
   /// Timeline, in seconds since the first gradient hook of the backward: when finalize()
   /// was called (≈ end of backward), and per bucket when it was launched and when its
   /// wait returned in finalize().
@@ -43,7 +48,12 @@ struct ReducerState;
 ///
 /// Every parameter (requires_grad, registration order) gets a slot in a flat buffer per
 /// dtype (MemCategory::comm), laid out by plan_buckets(): last-registered first, buckets
-/// of at most cap_bytes, the first and last ones smaller. Per backward:
+/// of at most cap_bytes, the first and last ones smaller. Like PyTorch's Reducer, the
+/// first synchronized backward records the order in which gradients actually become
+/// ready; its finalize() broadcasts rank 0's order and, if it differs, lays the buffers
+/// out again in that order (same caps; slot values kept, .grad bucket views re-pointed),
+/// so from the second iteration on buckets fill, and launch, in backward's real order.
+/// Per backward:
 ///  - each parameter's post-accumulate hook copies its .grad into its slot (or, with
 ///    gradient_as_bucket_view, finds .grad already living there) and counts down its
 ///    buckets; buckets whose count reaches zero are launched in plan order as
@@ -80,6 +90,7 @@ class Reducer {
   /// the next backward accumulates straight into the buckets); otherwise drops .grad.
   void zero_grad();
 
+  /// The current layout (it changes once, in the first synchronized finalize()).
   const BucketPlan& plan() const;
   /// The flat buffer of dtype group `i` of plan().
   const Tensor& buffer(size_t i) const;

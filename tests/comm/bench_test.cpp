@@ -41,9 +41,23 @@ TEST(CommBench, LocalRunProducesOneRowPerSize) {
       EXPECT_EQ(rows[i].bytes, int64_t(3 << 10) << i);  // divisible by 3 ranks x 4 bytes
       EXPECT_GT(rows[i].time_us, 0);
       EXPECT_NEAR(rows[i].busbw, rows[i].algbw * bus_factor(op, 3), 1e-9);
+      EXPECT_STREQ(rows[i].bytes_kind(), "counted");  // ring (broadcast: tree) on send/recv
+      if (op == OpKind::all_reduce)  // rank 0 of a 3-rank ring sends 2 x (its 2 segments of a third)
+        EXPECT_EQ(rows[i].bytes_sent, 2 * (2 * rows[i].bytes / 3));
     }
     const std::string table = format_comm_bench(o, 3, rows);
     EXPECT_NE(table.find("busbw(GB/s)"), std::string::npos);
     EXPECT_NE(table.find("algorithm ring, 3 ranks"), std::string::npos) << table;
+    EXPECT_NE(table.find("bytes rank 0 sent per op, counted"), std::string::npos) << table;
   }
+  CommBenchOptions o;
+  o.ranks = 2;
+  o.min_bytes = o.max_bytes = 4 << 10;
+  o.iters = 2;
+  o.with_memcpy = false;
+  const auto rows = run_local_comm_bench(o);  // native: the bus model
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_STREQ(rows[0].bytes_kind(), "modelled");
+  EXPECT_EQ(rows[0].bytes_sent, 4 << 10);  // 2(N-1)/N x K with N = 2
+  EXPECT_NE(format_comm_bench(o, 2, rows).find("modelled (native collective"), std::string::npos);
 }

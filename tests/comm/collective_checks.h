@@ -125,7 +125,8 @@ inline double tolerance(DType dt, ReduceOp op) {
 }
 
 struct CheckConfig {
-  std::vector<Algorithm> algorithms{Algorithm::native, Algorithm::ring, Algorithm::tree, Algorithm::automatic};
+  std::vector<Algorithm> algorithms{Algorithm::native, Algorithm::ring, Algorithm::tree, Algorithm::recursive,
+                                    Algorithm::automatic};
   std::vector<DType> dtypes{DType::f32, DType::f64, DType::i32, DType::bf16, DType::f16};
   std::vector<int64_t> counts{0, 1, 5, 1003};
 };

@@ -149,11 +149,12 @@ TEST(ByteCounts, RingAllReduceSends2NMinus1OverNTimesK) {
 
 TEST(ByteCounts, RecursiveDoublingSendsLog2NTimesK) {
   CommOptions o;
-  o.algorithm = Algorithm::tree;  // below small_message_bytes: recursive doubling
+  o.algorithm = Algorithm::recursive;  // below small_message_bytes: recursive doubling
   run_local(4, [](ProcessGroup& g) {
     Tensor t = ops::ones({100}, DType::f64);
     g.all_reduce(t).wait();
     EXPECT_EQ(g.stats()[OpKind::all_reduce].bytes_sent, 2 * 800);
+    EXPECT_EQ(g.stats()[OpKind::all_reduce].bytes_modelled, 0);
     expect_values(read_tensor(t), std::vector<double>(100, 4.0), 0, "recursive doubling");
   }, o);
 }
@@ -163,8 +164,12 @@ TEST(ByteCounts, NativeOpsAreChargedTheBusModel) {
     Tensor t = ops::ones({1000}, DType::f32);
     g.all_reduce(t).wait();
     EXPECT_EQ(g.stats()[OpKind::all_reduce].bytes_sent, 2 * 3 * 4000 / 4);
+    EXPECT_EQ(g.stats()[OpKind::all_reduce].bytes_modelled, 2 * 3 * 4000 / 4);
+    EXPECT_STREQ(g.stats().total_bytes_kind(), "modelled");
     g.send_recv(t, (g.rank() + 1) % 4, ops::zeros({1000}), (g.rank() + 3) % 4).wait();
     EXPECT_EQ(g.stats()[OpKind::send_recv].bytes_sent, 4000);
+    EXPECT_EQ(g.stats()[OpKind::send_recv].bytes_modelled, 0);  // point-to-point is always counted
+    EXPECT_STREQ(g.stats().total_bytes_kind(), "counted+modelled");
   });
 }
 

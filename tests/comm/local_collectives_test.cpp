@@ -16,7 +16,7 @@ CommOptions small_chunks() {
   CommOptions o;
   o.timeout_s = 60;
   o.chunk_bytes = 1024;          // several pipeline chunks even for 1003 elements
-  o.small_message_bytes = 512;   // tree/auto exercise both recursive doubling and halving
+  o.small_message_bytes = 512;   // recursive exercises both recursive doubling and halving
   return o;
 }
 
@@ -36,7 +36,7 @@ TEST(LocalCollectives, LargeRingWithManyChunksMatchesNative) {
   o.chunk_bytes = 4096;
   run_local(3, [](ProcessGroup& g) {
     const int64_t n = 100003;
-    for (Algorithm a : {Algorithm::native, Algorithm::ring, Algorithm::tree}) {
+    for (Algorithm a : {Algorithm::native, Algorithm::ring, Algorithm::tree, Algorithm::recursive}) {
       g.set_algorithm(a);
       Tensor t = make_tensor(DType::f32, inputs(g.rank(), n, ReduceOp::sum));
       g.all_reduce(t).wait();
@@ -70,7 +70,7 @@ TEST(LocalCollectives, LargeNativeAllReduceOnUnalignedBuffers) {
 
 TEST(LocalCollectives, HalfPrecisionAccumulatesInF32) {
   // 256 + 1 + 1: rounding to bf16 after each addition gives 256; one f32 sum gives 258.
-  for (Algorithm a : {Algorithm::native, Algorithm::ring, Algorithm::tree}) {
+  for (Algorithm a : {Algorithm::native, Algorithm::ring, Algorithm::tree, Algorithm::recursive}) {
     CommOptions o;
     o.algorithm = a;
     run_local(3, [a](ProcessGroup& g) {

@@ -31,7 +31,7 @@ TEST(MpiCollectives, LargeMessagesAllAlgorithms) {
   ProcessGroup& g = *g_world;
   const int n = g.size();
   const int64_t count = 300007;  // ~1.2 MB of f32, 293 chunks of 1 KiB per ring segment
-  for (Algorithm a : {Algorithm::native, Algorithm::ring, Algorithm::tree}) {
+  for (Algorithm a : {Algorithm::native, Algorithm::ring, Algorithm::tree, Algorithm::recursive}) {
     g.set_algorithm(a);
     Tensor t = make_tensor(DType::f32, inputs(g.rank(), count, ReduceOp::sum));
     g.all_reduce(t).wait();

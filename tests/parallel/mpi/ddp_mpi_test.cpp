@@ -44,6 +44,41 @@ TEST(DDPMpi, NoSyncAccumulation) {
   check_equivalent(EquivCase{.batch = 24, .accum = 2, .ddp = {.bucket_cap_mb = cap_mib(37), .first_bucket_mb = cap_mib(11)}});
 }
 
+TEST(DDPMpi, CountedBytesAcrossTheBucketRebuild) {
+  // On the ring (bytes counted message by message), every synchronized step all-reduces
+  // each gradient element once: 2(N-1) x 4Ψ bytes over all ranks, before and after the
+  // first step rebuilds the buckets in backward's order, which for the GPT moves slots.
+  comm::ProcessGroup& g = *g_world;
+  const comm::Algorithm saved = g.algorithm();
+  g.set_algorithm(comm::Algorithm::ring);
+  auto model = make_model("gpt", kModelSeed);
+  auto ddp = parallel::apply_ddp(model, g, {.bucket_cap_mb = cap_mib(100), .first_bucket_mb = cap_mib(30)});
+  auto opt = make_optimizer("adam", *model);
+  auto offsets = [&] {
+    std::vector<int64_t> o;
+    for (const auto& slot : ddp->reducer().plan().slots) o.push_back(slot.offset);
+    return o;
+  };
+  const std::vector<int64_t> guessed = offsets();
+  const int64_t psi = model->num_parameters(), n = g.size();
+  for (int step = 0; step < 3; ++step) {
+    auto [x, y] = make_batch("gpt", 2 * n, step);
+    const comm::OpStats before = g.stats()[comm::OpKind::all_reduce];
+    backward(ddp->forward_with([&] { return batch_loss(*model, ops::narrow(x, 0, 2 * g.rank(), 2),
+                                                       ops::narrow(y, 0, 2 * g.rank(), 2)); }));
+    ddp->finalize();
+    const comm::OpStats after = g.stats()[comm::OpKind::all_reduce];
+    const int64_t mine = after.bytes_sent - before.bytes_sent;
+    EXPECT_EQ(after.bytes_modelled - before.bytes_modelled, 0) << "step " << step;
+    const double total = rank_mean(g, double(mine)) * double(n);
+    EXPECT_EQ(int64_t(total), 2 * (n - 1) * 4 * psi) << "step " << step;
+    opt->step();
+    ddp->zero_grad();
+  }
+  EXPECT_NE(offsets(), guessed) << "the GPT's ready order differs from reverse registration";
+  g.set_algorithm(saved);
+}
+
 TEST(DDPMpi, UnusedParameterIsNamed) {
   // The CNN's classifier is skipped: its parameters never get a gradient.
   comm::ProcessGroup& g = *g_world;
