@@ -106,9 +106,9 @@ struct TrainConfig {
   TrainSection train;
   /// parallel.*: degrees dp (auto) / tp / pp, zero_stage, DDP bucket options, fsdp_prefetch, thread replicas.
   parallel::ParallelConfig parallel;
-  /// comm.*: algorithm native|ring|tree|auto, timeout_s, debug (used by mode ddp).
+  /// comm.*: algorithm native|ring|tree|recursive|auto, timeout_s, debug (every multi-rank layout).
   comm::CommOptions comm;
-  /// comm.backend: auto | mpi | nccl (mode ddp under mpirun; auto = nccl for a CUDA
+  /// comm.backend: auto | mpi | nccl (under mpirun; auto = nccl for a CUDA
   /// run.device, mpi otherwise).
   std::string comm_backend = "auto";
   std::string yaml;

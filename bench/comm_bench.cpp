@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
       else if (a == "--dtype") o.dtype = parse_dtype(value());
       else if (a == "--no-memcpy") o.with_memcpy = false;
       else STRATA_THROW(ConfigError, "unknown flag ", a,
-                        " (--backend local|mpi --op OP --algorithm native|ring|tree|auto --sizes 1K:256M "
+                        " (--backend local|mpi --op OP --algorithm native|ring|tree|recursive|auto --sizes 1K:256M "
                         "--ranks N --iters N --dtype f32 --no-memcpy)");
     }
     if (o.backend == "local") {

@@ -42,8 +42,9 @@ TEST(CommBench, LocalRunProducesOneRowPerSize) {
       EXPECT_GT(rows[i].time_us, 0);
       EXPECT_NEAR(rows[i].busbw, rows[i].algbw * bus_factor(op, 3), 1e-9);
       EXPECT_STREQ(rows[i].bytes_kind(), "counted");  // ring (broadcast: tree) on send/recv
-      if (op == OpKind::all_reduce)  // rank 0 of a 3-rank ring sends 2 x (its 2 segments of a third)
+      if (op == OpKind::all_reduce) {  // rank 0 of a 3-rank ring sends 2 x (its 2 segments of a third)
         EXPECT_EQ(rows[i].bytes_sent, 2 * (2 * rows[i].bytes / 3));
+      }
     }
     const std::string table = format_comm_bench(o, 3, rows);
     EXPECT_NE(table.find("busbw(GB/s)"), std::string::npos);
