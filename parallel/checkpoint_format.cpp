@@ -65,8 +65,18 @@ void check_coverage(const std::vector<PieceRecord>& records, const std::string& 
       fail("piece ", box_str(a->box), in(a), " is outside the global shape ", shape_str(first.shape));
     if (err->kind == TilingError::Kind::overlap)
       fail("pieces overlap: ", box_str(a->box), in(a), " and ", box_str(b->box), in(b));
+    std::string next;  // the piece right after the hole, if any
+    if (err->gap_end < shape_numel(first.shape)) {
+      Box at{std::vector<int64_t>(first.shape.size()), std::vector<int64_t>(first.shape.size(), 1)};
+      for (size_t d = first.shape.size(), rest = size_t(err->gap_end); d-- > 0;) {
+        at.offsets[d] = int64_t(rest % size_t(first.shape[d]));
+        rest /= size_t(first.shape[d]);
+      }
+      for (const PieceRecord* p : stored)
+        if (intersect(p->box, at)) next = " (hole before the piece " + box_str(p->box) + in(p) + ")";
+    }
     fail("elements [", err->gap_begin, ", ", err->gap_end, ") of ", shape_numel(first.shape),
-         " (row-major; global shape ", shape_str(first.shape), ") are in no piece");
+         " (row-major; global shape ", shape_str(first.shape), ") are in no piece", next);
   }
 }
 

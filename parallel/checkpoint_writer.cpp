@@ -112,7 +112,6 @@ void prepare_pieces(const RankPieces& in, const std::string& file, std::vector<P
     int64_t n = 1;
     for (int64_t d : shape) STRATA_CHECK(d >= 0 && !__builtin_mul_overflow(n, d, &n), what, ": invalid global shape ", shape_str(shape));
     STRATA_CHECK(data.defined(), what, ": data is undefined (pass a 0-element tensor for an empty piece)");
-    STRATA_CHECK(data.device().is_cpu(), what, ": data must be a CPU tensor, got ", data.str());
     STRATA_CHECK(data.numel() == numel, what, ": data has ", data.numel(), " elements (", data.str(), "), expected ", numel);
   };
   for (const ShardPiece& p : in.ranges) {
@@ -133,7 +132,8 @@ void prepare_pieces(const RankPieces& in, const std::string& file, std::vector<P
     const std::string what = strata::detail::str_cat("[save checkpoint] tensor '", p.name, "' box ", box_str(p.box));
     STRATA_CHECK(box_inside(p.box, p.global_shape), what, ": outside the global shape ", shape_str(p.global_shape));
     check_common(what, p.name, p.global_shape, p.data, p.box.numel());
-    add(p.name, p.global_shape, p.box, p.data, !p.box.empty());
+    // A whole empty tensor is stored too, so a one-file checkpoint lists every tensor.
+    add(p.name, p.global_shape, p.box, p.data, !p.box.empty() || p.box == whole_box(p.global_shape));
   }
 }
 

@@ -14,7 +14,7 @@
 namespace strata::parallel {
 
 /// Elements [begin, end) of the row-major flattening of the global tensor `name` (global
-/// shape `global_shape`). `data` is a CPU tensor of end - begin elements in any dtype (1-D;
+/// shape `global_shape`). `data` is a tensor of end - begin elements in any dtype (1-D;
 /// another shape with that many elements is flattened, non-contiguous data is copied). A
 /// zero-length piece only declares the tensor (name, shape, dtype): it is not stored,
 /// which lets a rank whose shard of a tensor is empty still name it. Saved as at most
@@ -28,8 +28,9 @@ struct ShardPiece {
 };
 
 /// The box `box` of the global tensor `name` (e.g. a tensor-parallel shard). `data` is a
-/// CPU tensor of box.numel() elements (its shape is normally box.lengths; any shape with
-/// that many elements is read in row-major order). An empty box only declares the tensor.
+/// tensor of box.numel() elements (its shape is normally box.lengths; any shape with
+/// that many elements is read in row-major order). An empty box only declares the tensor
+/// (except the whole box of a 0-element tensor, which is stored).
 struct BoxPiece {
   std::string name;
   Shape global_shape;
@@ -38,6 +39,7 @@ struct BoxPiece {
 };
 
 /// What one rank contributes: pieces in either form (both may name the same tensor).
+/// Data on a GPU is copied to the host when the file is written.
 struct RankPieces {
   std::vector<ShardPiece> ranges;
   std::vector<BoxPiece> boxes;
