@@ -510,7 +510,8 @@ TEST_F(ShardedCheckpointTest, ReaderSurvivesReplacementOfItsDirectory) {
 // ---------------------------------------------------------------- artifacts for ctest
 
 // With STRATA_CKPT_E2E_DIR set (tests/ckpt.cmake), writes a 3-rank checkpoint, its
-// library consolidation and the expected values as JSON, for the CLI and Python checks.
+// library consolidation, a single-process checkpoint of the same tensors and the expected
+// values as JSON, for the CLI and Python checks.
 TEST(ShardedCheckpointE2E, WritesArtifacts) {
   const char* env = std::getenv("STRATA_CKPT_E2E_DIR");
   if (!env) GTEST_SKIP() << "STRATA_CKPT_E2E_DIR not set (run through ctest ckpt_e2e_write)";
@@ -523,6 +524,9 @@ TEST(ShardedCheckpointE2E, WritesArtifacts) {
   t.emplace_back("counts", i32);
   save(dir + "/ckpt", t, 3, Layout::zero_flat);
   consolidate(dir + "/ckpt", dir + "/library.safetensors");
+  RankPieces whole;  // the same tensors from one process: its shard file is a plain safetensors file
+  for (const auto& [name, v] : t) whole.boxes.push_back({name, v.shape(), whole_box(v.shape()), v});
+  save_single(dir + "/single", whole, {}, {{"step", 17}});
   nlohmann::json want = nlohmann::json::object();
   for (const auto& [name, v] : t) {
     nlohmann::json values = nlohmann::json::array();
