@@ -2,6 +2,7 @@
 #include "parallel/checkpoint_format.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 
 namespace strata::parallel::detail {
@@ -35,7 +36,14 @@ std::string piece_key(const std::string& name, const Box& box, const Shape& shap
   return k;
 }
 
-std::string piece_key_v1(const std::string& name, int64_t begin) { return name + "@" + std::to_string(begin); }
+std::string strip_slashes(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+std::string join(const std::string& dir, const std::string& name) {
+  return (std::filesystem::path(dir) / name).string();
+}
 
 void check_coverage(const std::vector<PieceRecord>& records, const std::string& where) {
   std::map<std::string, std::vector<const PieceRecord*>> by_name;

@@ -41,8 +41,10 @@ std::string shard_file_name(int rank, int world);
 /// Key of a stored piece inside its shard file: the plain tensor name when the box is the
 /// whole tensor, else "<name>@<o0>:<e0>,<o1>:<e1>..." (half-open bounds per dimension).
 std::string piece_key(const std::string& name, const Box& box, const Shape& shape);
-/// Key of a v1 flat piece: "<name>@<begin>".
-std::string piece_key_v1(const std::string& name, int64_t begin);
+/// `dir` without trailing slashes ("/" stays).
+std::string strip_slashes(std::string dir);
+/// dir / name.
+std::string join(const std::string& dir, const std::string& name);
 
 /// One entry of the coverage check: where a piece of a tensor lives. A record without a
 /// file only declares the tensor (name, dtype, shape): it is not stored.

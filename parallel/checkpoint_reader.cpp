@@ -14,6 +14,9 @@ namespace strata::parallel {
 namespace fs = std::filesystem;
 namespace {
 
+using detail::join;
+using detail::strip_slashes;
+
 using ojson = nlohmann::ordered_json;
 using detail::PieceRecord;
 
@@ -30,13 +33,6 @@ bool parse_dtype_name(const std::string& s, DType* out) {
     }
   return false;
 }
-
-std::string strip_slashes(std::string d) {
-  while (d.size() > 1 && d.back() == '/') d.pop_back();
-  return d;
-}
-
-std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
 MeshDims default_mesh(int world) { return {{"pp", 1}, {"dp", world}, {"tp", 1}}; }
 

@@ -16,14 +16,10 @@ namespace strata::parallel {
 namespace fs = std::filesystem;
 namespace {
 
+using detail::join;
+using detail::strip_slashes;
+
 using detail::PieceRecord;
-
-std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
-
-std::string strip_slashes(std::string d) {
-  while (d.size() > 1 && d.back() == '/') d.pop_back();
-  return d;
-}
 
 // Every rank's bytes on every rank: lengths first, then one all_gather padded to the max.
 std::vector<std::string> all_gather_bytes(comm::ProcessGroup* group, const std::string& mine) {
