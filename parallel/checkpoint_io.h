@@ -6,7 +6,8 @@
 
 #include "nn/module.h"
 #include "optim/optimizer.h"
-#include "parallel/sharded_checkpoint.h"
+#include "parallel/checkpoint_reader.h"
+#include "parallel/checkpoint_writer.h"
 #include "parallel/zero.h"
 
 namespace strata::parallel {

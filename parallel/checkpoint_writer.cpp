@@ -112,9 +112,9 @@ void prepare_pieces(const RankPieces& in, const std::string& file, std::vector<P
   };
   for (const ShardPiece& p : in.ranges) {
     const std::string what = strata::detail::str_cat("[save checkpoint] tensor '", p.name, "' piece [", p.begin, ", ", p.end, ")");
+    check_common(what, p.name, p.global_shape, p.data, p.end - p.begin);
     STRATA_CHECK(0 <= p.begin && p.begin <= p.end && p.end <= shape_numel(p.global_shape), what,
                  ": range outside [0, ", shape_numel(p.global_shape), ") of global shape ", shape_str(p.global_shape));
-    check_common(what, p.name, p.global_shape, p.data, p.end - p.begin);
     if (p.begin == p.end) {  // a declaration
       add(p.name, p.global_shape, Box{std::vector<int64_t>(p.global_shape.size(), 0),
                                       std::vector<int64_t>(p.global_shape.size(), 0)}, p.data, false);
