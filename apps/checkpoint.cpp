@@ -1,10 +1,12 @@
-// Checkpoint directories: atomic write (tmp dir + rename), validated read.
+// Training checkpoints over parallel/'s one save and load path: the training state in the
+// index meta, LATEST pointers, whole-tensor reads for eval / sample / resume.
 #include "apps/checkpoint.h"
 
 #include <filesystem>
 #include <map>
 #include <set>
 
+#include "parallel/checkpoint_io.h"
 #include "tensor/file_io.h"
 
 namespace strata::apps {
@@ -80,75 +82,34 @@ TrainingState parse_training_state(const std::string& text, const std::string& f
   return st;
 }
 
+nlohmann::json training_meta(const std::vector<std::string>& model_tensors, const nlohmann::json& optimizer_scalars,
+                             const TrainingState& st) {
+  nlohmann::json state = training_state_to_json(st);
+  state["optimizer"] = optimizer_scalars;
+  return {{kMetaTrainingState, state}, {parallel::kOptimizerMetaKey, optimizer_scalars}, {kMetaModelTensors, model_tensors}};
+}
+
 void save_checkpoint(const std::string& dir, const NamedTensors& model_state, const optim::OptimizerState& opt,
                      const TrainingState& st) {
-  const fs::path final_dir(dir);
-  const fs::path tmp = fs::path(dir + ".tmp");
-  const fs::path old = fs::path(dir + ".old");
-  try {
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-  } catch (const fs::filesystem_error& e) {
-    STRATA_THROW(DataError, "cannot create checkpoint directory '", tmp.string(), "': ", e.code().message());
-  }
-  nlohmann::json j = training_state_to_json(st);
-  j["optimizer"] = opt.scalars;
-  save_safetensors(join(tmp.string(), kModelFile), model_state, {{"format", "pt"}});
-  save_safetensors(join(tmp.string(), kOptimizerFile), opt.tensors);
-  write_file_atomic(join(tmp.string(), kStateFile), j.dump(2) + "\n");
-  fsync_dir(tmp.string());
-  try {
-    if (fs::exists(final_dir)) {
-      fs::remove_all(old);
-      fs::rename(final_dir, old);
-      fs::rename(tmp, final_dir);
-      fs::remove_all(old);
-    } else {
-      fs::rename(tmp, final_dir);
-    }
-  } catch (const fs::filesystem_error& e) {
-    STRATA_THROW(DataError, "cannot move checkpoint '", tmp.string(), "' to '", dir, "': ", e.code().message());
-  }
-  fsync_dir(final_dir.parent_path().string());
+  parallel::RankPieces pieces;
+  std::vector<std::string> names;
+  for (const NamedTensors* list : {&model_state, &opt.tensors})
+    for (const auto& [n, t] : *list) pieces.boxes.push_back({n, t.shape(), parallel::whole_box(t.shape()), t});
+  for (const auto& [n, t] : model_state) names.push_back(n);
+  parallel::save_single(dir, pieces, {}, training_meta(names, opt.scalars, st));
 }
 
 void save_sharded_checkpoint(const std::string& dir, comm::ProcessGroup& group,
                              const std::vector<parallel::ShardPiece>& pieces, int zero_stage,
                              const std::vector<std::string>& model_tensors, const nlohmann::json& optimizer_scalars,
                              const TrainingState& st) {
-  nlohmann::json state = training_state_to_json(st);
-  state["optimizer"] = optimizer_scalars;
-  const nlohmann::json meta = {{"training_state", state}, {"optimizer", optimizer_scalars}, {"model_tensors", model_tensors}};
-  parallel::save_sharded(dir, group, pieces, zero_stage, meta);
+  parallel::save_sharded(dir, group, parallel::RankPieces{pieces, {}}, {{}, zero_stage},
+                         training_meta(model_tensors, optimizer_scalars, st));
 }
 
 namespace {
 bool is_checkpoint_dir(const fs::path& p) {
-  return fs::exists(p / kStateFile) || fs::exists(p / parallel::kShardedIndexFile);
-}
-
-// A sharded checkpoint read whole.
-Checkpoint read_sharded(const std::string& dir, bool with_optimizer) {
-  Checkpoint ck;
-  ck.dir = dir;
-  parallel::ShardedCheckpointReader r(dir);
-  const std::string index = join(dir, parallel::kShardedIndexFile);
-  const nlohmann::json& meta = r.meta();
-  if (!meta.is_object() || !meta.contains("training_state") || !meta.contains("model_tensors"))
-    STRATA_THROW(DataError, "checkpoint '", index, "': not a strata training checkpoint (meta lacks training_state / "
-                            "model_tensors)");
-  ck.state = parse_training_state(meta["training_state"].dump(), index);
-  std::set<std::string> model_names;
-  for (const auto& n : meta["model_tensors"]) model_names.insert(n.get<std::string>());
-  for (const std::string& n : r.names()) {
-    if (model_names.count(n))
-      ck.model.emplace_back(n, r.read_full(n));
-    else if (with_optimizer)
-      ck.optimizer.emplace_back(n, r.read_full(n));
-  }
-  for (const auto& n : model_names)
-    if (!r.contains(n)) STRATA_THROW(DataError, "checkpoint '", index, "': model tensor '", n, "' has no pieces");
-  return ck;
+  return fs::exists(p / parallel::kIndexFile) || fs::exists(p / kStateFile);
 }
 }  // namespace
 
@@ -162,21 +123,49 @@ std::string resolve_checkpoint_dir(const std::string& path) {
     const fs::path dir = latest.parent_path() / name;
     if (name.empty() || !is_checkpoint_dir(dir))
       STRATA_THROW(DataError, "checkpoint pointer '", latest.string(), "' names '", name,
-                   "', which is not a checkpoint directory (no ", kStateFile, ")");
+                   "', which is not a checkpoint directory (no ", parallel::kIndexFile, ")");
     return dir.string();
   }
   if (!fs::exists(p)) STRATA_THROW(DataError, "checkpoint '", path, "' does not exist");
-  STRATA_THROW(DataError, "'", path, "' is not a checkpoint directory: missing '", join(path, kStateFile), "'");
+  STRATA_THROW(DataError, "'", path, "' is not a checkpoint directory: missing '", join(path, parallel::kIndexFile),
+               "' (and no checkpoints/", kLatestFile, ")");
+}
+
+Checkpoint open_checkpoint(const std::string& path) {
+  Checkpoint ck;
+  ck.dir = resolve_checkpoint_dir(path);
+  auto reader = std::make_shared<parallel::CheckpointReader>(ck.dir);
+  ck.state_file = reader->meta_file();
+  const nlohmann::json& meta = reader->meta();
+  if (!meta.is_object() || !meta.contains(kMetaTrainingState) || !meta.contains(kMetaModelTensors) ||
+      !meta[kMetaModelTensors].is_array())
+    STRATA_THROW(DataError, "checkpoint '", ck.state_file, "': not a strata training checkpoint (meta lacks ",
+                 kMetaTrainingState, " / ", kMetaModelTensors, ")");
+  ck.state = parse_training_state(meta[kMetaTrainingState].dump(), ck.state_file);
+  for (const auto& n : meta[kMetaModelTensors])
+    if (!n.is_string() || !reader->contains(n.get<std::string>()))
+      STRATA_THROW(DataError, "checkpoint '", ck.state_file, "': model tensor ", n.dump(), " has no pieces");
+  const bool v1_plain = ck.state_file == join(ck.dir, kStateFile);
+  const std::string one = reader->files().size() == 1 ? reader->files()[0] : join(ck.dir, parallel::kIndexFile);
+  ck.model_file = v1_plain ? join(ck.dir, kModelFile) : one;
+  ck.optimizer_file = v1_plain ? join(ck.dir, kOptimizerFile) : one;
+  ck.reader = std::move(reader);
+  return ck;
 }
 
 Checkpoint read_checkpoint(const std::string& path, bool with_optimizer) {
-  Checkpoint ck;
-  ck.dir = resolve_checkpoint_dir(path);
-  if (fs::exists(fs::path(ck.dir) / parallel::kShardedIndexFile)) return read_sharded(ck.dir, with_optimizer);
-  const std::string state_file = join(ck.dir, kStateFile);
-  ck.state = parse_training_state(read_file_text(state_file), state_file);
-  ck.model = load_safetensors(join(ck.dir, kModelFile));
-  if (with_optimizer) ck.optimizer = load_safetensors(join(ck.dir, kOptimizerFile));
+  Checkpoint ck = open_checkpoint(path);
+  std::set<std::string> model_names;
+  for (const auto& n : ck.reader->meta()[kMetaModelTensors]) model_names.insert(n.get<std::string>());
+  for (const std::string& n : ck.reader->names()) {
+    if (model_names.count(n))
+      ck.model.emplace_back(n, ck.reader->read_full(n));
+    else if (with_optimizer)
+      ck.optimizer.emplace_back(n, ck.reader->read_full(n));
+  }
+  if (with_optimizer && ck.reader->version() == 1 && ck.model_file != ck.optimizer_file &&
+      !fs::exists(ck.optimizer_file))
+    STRATA_THROW(DataError, "checkpoint '", ck.optimizer_file, "' is missing (needed to resume the optimizer)");
   return ck;
 }
 
@@ -206,13 +195,13 @@ void check_tensors_match(const std::string& file, const NamedTensors& ckpt, cons
 }
 
 void load_into(const Checkpoint& ck, nn::Module& model, optim::Optimizer* opt) {
-  const std::string model_file = join(ck.dir, kModelFile);
+  const std::string& model_file = ck.model_file.empty() ? ck.dir : ck.model_file;
   check_tensors_match(model_file, ck.model, model.state_dict());
   if (opt) {
     try {
       opt->load_state_dict(optim::OptimizerState{ck.state.optimizer, ck.optimizer});
     } catch (const Error& e) {
-      STRATA_THROW(DataError, "checkpoint '", join(ck.dir, kOptimizerFile), "': ", e.what());
+      STRATA_THROW(DataError, "checkpoint '", ck.optimizer_file.empty() ? ck.dir : ck.optimizer_file, "': ", e.what());
     }
   }
   try {

@@ -1,8 +1,7 @@
-// Training checkpoints: a directory holding model.safetensors (weights, readable by
-// Python's safetensors), optimizer.safetensors (state tensors) and state.json (step,
-// loader position, RNG states, optimizer scalars, config echo). Written as
-// "<dir>.tmp" and renamed, so a crash never leaves a half checkpoint; read fully and
-// validated before anything in the model or optimizer is touched.
+// Training checkpoints: thin wrappers over the one checkpoint path of parallel/
+// (format v2: index.json + one safetensors file per writing rank, committed atomically),
+// with the training state (step, loader position, RNG states, optimizer scalars, config
+// echo) in the index meta. Reads any version and validates before anything is touched.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -12,15 +11,24 @@
 
 #include "nn/module.h"
 #include "optim/optimizer.h"
-#include "parallel/sharded_checkpoint.h"
+#include <memory>
+
+#include "parallel/checkpoint_reader.h"
+#include "parallel/checkpoint_writer.h"
 #include "tensor/safetensors.h"
 
 namespace strata::apps {
 
-inline constexpr const char* kModelFile = "model.safetensors";
-inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
-inline constexpr const char* kStateFile = "state.json";
+/// The files of a version 1 single-process checkpoint (still read, no longer written).
+inline constexpr const char* kModelFile = parallel::kV1ModelFile;
+inline constexpr const char* kOptimizerFile = parallel::kV1OptimizerFile;
+inline constexpr const char* kStateFile = parallel::kV1StateFile;
 inline constexpr const char* kLatestFile = "LATEST";  // in <run.dir>/checkpoints: name of the newest
+/// Keys of the index meta of a training checkpoint: the TrainingState (state.json's
+/// content in v1), the optimizer scalars, and the names that are model weights (the other
+/// tensors are optimizer state, "<kind>.<param>").
+inline constexpr const char* kMetaTrainingState = "training_state";
+inline constexpr const char* kMetaModelTensors = "model_tensors";
 
 /// Everything beside the tensors that a bit-exact resume needs.
 struct TrainingState {
@@ -38,33 +46,45 @@ struct TrainingState {
 /// A checkpoint read from disk and validated as files (not yet against a model).
 struct Checkpoint {
   std::string dir;
-  NamedTensors model;
-  NamedTensors optimizer;  // empty when the file is absent and not required
+  NamedTensors model;      // read whole by read_checkpoint(); empty after open_checkpoint()
+  NamedTensors optimizer;  // empty unless asked for
   TrainingState state;
+  std::string state_file;      // where `state` came from (index.json, or a v1 state.json)
+  std::string model_file;      // the file to name for weights (the one shard file, a v1
+                               // model.safetensors, else index.json)
+  std::string optimizer_file;  // likewise for optimizer state
+  /// The open checkpoint, for reading ranges or boxes of any tensor (e.g. a rank's shard).
+  std::shared_ptr<const parallel::CheckpointReader> reader;
 };
 
-/// Writes `dir` atomically (via "<dir>.tmp", replacing an existing `dir`).
+/// Writes `dir` atomically by this process alone (parallel::save_single: one shard file,
+/// an ordinary safetensors file of the model and optimizer tensors under their names).
+/// Single process and DDP (rank 0 owns the replicated tensors) call it on one rank.
 void save_checkpoint(const std::string& dir, const NamedTensors& model_state, const optim::OptimizerState& opt,
                      const TrainingState& st);
 
-/// Sharded form (ZeRO): save_sharded's directory (index.json + one safetensors file per
-/// rank, written atomically by rank 0 after every rank's file is in). The index meta holds
-/// "training_state" (state.json's content), "optimizer" (the optimizer scalars) and
-/// "model_tensors" (the names that are model weights; the others are optimizer state,
-/// "<kind>.<param>"). Collective over `group`; every rank passes its own pieces.
+/// Every rank's pieces (ZeRO) through parallel::save_sharded. Collective over `group`;
+/// every rank passes its own pieces. The index meta is as save_checkpoint's.
 void save_sharded_checkpoint(const std::string& dir, comm::ProcessGroup& group,
                              const std::vector<parallel::ShardPiece>& pieces, int zero_stage,
                              const std::vector<std::string>& model_tensors, const nlohmann::json& optimizer_scalars,
                              const TrainingState& st);
 
-/// `path` itself when it holds state.json (or index.json: a sharded checkpoint), else the checkpoint named by
-/// <path>/LATEST or <path>/checkpoints/LATEST (so a run dir works). DataError otherwise.
+/// The index meta of a training checkpoint (keys above).
+nlohmann::json training_meta(const std::vector<std::string>& model_tensors, const nlohmann::json& optimizer_scalars,
+                             const TrainingState& st);
+
+/// `path` itself when it holds index.json (or a v1 state.json), else the checkpoint named
+/// by <path>/LATEST or <path>/checkpoints/LATEST (so a run dir works). DataError otherwise.
 std::string resolve_checkpoint_dir(const std::string& path);
 
-/// Reads state.json and model.safetensors (and optimizer.safetensors when
-/// `with_optimizer`), validating every file. DataError names the file (and tensor).
-/// A sharded checkpoint is read whole (every tensor at its global shape), so eval,
-/// sample and single-process resume take either form.
+/// Opens the checkpoint at `path` (resolve_checkpoint_dir; any version), validates its
+/// files and parses the training state, reading no tensor. DataError names the file.
+Checkpoint open_checkpoint(const std::string& path);
+
+/// open_checkpoint, then every model tensor (and every optimizer tensor when
+/// `with_optimizer`) read whole at its global shape, so eval, sample and single-process
+/// resume take a checkpoint of any layout.
 Checkpoint read_checkpoint(const std::string& path, bool with_optimizer);
 
 /// Checks that `ckpt` (from `file`) has exactly the tensors of `expected` with the same

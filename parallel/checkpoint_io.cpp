@@ -1,4 +1,4 @@
-// Sharded-checkpoint glue for unsharded and ZeRO layouts (see checkpoint_io.h).
+// Checkpoint glue for unsharded and ZeRO layouts (see checkpoint_io.h).
 #include "parallel/checkpoint_io.h"
 
 #include "tensor/ops.h"
@@ -7,7 +7,7 @@ namespace strata::parallel {
 namespace {
 
 // DataError unless `ck` holds `name` with `shape` and `dtype`.
-void expect_tensor(const ShardedCheckpointReader& ck, const std::string& name, const Shape& shape, DType dtype) {
+void expect_tensor(const CheckpointReader& ck, const std::string& name, const Shape& shape, DType dtype) {
   if (!ck.contains(name))
     STRATA_THROW(DataError, "checkpoint '", ck.dir(), "': tensor '", name, "' is missing (the model has it)");
   if (ck.global_shape(name) != shape || ck.dtype(name) != dtype)
@@ -15,7 +15,7 @@ void expect_tensor(const ShardedCheckpointReader& ck, const std::string& name, c
                  shape_str(ck.global_shape(name)), " but the model expects ", dtype_name(dtype), " ", shape_str(shape));
 }
 
-const nlohmann::json& optimizer_meta(const ShardedCheckpointReader& ck) {
+const nlohmann::json& optimizer_meta(const CheckpointReader& ck) {
   if (!ck.meta().contains(kOptimizerMetaKey))
     STRATA_THROW(DataError, "checkpoint '", ck.dir(), "': index meta has no '", kOptimizerMetaKey,
                  "' entry (saved without optimizer state)");
@@ -35,7 +35,7 @@ std::vector<ShardPiece> replicated_pieces(const nn::Module& model, const optim::
   return out;
 }
 
-void load_replicated(const ShardedCheckpointReader& ck, nn::Module& model, optim::Optimizer* opt) {
+void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt) {
   nn::NamedTensors sd;
   for (const auto& [n, t] : model.state_dict()) {
     expect_tensor(ck, n, t.shape(), t.dtype());
@@ -56,7 +56,7 @@ void load_replicated(const ShardedCheckpointReader& ck, nn::Module& model, optim
   if (opt) opt->load_state_dict(st);
 }
 
-void load_zero(const ShardedCheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer) {
+void load_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer) {
   // Check every name, shape and dtype up front (full shapes from the module).
   const nn::NamedTensors sd = zero.module().state_dict();
   for (const auto& [n, t] : sd) expect_tensor(ck, n, t.shape(), t.dtype());

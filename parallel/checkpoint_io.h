@@ -6,7 +6,8 @@
 
 #include "nn/module.h"
 #include "optim/optimizer.h"
-#include "parallel/sharded_checkpoint.h"
+#include "parallel/checkpoint_reader.h"
+#include "parallel/checkpoint_writer.h"
 #include "parallel/zero.h"
 
 namespace strata::parallel {
@@ -22,10 +23,10 @@ std::vector<ShardPiece> replicated_pieces(const nn::Module& model, const optim::
 /// tensors and meta[kOptimizerMetaKey]) from a checkpoint of any layout into an unsharded
 /// model. Every tensor is read and checked against the model first (DataError naming the
 /// checkpoint and tensor: missing, wrong shape or dtype); nothing changes on error.
-void load_replicated(const ShardedCheckpointReader& ck, nn::Module& model, optim::Optimizer* opt);
+void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt);
 
 /// Loads a checkpoint of any layout into a ZeRO-wrapped model (collective; see
 /// ZeroDataParallel::load_state). The same checks as load_replicated first.
-void load_zero(const ShardedCheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer);
+void load_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer);
 
 }  // namespace strata::parallel

@@ -1,5 +1,5 @@
-// Atomic file writes (tmp + fsync + rename) and whole-file reads with errors that
-// name the file.
+// Atomic file writes (tmp + fsync + rename), atomic directory commits (tmp dir +
+// renameat2 exchange) and whole-file reads with errors that name the file.
 #include "tensor/file_io.h"
 
 #include <fcntl.h>
@@ -7,26 +7,23 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
 
 namespace strata {
+namespace fs = std::filesystem;
 namespace {
 
 std::string errno_str() { return std::strerror(errno); }
 
-void write_all(int fd, const uint8_t* p, size_t n, const std::string& tmp) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      STRATA_THROW(DataError, "cannot write '", tmp, "': ", errno_str());
-    }
-    p += w;
-    n -= size_t(w);
-  }
+std::string parent_of(const std::string& path) { return fs::path(path).parent_path().string(); }
+
+void remove_quietly(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
 }
 
 }  // namespace
@@ -38,28 +35,45 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
+AtomicFileWriter::AtomicFileWriter(const std::string& path)
+    : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) STRATA_THROW(DataError, "cannot create '", tmp_, "': ", errno_str());
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t n) {
+  STRATA_CHECK(fd_ >= 0, "[AtomicFileWriter] '", path_, "': write after commit");
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) STRATA_THROW(DataError, "cannot write '", tmp_, "': ", errno_str());
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  STRATA_CHECK(fd_ >= 0, "[AtomicFileWriter] '", path_, "': committed twice");
+  if (::fsync(fd_) != 0) STRATA_THROW(DataError, "cannot fsync '", tmp_, "': ", errno_str());
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0) STRATA_THROW(DataError, "cannot close '", tmp_, "': ", errno_str());
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+    STRATA_THROW(DataError, "cannot rename '", tmp_, "' to '", path_, "': ", errno_str());
+  committed_ = true;
+  fsync_dir(parent_of(path_));
+}
+
 void write_file_atomic(const std::string& path, const std::vector<std::span<const uint8_t>>& parts) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) STRATA_THROW(DataError, "cannot create '", tmp, "': ", errno_str());
-  try {
-    for (const auto& part : parts) write_all(fd, part.data(), part.size(), tmp);
-    if (::fsync(fd) != 0) STRATA_THROW(DataError, "cannot fsync '", tmp, "': ", errno_str());
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    STRATA_THROW(DataError, "cannot close '", tmp, "': ", errno_str());
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = errno_str();
-    ::unlink(tmp.c_str());
-    STRATA_THROW(DataError, "cannot rename '", tmp, "' to '", path, "': ", err);
-  }
-  fsync_dir(std::filesystem::path(path).parent_path().string());
+  AtomicFileWriter w(path);
+  for (const auto& part : parts) w.write(part.data(), part.size());
+  w.commit();
 }
 
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
@@ -68,6 +82,31 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) 
 
 void write_file_atomic(const std::string& path, const std::string& text) {
   write_file_atomic(path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+void commit_dir(const std::string& tmp, const std::string& dir) {
+  fsync_dir(tmp);
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    if (::rename(tmp.c_str(), dir.c_str()) != 0)
+      STRATA_THROW(DataError, "cannot rename '", tmp, "' to '", dir, "': ", errno_str());
+  } else if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    remove_quietly(tmp);  // now holds the replaced directory
+  } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+    const std::string old = dir + ".old";
+    remove_quietly(old);
+    if (::rename(dir.c_str(), old.c_str()) != 0)
+      STRATA_THROW(DataError, "cannot move the old '", dir, "' aside: ", errno_str());
+    if (::rename(tmp.c_str(), dir.c_str()) != 0) {
+      const std::string err = errno_str();
+      (void)::rename(old.c_str(), dir.c_str());
+      STRATA_THROW(DataError, "cannot rename '", tmp, "' to '", dir, "': ", err);
+    }
+    remove_quietly(old);
+  } else {
+    STRATA_THROW(DataError, "cannot replace '", dir, "' with '", tmp, "': ", errno_str());
+  }
+  fsync_dir(parent_of(dir));
 }
 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {

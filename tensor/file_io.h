@@ -1,5 +1,6 @@
-// Whole-file I/O with crash safety: writers never leave a half-written file behind
-// (write "<path>.tmp.<pid>", fsync, rename), readers report the file they failed on.
+// Whole-file I/O with crash safety, the one atomic-commit helper of strata: files are
+// written as "<path>.tmp.<pid>", fsync'ed and renamed; checkpoint directories are
+// filled as "<dir>.tmp" and swapped into place. Readers report the file they failed on.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -8,15 +9,42 @@
 
 namespace strata {
 
-/// Writes `bytes` to `path` atomically: the data goes to "<path>.tmp.<pid>", is
-/// fsync'ed, then renamed over `path` (and the directory is fsync'ed). On any failure
-/// the temporary file is removed and DataError names the path. Not thread-safe for
+/// A file written in pieces and published atomically: bytes go to "<path>.tmp.<pid>";
+/// commit() fsyncs, closes and renames it over `path` (then fsyncs the directory). If
+/// the writer is destroyed uncommitted (an exception on the way), the temporary file is
+/// removed and `path` is untouched. DataError naming the file on any I/O failure.
+/// Move-less, single-threaded.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::string& path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  void write(const void* data, size_t n);
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+/// Writes `bytes` to `path` atomically (AtomicFileWriter). Not thread-safe for
 /// concurrent writers of the same path within one process.
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 /// Convenience overload for text (JSON, YAML).
 void write_file_atomic(const std::string& path, const std::string& text);
 /// Several buffers written back to back into one file, atomically (avoids a concat copy).
 void write_file_atomic(const std::string& path, const std::vector<std::span<const uint8_t>>& parts);
+
+/// Publishes the finished directory `tmp` as `dir` (same parent filesystem): a plain
+/// rename when `dir` does not exist; else an atomic exchange of the two names
+/// (renameat2 RENAME_EXCHANGE) followed by removing the old contents, or, where the
+/// filesystem cannot exchange, `dir` -> "<dir>.old", `tmp` -> `dir`, remove the old one
+/// (restoring `dir` if the second rename fails). fsyncs `tmp` before and the parent
+/// after. DataError naming both paths on failure; `dir` is then the old or the new
+/// checkpoint, never a mix.
+void commit_dir(const std::string& tmp, const std::string& dir);
 
 /// Reads the whole file; DataError naming the path if it is missing or unreadable.
 std::vector<uint8_t> read_file_bytes(const std::string& path);

@@ -1,10 +1,13 @@
 # Sharded checkpoints end to end. Included by tests/CMakeLists.txt it registers:
 #   ckpt_e2e_write        the gtest ShardedCheckpointE2E.WritesArtifacts writes a 3-rank
-#                         checkpoint, its library consolidation and expected.json (fixture)
+#                         checkpoint, its library consolidation, a single-process checkpoint
+#                         and expected.json (fixture)
 #   ckpt_cli_consolidate  `strata ckpt consolidate` equals the library's file byte for byte;
-#                         a damaged checkpoint exits 1 naming the file and tensor (label e2e)
-#   ckpt_python_check     tools/check_consolidated.py loads the consolidated file with Python
-#                         (the safetensors package when installed) and compares exactly
+#                         a damaged checkpoint exits 1 naming the file and tensor; a
+#                         single-process checkpoint is said to be one file already (label e2e)
+#   ckpt_python_check     tools/check_consolidated.py loads the consolidated file and the
+#                         single-process checkpoint's shard file with Python (the safetensors
+#                         package when installed) and compares exactly
 # Run as `cmake -DCASE=cli|python ... -P ckpt.cmake` it executes one case.
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
@@ -77,6 +80,13 @@ if(CASE STREQUAL "cli")
     message(FATAL_ERROR "a failed consolidate left ${WORK}/bad.safetensors behind")
   endif()
   strata(2 "" ckpt consolidate --checkpoint ${ckpt})  # --out is required
+
+  # A single-process checkpoint is one plain file already; consolidating it still works.
+  execute_process(COMMAND ${STRATA} ckpt consolidate --checkpoint ${WORK}/single --out ${WORK}/single.safetensors
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "already one safetensors file of whole tensors")
+    message(FATAL_ERROR "ckpt consolidate of a single-process checkpoint: exit ${rc}\n${out}${err}")
+  endif()
 elseif(CASE STREQUAL "python")
   # The first interpreter with the safetensors package, else the first that runs at all.
   set(candidates $ENV{STRATA_PYTHON} ${PYTHON} /usr/bin/python3)
@@ -99,10 +109,12 @@ elseif(CASE STREQUAL "python")
     message("SKIPPED: no python3 interpreter found (tried: ${candidates})")
     return()
   endif()
-  execute_process(COMMAND ${chosen} ${SCRIPT} ${library_file} ${WORK}/expected.json RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${SCRIPT} (${chosen}) failed with exit code ${rc}")
-  endif()
+  foreach(file ${library_file} ${WORK}/single/shard_00000_of_00001.safetensors)
+    execute_process(COMMAND ${chosen} ${SCRIPT} ${file} ${WORK}/expected.json RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "${SCRIPT} (${chosen}) on ${file} failed with exit code ${rc}")
+    endif()
+  endforeach()
 else()
   message(FATAL_ERROR "ckpt.cmake: unknown CASE '${CASE}'")
 endif()

@@ -149,7 +149,7 @@ TEST_F(TrainerTest, MismatchedCheckpointNamesFileAndTensorAndLoadsNothing) {
     FAIL() << "expected DataError";
   } catch (const DataError& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("shard_00000_of_00001.safetensors"), std::string::npos) << msg;  // the one weights file
     EXPECT_NE(msg.find("'net.1.weight'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("f32(32,16) but the model expects f32(48,16)"), std::string::npos) << msg;
   }
@@ -157,14 +157,14 @@ TEST_F(TrainerTest, MismatchedCheckpointNamesFileAndTensorAndLoadsNothing) {
   for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].second.to_vector<float>(), snapshot[i]);
 }
 
-TEST_F(TrainerTest, TruncatedOptimizerFileFailsBeforeTouchingTheModel) {
+TEST_F(TrainerTest, TruncatedCheckpointFileFailsBeforeTouchingTheModel) {
   const std::string run = path("run");
   {
     Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + run, "train.max_steps=3"}), {.verbose = false});
     t.train();
   }
   const std::string ckdir = resolve_checkpoint_dir(run);
-  const std::string opt_file = ckdir + "/optimizer.safetensors";
+  const std::string opt_file = ckdir + "/shard_00000_of_00001.safetensors";  // weights and optimizer state
   fs::resize_file(opt_file, fs::file_size(opt_file) - 7);
   try {
     Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + path("c"), "train.resume=" + run}), {.verbose = false});

@@ -1,7 +1,8 @@
-// Sharded checkpoints on the local backend: saved at world sizes 1-4 with pieces cut at
-// uneven, world-dependent boundaries, read back at every range and consolidated, compared
-// byte for byte with the tensors they came from; every kind of bad piece list or damaged
-// file is a DataError naming the file and tensor that leaves no checkpoint behind.
+// Checkpoints of flat (ZeRO) pieces on the local backend: saved at world sizes 1-4 with
+// pieces cut at uneven, world-dependent boundaries (stored as v2 boxes), read back at every
+// range and consolidated, compared byte for byte with the tensors they came from; every
+// kind of bad piece list or damaged file is a DataError naming the file and tensor that
+// leaves no checkpoint behind.
 #include "parallel/sharded_checkpoint.h"
 #include "tests/temp_dir_fixture.h"
 
@@ -171,34 +172,43 @@ TEST_F(ShardedCheckpointTest, RoundTripEveryRangeAtWorldSizes1To4) {
     }
 }
 
-TEST_F(ShardedCheckpointTest, ShardFilesAreSafetensorsWithOnePieceEach) {
+TEST_F(ShardedCheckpointTest, ShardFilesAreSafetensorsOfBoxes) {
   const NamedTensors want = make_tensors(6);
   save(path("c"), want, 3, Layout::zero_flat);
-  // Independent of the reader: the pieces of every file, put at their offsets, rebuild
-  // each tensor; the index says where.
+  // Independent of the reader: the pieces of every file, put at their boxes, rebuild each
+  // tensor; the index says where. A flat range is stored as at most 2(ndim-1)+1 boxes.
   const nlohmann::json index = nlohmann::json::parse(read_file_text(path("c/index.json")));
-  EXPECT_EQ(index["format"], "strata-sharded-checkpoint");
-  EXPECT_EQ(index["version"], 1);
+  EXPECT_EQ(index["format"], "strata-checkpoint");
+  EXPECT_EQ(index["version"], 2);
   EXPECT_EQ(index["world_size"], 3);
+  EXPECT_EQ(index["zero_stage"], 2);
+  EXPECT_EQ(index["mesh"], (nlohmann::json{{"pp", 1}, {"dp", 3}, {"tp", 1}}));
   EXPECT_EQ(index["files"].size(), 3u);
   for (const auto& [name, t] : want) {
     const auto& e = index["tensors"][name];
     EXPECT_EQ(e["shape"].get<Shape>(), t.shape());
     EXPECT_EQ(e["dtype"], safetensors_dtype_name(t.dtype()));
-    Tensor rebuilt = ops::zeros({t.numel()}, t.dtype());
+    Tensor rebuilt = ops::zeros(t.shape(), t.dtype());
     int64_t covered = 0;
     for (const auto& p : e["pieces"]) {
       const NamedTensors file = load_safetensors(path("c/" + p["file"].get<std::string>()));
       const auto it = std::find_if(file.begin(), file.end(), [&](const auto& kv) { return kv.first == p["key"]; });
       ASSERT_NE(it, file.end()) << p.dump();
-      const int64_t b = p["begin"], en = p["end"];
-      Tensor dst = ops::narrow(rebuilt, 0, b, en - b);
+      const Box box{p["offsets"].get<std::vector<int64_t>>(), p["lengths"].get<std::vector<int64_t>>()};
+      EXPECT_EQ(it->second.shape(), box.lengths) << p.dump();
+      EXPECT_EQ(p["key"] == name, box == whole_box(t.shape())) << p.dump();  // whole pieces keep the plain name
+      Tensor dst = rebuilt;
+      for (size_t d = 0; d < box.ndim(); ++d) dst = ops::narrow(dst, int64_t(d), box.offsets[d], box.lengths[d]);
       ops::copy_(dst, it->second);
-      covered += en - b;
+      covered += box.numel();
     }
     EXPECT_EQ(covered, t.numel()) << name;
     EXPECT_TRUE(same_bytes(rebuilt, t)) << name;
   }
+  // Rank 0's part of layers.0.weight (7, 5) is flat [0, 5): one whole row.
+  const ShardedCheckpointReader rd(path("c"));
+  EXPECT_EQ(rd.mesh(), (MeshDims{{"pp", 1}, {"dp", 3}, {"tp", 1}}));
+  EXPECT_EQ(rd.version(), 2);
 }
 
 TEST_F(ShardedCheckpointTest, ConsolidateEqualsOriginal) {
@@ -293,7 +303,7 @@ TEST_F(ShardedCheckpointTest, CoverageHoleIsDataErrorAndGoodCheckpointSurvives) 
   EXPECT_NE(msg.find("tensor 'layers.0.weight'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("elements [12, 15)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("in no piece"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("shard_00"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("hole before the piece [3:4, 0:3] in 'shard_00002_of_00003.safetensors'"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(dir + ".tmp"));
   const ShardedCheckpointReader rd(dir);  // the earlier checkpoint, untouched
   expect_matches(rd, good, false);
@@ -323,8 +333,8 @@ TEST_F(ShardedCheckpointTest, OverlappingPiecesAreDataError) {
       p.push_back({"layers.0.bias", {13}, 3, 6, ops::narrow(t[1].second, 0, 3, 3)});
     save_sharded(path("c"), g, p, 2, {});
   });
-  EXPECT_NE(msg.find("tensor 'layers.0.bias': pieces overlap: [3, 6) in 'shard_00001_of_00004.safetensors' and "
-                     "[3, 6) in 'shard_00002_of_00004.safetensors'"),
+  EXPECT_NE(msg.find("tensor 'layers.0.bias': pieces overlap: [3:6] in 'shard_00001_of_00004.safetensors' and "
+                     "[3:6] in 'shard_00002_of_00004.safetensors'"),
             std::string::npos)
       << msg;
   EXPECT_FALSE(fs::exists(path("c")));
@@ -364,7 +374,7 @@ TEST_F(ShardedCheckpointTest, BadPieceOnOneRankFailsEveryRank) {
   const std::string z = failed_save<Error>(2, [&](comm::ProcessGroup& g) {
     save_sharded(path("c"), g, cut(t, g.rank(), 2, Layout::zero_flat), g.rank() == 0 ? 1 : 2, {});
   });
-  EXPECT_NE(z.find("disagree on zero_stage"), std::string::npos) << z;
+  EXPECT_NE(z.find("disagree on the layout"), std::string::npos) << z;
   EXPECT_FALSE(fs::exists(path("c")));
 }
 
@@ -375,7 +385,7 @@ TEST_F(ShardedCheckpointTest, RefusesToReplaceADirectoryThatIsNotACheckpoint) {
   const std::string msg = failed_save<DataError>(2, [&](comm::ProcessGroup& g) {
     save_sharded(dir, g, cut(make_tensors(1), g.rank(), 2, Layout::zero_flat), 0, {});
   });
-  EXPECT_NE(msg.find("is not a sharded checkpoint"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is not a checkpoint"), std::string::npos) << msg;
   EXPECT_EQ(read_file_text(dir + "/notes.txt"), "keep me");
   EXPECT_FALSE(fs::exists(dir + ".tmp"));
 }
@@ -443,7 +453,7 @@ TEST_F(ShardedCheckpointTest, DamagedFilesAreDataErrorsNamingFileAndTensor) {
   restore();
   nlohmann::json j = nlohmann::json::parse(index);
   for (auto& p : j["tensors"]["embed"]["pieces"])
-    if (p["file"] == "shard_00001_of_00003.safetensors") p["key"] = "embed@999";
+    if (p["file"] == "shard_00001_of_00003.safetensors") p["key"] = "embed@0:9";
   write_file_atomic(dir + "/index.json", j.dump());
   msg = open_error(dir);
   EXPECT_NE(msg.find("shard_00001_of_00003.safetensors': tensor 'embed'"), std::string::npos) << msg;
@@ -465,16 +475,16 @@ TEST_F(ShardedCheckpointTest, DamagedFilesAreDataErrorsNamingFileAndTensor) {
   j = nlohmann::json::parse(index);
   auto& pieces = j["tensors"]["embed"]["pieces"];
   ASSERT_GE(pieces.size(), 2u);
-  pieces[1]["begin"] = pieces[1]["begin"].get<int64_t>() - 1;
+  pieces[1]["offsets"][0] = pieces[1]["offsets"][0].get<int64_t>() - 1;
   write_file_atomic(dir + "/index.json", j.dump());
   msg = open_error(dir);
   EXPECT_NE(msg.find("tensor 'embed': pieces overlap"), std::string::npos) << msg;
 
   // Newer format version, broken JSON, no index.
   j = nlohmann::json::parse(index);
-  j["version"] = 2;
+  j["version"] = 3;
   write_file_atomic(dir + "/index.json", j.dump());
-  EXPECT_NE(open_error(dir).find("format version 2 is not supported"), std::string::npos);
+  EXPECT_NE(open_error(dir).find("format version 3 is not supported"), std::string::npos);
   write_file_atomic(dir + "/index.json", std::string("{\"format\": "));
   EXPECT_NE(open_error(dir).find("index.json': not valid JSON"), std::string::npos);
   fs::remove(dir + "/index.json");
@@ -500,7 +510,8 @@ TEST_F(ShardedCheckpointTest, ReaderSurvivesReplacementOfItsDirectory) {
 // ---------------------------------------------------------------- artifacts for ctest
 
 // With STRATA_CKPT_E2E_DIR set (tests/ckpt.cmake), writes a 3-rank checkpoint, its
-// library consolidation and the expected values as JSON, for the CLI and Python checks.
+// library consolidation, a single-process checkpoint of the same tensors and the expected
+// values as JSON, for the CLI and Python checks.
 TEST(ShardedCheckpointE2E, WritesArtifacts) {
   const char* env = std::getenv("STRATA_CKPT_E2E_DIR");
   if (!env) GTEST_SKIP() << "STRATA_CKPT_E2E_DIR not set (run through ctest ckpt_e2e_write)";
@@ -513,6 +524,9 @@ TEST(ShardedCheckpointE2E, WritesArtifacts) {
   t.emplace_back("counts", i32);
   save(dir + "/ckpt", t, 3, Layout::zero_flat);
   consolidate(dir + "/ckpt", dir + "/library.safetensors");
+  RankPieces whole;  // the same tensors from one process: its shard file is a plain safetensors file
+  for (const auto& [name, v] : t) whole.boxes.push_back({name, v.shape(), whole_box(v.shape()), v});
+  save_single(dir + "/single", whole, {}, {{"step", 17}});
   nlohmann::json want = nlohmann::json::object();
   for (const auto& [name, v] : t) {
     nlohmann::json values = nlohmann::json::array();
