@@ -38,7 +38,15 @@ fail() {
   echo "FAIL: $*"
   echo "----- mpirun output -----"
   cat "$work/out.txt"
-  [ -n "${mp:-}" ] && kill -KILL "$mp" 2> /dev/null
+  if [ -n "${mp:-}" ] && kill -0 "$mp" 2> /dev/null; then  # leave no rank running
+    kill -TERM "$mp"
+    sleep 3
+    kill -KILL "$mp" 2> /dev/null
+    for f in "$work"/pid.*; do
+      p=$(cat "$f")
+      grep -qF "$strata" "/proc/$p/cmdline" 2> /dev/null && kill -KILL "$p"
+    done
+  fi
   exit 1
 }
 now() { date +%s.%N; }
