@@ -69,7 +69,7 @@ Command add_train_command(CLI::App& parent) {
               trainer->train();
             } catch (const CommError& e) {
               // Report here, while the Trainer (and its process group) is alive: after a
-              // failure, destroying the last group aborts the MPI job with this same code.
+              // failure, destroying the last MPI group ends the process with this status.
               std::fflush(stdout);
               const char* env = std::getenv("OMPI_COMM_WORLD_RANK");
               const std::string rank = trainer ? std::to_string(trainer->rank()) : (env ? env : "0");
