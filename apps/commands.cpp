@@ -14,6 +14,7 @@
 #include "apps/factory.h"
 #include "apps/trainer.h"
 #include "autograd/grad_mode.h"
+#include "comm/mpi.h"
 #include "core/threads.h"
 #include "nn/gpt.h"
 #include "tensor/cpu/gemm.h"
@@ -72,13 +73,13 @@ Command add_train_command(CLI::App& parent) {
               trainer->train();
             } catch (const CommError& e) {
               // Report here, while the Trainer (and its process group) is alive: after a
-              // failure, destroying the last group aborts the MPI job.
+              // failure, destroying the last MPI group ends the process with this status.
               std::fflush(stdout);
               const char* env = std::getenv("OMPI_COMM_WORLD_RANK");
               const std::string rank = trainer ? std::to_string(trainer->rank()) : (env ? env : "0");
               std::fprintf(stderr, "strata: error: rank %s: communication failed: %s\n", rank.c_str(), e.what());
               std::fflush(stderr);
-              return 3;
+              return comm::kCommFailureExitCode;
             }
             return 0;
           }};

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "apps/commands.h"
+#include "comm/mpi.h"
 #include "core/error.h"
 #include "core/threads.h"
 
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
     const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
     if (!rank) rank = std::getenv("PMI_RANK");
     std::fprintf(stderr, "strata: error: rank %s: communication failed: %s\n", rank ? rank : "0", e.what());
-    return 3;
+    return strata::comm::kCommFailureExitCode;
   } catch (const strata::DataError& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "strata: error: %s\n", e.what());

@@ -11,14 +11,21 @@
 // CommError. While waiting, ranks on the same host check each other's pids, so a rank
 // killed by a signal is reported by name ("peer rank 1 (pid 4242 on node-a) died")
 // rather than after the timeout; remote deaths are caught by the timeout. After a
-// failure the runtime calls MPI_Abort at exit instead of MPI_Finalize, so no rank waits
-// forever for a dead peer.
+// failure, destroying the last group made by init_mpi_world ends the process with
+// kCommFailureExitCode instead of calling MPI_Finalize (which would wait for the dead
+// peer); mpirun then stops the other ranks, and any rank left running fails its next op
+// within comm.timeout_s, so no rank waits forever. docs/reliability.md records what
+// OpenMPI 4 does (and why not MPI_Abort).
 #pragma once
 #include <memory>
 
 #include "comm/process_group.h"
 
 namespace strata::comm {
+
+/// Exit status of a process that a communication failure ends: the CLI's exit code for
+/// a CommError, and the status a failed MPI runtime exits with (see above).
+inline constexpr int kCommFailureExitCode = 3;
 
 /// Initialises MPI (unless the program already did, with at least MPI_THREAD_SERIALIZED)
 /// and returns this rank's world group, over a duplicate of MPI_COMM_WORLD. MPI is

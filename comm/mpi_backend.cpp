@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -98,8 +99,14 @@ class MpiRuntime {
     MPI_Finalized(&finalized);
     if (finalized || !owns_init_) return;
     if (failed.load()) {
-      // Peers may be stuck in a collective with us: take the whole job down.
-      MPI_Abort(MPI_COMM_WORLD, 1);
+      // Peers may be stuck in a collective with us: end this rank now, without
+      // MPI_Finalize (it would wait for them), with the CLI's comm-failure status.
+      // mpirun then tears the job down; a peer a launcher leaves running fails its own
+      // next op within comm.timeout_s. Not MPI_Abort: under OpenMPI 4 it blocks until
+      // mpirun, which first waits odls_base_sigkill_timeout, kills this rank by signal,
+      // so its status was rarely the code passed (docs/reliability.md).
+      std::fflush(nullptr);
+      std::_Exit(kCommFailureExitCode);
     } else {
       MPI_Finalize();
     }
@@ -289,11 +296,15 @@ class MpiBackend final : public Backend {
 
   void check_peers() override {
     if (aborted_.load()) STRATA_THROW(CommError, "group aborted: ", abort_reason());
+    // Every dead peer, not the first: when one rank is killed another survivor may exit
+    // before this check runs, and the rank killed first must still be named.
+    std::string lost;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       const std::string st = rt_->peer_status(world_ranks_[size_t(r)]);
-      if (!st.empty()) STRATA_THROW(CommError, "lost peer: ", describe_peer(r), " ", st);
+      if (!st.empty()) lost += (lost.empty() ? "" : "; ") + describe_peer(r) + " " + st;
     }
+    if (!lost.empty()) STRATA_THROW(CommError, "lost peer: ", lost);
   }
 
   std::string describe_peer(int r) const override {

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# A rank of `mpirun -np 3 strata train` dies (SIGKILL) or hangs (SIGSTOP) mid-run, killed
+# from outside as a user's OOM killer or a bad node would: checks that the survivors say
+# so in strata's own words, exit 3, and that the job ends within comm.timeout_s + 10 s.
+#   train_fault.sh kill|stop STRATA MPIRUN SRC WORK      (registered by tests/fault.cmake)
+#   train_fault.sh rank WORK CMD...   (internal: runs one rank, records its pid and status)
+set -u
+
+if [ "$1" = rank ]; then
+  # Between mpirun and strata: the launcher's SIGTERM must not end this wrapper before
+  # strata's own exit status is known (a trapped signal is reset to default in strata).
+  work=$2
+  shift 2
+  r=${OMPI_COMM_WORLD_RANK:?not started by mpirun}
+  trap 'true' TERM
+  "$@" &
+  child=$!
+  echo "$child" > "$work/pid.$r"
+  while :; do
+    wait "$child"
+    rc=$?
+    kill -0 "$child" 2> /dev/null || break  # else the trap interrupted the wait
+  done
+  echo "$rc" > "$work/exit.$r"
+  if [ "$rc" -gt 128 ]; then  # died of a signal: so does this wrapper, as mpirun expects
+    trap - TERM
+    kill -s "$(kill -l "$rc")" $$
+  fi
+  exit "$rc"
+fi
+
+mode=$1 strata=$2 mpirun=$3 src=$4 work=$5
+timeout_s=5  # comm.timeout_s of the run
+limit=$((timeout_s + 10))
+victim=1
+survivors="0 2"
+fail() {
+  echo "FAIL: $*"
+  echo "----- mpirun output -----"
+  cat "$work/out.txt"
+  if [ -n "${mp:-}" ] && kill -0 "$mp" 2> /dev/null; then  # leave no rank running
+    kill -TERM "$mp"
+    sleep 3
+    kill -KILL "$mp" 2> /dev/null
+    for f in "$work"/pid.*; do
+      p=$(cat "$f")
+      grep -qF "$strata" "/proc/$p/cmdline" 2> /dev/null && kill -KILL "$p"
+    done
+  fi
+  exit 1
+}
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work" || exit 1
+# tiny_mlp on 3 ranks, one thread each, long enough never to finish by itself.
+t0=$(now)
+"$mpirun" --oversubscribe --allow-run-as-root -np 3 bash "$src/tests/train_fault.sh" rank "$work" \
+  "$strata" train --config "$src/tests/data_files/tiny_mlp.yaml" --set run.dir=run --set parallel.mode=ddp \
+  --set train.batch_size=12 --set train.max_steps=1000000 --set train.log_every=1 --set train.eval_every=0 \
+  --set train.checkpoint_every=0 --set comm.timeout_s=$timeout_s < /dev/null > out.txt 2>&1 &
+mp=$!
+
+# Wait until the run is training: rank 0 has logged 5 steps (the world-averaged loss,
+# so every rank has taken part in those all-reduces).
+for _ in $(seq 600); do
+  n=$(grep -c '"type":"train"' run/metrics.jsonl 2> /dev/null)
+  [ "${n:-0}" -ge 5 ] && break
+  kill -0 "$mp" 2> /dev/null || fail "mpirun ended before training started"
+  sleep 0.05
+done
+[ "${n:-0}" -ge 5 ] || fail "no training steps logged after 30 s"
+for r in 0 1 2; do [ -s "pid.$r" ] || fail "rank $r recorded no pid"; done
+pid=$(cat "pid.$victim")
+sig=KILL
+[ "$mode" = stop ] && sig=STOP
+t_fault=$(now)
+kill -"$sig" "$pid" || fail "could not send SIG$sig to rank $victim (pid $pid)"
+echo "SIG$sig to rank $victim (pid $pid) after $(elapsed "$t0" "$t_fault") s, at step $n"
+
+# The job must end by itself within the limit.
+while kill -0 "$mp" 2> /dev/null; do
+  if awk -v a="$t_fault" -v b="$(now)" -v l="$limit" 'BEGIN { exit !(b - a > l) }'; then
+    [ "$mode" = stop ] && kill -CONT "$pid" 2> /dev/null
+    fail "the job hung: still running $limit s (comm.timeout_s + 10) after SIG$sig"
+  fi
+  sleep 0.05
+done
+wait "$mp"
+rc=$?
+t_end=$(now)
+took=$(elapsed "$t_fault" "$t_end")
+echo "mpirun exit status $rc, $took s after SIG$sig"
+for r in 0 1 2; do echo "rank $r exit status: $(cat "exit.$r" 2> /dev/null || echo '(none recorded)')"; done
+[ "$rc" -ne 0 ] || fail "mpirun exited 0"
+
+# Each survivor's own report (not mpirun's "exited on signal 9"): its rank, the op in
+# flight, and for a death the dead rank with the pid that was killed.
+for r in $survivors; do
+  line=$(grep -a "^strata: error: rank $r: communication failed: " out.txt | head -n 1)
+  [ -n "$line" ] || fail "rank $r printed no 'strata: error: rank $r: communication failed' line"
+  echo "$line" | grep -Eq "[a-z_]+ seq [0-9]+ in group 'world' \(mpi, 3 ranks\) on rank $r" ||
+    fail "rank $r's report names no op: $line"
+  if [ "$mode" = kill ]; then
+    echo "$line" | grep -q "lost peer: .*rank $victim (pid $pid on " ||
+      fail "rank $r's report does not name rank $victim (pid $pid): $line"
+  elif echo "$line" | grep -q "timed out after $timeout_s s (comm.timeout_s)"; then
+    timeouts=$((${timeouts:-0} + 1))
+  fi
+  [ "$(cat "exit.$r" 2> /dev/null)" = 3 ] || fail "rank $r exited with status $(cat "exit.$r" 2> /dev/null), not 3"
+done
+if [ "$mode" = stop ]; then
+  # A hung peer is found by the timeout only (the survivor that times out first aborts,
+  # so the other may report that one's death instead): not before it, not long after.
+  [ "${timeouts:-0}" -ge 1 ] || fail "no survivor reported the comm.timeout_s timeout"
+  awk -v t="$took" -v l="$timeout_s" 'BEGIN { exit !(t >= l) }' || fail "ended after $took s, before comm.timeout_s"
+fi
+echo "PASS"
