@@ -100,10 +100,10 @@ void save_checkpoint(const std::string& dir, const NamedTensors& model_state, co
 }
 
 void save_sharded_checkpoint(const std::string& dir, comm::ProcessGroup& group,
-                             const std::vector<parallel::ShardPiece>& pieces, int zero_stage,
+                             const std::vector<parallel::ShardPiece>& pieces, const parallel::CheckpointLayout& layout,
                              const std::vector<std::string>& model_tensors, const nlohmann::json& optimizer_scalars,
                              const TrainingState& st) {
-  parallel::save_sharded(dir, group, parallel::RankPieces{pieces, {}}, {{}, zero_stage},
+  parallel::save_sharded(dir, group, parallel::RankPieces{pieces, {}}, layout,
                          training_meta(model_tensors, optimizer_scalars, st));
 }
 

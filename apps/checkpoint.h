@@ -63,10 +63,12 @@ struct Checkpoint {
 void save_checkpoint(const std::string& dir, const NamedTensors& model_state, const optim::OptimizerState& opt,
                      const TrainingState& st);
 
-/// Every rank's pieces (ZeRO) through parallel::save_sharded. Collective over `group`;
-/// every rank passes its own pieces. The index meta is as save_checkpoint's.
+/// Every rank's pieces through parallel::save_sharded: the one save path of `strata train`
+/// for every layout (replicated tensors come from rank 0 only, ZeRO slices from every
+/// rank). Collective over `group`; `layout` records the mesh and the ZeRO stage. The index
+/// meta is as save_checkpoint's.
 void save_sharded_checkpoint(const std::string& dir, comm::ProcessGroup& group,
-                             const std::vector<parallel::ShardPiece>& pieces, int zero_stage,
+                             const std::vector<parallel::ShardPiece>& pieces, const parallel::CheckpointLayout& layout,
                              const std::vector<std::string>& model_tensors, const nlohmann::json& optimizer_scalars,
                              const TrainingState& st);
 

@@ -103,8 +103,9 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
 
 data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
   if (cfg_.train.resume.empty()) return {};
-  Checkpoint ck = read_checkpoint(cfg_.train.resume, true);
-  const std::string state_file = (fs::path(ck.dir) / kStateFile).string();
+  // Any layout, world size and format version: every rank reads only what it holds.
+  const Checkpoint ck = open_checkpoint(cfg_.train.resume);
+  const std::string& state_file = ck.state_file;
   auto gens = model_->generators();
   if (gens.size() != ck.state.model_rngs.size())
     STRATA_THROW(DataError, "checkpoint state '", state_file, "': holds ", ck.state.model_rngs.size(),
@@ -112,22 +113,7 @@ data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
   if (ck.state.loader_batch > batches_per_epoch)
     STRATA_THROW(DataError, "checkpoint state '", state_file, "': loader position batch ", ck.state.loader_batch,
                  " is past the ", batches_per_epoch, " batches per epoch of this config (batch size changed?)");
-  if (pm_->sharded()) {  // any checkpoint (plain or sharded, any world size / stage): each rank takes its slices
-    std::map<std::string, const Tensor*> by_name;
-    for (const auto& [n, t] : ck.model) by_name[n] = &t;
-    for (const auto& [n, t] : ck.optimizer) by_name[n] = &t;
-    pm_->load_state(
-        [&](const std::string& name, int64_t b, int64_t e) {
-          auto it = by_name.find(name);
-          if (it == by_name.end()) STRATA_THROW(DataError, "checkpoint '", ck.dir, "': tensor '", name, "' is missing");
-          STRATA_CHECK(e <= it->second->numel(), "[resume] checkpoint '", ck.dir, "': tensor '", name, "' has ",
-                       it->second->numel(), " elements, the model needs ", e);
-          return ops::narrow(ops::flatten(*it->second), 0, b, e - b);
-        },
-        &ck.state.optimizer);
-  } else {
-    load_into(ck, *model_, &pm_->optimizer());
-  }
+  pm_->load_state(*ck.reader, /*with_optimizer=*/true);
   for (size_t i = 0; i < gens.size(); ++i) gens[i]->set_state(ck.state.model_rngs[i].first, ck.state.model_rngs[i].second);
   default_generator().set_state(ck.state.default_rng.first, ck.state.default_rng.second);
   sampler_seed_ = ck.state.sampler_seed;
@@ -280,15 +266,14 @@ TrainingState Trainer::capture_state() const {
 }
 
 void Trainer::save(const std::string& dir) {
-  const TrainingState st = capture_state();
-  if (pm_->sharded()) {  // collective: every rank writes its slices
-    std::vector<std::string> names;
-    for (const auto& [n, t] : model_->state_dict()) names.push_back(n);
-    save_sharded_checkpoint(dir, *pm_->mesh().world(), pm_->state_pieces(), cfg_.parallel.dims.zero_stage, names,
-                            pm_->optimizer().state_dict().scalars, st);
-    return;
-  }
-  save_checkpoint(dir, model_->state_dict(), pm_->optimizer().state_dict(), st);
+  // One path for every layout, collective over the world: each rank passes its pieces
+  // (replicated tensors from rank 0, ZeRO slices from everyone) and the index records the mesh.
+  std::vector<std::string> names;
+  for (const auto& [n, t] : model_->state_dict()) names.push_back(n);
+  parallel::CheckpointLayout layout{.mesh = {}, .zero_stage = pm_->dims().zero_stage};
+  for (const auto& d : pm_->mesh().shape().dims()) layout.mesh.emplace_back(d.name, d.size);
+  save_sharded_checkpoint(dir, *pm_->mesh().world(), pm_->state_pieces(), layout, names,
+                          pm_->optimizer().state_dict().scalars, capture_state());
 }
 
 EvalResult Trainer::evaluate_collective() {
@@ -329,9 +314,8 @@ void Trainer::log_eval(const EvalResult& r) {
 }
 
 void Trainer::maybe_checkpoint() {
-  // Sharded checkpoints are written by every rank (rank 0 renames the directory into place).
-  const bool collective = pm_->sharded() && write_files_any_rank_;
-  if ((!opts_.write_files && !collective) || last_checkpoint_step_ == step_) return;
+  // Checkpoints are written by every rank (rank 0 commits the directory).
+  if (!write_files_any_rank_ || last_checkpoint_step_ == step_) return;
   const fs::path root = fs::path(cfg_.run.dir) / "checkpoints";
   std::error_code ec;
   fs::create_directories(root, ec);

@@ -46,10 +46,10 @@ struct TrainerOptions {
 /// parallel.bucket_cap_mb for stages 1-2, one per transformer block for stage 3). Each dp
 /// rank reads its DistributedSampler share, train.batch_size / dp samples per step;
 /// logged losses are the world average; progress, metrics and evaluation happen on rank 0
-/// (ZeRO-3 gathers the parameters around it); checkpoints are written by rank 0 (whole
-/// tensors) or, when the state is sharded, by every rank (see save_sharded_checkpoint),
-/// and load at any world size and stage. Every rank must construct and train() the
-/// Trainer (collective).
+/// (ZeRO-3 gathers the parameters around it); checkpoints are written through one path by
+/// every rank (replicated tensors by rank 0, ZeRO slices by their owners; see
+/// save_sharded_checkpoint) and resume at any world size and stage, each rank reading only
+/// what it holds. Every rank must construct and train() the Trainer (collective).
 ///
 /// parallel.replicas K: one process, K thread replicas of the model
 /// (parallel::DataParallel; replicas k > 0 have their own dropout streams and take replica
@@ -130,7 +130,7 @@ class Trainer {
 
   TrainConfig cfg_;
   TrainerOptions opts_;
-  bool write_files_any_rank_ = true;  // TrainerOptions::write_files as given (sharded saves are collective)
+  bool write_files_any_rank_ = true;  // TrainerOptions::write_files as given (saves are collective)
   DataBundle data_;
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<parallel::ParallelModel> pm_;  // the layout: owns the optimizer

@@ -86,11 +86,6 @@ void ParallelModel::load_state(const ShardedCheckpointReader& ck, bool with_opti
     load_replicated(ck, *model_, with_optimizer ? optimizer_.get() : nullptr);
 }
 
-void ParallelModel::load_state(const ZeroDataParallel::RangeReader& read, const nlohmann::json* optimizer_scalars) {
-  STRATA_CHECK(zero_ != nullptr, "[parallelize] load_state(RangeReader) is ZeRO's; load whole tensors otherwise");
-  zero_->load_state(read, optimizer_scalars);
-}
-
 optim::Optimizer& ParallelModel::optimizer() { return zero_ ? zero_->optimizer() : *optimizer_; }
 
 std::vector<int64_t> ParallelModel::flat_unit_sizes() const {

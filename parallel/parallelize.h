@@ -94,9 +94,6 @@ class ParallelModel {
   /// Loads a checkpoint of any layout and world size (every rank reads only what it
   /// holds; everything is checked before anything changes). Collective.
   void load_state(const ShardedCheckpointReader& ck, bool with_optimizer);
-  /// The same from a reader of flat ranges (a checkpoint already in memory, for the
-  /// trainer's resume of plain checkpoints): ZeRO reads its slices through it.
-  void load_state(const ZeroDataParallel::RangeReader& read, const nlohmann::json* optimizer_scalars);
 
   nn::Module& module() { return *model_; }
   const std::shared_ptr<nn::Module>& module_ptr() const { return model_; }
