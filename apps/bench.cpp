@@ -10,10 +10,10 @@
 
 #include "apps/commands.h"
 #include "apps/trainer.h"
-#include "comm/bench.h"
+#include "bench/comm_bench.h"
+#include "bench/ddp_bench.h"
+#include "bench/zero_bench.h"
 #include "comm/mpi.h"
-#include "parallel/ddp_bench.h"
-#include "parallel/zero_bench.h"
 #include "core/threads.h"
 #include "tensor/ops.h"
 
@@ -89,27 +89,30 @@ int bench_train(const std::string& config, const std::vector<std::string>& sets,
 
 struct CommBenchArgs {
   std::string backend = "local", op = "all_reduce", algorithm = "native", sizes = "1K:256M";
-  int ranks = 2, threads = 1;
+  int ranks = 2, threads = 1, iters = 0;
+  bool no_memcpy = false;
 };
 
 // Prints the nccl-tests style table on rank 0. The mpi backend needs mpirun.
 int bench_comm(const CommBenchArgs& a) {
-  comm::CommBenchOptions o;
+  bench::CommBenchOptions o;
   o.backend = a.backend;
   o.op = comm::parse_op_kind(a.op);
   o.algorithm = comm::parse_algorithm(a.algorithm);
-  std::tie(o.min_bytes, o.max_bytes) = comm::parse_size_range(a.sizes);
+  std::tie(o.min_bytes, o.max_bytes) = bench::parse_size_range(a.sizes);
+  o.iters = a.iters;
+  o.with_memcpy = !a.no_memcpy;
   o.ranks = a.ranks;
   set_num_threads(a.threads);
   if (a.backend == "local") {
-    std::printf("%s", comm::format_comm_bench(o, a.ranks, comm::run_local_comm_bench(o)).c_str());
+    std::printf("%s", bench::format_comm_bench(o, a.ranks, bench::run_local_comm_bench(o)).c_str());
     return 0;
   }
   if (!comm::launched_by_mpi()) STRATA_THROW(ConfigError, "bench comm --backend mpi: start it under mpirun");
   auto world = comm::init_mpi_world();
   o.with_memcpy = false;
-  auto rows = comm::run_comm_bench(*world, o);
-  if (world->rank() == 0) std::printf("%s", comm::format_comm_bench(o, world->size(), rows).c_str());
+  auto rows = bench::run_comm_bench(*world, o);
+  if (world->rank() == 0) std::printf("%s", bench::format_comm_bench(o, world->size(), rows).c_str());
   return 0;
 }
 
@@ -169,6 +172,8 @@ Command add_bench_command(CLI::App& parent) {
   comm->add_option("--sizes", co->sizes, "Size range, e.g. 1K:256M");
   comm->add_option("--ranks", co->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
   comm->add_option("--threads", co->threads, "Compute threads per rank")->check(CLI::PositiveNumber);
+  comm->add_option("--iters", co->iters, "Timed ops per size (0: enough for ~0.2 s)")->check(CLI::NonNegativeNumber);
+  comm->add_flag("--no-memcpy", co->no_memcpy, "Skip the single-thread memcpy reference column");
   CLI::App* ddp = cmd->add_subcommand("ddp", "DDP: overlap, bucket caps, CNN scaling, memory per rank");
   auto dd = std::make_shared<DpBenchArgs>();
   ddp->add_option("--backend", dd->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
@@ -184,13 +189,13 @@ Command add_bench_command(CLI::App& parent) {
   zero->add_option("--steps", zo->steps, "Timed steps per stage")->check(CLI::PositiveNumber);
   return {cmd, [o, co, dd, zo, gemm, train, comm, ddp, zero]() -> int {
             if (ddp->parsed())
-              return bench_dp<parallel::DDPBenchOptions>(
-                  "ddp", *dd, [](int n, const auto& op) { return parallel::bench_ddp_local(n, op); },
-                  [](comm::ProcessGroup& g, const auto& op) { return parallel::bench_ddp(g, op); });
+              return bench_dp<bench::DDPBenchOptions>(
+                  "ddp", *dd, [](int n, const auto& op) { return bench::bench_ddp_local(n, op); },
+                  [](comm::ProcessGroup& g, const auto& op) { return bench::bench_ddp(g, op); });
             if (zero->parsed())
-              return bench_dp<parallel::ZeroBenchOptions>(
-                  "zero", *zo, [](int n, const auto& op) { return parallel::bench_zero_local(n, op); },
-                  [](comm::ProcessGroup& g, const auto& op) { return parallel::bench_zero(g, op); });
+              return bench_dp<bench::ZeroBenchOptions>(
+                  "zero", *zo, [](int n, const auto& op) { return bench::bench_zero_local(n, op); },
+                  [](comm::ProcessGroup& g, const auto& op) { return bench::bench_zero(g, op); });
             if (gemm->parsed()) return bench_gemm(o->size, o->repeat, o->threads);
             if (train->parsed()) return bench_train(o->config, o->sets, o->steps, o->warmup);
             if (comm->parsed()) return bench_comm(*co);

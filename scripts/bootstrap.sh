@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libeigen3-dev libopenblas-dev
   libspdlog-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev
-  libgtest-dev libbenchmark-dev
+  libgtest-dev
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist fortunes
 )

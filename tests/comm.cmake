@@ -33,12 +33,11 @@ add_test(NAME comm_mpi_rank_death_detected
 set_tests_properties(comm_mpi_timeout comm_mpi_rank_death comm_mpi_rank_death_detected
   PROPERTIES LABELS dist TIMEOUT 60 ENVIRONMENT "${_comm_env}")
 
-add_executable(strata_comm_bench ${PROJECT_SOURCE_DIR}/bench/comm_bench.cpp)
-target_link_libraries(strata_comm_bench PRIVATE strata_comm strata_warnings)
+# `strata bench comm` (bench/comm_bench.h) end to end, on both backends.
 add_test(NAME comm_bench_local_smoke
-  COMMAND strata_comm_bench --backend local --ranks 2 --sizes 1K:64K --iters 5 --no-memcpy)
+  COMMAND strata_cli bench comm --backend local --ranks 2 --sizes 1K:64K --iters 5 --no-memcpy)
 add_test(NAME comm_bench_mpi_smoke
-  COMMAND ${_comm_mpirun} -np 2 $<TARGET_FILE:strata_comm_bench> --backend mpi --algorithm ring --sizes 1K:64K
+  COMMAND ${_comm_mpirun} -np 2 $<TARGET_FILE:strata_cli> bench comm --backend mpi --algorithm ring --sizes 1K:64K
     --iters 5 --no-memcpy)
 set_tests_properties(comm_bench_local_smoke PROPERTIES LABELS unit TIMEOUT 60)
 set_tests_properties(comm_bench_mpi_smoke PROPERTIES LABELS dist TIMEOUT 60 ENVIRONMENT "${_comm_env}")

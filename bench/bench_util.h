@@ -8,7 +8,7 @@
 #include "comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace strata::parallel::detail {
+namespace strata::bench::detail {
 
 using BenchClock = std::chrono::steady_clock;
 
@@ -28,4 +28,4 @@ inline double max_over_ranks(comm::ProcessGroup& g, double v) {
   return comm::all_reduce_host(g, ops::full({1}, v, DType::f64), comm::ReduceOp::max).item<double>();
 }
 
-}  // namespace strata::parallel::detail
+}  // namespace strata::bench::detail

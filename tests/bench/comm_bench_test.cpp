@@ -1,10 +1,11 @@
 // The comm benchmark's pure parts (size parsing, bus factors) and a tiny local run.
 #include <gtest/gtest.h>
 
-#include "comm/bench.h"
+#include "bench/comm_bench.h"
 
 using namespace strata;
 using namespace strata::comm;
+using namespace strata::bench;
 
 TEST(CommBench, ParsesSizesAndRanges) {
   EXPECT_EQ(parse_size("512"), 512);

@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <mutex>
 
+#include "bench/ddp_bench.h"
 #include "comm/local.h"
-#include "parallel/ddp_bench.h"
 
-namespace strata::parallel {
+namespace strata::bench {
 namespace {
 
 DDPBenchOptions tiny() {
@@ -139,4 +139,4 @@ TEST(DDPBench, NativeBytesAreLabelledModelled) {
 }
 
 }  // namespace
-}  // namespace strata::parallel
+}  // namespace strata::bench

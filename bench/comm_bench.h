@@ -9,7 +9,10 @@
 
 #include "comm/process_group.h"
 
-namespace strata::comm {
+namespace strata::bench {
+
+using comm::Algorithm;
+using comm::OpKind;
 
 struct CommBenchOptions {
   std::string backend = "local";  ///< "local" (threads of this process) or "mpi" (under mpirun)
@@ -44,7 +47,7 @@ struct CommBenchRow {
 
 /// Runs the benchmark on `group` (a collective: every rank calls it with the same
 /// options). Every rank gets the same rows.
-std::vector<CommBenchRow> run_comm_bench(ProcessGroup& group, const CommBenchOptions& options);
+std::vector<CommBenchRow> run_comm_bench(comm::ProcessGroup& group, const CommBenchOptions& options);
 /// Makes a local world of options.ranks threads and runs the benchmark on it.
 std::vector<CommBenchRow> run_local_comm_bench(const CommBenchOptions& options);
 /// The nccl-tests style table (header line with backend/op/algorithm/ranks, one row per size).
@@ -59,4 +62,4 @@ std::pair<int64_t, int64_t> parse_size_range(const std::string& s);
 /// GB/s of a single-thread memcpy of `bytes` (best of a few runs, buffers pre-touched).
 double memcpy_bandwidth(int64_t bytes);
 
-}  // namespace strata::comm
+}  // namespace strata::bench

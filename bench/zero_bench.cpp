@@ -1,6 +1,6 @@
 // The ZeRO measurements (see zero_bench.h). Stages run one after the other, each on a
 // fresh model, so the allocator's per-category counters show what each one holds.
-#include "parallel/zero_bench.h"
+#include "bench/zero_bench.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,12 +12,14 @@
 #include "core/memory.h"
 #include "core/threads.h"
 #include "optim/adam.h"
-#include "parallel/bench_util.h"
+#include "bench/bench_util.h"
 #include "parallel/ddp.h"
 #include "parallel/memory_plan.h"
 #include "parallel/zero.h"
 
-namespace strata::parallel {
+namespace strata::bench {
+
+using namespace strata::parallel;
 namespace {
 
 using Clock = detail::BenchClock;
@@ -270,4 +272,4 @@ std::string ZeroBenchReport::to_string() const {
   return s;
 }
 
-}  // namespace strata::parallel
+}  // namespace strata::bench

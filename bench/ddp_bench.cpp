@@ -1,6 +1,6 @@
 // The DDP measurements (see ddp_bench.h). Every timed step starts with a barrier so ranks
 // time the same thing; step times are the slowest rank's per step, then the median.
-#include "parallel/ddp_bench.h"
+#include "bench/ddp_bench.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,10 +16,12 @@
 #include "core/threads.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
-#include "parallel/bench_util.h"
+#include "bench/bench_util.h"
 #include "parallel/ddp.h"
 
-namespace strata::parallel {
+namespace strata::bench {
+
+using namespace strata::parallel;
 namespace {
 
 using Clock = detail::BenchClock;
@@ -384,4 +386,4 @@ std::string DDPBenchReport::to_string() const {
   return s;
 }
 
-}  // namespace strata::parallel
+}  // namespace strata::bench

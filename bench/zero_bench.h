@@ -9,7 +9,7 @@
 #include "comm/process_group.h"
 #include "nn/gpt.h"
 
-namespace strata::parallel {
+namespace strata::bench {
 
 struct ZeroBenchOptions {
   /// gpt_char's model (configs/gpt_char.yaml): byte vocabulary, block 64, 4 x 128.
@@ -72,4 +72,4 @@ ZeroBenchReport bench_zero(comm::ProcessGroup& group, const ZeroBenchOptions& op
 /// bench_zero on a fresh local world of `ranks` threads.
 ZeroBenchReport bench_zero_local(int ranks, const ZeroBenchOptions& opts = {});
 
-}  // namespace strata::parallel
+}  // namespace strata::bench

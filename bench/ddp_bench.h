@@ -11,7 +11,7 @@
 #include "nn/cnn.h"
 #include "nn/gpt.h"
 
-namespace strata::parallel {
+namespace strata::bench {
 
 struct DDPBenchOptions {
   /// gpt_char-sized GPT (byte vocabulary, configs' block_size 64).
@@ -98,4 +98,4 @@ DDPBenchReport bench_ddp(comm::ProcessGroup& group, const DDPBenchOptions& opts 
 /// bench_ddp on a fresh local world of `ranks` threads.
 DDPBenchReport bench_ddp_local(int ranks, const DDPBenchOptions& opts = {});
 
-}  // namespace strata::parallel
+}  // namespace strata::bench
