@@ -152,7 +152,8 @@ Tensor GPT::forward(const Tensor& idx) {
   Tensor x = (*child("wte"))(idx) + (*child("wpe"))(pos);  // (B,T,C) + (T,C)
   x = (*child("drop"))(x);
   // In the order registered, whatever the blocks are named (h.0, h.1, ... in a full model).
-  for (const auto& [name, blk] : blocks()->named_children()) x = run_block(blk, x);
+  const std::shared_ptr<ModuleList> h = blocks();
+  for (const auto& [name, blk] : h->named_children()) x = run_block(blk, x);
   x = (*child("ln_f"))(x);
   if (cfg_.tie_weights) return linear(x, parameter("wte.weight"), Tensor());  // (B,T,C) @ (V,C)^T
   return (*child("lm_head"))(x);
