@@ -1,7 +1,10 @@
-# The CUDA backend of the tensor layer (tensor/cuda/). Included by the top-level
-# CMakeLists.txt right after the strata_tensor target is defined. STRATA_CUDA=AUTO
-# builds it when a CUDA compiler and toolkit are found, ON requires them, OFF skips.
-# Every .cu file compiles once, into one object library whose objects go into
+# The CUDA backend of the tensor layer (tensor/cuda/). STRATA_CUDA=AUTO builds it when a
+# CUDA compiler and toolkit are found, ON requires them, OFF skips. Included by the
+# top-level CMakeLists.txt before any target exists: enable_language(CUDA) and
+# CMAKE_CUDA_ARCHITECTURES must come first, because a target takes its CUDA_ARCHITECTURES
+# when it is created, and the Makefile generator refuses a target that has CUDA objects
+# and none (Ninja does not check). strata_tensor_add_cuda() then adds the
+# kernels: every .cu file compiles once, into one object library whose objects go into
 # strata_tensor; the host-only .cpp files of tensor/cuda/ are strata_tensor sources.
 set(STRATA_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (if the toolkit is found), ON or OFF")
 set_property(CACHE STRATA_CUDA PROPERTY STRINGS AUTO ON OFF)
@@ -25,6 +28,34 @@ if(NOT STRATA_CUDA STREQUAL "OFF")
     message(STATUS "strata: CUDA toolkit not found, building without the CUDA backend")
   endif()
 endif()
+
+# Called once strata_tensor exists: adds the kernels and host code of tensor/cuda/ to it.
+function(strata_tensor_add_cuda)
+  if(NOT STRATA_WITH_CUDA)
+    return()
+  endif()
+  file(GLOB strata_cuda_kernels CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/tensor/cuda/*.cu)
+  file(GLOB strata_cuda_host CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/tensor/cuda/*.cpp)
+
+  add_library(strata_tensor_cuda_kernels OBJECT ${strata_cuda_kernels})
+  target_include_directories(strata_tensor_cuda_kernels PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  target_compile_definitions(strata_tensor_cuda_kernels PRIVATE STRATA_WITH_CUDA)
+  target_link_libraries(strata_tensor_cuda_kernels PRIVATE CUDA::cudart)
+  target_compile_options(strata_tensor_cuda_kernels PRIVATE --expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra)
+  set_target_properties(strata_tensor_cuda_kernels PROPERTIES POSITION_INDEPENDENT_CODE ON)
+
+  target_sources(strata_tensor PRIVATE ${strata_cuda_host} $<TARGET_OBJECTS:strata_tensor_cuda_kernels>)
+  target_compile_definitions(strata_tensor PUBLIC STRATA_WITH_CUDA)
+  string(REPLACE ";" "," strata_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
+  target_compile_definitions(strata_tensor PRIVATE STRATA_CUDA_ARCHS="${strata_cuda_archs}")
+  # cudart is public: tensor/cuda/runtime.h (streams, events) includes its header.
+  target_link_libraries(strata_tensor PUBLIC CUDA::cudart PRIVATE CUDA::cublas CUDA::cublasLt)
+  if(STRATA_WITH_CUDNN)
+    target_compile_definitions(strata_tensor PRIVATE STRATA_WITH_CUDNN)
+    target_include_directories(strata_tensor PRIVATE ${STRATA_CUDNN_INCLUDE_DIR})
+    target_link_libraries(strata_tensor PRIVATE ${STRATA_CUDNN_LIBRARY})
+  endif()
+endfunction()
 
 if(NOT STRATA_WITH_CUDA)
   return()
@@ -58,25 +89,3 @@ else()
 endif()
 message(STATUS "strata: CUDA backend ON (toolkit ${CUDAToolkit_VERSION}, archs ${CMAKE_CUDA_ARCHITECTURES}, "
                "cuDNN ${STRATA_WITH_CUDNN})")
-
-file(GLOB strata_cuda_kernels CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/tensor/cuda/*.cu)
-file(GLOB strata_cuda_host CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/tensor/cuda/*.cpp)
-
-add_library(strata_tensor_cuda_kernels OBJECT ${strata_cuda_kernels})
-target_include_directories(strata_tensor_cuda_kernels PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-target_compile_definitions(strata_tensor_cuda_kernels PRIVATE STRATA_WITH_CUDA)
-target_link_libraries(strata_tensor_cuda_kernels PRIVATE CUDA::cudart)
-target_compile_options(strata_tensor_cuda_kernels PRIVATE --expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra)
-set_target_properties(strata_tensor_cuda_kernels PROPERTIES POSITION_INDEPENDENT_CODE ON)
-
-target_sources(strata_tensor PRIVATE ${strata_cuda_host} $<TARGET_OBJECTS:strata_tensor_cuda_kernels>)
-target_compile_definitions(strata_tensor PUBLIC STRATA_WITH_CUDA)
-string(REPLACE ";" "," strata_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
-target_compile_definitions(strata_tensor PRIVATE STRATA_CUDA_ARCHS="${strata_cuda_archs}")
-# cudart is public: tensor/cuda/runtime.h (streams, events) includes its header.
-target_link_libraries(strata_tensor PUBLIC CUDA::cudart PRIVATE CUDA::cublas CUDA::cublasLt)
-if(STRATA_WITH_CUDNN)
-  target_compile_definitions(strata_tensor PRIVATE STRATA_WITH_CUDNN)
-  target_include_directories(strata_tensor PRIVATE ${STRATA_CUDNN_INCLUDE_DIR})
-  target_link_libraries(strata_tensor PRIVATE ${STRATA_CUDNN_LIBRARY})
-endif()

@@ -8,7 +8,6 @@ if(NOT STRATA_WITH_CUDA)
   return()
 endif()
 
-find_package(CUDAToolkit REQUIRED)
 find_path(STRATA_NCCL_INCLUDE_DIR nccl.h
   HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}
   PATH_SUFFIXES include)

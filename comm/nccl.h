@@ -2,10 +2,11 @@
 // on CUDA tensors, one process per GPU under `mpirun` (MPI only carries the NCCL
 // unique id at start-up). In a build without CUDA/NCCL the entry point throws.
 //
-// How an op runs (comm/nccl_backend.cpp). The group's comm thread takes the op, makes
-// the group's own CUDA stream wait for an event recorded on the device's compute stream
-// (cuda::compute_stream), so the collective reads what the kernels issued before it
-// wrote; launches it; and records an event on the group's stream. The Work completes
+// How an op runs (comm/nccl_backend.cpp; the communicator in nccl_comm.*, one launch in
+// nccl_launch.*; a build without the backend compiles nccl_unavailable.cpp). The group's
+// comm thread takes the op, makes the group's own CUDA stream wait for an event recorded
+// on the device's compute stream (cuda::compute_stream), so the collective reads what the
+// kernels issued before it wrote; launches it; and records an event on the group's stream. The Work completes
 // when that event has completed (polled with cudaEventQuery), so once wait() returns
 // the result is in device memory and any later kernel may read it. Each communicator
 // has its own stream rather than sharing cuda::comm_stream: two groups' comm threads may
@@ -17,7 +18,8 @@
 // expiry the group fails with a CommError naming op, group, rank and size, the
 // communicator is aborted with ncclCommAbort (the stuck kernels exit) and the MPI job
 // is torn down at exit. NCCL errors, local or remote (ncclCommGetAsyncError), become
-// CommErrors carrying ncclGetErrorString and ncclGetLastError.
+// CommErrors carrying ncclGetErrorString and ncclGetLastError; so do CUDA errors met by
+// the backend (the cuda::CudaError text after "[nccl] ").
 //
 // Semantics that differ from the cpu backends:
 //  - Tensors must be on the group's device (ProcessGroup::device(), this rank's GPU):

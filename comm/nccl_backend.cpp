@@ -1,81 +1,23 @@
-// The nccl backend (see comm/nccl.h): RAII owners for the comm stream, events, scratch
-// and the NCCL communicator; collectives and grouped send/recv launched on the group's
-// stream after an event on the compute stream; requests that poll an event and the
-// communicator's async state against the op's deadline. A build without CUDA/NCCL
-// compiles only the entry points that say so.
-#include "comm/nccl.h"
-
-#include "core/error.h"
-
+// The nccl backend (see comm/nccl.h): NcclBackend and its requests, collectives and
+// grouped send/recv launched on the communicator's stream after the compute stream, the
+// split into sub-groups, and world creation. The communicator is comm/nccl_comm.h, one
+// launch comm/nccl_launch.h; a build without CUDA/NCCL compiles comm/nccl_unavailable.cpp.
 #if defined(STRATA_WITH_NCCL)
-#include <cuda_runtime.h>
-#include <nccl.h>
-
-#include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "comm/algorithms.h"
 #include "comm/mpi.h"
-#include "tensor/cuda/runtime.h"
+#include "comm/nccl.h"
+#include "comm/nccl_launch.h"
 #include "tensor/ops.h"
-#endif
 
 namespace strata::comm {
-
-#if !defined(STRATA_WITH_NCCL)
-
-bool nccl_available() { return false; }
-
-int nccl_device_count() { return 0; }
-
-std::shared_ptr<ProcessGroup> init_nccl_world(const CommOptions&, int, int*, char***) {
-  STRATA_THROW(Error,
-               "[nccl] strata was built without CUDA/NCCL, so the nccl backend is not available: reconfigure with "
-               "-DSTRATA_CUDA=ON on a machine with the CUDA toolkit and NCCL >= 2.18 (nccl.h, libnccl), or use the "
-               "mpi backend (init_mpi_world) with CPU tensors");
-}
-
-#else
-
 namespace {
 
 using strata::detail::str_cat;
-using namespace std::chrono_literals;
-
-// ------------------------------------------------------------------ error checking
-
-std::string cuda_error(cudaError_t e) { return str_cat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"); }
-
-void cuda_check(cudaError_t e, const char* call, const char* op) {
-  if (e == cudaSuccess) return;
-  (void)cudaGetLastError();  // clears a non-sticky error so the next call is not blamed for it
-  STRATA_THROW(CommError, "[nccl] ", op, ": ", call, " failed: ", cuda_error(e));
-}
-
-std::string nccl_error(ncclResult_t r, const char* call, const char* op, ncclComm_t comm) {
-  std::string s = str_cat("[nccl] ", op, ": ", call, " failed: ", ncclGetErrorString(r));
-  const char* last = ncclGetLastError(comm);
-  if (last && *last) s += str_cat(" (", last, ")");
-  if (r == ncclRemoteError)
-    s += "; a peer rank failed or its connection broke";
-  else if (r == ncclSystemError || r == ncclUnhandledCudaError || r == ncclInternalError)
-    s += "; NCCL_DEBUG=WARN prints NCCL's own account";
-  return s;
-}
-
-void nccl_check(ncclResult_t r, const char* call, const char* op, ncclComm_t comm) {
-  if (r != ncclSuccess && r != ncclInProgress) throw CommError(nccl_error(r, call, op, comm));
-}
-
-// Every CUDA and NCCL call is checked; the error names the call and the comm op.
-#define STRATA_NCCL_CUDA_CHECK(op, call) cuda_check((call), #call, (op))
-#define STRATA_NCCL_CHECK(op, comm, call) nccl_check((call), #call, (op), (comm))
+using namespace detail;
 
 ncclDataType_t nccl_dtype(DType d) {
   switch (d) {
@@ -100,413 +42,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   }
   STRATA_THROW(Error, "[nccl] no NCCL op for ", reduce_op_name(op));
 }
-
-// Poll pacing: spin briefly (a small collective finishes in microseconds), then sleep
-// a little, then, once an op has taken a second, poll every millisecond.
-void backoff(Clock::duration waited, int64_t polls) {
-  if (polls < 32)
-    std::this_thread::yield();
-  else if (waited < 1s)
-    std::this_thread::sleep_for(20us);
-  else
-    std::this_thread::sleep_for(1ms);
-}
-
-// ------------------------------------------------------------------ CUDA RAII
-
-// Makes `device` current for a scope and restores the caller's device afterwards (a
-// size-1 group runs its ops inline on the user's thread).
-class DeviceGuard {
- public:
-  DeviceGuard(int device, const char* op) : device_(device) {
-    STRATA_NCCL_CUDA_CHECK(op, cudaGetDevice(&prev_));
-    if (prev_ != device_) STRATA_NCCL_CUDA_CHECK(op, cudaSetDevice(device_));
-  }
-  /// For destructors: errors are ignored.
-  explicit DeviceGuard(int device) noexcept : device_(device), prev_(device) {
-    int cur = device;
-    if (cudaGetDevice(&cur) == cudaSuccess && cur != device && cudaSetDevice(device) == cudaSuccess) prev_ = cur;
-  }
-  ~DeviceGuard() {
-    if (prev_ != device_) (void)cudaSetDevice(prev_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int device_;
-  int prev_ = 0;
-};
-
-class CudaEvent {
- public:
-  CudaEvent(int device, const char* op) : device_(device) {
-    DeviceGuard g(device, op);
-    STRATA_NCCL_CUDA_CHECK(op, cudaEventCreateWithFlags(&e_, cudaEventDisableTiming));
-  }
-  ~CudaEvent() {
-    DeviceGuard g(device_);
-    (void)cudaEventDestroy(e_);  // fine while pending: released once it completes
-  }
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-  cudaEvent_t get() const { return e_; }
-
- private:
-  int device_;
-  cudaEvent_t e_ = nullptr;
-};
-
-// One communicator's comm stream: non-blocking (no implicit sync with the legacy default
-// stream) and at the device's highest priority, so a collective overtakes queued compute
-// kernels as soon as its inputs are ready.
-class CudaStream {
- public:
-  CudaStream(int device, const char* op) : device_(device) {
-    DeviceGuard g(device, op);
-    int least = 0, greatest = 0;
-    STRATA_NCCL_CUDA_CHECK(op, cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    STRATA_NCCL_CUDA_CHECK(op, cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, greatest));
-  }
-  ~CudaStream() {
-    DeviceGuard g(device_);
-    (void)cudaStreamDestroy(s_);  // returns at once; queued work still completes
-  }
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  int device_;
-  cudaStream_t s_ = nullptr;
-};
-
-// Device scratch ordered on a stream (cudaMallocAsync / cudaFreeAsync): freeing never
-// blocks the host, even while a collective on that stream is stuck.
-class DeviceBuffer {
- public:
-  DeviceBuffer(size_t bytes, cudaStream_t s, const char* op) : s_(s) {
-    STRATA_NCCL_CUDA_CHECK(op, cudaMallocAsync(&p_, std::max<size_t>(bytes, 1), s));
-  }
-  ~DeviceBuffer() {
-    if (p_) (void)cudaFreeAsync(p_, s_);
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), s_(o.s_) {}
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
-  void* get() const { return p_; }
-
- private:
-  void* p_ = nullptr;
-  cudaStream_t s_;
-};
-
-// ------------------------------------------------------------------ the communicator
-
-// Aborts a communicator under construction unless released (init and split failures).
-struct PendingComm {
-  ncclComm_t comm = nullptr;
-  PendingComm() = default;
-  PendingComm(const PendingComm&) = delete;
-  PendingComm& operator=(const PendingComm&) = delete;
-  ~PendingComm() {
-    if (comm) (void)ncclCommAbort(comm);
-  }
-  ncclComm_t release() { return std::exchange(comm, nullptr); }
-};
-
-// Polls a non-blocking communicator until it leaves ncclInProgress (init, split,
-// launches, finalize). False if `deadline` passes first; CommError on an error state.
-bool poll_ready(ncclComm_t comm, Deadline deadline, const char* op) {
-  const auto t0 = Clock::now();
-  for (int64_t i = 0;; ++i) {
-    ncclResult_t st = ncclSuccess;
-    STRATA_NCCL_CHECK(op, comm, ncclCommGetAsyncError(comm, &st));
-    if (st == ncclSuccess) return true;
-    if (st != ncclInProgress) throw CommError(nccl_error(st, "the communicator (ncclCommGetAsyncError)", op, comm));
-    const auto now = Clock::now();
-    if (now >= deadline) return false;
-    backoff(now - t0, i);
-  }
-}
-
-Deadline deadline_in(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-// One NCCL communicator with its device and comm stream, shared by the backend and every
-// launch in flight. The handle is only used under mu_, so abort() (from any thread) never
-// races a call on it; after abort() every use throws CommError.
-class CommState {
- public:
-  CommState(PendingComm& comm, int device, int rank, int size, double timeout_s,
-            std::shared_ptr<ProcessGroup> bootstrap)
-      : bootstrap_(std::move(bootstrap)),
-        device_(device),
-        rank_(rank),
-        size_(size),
-        timeout_s_(timeout_s),
-        stream_(device, "init"),
-        ready_(device, "init") {
-    DeviceGuard g(device, "init");
-    one_ = std::make_unique<DeviceBuffer>(sizeof(float), stream_.get(), "init");
-    STRATA_NCCL_CUDA_CHECK("init", cudaMemsetAsync(one_->get(), 0, sizeof(float), stream_.get()));
-    comm_ = comm.release();
-  }
-
-  /// Flushes and frees the communicator (bounded by comm.timeout_s, then aborted), or
-  /// nothing after abort().
-  ~CommState() {
-    DeviceGuard g(device_);
-    one_.reset();
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!comm_) return;
-    bool clean = false;
-    try {
-      const ncclResult_t r = ncclCommFinalize(comm_);
-      clean = (r == ncclSuccess || r == ncclInProgress) && poll_ready(comm_, deadline_in(timeout_s_), "destroy");
-    } catch (const std::exception&) {
-      clean = false;
-    }
-    if (clean)
-      (void)ncclCommDestroy(comm_);
-    else
-      (void)ncclCommAbort(comm_);
-    comm_ = nullptr;
-  }
-  CommState(const CommState&) = delete;
-  CommState& operator=(const CommState&) = delete;
-
-  int device() const { return device_; }
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  double timeout_s() const { return timeout_s_; }
-  cudaStream_t stream() const { return stream_.get(); }
-  cudaEvent_t ready() const { return ready_.get(); }
-  /// One device float (zero): the barrier's payload and a non-null stand-in for empty buffers.
-  void* one() const { return one_->get(); }
-  const std::shared_ptr<ProcessGroup>& bootstrap() const { return bootstrap_; }
-
-  /// Runs fn(comm) with the handle locked; throws CommError once aborted.
-  template <class F>
-  void with_comm(const char* op, F&& fn) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!comm_) throw_aborted(op);
-    fn(comm_);
-  }
-
-  /// ncclSuccess or ncclInProgress; CommError for an error state (local or remote) or abort.
-  ncclResult_t async_state(const char* op) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!comm_) throw_aborted(op);
-    ncclResult_t st = ncclSuccess;
-    STRATA_NCCL_CHECK(op, comm_, ncclCommGetAsyncError(comm_, &st));
-    if (st != ncclSuccess && st != ncclInProgress)
-      throw CommError(nccl_error(st, "the communicator (ncclCommGetAsyncError)", op, comm_));
-    return st;
-  }
-
-  /// Polls until the communicator leaves ncclInProgress; false at the deadline.
-  bool wait_ready(const char* op, Deadline deadline) {
-    const auto t0 = Clock::now();
-    for (int64_t i = 0;; ++i) {
-      if (async_state(op) == ncclSuccess) return true;
-      const auto now = Clock::now();
-      if (now >= deadline) return false;
-      backoff(now - t0, i);
-    }
-  }
-
-  bool aborted() const { return aborted_.load(); }
-
-  [[noreturn]] void throw_aborted(const char* op) const {
-    std::string why;
-    {
-      std::lock_guard<std::mutex> lk(reason_mu_);
-      why = reason_;
-    }
-    STRATA_THROW(CommError, "[nccl] ", op, ": group aborted: ", why);
-  }
-
-  /// ncclCommAbort: kernels of this communicator exit, later calls fail at once. The MPI
-  /// world is marked failed too, so the job is torn down at exit rather than finalised.
-  void abort(const std::string& reason) {
-    {
-      std::lock_guard<std::mutex> lk(reason_mu_);
-      if (reason_.empty()) reason_ = reason;
-    }
-    aborted_.store(true);
-    {
-      DeviceGuard g(device_);
-      std::lock_guard<std::mutex> lk(mu_);
-      if (comm_) (void)ncclCommAbort(comm_);
-      comm_ = nullptr;
-    }
-    if (bootstrap_) bootstrap_->abort("nccl group failed: " + reason);
-  }
-
- private:
-  std::shared_ptr<ProcessGroup> bootstrap_;  // the MPI world: MPI stays initialised while we live
-  const int device_, rank_, size_;
-  const double timeout_s_;
-  CudaStream stream_;
-  CudaEvent ready_;  // recorded on the compute stream before each launch
-  std::unique_ptr<DeviceBuffer> one_;
-  std::mutex mu_;
-  ncclComm_t comm_ = nullptr;
-  std::atomic<bool> aborted_{false};
-  mutable std::mutex reason_mu_;
-  std::string reason_;
-};
-
-// Closes an NCCL group on every path (a failed call inside still needs ncclGroupEnd).
-class GroupScope {
- public:
-  GroupScope(const char* op, ncclComm_t comm) : op_(op), comm_(comm) {
-    STRATA_NCCL_CHECK(op, comm, ncclGroupStart());
-  }
-  void end() {
-    open_ = false;
-    STRATA_NCCL_CHECK(op_, comm_, ncclGroupEnd());
-  }
-  ~GroupScope() {
-    if (open_) (void)ncclGroupEnd();
-  }
-  GroupScope(const GroupScope&) = delete;
-  GroupScope& operator=(const GroupScope&) = delete;
-
- private:
-  const char* op_;
-  ncclComm_t comm_;
-  bool open_ = true;
-};
-
-// ------------------------------------------------------------------ one launch
-
-// What a launched NCCL group leaves behind until it completed: the event recorded after
-// it on the comm stream, device staging for CPU buffers, and their copies back.
-class Launch {
- public:
-  Launch(std::shared_ptr<CommState> st, const char* op) : st_(std::move(st)), op_(op), done_(st_->device(), op) {}
-  ~Launch() {
-    DeviceGuard g(st_->device());
-    scratch_.clear();
-  }
-  Launch(const Launch&) = delete;
-  Launch& operator=(const Launch&) = delete;
-
-  /// Device address of t's bytes: t itself when it lives on this group's GPU, else (a CPU
-  /// tensor: only ProcessGroup's debug check passes one, user tensors are checked against
-  /// device() on the caller's thread) a device copy, filled now when `read`, copied back
-  /// to t on completion when `write`. Call before launching.
-  void* device_ptr(const Tensor& t, bool read, bool write) {
-    if (!t.defined()) return nullptr;
-    if (t.device().type == DeviceType::CUDA) {
-      STRATA_CHECK(t.device().index == st_->device(), "[nccl] ", op_, ": tensor ", t.str(), " is on ",
-                   t.device().str(), " but this group's communicator uses cuda:", st_->device());
-      return t.raw_data();
-    }
-    return stage(t.raw_data(), t.nbytes(), read, write);
-  }
-
-  /// As device_ptr for a raw buffer (send/recv): device memory is used as is, host memory
-  /// is staged; a null or empty buffer becomes a valid device address.
-  void* device_ptr(void* p, int64_t bytes, bool read, bool write) {
-    if (!p || bytes == 0) return st_->one();
-    cudaPointerAttributes a{};
-    STRATA_NCCL_CUDA_CHECK(op_, cudaPointerGetAttributes(&a, p));
-    if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) {
-      STRATA_CHECK(a.type == cudaMemoryTypeManaged || a.device == st_->device(), "[nccl] ", op_,
-                   ": buffer is on cuda:", a.device, " but this group's communicator uses cuda:", st_->device());
-      return p;
-    }
-    return stage(p, bytes, read, write);
-  }
-
-  /// True once the group completed on the device (CPU outputs copied back); false when
-  /// the deadline passed first. CommError on a CUDA/NCCL error or after an abort.
-  bool wait_until(Deadline deadline) {
-    if (complete_) return true;
-    DeviceGuard g(st_->device(), op_);
-    const auto t0 = Clock::now();
-    auto next_check = t0 + 10ms;
-    for (int64_t i = 0;; ++i) {
-      // A non-blocking communicator may still be enqueueing the group (ncclInProgress);
-      // its kernels are on the stream once the state is ncclSuccess.
-      if (!recorded_ && st_->async_state(op_) == ncclSuccess) {
-        STRATA_NCCL_CUDA_CHECK(op_, cudaEventRecord(done_.get(), st_->stream()));
-        recorded_ = true;
-      }
-      if (recorded_) {
-        const cudaError_t q = cudaEventQuery(done_.get());
-        if (q == cudaSuccess) {
-          copy_back();
-          complete_ = true;
-          return true;
-        }
-        if (q != cudaErrorNotReady) cuda_check(q, "cudaEventQuery(done)", op_);
-      }
-      const auto now = Clock::now();
-      if (st_->aborted()) st_->throw_aborted(op_);
-      if (now >= next_check) {  // a peer's failure shows up here, not in the event
-        (void)st_->async_state(op_);
-        next_check = now + 10ms;
-      }
-      if (now >= deadline) return false;
-      backoff(now - t0, i);
-    }
-  }
-
- private:
-  struct Staged {
-    void* host;
-    void* dev;
-    size_t bytes;
-    bool read, write;
-  };
-
-  void* stage(void* host, int64_t nbytes, bool read, bool write) {
-    const size_t bytes = size_t(nbytes);
-    for (auto& s : staged_) {  // the same CPU buffer twice (in-place ops): one staging copy
-      if (s.host != host || s.bytes != bytes) continue;
-      if (read && !s.read) copy_in(s);
-      s.read |= read;
-      s.write |= write;
-      return s.dev;
-    }
-    scratch_.emplace_back(bytes, st_->stream(), op_);
-    Staged s{host, scratch_.back().get(), bytes, read, write};
-    if (read) copy_in(s);
-    staged_.push_back(s);
-    return s.dev;
-  }
-
-  void copy_in(const Staged& s) {
-    if (s.bytes > 0)
-      STRATA_NCCL_CUDA_CHECK(op_, cudaMemcpyAsync(s.dev, s.host, s.bytes, cudaMemcpyHostToDevice, st_->stream()));
-  }
-
-  void copy_back() {
-    bool any = false;
-    for (const auto& s : staged_) {
-      if (!s.write || s.bytes == 0) continue;
-      STRATA_NCCL_CUDA_CHECK(op_, cudaMemcpyAsync(s.host, s.dev, s.bytes, cudaMemcpyDeviceToHost, st_->stream()));
-      any = true;
-    }
-    // The stream holds nothing else now (the group's ops run one at a time), so this
-    // waits for the copies alone.
-    if (any) STRATA_NCCL_CUDA_CHECK(op_, cudaStreamSynchronize(st_->stream()));
-  }
-
-  std::shared_ptr<CommState> st_;  // first: outlives the buffers freed on its stream
-  const char* op_;
-  CudaEvent done_;
-  bool recorded_ = false;
-  bool complete_ = false;
-  std::vector<DeviceBuffer> scratch_;
-  std::vector<Staged> staged_;
-};
 
 // ------------------------------------------------------------------ backend and requests
 
@@ -560,8 +95,12 @@ class NcclBackend final : public Backend {
 
   // Every collective, dtype and op is native (gather/scatter/all_to_all as grouped p2p).
   bool supports(const Collective&) const override { return true; }
-  std::unique_ptr<Request> start(const Collective& c) override;
-  std::unique_ptr<Backend> split(int color, int key, Deadline deadline) override;
+  std::unique_ptr<Request> start(const Collective& c) override {
+    return nccl_comm_errors([&] { return launch(c); });
+  }
+  std::unique_ptr<Backend> split(int color, int key, Deadline deadline) override {
+    return nccl_comm_errors([&] { return split_comm(color, key, deadline); });
+  }
 
   void check_peers() override { (void)st_->async_state("check_peers"); }
   void abort(const std::string& reason) override { st_->abort(reason); }
@@ -586,27 +125,23 @@ class NcclBackend final : public Backend {
     return std::make_unique<NcclRequest>(this, pending_, peer);
   }
 
-  // The comm stream waits for everything queued so far on the device's compute stream
-  // (where strata's kernels run, whichever thread launched them): the kernels that
-  // produced this op's inputs, and possibly a few later ones, as this runs on the comm
-  // thread when the op's turn comes. Work launched under a cuda::StreamGuard on another
-  // stream must be ordered before the collective by the caller.
-  void order_after_compute(const char* op) {
-    STRATA_NCCL_CUDA_CHECK(op, cudaEventRecord(st_->ready(), cuda::compute_stream(st_->device())));
-    STRATA_NCCL_CUDA_CHECK(op, cudaStreamWaitEvent(st_->stream(), st_->ready(), 0));
-  }
+  std::unique_ptr<Request> launch(const Collective& c);
+  std::unique_ptr<Backend> split_comm(int color, int key, Deadline deadline);
 
   std::shared_ptr<CommState> st_;
   std::shared_ptr<P2PBatch> pending_;
 };
 
 bool NcclRequest::wait_until(Deadline deadline) {
-  if (!launch_ && batch_) {
-    if (!batch_->launch) backend_->flush_p2p();
-    if (!batch_->launch) STRATA_THROW(CommError, "[nccl] send/recv: the group of sends/receives failed to launch");
-    launch_ = batch_->launch;
-  }
-  return launch_->wait_until(deadline);
+  return nccl_comm_errors([&] {
+    if (!launch_ && batch_) {
+      if (!batch_->launch) backend_->flush_p2p();
+      if (!batch_->launch)
+        STRATA_THROW(CommError, "[nccl] send/recv: the group of sends/receives failed to launch");
+      launch_ = batch_->launch;
+    }
+    return launch_->wait_until(deadline);
+  });
 }
 
 void NcclBackend::flush_p2p() {
@@ -614,9 +149,9 @@ void NcclBackend::flush_p2p() {
   std::shared_ptr<P2PBatch> batch = std::move(pending_);
   pending_.reset();
   const char* op = "send/recv";
-  DeviceGuard g(st_->device(), op);
+  cuda::DeviceGuard g(st_->device());
   auto l = std::make_shared<Launch>(st_, op);
-  order_after_compute(op);
+  st_->order_after_compute();
   std::vector<void*> ptrs;
   for (const auto& o : batch->ops) ptrs.push_back(l->device_ptr(o.ptr, o.bytes, o.send, !o.send));
   const cudaStream_t s = st_->stream();
@@ -634,12 +169,12 @@ void NcclBackend::flush_p2p() {
   batch->launch = std::move(l);
 }
 
-std::unique_ptr<Request> NcclBackend::start(const Collective& c) {
+std::unique_ptr<Request> NcclBackend::launch(const Collective& c) {
   const char* op = op_kind_name(c.kind);
   settle(op);
-  DeviceGuard g(st_->device(), op);
+  cuda::DeviceGuard g(st_->device());
   auto l = std::make_shared<Launch>(st_, op);
-  order_after_compute(op);
+  st_->order_after_compute();
 
   const int n = size(), r = rank();
   const bool root = r == c.root;
@@ -692,7 +227,7 @@ std::unique_ptr<Request> NcclBackend::start(const Collective& c) {
   // This rank's own block of the p2p-based collectives is a device copy, queued first.
   auto local_copy = [&](void* dst, const void* src) {
     if (block > 0 && dst != src)
-      STRATA_NCCL_CUDA_CHECK(op, cudaMemcpyAsync(dst, src, block, cudaMemcpyDeviceToDevice, s));
+      STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, block, cudaMemcpyDeviceToDevice, s), op);
   };
   if (c.kind == OpKind::gather && root) local_copy(at(out, r), in);
   if (c.kind == OpKind::scatter && root) local_copy(out, at(in, r));
@@ -746,10 +281,10 @@ std::unique_ptr<Request> NcclBackend::start(const Collective& c) {
   return std::make_unique<NcclRequest>(std::move(l), -1);
 }
 
-std::unique_ptr<Backend> NcclBackend::split(int color, int key, Deadline deadline) {
+std::unique_ptr<Backend> NcclBackend::split_comm(int color, int key, Deadline deadline) {
   const char* op = "split";
   settle(op);
-  DeviceGuard g(st_->device(), op);
+  cuda::DeviceGuard g(st_->device());
   PendingComm child;
   st_->with_comm(op, [&](ncclComm_t comm) {
     STRATA_NCCL_CHECK(op, comm, ncclCommSplit(comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child.comm, nullptr));
@@ -830,7 +365,7 @@ std::shared_ptr<ProcessGroup> init_nccl_world(const CommOptions& options, int de
   ncclUniqueId id;
   std::memcpy(&id, idbuf.data<uint8_t>() + 1, sizeof id);
 
-  DeviceGuard g(device, "init");
+  cuda::DeviceGuard g(device);
   PendingComm comm;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;  // every wait below and in later ops is a poll with a deadline
@@ -844,10 +379,9 @@ std::shared_ptr<ProcessGroup> init_nccl_world(const CommOptions& options, int de
     mpi->abort(e.what());  // peers may be waiting for us: tear the job down at exit
     STRATA_THROW(CommError, e.what(), " [rank ", rank, " of ", n, ", cuda:", device, "]");
   }
-  auto st = std::make_shared<CommState>(comm, device, rank, n, opts.timeout_s, mpi);
+  auto st = nccl_comm_errors([&] { return std::make_shared<CommState>(comm, device, rank, n, opts.timeout_s, mpi); });
   return std::make_shared<ProcessGroup>(std::make_unique<NcclBackend>(std::move(st)), opts, "world");
 }
 
-#endif  // STRATA_WITH_NCCL
-
 }  // namespace strata::comm
+#endif  // STRATA_WITH_NCCL

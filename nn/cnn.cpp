@@ -45,7 +45,7 @@ Tensor CNN::forward(const Tensor& x) {
                    x.size(3) == cfg_.image_size,
                "[CNN] expects (B, ", cfg_.in_channels, ", ", cfg_.image_size, ", ", cfg_.image_size, "), got ",
                shape_str(x.shape()));
-  return child_at(1)(child_at(0)(x));
+  return (*child("classifier"))((*child("features"))(x));
 }
 
 }  // namespace strata::nn

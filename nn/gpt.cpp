@@ -35,16 +35,18 @@ const Tensor& CausalSelfAttention::causal_mask(int64_t t) {
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   STRATA_CHECK(x.dim() == 3, "[CausalSelfAttention] expects (B, T, C), got ", shape_str(x.shape()));
   const int64_t b = x.size(0), t = x.size(1), hd = head_dim_;
-  Tensor qkv = child_at(0)(x);  // (B, T, 3*Hl*hd)
+  Tensor qkv = (*child("c_attn"))(x);  // (B, T, 3*Hl*hd)
   const int64_t cl = qkv.size(-1) / 3;
   STRATA_CHECK(qkv.size(-1) == 3 * cl && cl % hd == 0, "[CausalSelfAttention] c_attn output width ",
                qkv.size(-1), " is not 3 * heads * head_dim (head_dim ", hd, ")");
   const int64_t h = cl / hd;
   // One fused op (no head split/merge copies, the causal softmax on the lower triangle
   // only) unless the probabilities need dropout or autocast runs the matmuls in 16 bits.
-  const auto* attn_drop = dynamic_cast<const Dropout*>(&child_at(2));
+  const std::shared_ptr<Module> attn_dropout = child("attn_dropout"), c_proj = child("c_proj"),
+                                resid_dropout = child("resid_dropout");
+  const auto* attn_drop = dynamic_cast<const Dropout*>(attn_dropout.get());
   if (attn_drop && (attn_drop->p() == 0 || !attn_drop->is_training()) && !autocast_dtype())
-    return child_at(3)(child_at(1)(causal_attention(qkv, hd)));
+    return (*resid_dropout)((*c_proj)(causal_attention(qkv, hd)));
   auto parts = split(qkv, {cl, cl, cl}, -1);  // 3 x (B, T, Hl*hd)
   auto heads = [&](const Tensor& p) { return transpose(reshape(p, {b, t, h, hd}), 1, 2); };  // (B, Hl, T, hd)
   Tensor q = mul(heads(parts[0]), 1.0 / std::sqrt(double(hd)));  // scale q: fewer elements than scores
@@ -54,10 +56,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   if (mask.device() != x.device()) mask_ = mask.to(x.device());
   att = masked_fill(att, mask_, -std::numeric_limits<double>::infinity());
   att = softmax(att, -1);
-  att = child_at(2)(att);
+  att = (*attn_dropout)(att);
   Tensor y = matmul(att, v);                              // (B, Hl, T, hd)
   y = reshape(contiguous(transpose(y, 1, 2)), {b, t, cl});  // (B, T, Hl*hd)
-  return child_at(3)(child_at(1)(y));
+  return (*resid_dropout)((*c_proj)(y));
 }
 
 // ---------------------------------------------------------------- MLP
@@ -70,9 +72,9 @@ GPTMLP::GPTMLP(const GPTConfig& cfg, Generator& gen) {
 }
 
 Tensor GPTMLP::forward(const Tensor& x) {
-  Tensor h = x;
-  for (size_t i = 0; i < 4; ++i) h = child_at(i)(h);
-  return h;
+  Tensor h = (*child("c_fc"))(x);  // (B, T, 4C)
+  h = (*child("gelu"))(h);
+  return (*child("dropout"))((*child("c_proj"))(h));  // (B, T, C)
 }
 
 // ---------------------------------------------------------------- block
@@ -84,8 +86,8 @@ GPTBlock::GPTBlock(const GPTConfig& cfg, Generator& gen) {
 }
 
 Tensor GPTBlock::forward(const Tensor& x) {
-  Tensor h = x + child_at(1)(child_at(0)(x));
-  return h + child_at(3)(child_at(2)(h));
+  Tensor h = x + (*child("attn"))((*child("ln_1"))(x));
+  return h + (*child("mlp"))((*child("ln_2"))(h));
 }
 
 // ---------------------------------------------------------------- model
@@ -104,8 +106,13 @@ GPT::GPT(const GPTConfig& cfg, Generator& gen) : cfg_(cfg) {
     register_module("lm_head", std::make_shared<Linear>(cfg.n_embd, cfg.vocab, gen, false, kInitStd));
 }
 
-Tensor GPT::run_block(size_t i, const Tensor& x) {
-  const std::shared_ptr<Module>& blk = child_at(3).named_children()[i].second;
+std::shared_ptr<ModuleList> GPT::blocks() const {
+  auto h = std::dynamic_pointer_cast<ModuleList>(child("h"));
+  STRATA_CHECK(h != nullptr, "[GPT] child 'h' is not a ModuleList of blocks");
+  return h;
+}
+
+Tensor GPT::run_block(const std::shared_ptr<Module>& blk, const Tensor& x) {
   if (!cfg_.checkpoint || !grad_enabled()) return (*blk)(x);
   // checkpoint() calls fn twice: the forward, then the recompute in backward. The
   // recompute replays the dropout masks by restoring the generators to their state
@@ -142,13 +149,14 @@ Tensor GPT::forward(const Tensor& idx) {
   STRATA_CHECK(t >= 1 && t <= cfg_.block_size, "[GPT] sequence length ", t, " exceeds block_size ",
                cfg_.block_size);
   Tensor pos = ops::arange(0, double(t), 1.0, DType::i64).to(idx.device());  // (T)
-  Tensor x = child_at(0)(idx) + child_at(1)(pos);  // (B,T,C) + (T,C)
-  x = child_at(2)(x);
-  const size_t n = child_at(3).named_children().size();
-  for (size_t i = 0; i < n; ++i) x = run_block(i, x);
-  x = child_at(4)(x);
+  Tensor x = (*child("wte"))(idx) + (*child("wpe"))(pos);  // (B,T,C) + (T,C)
+  x = (*child("drop"))(x);
+  // In the order registered, whatever the blocks are named (h.0, h.1, ... in a full model).
+  const std::shared_ptr<ModuleList> h = blocks();
+  for (const auto& [name, blk] : h->named_children()) x = run_block(blk, x);
+  x = (*child("ln_f"))(x);
   if (cfg_.tie_weights) return linear(x, parameter("wte.weight"), Tensor());  // (B,T,C) @ (V,C)^T
-  return child_at(5)(x);
+  return (*child("lm_head"))(x);
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index) {

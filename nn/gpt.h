@@ -54,7 +54,8 @@ class GPTBlock : public Module {
   std::string type_name() const override { return "GPTBlock"; }
 };
 
-/// Children wte, wpe, drop, h (ModuleList of GPTBlock), ln_f, and lm_head when untied.
+/// Children wte, wpe, drop, h (ModuleList of GPTBlock), ln_f, and lm_head when untied,
+/// reached by name (child("h")), never by position.
 /// Init (GPT-2): linears and embeddings N(0, 0.02), biases 0, residual projections
 /// (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)).
 class GPT : public Module {
@@ -68,9 +69,14 @@ class GPT : public Module {
   const GPTConfig& config() const { return cfg_; }
   /// Turns activation checkpointing of every block on or off.
   void set_checkpointing(bool on) { cfg_.checkpoint = on; }
+  /// The block list, child "h": GPTBlocks named by their global index ("0" .. "n_layer-1",
+  /// so parameters read "h.5.attn.c_attn.weight"). Forward runs them in registration order.
+  /// Shared with the model; resolved at call time, so it sees replace_child("h", ...).
+  std::shared_ptr<ModuleList> blocks() const;
 
  private:
-  Tensor run_block(size_t i, const Tensor& x);
+  /// One block's forward, recomputed in backward when cfg_.checkpoint is on.
+  Tensor run_block(const std::shared_ptr<Module>& blk, const Tensor& x);
   GPTConfig cfg_;
 };
 

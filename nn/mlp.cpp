@@ -26,7 +26,7 @@ MLP::MLP(const MLPConfig& cfg, Generator& gen) : cfg_(cfg) {
 Tensor MLP::forward(const Tensor& x) {
   STRATA_CHECK(x.dim() >= 2 && x.numel() == x.size(0) * cfg_.input, "[MLP] input ", shape_str(x.shape()),
                " is not (B, ...) with ", cfg_.input, " features per sample");
-  return child_at(0)(x);
+  return (*child("net"))(x);
 }
 
 }  // namespace strata::nn

@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  libeigen3-dev libopenblas-dev
+  libopenblas-dev
   libspdlog-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev
   libopenmpi-dev openmpi-bin

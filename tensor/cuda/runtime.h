@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,15 @@ std::vector<std::string> describe_devices();
 class DeviceGuard {
  public:
   explicit DeviceGuard(int index);
+  /// For destructors and cleanup paths: switches to `index` if it can and ignores every
+  /// error (then it restores nothing). Never throws.
+  DeviceGuard(int index, std::nothrow_t) noexcept {
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || (cur != index && cudaSetDevice(index) != cudaSuccess))
+      (void)cudaGetLastError();  // clear a non-sticky error so the next checked call is not blamed
+    else if (cur != index)
+      prev_ = cur;
+  }
   ~DeviceGuard();
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;

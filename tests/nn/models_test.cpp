@@ -1,5 +1,6 @@
 // Models: parameter counts from the architecture formulas, GPT's causal property,
-// initial loss, tied-weight gradients, activation checkpointing, and an MLP that learns.
+// initial loss, tied-weight gradients, activation checkpointing, GPT's named children
+// (parameter names are a checkpoint format), and an MLP that learns.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -140,6 +141,45 @@ TEST(Gpt, CheckpointedBlocksGiveIdenticalLossAndGrads) {
     plain.zero_grad();
     ckpt.zero_grad();
   }
+}
+
+TEST(Gpt, ChildrenAndParametersKeepTheirNames) {
+  // Checkpoints and the PyTorch cross-check read these names: they must not change.
+  nn::GPTConfig cfg{.vocab = 11, .block_size = 4, .n_layer = 3, .n_head = 2, .n_embd = 8, .tie_weights = false};
+  Generator g(5);
+  auto m = std::make_shared<nn::GPT>(cfg, g);
+  std::vector<std::string> children;
+  for (const auto& [n, c] : m->named_children()) children.push_back(n);
+  EXPECT_EQ(children, (std::vector<std::string>{"wte", "wpe", "drop", "h", "ln_f", "lm_head"}));
+  ASSERT_EQ(m->blocks()->size(), 3u);
+  EXPECT_EQ(m->blocks(), m->child("h"));
+  EXPECT_EQ(m->blocks()->child("2"), m->child("h.2"));
+
+  std::vector<std::string> want{"wte.weight", "wpe.weight"};
+  for (int i = 0; i < 3; ++i)
+    for (const char* leaf : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                             "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                             "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
+      want.push_back("h." + std::to_string(i) + "." + leaf);
+  for (const char* leaf : {"ln_f.weight", "ln_f.bias", "lm_head.weight"}) want.emplace_back(leaf);
+  std::vector<std::string> got;
+  for (const auto& [n, p] : m->named_parameters()) got.push_back(n);
+  EXPECT_EQ(got, want);
+}
+
+TEST(Gpt, ForwardFindsChildrenByNameAtCallTime) {
+  nn::GPTConfig cfg{.vocab = 13, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8};
+  Generator g(8);
+  auto m = std::make_shared<nn::GPT>(cfg, g);
+  Tensor idx = random_tokens({2, 6}, 13, 9);
+  const std::vector<float> before = m->forward(idx).to_vector<float>();
+  // h.1 replaced by h.0: forward must run the replacement (no block cached by position).
+  std::shared_ptr<nn::Module> second = m->child("h.1");
+  m->replace_child("h.1", m->child("h.0"));
+  EXPECT_NE(m->forward(idx).to_vector<float>(), before);
+  m->replace_child("h.1", second);
+  EXPECT_EQ(m->forward(idx).to_vector<float>(), before);
+  EXPECT_THROW(m->child("blocks"), Error);  // a wrong name names the children
 }
 
 TEST(Training, MlpLearnsLinearlySeparableData) {
