@@ -97,9 +97,17 @@ for r in 0 1 2; do echo "rank $r exit status: $(cat "exit.$r" 2> /dev/null || ec
 [ "$rc" -ne 0 ] || fail "mpirun exited 0"
 
 # Each survivor's own report (not mpirun's "exited on signal 9"): its rank, the op in
-# flight, and for a death the dead rank with the pid that was killed.
+# flight, and for a death the dead rank with the pid that was killed. OpenMPI terminates
+# the remaining ranks 1 s after the first abnormal exit (SIGTERM, then SIGKILL): a survivor
+# that had not reported by then (a loaded host) is let off, but at least one must report.
+reported=0
 for r in $survivors; do
+  status=$(cat "exit.$r" 2> /dev/null)
   line=$(grep -a "^strata: error: rank $r: communication failed: " out.txt | head -n 1)
+  if [ -z "$line" ] && { [ "$status" = 143 ] || [ "$status" = 137 ]; }; then
+    echo "note: rank $r was terminated by the launcher (status $status) before it reported"
+    continue
+  fi
   [ -n "$line" ] || fail "rank $r printed no 'strata: error: rank $r: communication failed' line"
   echo "$line" | grep -Eq "[a-z_]+ seq [0-9]+ in group '[^']+' \(mpi, 3 ranks\) on rank $r" ||
     fail "rank $r's report names no op: $line"
@@ -109,8 +117,10 @@ for r in $survivors; do
   elif echo "$line" | grep -q "timed out after $timeout_s s (comm.timeout_s)"; then
     timeouts=$((${timeouts:-0} + 1))
   fi
-  [ "$(cat "exit.$r" 2> /dev/null)" = 3 ] || fail "rank $r exited with status $(cat "exit.$r" 2> /dev/null), not 3"
+  [ "$status" = 3 ] || fail "rank $r exited with status $status, not 3"
+  reported=$((reported + 1))
 done
+[ "$reported" -ge 1 ] || fail "no survivor reported the failure in strata's words"
 if [ "$mode" = stop ]; then
   # A hung peer is found by the timeout only (the survivor that times out first aborts,
   # so the other may report that one's death instead): not before it, not long after.
