@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "apps/config.h"
 #include "apps/factory.h"
 #include "apps/trainer.h"
+#include "apps/utf8_writer.h"
 #include "autograd/grad_mode.h"
 #include "comm/mpi.h"
 #include "core/threads.h"
@@ -23,6 +25,7 @@
 #endif
 
 namespace strata::apps {
+namespace fs = std::filesystem;
 
 const char* version_string() {
 #ifdef STRATA_VERSION
@@ -50,6 +53,27 @@ TrainConfig config_from_checkpoint(const Checkpoint& ck, const std::vector<std::
   return c;
 }
 
+// A run dir holding an earlier run (metrics.jsonl or checkpoints/) is refused unless the
+// run resumes (train.resume) or --overwrite removes that run's files: otherwise its
+// metrics would be truncated and LATEST moved while its old checkpoints stay beside the
+// new ones. Every rank checks before any rank writes (the world forms first).
+void prepare_run_dir(const TrainConfig& cfg, bool overwrite) {
+  const fs::path dir = cfg.run.dir;
+  const fs::path metrics = dir / "metrics.jsonl", checkpoints = dir / "checkpoints";
+  std::error_code ec;
+  const bool earlier_run = fs::exists(metrics, ec) || fs::exists(checkpoints, ec);
+  if (!earlier_run || !cfg.train.resume.empty()) return;
+  if (!overwrite)
+    config_fail("run.dir", "'" + cfg.run.dir + "' holds an earlier run (metrics.jsonl / checkpoints/): pass --resume " +
+                               cfg.run.dir + " (or --resume auto) to continue it, --overwrite to start over, or set "
+                               "another run.dir");
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (rank && std::string(rank) != "0") return;  // rank 0 removes them
+  fs::remove(metrics, ec);
+  fs::remove_all(checkpoints, ec);
+  if (ec) STRATA_THROW(DataError, "--overwrite: cannot remove '", checkpoints.string(), "': ", ec.message());
+}
+
 }  // namespace
 
 Command add_train_command(CLI::App& parent) {
@@ -57,19 +81,29 @@ Command add_train_command(CLI::App& parent) {
     std::string config;
     std::vector<std::string> sets;
     std::string resume;
+    bool overwrite = false;
+    bool memory_report = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = parent.add_subcommand("train", "Train a model from a YAML config");
   cmd->add_option("-c,--config", o->config, "YAML config file")->required();
-  cmd->add_option("--set", o->sets, "Override a config key: --set train.lr=1e-3 (repeatable)")
+  cmd->add_option("--set", o->sets, "Override a config key: --set optim.lr=1e-3 (repeatable)")
       ->type_name("KEY=VALUE");
-  cmd->add_option("--resume", o->resume, "Resume from a checkpoint or run dir (same as --set train.resume=DIR)");
+  cmd->add_option("--resume", o->resume,
+                  "Resume from a checkpoint or run dir, or 'auto': run.dir's newest checkpoint if it has one "
+                  "(same as --set train.resume=...)");
+  cmd->add_flag("--overwrite", o->overwrite,
+                "Start over in a run.dir that holds an earlier run (its metrics.jsonl and checkpoints/ are removed)");
+  cmd->add_flag("--memory-report", o->memory_report,
+                "Print the allocator's bytes per category against the planner's prediction at the end");
   return {cmd, [o] {
             std::vector<std::string> sets = o->sets;
             if (!o->resume.empty()) sets.push_back("train.resume=" + o->resume);
+            TrainConfig cfg = TrainConfig::load(o->config, sets);
+            prepare_run_dir(cfg, o->overwrite);
             std::unique_ptr<Trainer> trainer;
             try {
-              trainer = std::make_unique<Trainer>(TrainConfig::load(o->config, sets));
+              trainer = std::make_unique<Trainer>(std::move(cfg), TrainerOptions{.memory_report = o->memory_report});
               trainer->train();
             } catch (const CommError& e) {
               // Report here, while the Trainer (and its process group) is alive: after a
@@ -158,7 +192,9 @@ Command add_sample_command(CLI::App& parent) {
               ctx.push_back(c);
             }
             if (ctx.empty()) ctx.push_back(0);
-            if (bytes) std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);
+            Utf8Writer text(stdout);  // a byte model may emit invalid UTF-8: escaped as \xNN
+            if (bytes)
+              for (unsigned char c : o->prompt) text.put(c);
             Generator gen(o->seed);
             std::vector<float> probs(static_cast<size_t>(vocab));
             for (int64_t i = 0; i < o->tokens; ++i) {
@@ -196,11 +232,12 @@ Command add_sample_command(CLI::App& parent) {
               }
               ctx.push_back(next);
               if (bytes)
-                std::fputc(int(next), stdout);
+                text.put(static_cast<unsigned char>(next));
               else
                 std::printf("%lld ", (long long)next);
               std::fflush(stdout);
             }
+            text.finish();
             std::printf("\n");
             return 0;
           }};

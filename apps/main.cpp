@@ -7,6 +7,7 @@
 
 #include "apps/commands.h"
 #include "comm/mpi.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/threads.h"
 
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   strata::tune_environment_and_reexec(argv);  // OpenBLAS kernels + OpenMP spin (see core/threads.h)
   CLI::App app{"strata: a C++ training framework (CPU, OpenBLAS)", "strata"};
   app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();  // --help shows every option's default
   app.set_version_flag("--version", std::string("strata ") + version_string());
   const std::vector<Command> commands = {add_train_command(app), add_eval_command(app), add_sample_command(app),
                                          add_bench_command(app), add_info_command(app), add_plan_command(app),
@@ -23,6 +25,21 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help / --version
+    if (argc > 1 && argv[1][0] != '-') {  // an unknown command: suggest the closest one
+      const std::string given = argv[1];
+      const CLI::App* best = nullptr;
+      size_t best_d = 3;  // at most 2 edits away
+      for (const Command& c : commands) {
+        const size_t d = strata::edit_distance(given, c.app->get_name());
+        if (d == 0) best = nullptr, best_d = 0;  // a known command: the error is elsewhere
+        if (d < best_d) best = c.app, best_d = d;
+      }
+      if (best_d > 0 && best) {
+        std::fprintf(stderr, "strata: error: unknown command '%s'; did you mean '%s'?\nRun 'strata --help' for usage.\n",
+                     given.c_str(), best->get_name().c_str());
+        return 2;
+      }
+    }
     std::fprintf(stderr, "strata: error: %s\nRun 'strata --help' for usage.\n", e.what());
     return 2;
   }

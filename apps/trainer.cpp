@@ -99,9 +99,12 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     metrics_path = (fs::path(cfg_.run.dir) / "metrics.jsonl").string();
   }
   progress_ = std::make_unique<Progress>(opts_.verbose, style, metrics_path, !cfg_.train.resume.empty());
+  run_start_ = window_start_ = Clock::now();  // train() restarts both; a save() before it needs them set
 }
 
 data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
+  if (cfg_.train.resume == "auto")  // torchtitan's auto-resume: continue this run dir if it has a checkpoint
+    cfg_.train.resume = fs::exists(fs::path(cfg_.run.dir) / "checkpoints" / kLatestFile) ? cfg_.run.dir : "";
   if (cfg_.train.resume.empty()) return {};
   // Any layout, world size and format version: every rank reads only what it holds.
   const Checkpoint ck = open_checkpoint(cfg_.train.resume);
@@ -119,6 +122,7 @@ data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
   sampler_seed_ = ck.state.sampler_seed;
   step_ = ck.state.step;
   last_checkpoint_step_ = step_;
+  elapsed_before_ = ck.state.extra.value("elapsed_s", 0.0);
   if (scaler_ && ck.state.extra.contains("grad_scaler")) {  // an f32/bf16 checkpoint starts a fresh scale
     try {
       scaler_->load_state_dict(ck.state.extra["grad_scaler"]);
@@ -251,7 +255,9 @@ TrainingState Trainer::capture_state() const {
   for (Generator* g : model_->generators()) st.model_rngs.emplace_back(g->seed(), g->offset());
   st.sampler_seed = sampler_seed_;
   st.config_yaml = cfg_.yaml;
-  st.extra = {{"model_type", cfg_.model.type}, {"dataset", cfg_.data.dataset}};
+  st.extra = {{"model_type", cfg_.model.type},
+              {"dataset", cfg_.data.dataset},
+              {"elapsed_s", elapsed_before_ + seconds_since(run_start_)}};
   if (scaler_) st.extra["grad_scaler"] = scaler_->state_dict();
   if (replicas_) {  // the other replicas' dropout streams; a single-process resume ignores them
     nlohmann::json reps = nlohmann::json::array();
@@ -297,7 +303,7 @@ void Trainer::log_window(double lr) {
             .lr = lr,
             .throughput = dt > 0 ? double(window_steps_ * units_per_step()) / dt : 0.0,
             .unit = throughput_unit(),
-            .elapsed_s = seconds_since(run_start_),
+            .elapsed_s = elapsed_before_ + seconds_since(run_start_),
             .eta_s = done > 0 ? seconds_since(run_start_) / double(done) * double(total_steps_ - step_) : NAN,
             .loss_scale = scaler_ ? std::optional(scaler_->get_scale()) : std::nullopt,
             .skipped_steps = scaler_ ? std::optional(scaler_->skipped_steps()) : std::nullopt};
@@ -403,7 +409,7 @@ EvalResult Trainer::train() {
     else
       std::printf("final %s loss: %.4f\n", data_.eval_split.c_str(), r.loss);
     std::printf("time: %s\n", format_duration(seconds_since(run_start_)).c_str());
-    std::printf("%s", memory_report().c_str());
+    if (opts_.memory_report) std::printf("%s", memory_report().c_str());
     std::fflush(stdout);
   }
   return r;

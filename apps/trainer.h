@@ -34,6 +34,8 @@ struct TrainerOptions {
   bool verbose = true;
   /// Write metrics.jsonl and checkpoints under run.dir.
   bool write_files = true;
+  /// Print the per-category memory table (allocator vs plan) at the end of train().
+  bool memory_report = false;
 };
 
 /// Owns the model, optimizer, data and loop state of one run. Not thread-safe.
@@ -115,7 +117,8 @@ class Trainer {
  private:
   double lr_at(int64_t step) const;
   TrainingState capture_state() const;
-  /// Restores model, optimizer, RNGs and loader position from cfg_.train.resume.
+  /// Restores model, optimizer, RNGs and loader position from cfg_.train.resume
+  /// ("auto": <run.dir>'s newest checkpoint when it has one, else a fresh start).
   data::LoaderState resume(int64_t batches_per_epoch);
   void log_window(double lr);
   void log_eval(const EvalResult& r);
@@ -149,6 +152,7 @@ class Trainer {
   int64_t total_steps_ = 0;
   int64_t steps_per_epoch_ = 1;
   int64_t last_checkpoint_step_ = -1;
+  double elapsed_before_ = 0;  // training seconds of the run before this process resumed it
 
   // Logging window.
   std::unique_ptr<Progress> progress_;

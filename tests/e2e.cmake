@@ -8,7 +8,7 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   set(strata_e2e_cases
       bad_config_unknown_key bad_config_type bad_config_range bad_config_parallel missing_config_file
       missing_checkpoint corrupt_checkpoint mismatched_checkpoint tiny_run resume_bit_exact sample_gpt info
-      device_and_precision)
+      device_and_precision run_dir_guard)
   foreach(case ${strata_e2e_cases})
     add_test(NAME e2e_${case}
              COMMAND ${CMAKE_COMMAND} -DCASE=${case} -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
@@ -159,6 +159,39 @@ elseif(CASE STREQUAL "sample_gpt")
     message(FATAL_ERROR "same seed gave different samples:\n${first}\n${OUT}")
   endif()
   run(2 sample --checkpoint gpt --tokens -3)
+elseif(CASE STREQUAL "run_dir_guard")
+  # A run dir holding an earlier run is refused (exit 2 naming run.dir) unless the run
+  # resumes it (--resume auto continues from its LATEST) or --overwrite starts over;
+  # elapsed_s keeps counting across a resume. A misspelt command gets a suggestion.
+  set(args train --config ${tiny_mlp} --set run.dir=r --set train.eval_every=0 --set train.checkpoint_every=2)
+  run(0 ${args} --set train.max_steps=2)
+  run(2 ${args} --set train.max_steps=4)
+  expect(ERR "run.dir: 'r' holds an earlier run" "--resume r (or --resume auto)" "--overwrite")
+  run(0 ${args} --set train.max_steps=4 --resume auto)
+  expect(OUT "resumed from r/checkpoints/step_00000002 at step 2")
+  file(STRINGS ${WORK}/r/metrics.jsonl recs REGEX "\"type\":\"train\"")
+  list(LENGTH recs n)
+  if(NOT n EQUAL 4)
+    message(FATAL_ERROR "expected 4 train records after the resume, got ${n}:\n${recs}")
+  endif()
+  list(GET recs 1 before)
+  list(GET recs 2 after)
+  string(REGEX MATCH "\"elapsed_s\":([0-9.e+-]+)" _ "${before}")
+  set(t_before ${CMAKE_MATCH_1})
+  string(REGEX MATCH "\"elapsed_s\":([0-9.e+-]+)" _ "${after}")
+  execute_process(COMMAND awk "BEGIN { exit !(${CMAKE_MATCH_1} >= ${t_before}) }" RESULT_VARIABLE later)
+  if(NOT later EQUAL 0)
+    message(FATAL_ERROR "elapsed_s went back across the resume: ${t_before} then ${CMAKE_MATCH_1}")
+  endif()
+  run(0 ${args} --set train.max_steps=1 --set train.checkpoint_every=1 --overwrite)
+  file(STRINGS ${WORK}/r/metrics.jsonl recs REGEX "\"type\":\"train\"")
+  list(LENGTH recs n)
+  file(GLOB ckpts RELATIVE ${WORK}/r/checkpoints ${WORK}/r/checkpoints/step_*)
+  if(NOT n EQUAL 1 OR NOT "${ckpts}" STREQUAL "step_00000001")
+    message(FATAL_ERROR "--overwrite left the earlier run: ${n} train records, checkpoints ${ckpts}")
+  endif()
+  run(2 trian --config ${tiny_mlp})
+  expect(ERR "unknown command 'trian'; did you mean 'train'?")
 elseif(CASE STREQUAL "ddp_matches_single_process")
   # 2 ranks x 8 samples (mpirun, parallel.dp auto) against 1 process x 16 samples: the
   # logged losses (world average) must agree to 1e-5 relative at every step, and the
@@ -212,7 +245,7 @@ elseif(CASE STREQUAL "zero_matches_ddp")
              --set train.max_steps=6 --set train.grad_accum_steps=2 --set train.save_final=true)
   foreach(stage 0 1 2 3)
     execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
-                            --set run.dir=z${stage} --set parallel.zero_stage=${stage}
+                            --set run.dir=z${stage} --set parallel.zero_stage=${stage} --memory-report
                     WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 60)
     if(NOT "${rc}" STREQUAL "0")
       message(FATAL_ERROR "mpirun -np 2 strata train zero_stage ${stage}: exit code ${rc}\n${OUT}\n${ERR}")

@@ -108,7 +108,7 @@ elseif(CASE STREQUAL "plan_errors")
   run(2 plan --config ${tiny_mlp})
   expect(ERR "--ranks is required")
 elseif(CASE STREQUAL "train_dp_memory_report")
-  run(0 train --config ${tiny_mlp} --set run.dir=dp --set parallel.replicas=2
+  run(0 train --config ${tiny_mlp} --set run.dir=dp --set parallel.replicas=2 --memory-report
       --set run.threads=2 --set train.max_steps=6)
   expect(OUT "dp: 2 replicas (threads in this process) x 1 intra-op thread(s)"
          "memory (rank 0): allocator bytes vs plan for DataParallel at 1 rank(s)"
@@ -121,13 +121,13 @@ elseif(CASE STREQUAL "train_dp_memory_report")
   # ZeRO's end report names the stage (ZeRO at 1 rank shards trivially); with thread
   # replicas zero_stage is a config error.
   run(0 train --config ${tiny_mlp} --set run.dir=z --set parallel.zero_stage=1
-      --set train.max_steps=4)
+      --set train.max_steps=4 --memory-report)
   expect(OUT "memory (rank 0): allocator bytes vs plan for ZeRO-1 at 1 rank(s), zero_stage 1")
   run(2 train --config ${tiny_mlp} --set run.dir=z --set parallel.zero_stage=1 --set parallel.replicas=2)
   expect(ERR "parallel.zero_stage")
 elseif(CASE STREQUAL "progress_env")
   # stdout is a pipe here: plain lines by default and with lines; the bar when forced.
-  set(args train --config ${tiny_mlp} --set run.dir=r --set train.max_steps=3 --set train.save_final=false)
+  set(args train --config ${tiny_mlp} --set run.dir=r --set train.max_steps=3 --set train.save_final=false --overwrite)
   run(0 ${args})
   expect(OUT "\nstep 3/3 | epoch")
   expect_not(OUT "\r[")
@@ -144,7 +144,7 @@ elseif(CASE STREQUAL "progress_env")
 elseif(CASE STREQUAL "progress_pty")
   # On a terminal (script(1) gives the command a pty) the bar is drawn; a launcher's
   # environment (OMPI_COMM_WORLD_SIZE) or STRATA_PROGRESS=lines switch to plain lines.
-  set(cmd "${STRATA} train --config ${tiny_mlp} --set run.dir=r --set train.max_steps=3 --set train.save_final=false")
+  set(cmd "${STRATA} train --config ${tiny_mlp} --set run.dir=r --set train.max_steps=3 --set train.save_final=false --overwrite")
   execute_process(COMMAND ${SCRIPT} -qec "${cmd}" /dev/null WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc
                   OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR)
   if(NOT rc EQUAL 0)
