@@ -86,7 +86,13 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, MeshShape shape)
   coord_ = shape_.coord_of(world_->rank());
   // One split per dimension: the color numbers the other coordinates (fixed along the
   // dimension), the key is the moving one. Every rank creates the groups in dims() order.
+  // A dimension that spans the whole world (every other degree 1) is the world group
+  // itself, in the same rank order: no second communicator (and comm thread) for it.
   for (size_t d = 0; d < coord_.size(); ++d) {
+    if (shape_.dims()[d].size == world_->size()) {
+      groups_.push_back(world_);
+      continue;
+    }
     int color = 0;
     std::string fixed;
     for (size_t i = 0; i < coord_.size(); ++i) {

@@ -52,7 +52,8 @@ class MeshShape {
 
 /// Value type (cheap to copy: it shares its groups). Building one is a collective over
 /// `world`: every rank constructs it with the same shape, and every dimension's group is
-/// created then, once (a size-1 dimension gets a trivial one-rank group).
+/// created then, once (a size-1 dimension gets a trivial one-rank group; a dimension as
+/// large as the world is the world group itself).
 class DeviceMesh {
  public:
   DeviceMesh(std::shared_ptr<ProcessGroup> world, MeshShape shape);

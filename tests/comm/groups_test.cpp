@@ -111,6 +111,8 @@ TEST(DeviceMeshTest, GroupsMatchTheGridOnEightLocalRanks) {
       }
       DeviceMesh copy = mesh;  // value type: copies share the groups
       EXPECT_EQ(copy["tp"].get(), mesh["tp"].get());
+      for (const char* d : {"pp", "dp", "tp"})  // a dimension spanning the world is the world group
+        EXPECT_EQ(mesh[d].get() == world.get(), shape.size(d) == 8) << d;
     });
   }
   run_local(4, [](ProcessGroup& w) {

@@ -19,6 +19,7 @@
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "parallel/ddp.h"
+#include "parallel/parallelize.h"
 
 namespace strata::testing {
 
@@ -48,9 +49,31 @@ inline std::shared_ptr<nn::Module> make_model(const std::string& kind, uint64_t 
   return std::make_shared<nn::CNN>(c, gen);
 }
 
+inline parallel::OptimizerFactory optimizer_factory(const std::string& kind) {
+  return [kind](optim::NamedTensors params) -> std::unique_ptr<optim::Optimizer> {
+    if (kind == "adam") return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = 1e-2});
+    return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  };
+}
+
 inline std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& kind, const nn::Module& m) {
-  if (kind == "adam") return std::make_unique<optim::Adam>(m.named_parameters(), optim::AdamOptions{.lr = 1e-2});
-  return std::make_unique<optim::SGD>(m.named_parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  return optimizer_factory(kind)(m.named_parameters());
+}
+
+/// The layout `dims` over `group` through parallel::parallelize(), as strata train builds
+/// it (the mesh borrows the group: it must outlive the result).
+inline std::unique_ptr<parallel::ParallelModel> parallelize_on(comm::ProcessGroup& group,
+                                                               std::shared_ptr<nn::Module> model, int zero_stage,
+                                                               const parallel::DDPOptions& ddp, bool prefetch,
+                                                               const std::string& optim) {
+  std::shared_ptr<comm::ProcessGroup> world(&group, [](comm::ProcessGroup*) {});
+  const parallel::ParallelDims dims = parallel::ParallelDims{.zero_stage = zero_stage}.resolve(group.size());
+  return parallel::parallelize(std::move(model), comm::DeviceMesh(world, dims.mesh_shape()),
+                               {.dims = dims,
+                                .ddp = ddp,
+                                .fsdp_prefetch = prefetch,
+                                .fsdp_wrap = {},
+                                .make_optimizer = optimizer_factory(optim)});
 }
 
 /// Deterministic batch of step `step`: inputs (B, 16), (B, 1, 8, 8) or tokens (B, 8),
@@ -127,17 +150,18 @@ inline nn::NamedTensors reference_state(const EquivCase& c, int n, std::vector<d
   return model->state_dict();
 }
 
-/// Trains under DDP on this rank of `group` (model and batches on c.device) and returns
-/// the state (parameters and buffers, after a final buffer sync). Each rank starts from a
-/// different init, so the wrap-time broadcast is exercised too. `losses`: the loss of
-/// each step averaged over the ranks (collective).
+/// Trains under DDP on this rank of `group` (model and batches on c.device; the layout
+/// built by parallelize(), DDP at N > 1) and returns the state (parameters and buffers,
+/// after a final buffer sync). Each rank starts from a different init, so the wrap-time
+/// broadcast is exercised too. `losses`: the loss of each step averaged over the ranks
+/// (collective).
 inline nn::NamedTensors ddp_state(comm::ProcessGroup& group, const EquivCase& c,
                                   std::vector<double>* losses = nullptr) {
   const int n = group.size(), r = group.rank();
   auto model = make_model(c.model, r == 0 ? kModelSeed : kModelSeed + 77 * uint64_t(r));
   model->to(c.device);
-  auto ddp = parallel::apply_ddp(model, group, c.ddp);
-  auto opt = make_optimizer(c.optim, *model);
+  auto pm = parallelize_on(group, model, /*zero_stage=*/0, c.ddp, /*prefetch=*/true, c.optim);
+  STRATA_CHECK(pm->ddp() != nullptr || n == 1, "[test] parallelize applied no DDP at ", n, " ranks");
   STRATA_CHECK(c.batch % (int64_t(n) * c.accum) == 0, "[test] batch ", c.batch, " does not split into ", n,
                " ranks x ", c.accum, " micro-batches");
   const int64_t per = c.batch / n, micro = per / c.accum;
@@ -148,26 +172,26 @@ inline nn::NamedTensors ddp_state(comm::ProcessGroup& group, const EquivCase& c,
     for (int m = 0; m < c.accum; ++m) {
       Tensor xm = ops::narrow(x, 0, r * per + m * micro, micro), ym = ops::narrow(y, 0, r * per + m * micro, micro);
       auto step_micro = [&] {
-        Tensor loss = ddp->forward_with([&] { return batch_loss(*model, xm, ym); }) * (1.0 / double(c.accum));
+        Tensor loss = pm->forward_with([&] { return batch_loss(*model, xm, ym); }) * (1.0 / double(c.accum));
         if (losses) step_loss += loss.item<double>();
         backward(loss);
-        ddp->finalize();
+        pm->finalize();
       };
       if (m + 1 < c.accum) {
-        auto guard = ddp->no_sync();
+        auto guard = pm->no_sync();
         step_micro();
       } else {
         step_micro();
       }
     }
     if (losses) losses->push_back(rank_mean(group, step_loss));
-    opt->step();
+    pm->step();
     if (c.optimizer_zero_grad)
-      opt->zero_grad();
+      pm->optimizer().zero_grad();
     else
-      ddp->zero_grad();
+      pm->zero_grad();
   }
-  ddp->sync_buffers();
+  if (pm->ddp()) pm->ddp()->sync_buffers();
   return model->state_dict();
 }
 

@@ -61,17 +61,12 @@ TEST(ParallelDims, MeshIsPpDpTpWithTpFastest) {
 nn::NamedTensors parallel_state(comm::ProcessGroup& world_ref, const ZeroCase& zc, std::vector<double>* norms,
                                 std::string* described) {
   const EquivCase& c = zc.base;
-  std::shared_ptr<comm::ProcessGroup> world(&world_ref, [](comm::ProcessGroup*) {});
-  const int n = world->size(), r = world->rank();
-  const ParallelDims dims = ParallelDims{.zero_stage = zc.stage}.resolve(n);
+  const int n = world_ref.size(), r = world_ref.rank();
   auto model = strata::testing::make_model(c.model, r == 0 ? strata::testing::kModelSeed
                                                            : strata::testing::kModelSeed + 77 * uint64_t(r));
-  auto pm = parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
-                        {.dims = dims,
-                         .ddp = {.bucket_cap_mb = zc.bucket_cap_mb},
-                         .fsdp_prefetch = zc.prefetch,
-                         .fsdp_wrap = {},
-                         .make_optimizer = strata::testing::optimizer_factory(c.optim)});
+  DDPOptions buckets;
+  buckets.bucket_cap_mb = zc.bucket_cap_mb;
+  auto pm = strata::testing::parallelize_on(world_ref, model, zc.stage, buckets, zc.prefetch, c.optim);
   if (described) *described = pm->describe();
   EXPECT_EQ(pm->sharded(), zc.stage > 0);
   EXPECT_EQ(pm->ddp() != nullptr, zc.stage == 0 && n > 1);

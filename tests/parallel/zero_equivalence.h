@@ -21,13 +21,6 @@ struct ZeroCase {
   double clip = 0.0;  // > 0: clip the global grad norm every step
 };
 
-inline parallel::OptimizerFactory optimizer_factory(const std::string& kind) {
-  return [kind](optim::NamedTensors params) -> std::unique_ptr<optim::Optimizer> {
-    if (kind == "adam") return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = 1e-2});
-    return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
-  };
-}
-
 /// Single process, batch B, with clipping (the norms it saw go to `norms`, the losses to `losses`).
 inline nn::NamedTensors reference_state_clipped(const ZeroCase& zc, std::vector<double>* norms,
                                                 std::vector<double>* losses = nullptr) {
@@ -63,8 +56,11 @@ inline ZeroResult zero_state(comm::ProcessGroup& group, const ZeroCase& zc, std:
   const int n = group.size(), r = group.rank();
   auto model = make_model(c.model, r == 0 ? kModelSeed : kModelSeed + 77 * uint64_t(r));
   model->to(c.device);
-  parallel::ZeroOptions o{.stage = zc.stage, .bucket_cap_mb = zc.bucket_cap_mb, .prefetch = zc.prefetch, .wrap = {}};
-  auto zero = parallel::apply_zero(model, group, o, optimizer_factory(c.optim));
+  parallel::DDPOptions units;
+  units.bucket_cap_mb = zc.bucket_cap_mb;  // ZeRO-1/2 units are cut like DDP's buckets
+  auto pm = parallelize_on(group, model, zc.stage, units, zc.prefetch, c.optim);
+  parallel::ZeroDataParallel* zero = pm->zero();
+  STRATA_CHECK(zero != nullptr, "[test] parallelize applied no ZeRO at stage ", zc.stage);
   ZeroResult res;
   for (const auto& u : zero->units()) res.padded_elems += u.padded();
   const int64_t per = c.batch / n, micro = per / c.accum;
