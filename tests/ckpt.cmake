@@ -133,6 +133,8 @@ elseif(CASE STREQUAL "hostile")
   strata(2 "is inside the checkpoint directory" ckpt consolidate --checkpoint ${ckpt}
          --out ${ckpt}/shard_00000_of_00003.safetensors)
   strata(2 "is inside the checkpoint directory" ckpt consolidate --checkpoint ${ckpt}/ --out ${ckpt}/../ckpt/new.safetensors)
+  file(CREATE_LINK ${ckpt}/shard_00000_of_00003.safetensors ${h}/hard)  # a hard link to an input shard
+  strata(2 "--out '${h}/hard' is the checkpoint's own file" ckpt consolidate --checkpoint ${ckpt} --out ${h}/hard)
   file(SHA256 ${ckpt}/shard_00000_of_00003.safetensors shard_after)
   if(NOT shard_before STREQUAL shard_after OR EXISTS ${ckpt}/new.safetensors)
     message(FATAL_ERROR "a refused consolidate changed the input checkpoint")
