@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "core/json_limits.h"
 #include "parallel/checkpoint_io.h"
 #include "tensor/file_io.h"
 
@@ -16,20 +17,26 @@ namespace {
 
 std::string join(const std::string& dir, const char* file) { return (fs::path(dir) / file).string(); }
 
+// The object member `key` of `j` (by reference: no recursive copy of untrusted JSON).
+const nlohmann::json& member(const nlohmann::json& j, const char* key, const std::string& file) {
+  if (!j.is_object() || !j.contains(key))
+    STRATA_THROW(DataError, "checkpoint state '", file, "': missing field '", key, "'");
+  return j.at(key);
+}
+
 template <class T>
 T field(const nlohmann::json& j, const char* key, const std::string& file) {
-  if (!j.contains(key)) STRATA_THROW(DataError, "checkpoint state '", file, "': missing field '", key, "'");
+  const nlohmann::json& v = member(j, key, file);
   try {
-    return j.at(key).get<T>();
+    return v.get<T>();
   } catch (const nlohmann::json::exception&) {
-    STRATA_THROW(DataError, "checkpoint state '", file, "': field '", key, "' has the wrong type (",
-                 j.at(key).dump(), ")");
+    STRATA_THROW(DataError, "checkpoint state '", file, "': field '", key, "' has the wrong type (", json_brief(v), ")");
   }
 }
 
 std::pair<uint64_t, uint64_t> rng_pair(const nlohmann::json& j, const std::string& file) {
   if (!j.is_array() || j.size() != 2 || !j[0].is_number_unsigned() || !j[1].is_number_unsigned())
-    STRATA_THROW(DataError, "checkpoint state '", file, "': RNG state ", j.dump(), " is not [seed, offset]");
+    STRATA_THROW(DataError, "checkpoint state '", file, "': RNG state ", json_brief(j), " is not [seed, offset]");
   return {j[0].get<uint64_t>(), j[1].get<uint64_t>()};
 }
 
@@ -54,27 +61,25 @@ nlohmann::json training_state_to_json(const TrainingState& st) {
 }
 
 TrainingState parse_training_state(const std::string& text, const std::string& file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    STRATA_THROW(DataError, "checkpoint state '", file, "': invalid JSON: ", e.what());
-  }
+  const nlohmann::json j = parse_json_file_text(text, "checkpoint state '" + file + "'");
   if (!j.is_object()) STRATA_THROW(DataError, "checkpoint state '", file, "': not a JSON object");
   if (field<std::string>(j, "format", file) != "strata-checkpoint")
-    STRATA_THROW(DataError, "checkpoint state '", file, "': not a strata checkpoint (format ", j["format"].dump(), ")");
+    STRATA_THROW(DataError, "checkpoint state '", file, "': not a strata checkpoint (format ", json_brief(j["format"]), ")");
   if (field<int>(j, "version", file) != 1)
-    STRATA_THROW(DataError, "checkpoint state '", file, "': unsupported version ", j["version"].dump());
+    STRATA_THROW(DataError, "checkpoint state '", file, "': unsupported version ", json_brief(j["version"]));
   TrainingState st;
   st.step = field<int64_t>(j, "step", file);
-  const auto loader = field<nlohmann::json>(j, "loader", file);
+  const nlohmann::json& loader = member(j, "loader", file);
   st.loader_epoch = field<int64_t>(loader, "epoch", file);
   st.loader_batch = field<int64_t>(loader, "batch", file);
-  const auto rng = field<nlohmann::json>(j, "rng", file);
-  st.default_rng = rng_pair(field<nlohmann::json>(rng, "default", file), file);
-  for (const auto& r : field<nlohmann::json>(rng, "model", file)) st.model_rngs.push_back(rng_pair(r, file));
+  const nlohmann::json& rng = member(j, "rng", file);
+  st.default_rng = rng_pair(member(rng, "default", file), file);
+  const nlohmann::json& model_rngs = member(rng, "model", file);
+  if (!model_rngs.is_array())
+    STRATA_THROW(DataError, "checkpoint state '", file, "': rng.model is ", json_brief(model_rngs), ", not an array");
+  for (const auto& r : model_rngs) st.model_rngs.push_back(rng_pair(r, file));
   st.sampler_seed = field<uint64_t>(rng, "sampler_seed", file);
-  st.optimizer = field<nlohmann::json>(j, "optimizer", file);
+  st.optimizer = member(j, "optimizer", file);
   st.config_yaml = field<std::string>(j, "config", file);
   if (j.contains("extra")) st.extra = j["extra"];
   if (st.step < 0 || st.loader_epoch < 0 || st.loader_batch < 0)
@@ -120,6 +125,10 @@ std::string resolve_checkpoint_dir(const std::string& path) {
     if (!fs::exists(latest)) continue;
     std::string name = read_file_text(latest.string());
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    // LATEST names a sibling directory: never an absolute path or one that climbs out.
+    if (name.find('/') != std::string::npos || name == "." || name == "..")
+      STRATA_THROW(DataError, "checkpoint pointer '", latest.string(), "' holds '", name.substr(0, 200),
+                   "', not the name of a checkpoint directory next to it (no '/' allowed)");
     const fs::path dir = latest.parent_path() / name;
     if (name.empty() || !is_checkpoint_dir(dir))
       STRATA_THROW(DataError, "checkpoint pointer '", latest.string(), "' names '", name,
@@ -129,6 +138,31 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   if (!fs::exists(p)) STRATA_THROW(DataError, "checkpoint '", path, "' does not exist");
   STRATA_THROW(DataError, "'", path, "' is not a checkpoint directory: missing '", join(path, parallel::kIndexFile),
                "' (and no checkpoints/", kLatestFile, ")");
+}
+
+std::vector<std::string> remove_stale_tmp(const std::string& root) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return removed;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const fs::file_status st = it->symlink_status(ec);
+    if (ec) break;
+    const size_t tmp_at = name.rfind(".tmp");
+    // "<ckpt>.tmp" directories (a save that never committed) and "<file>.tmp.<pid>"
+    // files (an AtomicFileWriter that died before its rename, e.g. LATEST's).
+    const bool dir_tmp = fs::is_directory(st) && tmp_at != std::string::npos && tmp_at > 0 && tmp_at + 4 == name.size();
+    const bool file_tmp = fs::is_regular_file(st) && name.find(".tmp.") != std::string::npos;
+    if (!dir_tmp && !file_tmp) continue;
+    std::error_code rm;
+    fs::remove_all(it->path(), rm);
+    if (rm)
+      STRATA_THROW(DataError, "cannot remove the stale '", it->path().string(), "' (a save that did not finish): ",
+                   rm.message());
+    removed.push_back(it->path().string());
+  }
+  if (ec) STRATA_THROW(DataError, "cannot list '", root, "' to clean stale checkpoints: ", ec.message());
+  return removed;
 }
 
 Checkpoint open_checkpoint(const std::string& path) {
@@ -144,7 +178,7 @@ Checkpoint open_checkpoint(const std::string& path) {
   ck.state = parse_training_state(meta[kMetaTrainingState].dump(), ck.state_file);
   for (const auto& n : meta[kMetaModelTensors])
     if (!n.is_string() || !reader->contains(n.get<std::string>()))
-      STRATA_THROW(DataError, "checkpoint '", ck.state_file, "': model tensor ", n.dump(), " has no pieces");
+      STRATA_THROW(DataError, "checkpoint '", ck.state_file, "': model tensor ", json_brief(n), " has no pieces");
   const bool v1_plain = ck.state_file == join(ck.dir, kStateFile);
   const std::string one = reader->files().size() == 1 ? reader->files()[0] : join(ck.dir, parallel::kIndexFile);
   ck.model_file = v1_plain ? join(ck.dir, kModelFile) : one;

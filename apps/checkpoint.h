@@ -77,8 +77,17 @@ nlohmann::json training_meta(const std::vector<std::string>& model_tensors, cons
                              const TrainingState& st);
 
 /// `path` itself when it holds index.json (or a v1 state.json), else the checkpoint named
-/// by <path>/LATEST or <path>/checkpoints/LATEST (so a run dir works). DataError otherwise.
+/// by <path>/LATEST or <path>/checkpoints/LATEST (so a run dir works). LATEST must hold
+/// the plain name of a sibling directory (no '/', not "." or ".."). DataError otherwise.
 std::string resolve_checkpoint_dir(const std::string& path);
+
+/// Removes what failed saves left in the checkpoint root `root` (<run.dir>/checkpoints):
+/// every "<name>.tmp" directory (save_sharded's staging directory of a save that never
+/// committed) and every "<file>.tmp.<pid>" regular file (an atomic write that died before
+/// its rename). Symlinks are removed, not followed. Call it once at trainer start, on rank
+/// 0, before any save. Returns the removed paths; a missing `root` is not an error.
+/// DataError naming the path if one cannot be removed.
+std::vector<std::string> remove_stale_tmp(const std::string& root);
 
 /// Opens the checkpoint at `path` (resolve_checkpoint_dir; any version), validates its
 /// files and parses the training state, reading no tensor. DataError names the file.

@@ -1,14 +1,53 @@
 // strata ckpt: tools for checkpoints. `ckpt consolidate` turns a checkpoint of any layout
 // and version (parallel/checkpoint_reader.h) into one plain safetensors file.
+#include <sys/stat.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "apps/commands.h"
 #include "parallel/checkpoint_reader.h"
+#include "tensor/file_io.h"
 #include "tensor/safetensors.h"
 
 namespace strata::apps {
+namespace {
+namespace fs = std::filesystem;
+
+// ConfigError (exit 2) unless `out` is a new path or an existing regular file (not a
+// symlink, device, FIFO or directory) outside the checkpoint directory `ckpt`:
+// consolidate renames over `out`. Checked before the checkpoint is opened.
+void check_out_path(const std::string& out, const std::string& ckpt) {
+  struct stat st {};
+  const bool exists = ::lstat(out.c_str(), &st) == 0;
+  if (exists && !S_ISREG(st.st_mode))
+    STRATA_THROW(ConfigError, "--out '", out, "' is ", file_kind_name(st.st_mode),
+                 ": refusing to replace it (give a new path or a regular file)");
+  std::error_code ec;
+  const fs::path dir = fs::weakly_canonical(fs::absolute(ckpt, ec), ec);
+  const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  for (fs::path p = target.parent_path(); !ec && !p.empty(); p = p.parent_path()) {
+    if (p == dir)
+      STRATA_THROW(ConfigError, "--out '", out, "' is inside the checkpoint directory '", ckpt,
+                   "' being consolidated: write it elsewhere");
+    if (p == p.root_path()) break;
+  }
+}
+
+// ConfigError if an existing `out` is one of the checkpoint's files under another name.
+void check_out_not_input(const std::string& out, const parallel::CheckpointReader& rd) {
+  struct stat st {};
+  if (::lstat(out.c_str(), &st) != 0) return;
+  for (const std::string& f : rd.files()) {
+    struct stat fst {};
+    if (::stat(f.c_str(), &fst) == 0 && fst.st_dev == st.st_dev && fst.st_ino == st.st_ino)
+      STRATA_THROW(ConfigError, "--out '", out, "' is the checkpoint's own file '", f, "' (a hard link)");
+  }
+}
+
+}  // namespace
 
 Command add_ckpt_command(CLI::App& parent) {
   struct Opts {
@@ -26,7 +65,9 @@ Command add_ckpt_command(CLI::App& parent) {
   return {cmd, [o, cons] {
             if (!cons->parsed()) return 2;
             {
+              check_out_path(o->out, o->checkpoint);
               const parallel::CheckpointReader rd(o->checkpoint);
+              check_out_not_input(o->out, rd);
               bool whole = rd.files().size() == 1 && rd.version() >= 2;
               for (const std::string& n : rd.names())
                 whole = whole && (rd.info(n).pieces.empty() || (rd.info(n).pieces.size() == 1 && rd.info(n).pieces[0].key == n));

@@ -147,6 +147,8 @@ Command add_eval_command(CLI::App& parent) {
             std::printf("%s loss: %.4f", split.c_str(), r.loss);
             if (trainer.data().bigram_entropy) std::printf(" (bigram entropy: %.4f)", *trainer.data().bigram_entropy);
             std::printf("\n%s samples: %lld\n", split.c_str(), (long long)r.samples);
+            if (!std::isfinite(r.loss))  // diverged weights (loaded with STRATA_ALLOW_NONFINITE): exit 1
+              STRATA_THROW(DataError, "checkpoint '", ck.dir, "': the ", split, " loss is not finite (", r.loss, ")");
             return 0;
           }};
 }

@@ -5,7 +5,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <set>
+
+#include "core/json_limits.h"
 
 #include "tensor/file_io.h"
 #include "tensor/ops.h"
@@ -36,6 +42,43 @@ bool parse_dtype_name(const std::string& s, DType* out) {
 
 MeshDims default_mesh(int world) { return {{"pp", 1}, {"dp", world}, {"tp", 1}}; }
 
+// An integer field of index.json in [lo, hi] (nlohmann's get<int> would wrap 2^40 to 0).
+int int_field(const ojson& j, const char* key, int lo, int hi, const std::string& index_path) {
+  const ojson& v = j.at(key);
+  const bool ok = v.is_number_unsigned()
+                      ? v.get<uint64_t>() <= uint64_t(hi) && int64_t(v.get<uint64_t>()) >= lo
+                      : v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  if (!ok)
+    STRATA_THROW(DataError, "checkpoint '", index_path, "': \"", key, "\" is ", json_brief(v), ", not an integer in [",
+                 lo, ", ", hi, "]");
+  return v.get<int>();
+}
+
+// Index of the first non-finite element of `n` elements of a floating dtype, or -1.
+int64_t first_nonfinite(const uint8_t* p, int64_t n, DType dt) {
+  auto scan = [&](auto tag, auto bad) -> int64_t {
+    using T = decltype(tag);
+    for (int64_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, p + i * int64_t(sizeof(T)), sizeof(T));
+      if (bad(v)) return i;
+    }
+    return -1;
+  };
+  switch (dt) {
+    case DType::f32: return scan(float{}, [](float v) { return !std::isfinite(v); });
+    case DType::f64: return scan(double{}, [](double v) { return !std::isfinite(v); });
+    case DType::f16: return scan(uint16_t{}, [](uint16_t v) { return (v & 0x7c00) == 0x7c00; });
+    case DType::bf16: return scan(uint16_t{}, [](uint16_t v) { return (v & 0x7f80) == 0x7f80; });
+    default: return -1;
+  }
+}
+
+bool env_allows_nonfinite() {
+  const char* v = std::getenv(kAllowNonfiniteEnv);
+  return v && *v && std::string(v) != "0";
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- open
@@ -62,7 +105,7 @@ void CheckpointReader::open_index(const std::string& text, const std::string& in
   auto fail = [&](const auto&... msg) { STRATA_THROW(DataError, "checkpoint '", index_path, "': ", msg...); };
   ojson j;
   try {
-    j = ojson::parse(text);
+    j = parse_ordered_json_file_text(text, "checkpoint '" + index_path + "'");
   } catch (const nlohmann::json::exception& e) {
     fail("not valid JSON: ", e.what());
   }
@@ -71,14 +114,14 @@ void CheckpointReader::open_index(const std::string& text, const std::string& in
   std::vector<std::string> file_names;
   try {
     if (!j.is_object() || !j.contains("version")) fail("not a strata checkpoint index (no \"version\")");
-    version_ = j.at("version").get<int>();
+    version_ = int_field(j, "version", INT32_MIN, INT32_MAX, index_path);
     const std::string format = j.value("format", "");
     if (version_ > kCheckpointVersion || version_ < 1)
       fail("format version ", version_, " is not supported (this build reads versions 1 and ", kCheckpointVersion, ")");
     if (format != (version_ == 1 ? kShardedFormatV1 : kCheckpointFormat))
       fail("not a strata checkpoint index (format \"", format, "\" at version ", version_, ")");
-    world_size_ = j.at("world_size").get<int>();
-    zero_stage_ = j.at("zero_stage").get<int>();
+    world_size_ = int_field(j, "world_size", 1, 1 << 24, index_path);
+    zero_stage_ = int_field(j, "zero_stage", 0, 3, index_path);
     meta_ = nlohmann::json::parse(j.value("meta", ojson()).dump());
     if (world_size_ < 1) fail("world_size ", world_size_, " < 1");
     mesh_.clear();
@@ -87,10 +130,10 @@ void CheckpointReader::open_index(const std::string& text, const std::string& in
     } else {
       int64_t product = 1;
       for (const auto& [name, size] : j.at("mesh").items()) {
-        mesh_.emplace_back(name, size.get<int>());
+        mesh_.emplace_back(name, int_field(j.at("mesh"), name.c_str(), 1, 1 << 24, index_path));
         product *= mesh_.back().second;
       }
-      if (product != world_size_) fail("the mesh sizes ", j["mesh"].dump(), " multiply to ", product, ", not world_size ", world_size_);
+      if (product != world_size_) fail("the mesh sizes multiply to ", product, ", not world_size ", world_size_);
     }
     for (const auto& f : j.at("files")) {
       const std::string name = f.get<std::string>();
@@ -99,6 +142,24 @@ void CheckpointReader::open_index(const std::string& text, const std::string& in
       if (!file_index.emplace(name, files_.size()).second) fail("file '", name, "' is listed twice");
       files_.push_back(join(dir_, name));
       file_names.push_back(name);
+    }
+    if (files_.size() != size_t(world_size_))
+      fail("world_size ", world_size_, " but ", files_.size(), " shard files are listed (one per writing rank)");
+    checksums_.assign(files_.size(), std::nullopt);
+    if (j.contains("checksums")) {
+      const ojson& sums = j.at("checksums");
+      if (!sums.is_object() || sums.size() != files_.size())
+        fail("\"checksums\" must be an object with one entry per file (", files_.size(), "), got ", json_brief(sums));
+      for (const auto& [name, v] : sums.items()) {
+        const auto it = file_index.find(name);
+        if (it == file_index.end()) fail("\"checksums\" names '", name, "', which is not in \"files\"");
+        const std::string hex = v.is_object() && v.contains("crc32") && v["crc32"].is_string() ? v["crc32"].get<std::string>() : "";
+        char* end = nullptr;
+        const unsigned long crc = std::strtoul(hex.c_str(), &end, 16);
+        if (hex.size() != 8 || *end != '\0')
+          fail("checksum of '", name, "' is ", json_brief(v), ", not {\"crc32\": \"<8 hex digits>\"}");
+        checksums_[it->second] = uint32_t(crc);
+      }
     }
     for (const auto& [name, t] : j.at("tensors").items()) {
       auto bad = [&](const auto&... msg) { fail("tensor '", name, "': ", msg...); };
@@ -146,6 +207,24 @@ void CheckpointReader::open_index(const std::string& text, const std::string& in
   }
   detail::check_coverage(records, "checkpoint '" + index_path + "'");
   check_files(kIndexFile);
+  require_finite_from_meta();
+}
+
+void CheckpointReader::require_finite_from_meta() {
+  const bool allow = env_allows_nonfinite();
+  const bool listed = meta_.is_object() && meta_.contains("model_tensors") && meta_["model_tensors"].is_array();
+  std::set<std::string> model;
+  if (listed)
+    for (const auto& n : meta_["model_tensors"])
+      if (n.is_string()) model.insert(n.get<std::string>());
+  for (auto& [name, info] : tensors_) info.require_finite = !allow && (!listed || model.count(name));
+}
+
+void CheckpointReader::allow_nonfinite(bool allow) {
+  if (allow)
+    for (auto& [name, info] : tensors_) info.require_finite = false;
+  else
+    require_finite_from_meta();
 }
 
 void CheckpointReader::open_v1_plain() {
@@ -154,12 +233,7 @@ void CheckpointReader::open_v1_plain() {
   zero_stage_ = 0;
   mesh_ = default_mesh(1);
   meta_file_ = join(dir_, kV1StateFile);
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(read_file_text(meta_file_));
-  } catch (const nlohmann::json::exception& e) {
-    STRATA_THROW(DataError, "checkpoint state '", meta_file_, "': invalid JSON: ", e.what());
-  }
+  const nlohmann::json state = parse_json_file_text(read_file_text(meta_file_), "checkpoint state '" + meta_file_ + "'");
   if (!state.is_object()) STRATA_THROW(DataError, "checkpoint state '", meta_file_, "': not a JSON object");
   files_.push_back(join(dir_, kV1ModelFile));
   std::error_code ec;
@@ -179,6 +253,8 @@ void CheckpointReader::open_v1_plain() {
   }
   meta_ = {{"training_state", state}, {"optimizer", state.value("optimizer", nlohmann::json())},
            {"model_tensors", model_names}};
+  checksums_.assign(files_.size(), std::nullopt);  // v1 wrote none
+  require_finite_from_meta();
 }
 
 // Every file exists, is a valid safetensors file and holds each piece it is said to.
@@ -187,8 +263,21 @@ void CheckpointReader::check_files(const std::string& index_name) {
   for (auto& [name, info] : tensors_)
     for (Piece& p : info.pieces) by_file[p.file].emplace_back(&name, &p);
   cache_->open.resize(files_.size());
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(dir_, ec);
   for (size_t f = 0; f < files_.size(); ++f) {
+    // A shard that is a symlink out of the directory is refused: pieces resolve inside it.
+    const fs::path real = fs::weakly_canonical(files_[f], ec);
+    if (!ec && real.parent_path() != root)
+      STRATA_THROW(DataError, "checkpoint '", files_[f], "': resolves to '", real.string(),
+                   "', outside the checkpoint directory '", root.string(), "'");
     auto sf = std::make_shared<SafetensorsFile>(files_[f]);
+    if (const uint32_t crc = checksums_[f] ? sf->file_crc32() : 0; checksums_[f] && crc != *checksums_[f]) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%08x, but the file's is %08x", *checksums_[f], crc);
+      STRATA_THROW(DataError, "checkpoint '", files_[f], "': CRC32 mismatch (", index_name, " records ", buf,
+                   "): the file is corrupt or was changed after it was written");
+    }
     for (auto& [name, p] : by_file[f]) {
       const SafetensorsEntry* e = sf->find(p->key);
       const TensorInfo& info = tensors_.at(*name);
@@ -288,6 +377,12 @@ void CheckpointReader::read_raw(const std::string& name, const TensorInfo& t, co
       }
       i = j;
     }
+    if (t.require_finite)
+      for (const Run& r : runs)
+        if (const int64_t k = first_nonfinite(dst + uint64_t(r.dst) * es, r.count, t.dtype); k >= 0)
+          STRATA_THROW(DataError, "checkpoint '", files_[p.file], "': tensor '", name, "' (piece key '", p.key,
+                       "', element ", r.src + k, " of the piece) is not finite (NaN or inf); set ", kAllowNonfiniteEnv,
+                       "=1 to load it anyway");
   }
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ namespace strata::parallel {
 /// they need (runs closer than kMaxGapBytes in a file are read together), from shard
 /// files opened on demand, at most kMaxOpenFiles at once. Thread-safe after open();
 /// move-only.
+/// Environment variable that, set to anything but "" or "0", lets CheckpointReader load
+/// NaN / inf model weights (the explicit override of the non-finite check).
+inline constexpr const char* kAllowNonfiniteEnv = "STRATA_ALLOW_NONFINITE";
+
 class CheckpointReader {
  public:
   static constexpr size_t kMaxOpenFiles = 64;
@@ -38,7 +43,16 @@ class CheckpointReader {
   /// checkpoint whose meta is {"training_state": state.json, "optimizer": its optimizer
   /// scalars, "model_tensors": the names in model.safetensors}). DataError naming the
   /// file and the tensor on any problem; a newer version is refused by number.
+  /// Hostile input: JSON nested over kMaxJsonDepth, repeated keys, world_size not matching
+  /// the files, a shard resolving outside `dir` (symlink), a FIFO or device are refused.
+  /// Each shard file whose CRC32 index.json records ("checksums", written since v2 gained
+  /// it) is read whole once and checked. Reads of the model tensors (meta "model_tensors";
+  /// every tensor when the meta has no such list) then refuse NaN / inf values (DataError
+  /// naming the file, tensor and element) unless kAllowNonfiniteEnv is set or
+  /// allow_nonfinite(true) was called.
   void open(const std::string& dir);
+  /// Turns the non-finite check of reads off (true) or back to open()'s rule (false).
+  void allow_nonfinite(bool allow);
 
   const std::string& dir() const { return dir_; }
   /// 2, or 1 for both v1 layouts.
@@ -89,6 +103,7 @@ class CheckpointReader {
     DType dtype = DType::f32;
     Shape shape;
     std::vector<Piece> pieces;  // sorted by offsets, tiling the tensor
+    bool require_finite = false;  // reads refuse NaN / inf
   };
   const TensorInfo& info(const std::string& name) const;
 
@@ -102,6 +117,7 @@ class CheckpointReader {
   void open_index(const std::string& text, const std::string& index_path);
   void open_v1_plain();
   void check_files(const std::string& index_name);
+  void require_finite_from_meta();
   std::shared_ptr<const SafetensorsFile> file(size_t index) const;
   void read_raw(const std::string& name, const TensorInfo& t, const Box& box, uint8_t* dst) const;
 
@@ -112,6 +128,7 @@ class CheckpointReader {
   MeshDims mesh_;
   nlohmann::json meta_;
   std::vector<std::string> files_;  // paths
+  std::vector<std::optional<uint32_t>> checksums_;  // CRC32 per file, where recorded
   std::map<std::string, TensorInfo> tensors_;
   std::unique_ptr<FileCache> cache_ = std::make_unique<FileCache>();
 };

@@ -4,6 +4,7 @@
 #include "parallel/checkpoint_writer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -151,7 +152,8 @@ MeshDims resolve_mesh(const CheckpointLayout& layout, int world) {
 
 // The index.json text (keys in a readable order).
 std::string index_text(int world, const MeshDims& mesh, int zero_stage, const std::vector<std::string>& files,
-                       const nlohmann::json& meta, const std::vector<PieceRecord>& records) {
+                       const std::vector<uint32_t>& crcs, const nlohmann::json& meta,
+                       const std::vector<PieceRecord>& records) {
   using ojson = nlohmann::ordered_json;
   ojson m = ojson::object();
   for (const auto& [name, size] : mesh) m[name] = size;
@@ -168,9 +170,16 @@ std::string index_text(int world, const MeshDims& mesh, int zero_stage, const st
       t["pieces"].push_back(
           {{"file", r->file}, {"key", r->key}, {"offsets", r->box.offsets}, {"lengths", r->box.lengths}});
   }
+  ojson sums = ojson::object();
+  for (size_t f = 0; f < files.size(); ++f) {
+    char hex[16];
+    std::snprintf(hex, sizeof(hex), "%08x", crcs[f]);
+    sums[files[f]] = {{"crc32", hex}};
+  }
   const ojson index = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion},
                        {"world_size", world},         {"mesh", std::move(m)},
                        {"zero_stage", zero_stage},    {"files", files},
+                       {"checksums", std::move(sums)},
                        {"meta", ojson::parse(meta.dump())}, {"tensors", std::move(tensors)}};
   return index.dump(1) + "\n";
 }
@@ -243,9 +252,10 @@ void save_impl(const std::string& dir_arg, comm::ProcessGroup* group, const Rank
   // Step 2: every rank writes its file; rank 0 learns the sizes.
   Status s2 = run_step([&](nlohmann::json& payload) {
     const std::string path = join(tmp, my_file);
-    save_safetensors(path, to_write,
-                     {{"format", "pt"}, {"strata_rank", std::to_string(rank)}, {"strata_world_size", std::to_string(world)}});
-    payload = {{"bytes", fs::file_size(path)}};
+    const uint32_t crc = save_safetensors(
+        path, to_write,
+        {{"format", "pt"}, {"strata_rank", std::to_string(rank)}, {"strata_world_size", std::to_string(world)}});
+    payload = {{"bytes", fs::file_size(path)}, {"crc32", crc}};
   });
   const std::vector<nlohmann::json> written = exchange(group, s2, dir, cleanup);
 
@@ -253,6 +263,7 @@ void save_impl(const std::string& dir_arg, comm::ProcessGroup* group, const Rank
   Status s3 = run_step([&](nlohmann::json&) {
     if (rank != 0) return;
     std::vector<std::string> files;
+    std::vector<uint32_t> crcs;
     for (int r = 0; r < world; ++r) {
       const std::string name = detail::shard_file_name(r, world);
       std::error_code ec;
@@ -262,8 +273,9 @@ void save_impl(const std::string& dir_arg, comm::ProcessGroup* group, const Rank
                      " is not visible to rank 0 as written (", ec ? ec.message() : strata::detail::str_cat(size, " bytes"),
                      "): the checkpoint directory must be on a filesystem all ranks share");
       files.push_back(name);
+      crcs.push_back(written[size_t(r)]["crc32"].get<uint32_t>());
     }
-    write_file_atomic(join(tmp, kIndexFile), index_text(world, mesh, layout.zero_stage, files, meta, records));
+    write_file_atomic(join(tmp, kIndexFile), index_text(world, mesh, layout.zero_stage, files, crcs, meta, records));
     commit_dir(tmp, dir);
   });
   if (!s3.ok) cleanup();

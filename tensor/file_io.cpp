@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <zlib.h>
 
 #include "core/error.h"
 
@@ -49,6 +50,7 @@ AtomicFileWriter::~AtomicFileWriter() {
 void AtomicFileWriter::write(const void* data, size_t n) {
   STRATA_CHECK(fd_ >= 0, "[AtomicFileWriter] '", path_, "': write after commit");
   const auto* p = static_cast<const uint8_t*>(data);
+  crc_ = uint32_t(::crc32_z(crc_, p, n));
   while (n > 0) {
     const ssize_t w = ::write(fd_, p, n);
     if (w < 0 && errno == EINTR) continue;
@@ -70,10 +72,11 @@ void AtomicFileWriter::commit() {
   fsync_dir(parent_of(path_));
 }
 
-void write_file_atomic(const std::string& path, const std::vector<std::span<const uint8_t>>& parts) {
+uint32_t write_file_atomic(const std::string& path, const std::vector<std::span<const uint8_t>>& parts) {
   AtomicFileWriter w(path);
   for (const auto& part : parts) w.write(part.data(), part.size());
   w.commit();
+  return w.crc32();
 }
 
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
@@ -109,15 +112,42 @@ void commit_dir(const std::string& tmp, const std::string& dir) {
   fsync_dir(parent_of(dir));
 }
 
-std::vector<uint8_t> read_file_bytes(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) STRATA_THROW(DataError, "cannot open '", path, "': ", errno_str());
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    STRATA_THROW(DataError, "cannot read '", path, "': ", S_ISDIR(st.st_mode) ? "is a directory" : errno_str());
+const char* file_kind_name(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
   }
-  std::vector<uint8_t> out(size_t(st.st_size));
+  return "not a regular file";
+}
+
+int open_regular_file(const std::string& path, uint64_t* size, const char* what) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) STRATA_THROW(DataError, what, " '", path, "': ", errno_str());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string err = errno_str();
+    ::close(fd);
+    STRATA_THROW(DataError, what, " '", path, "': ", err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    STRATA_THROW(DataError, what, " '", path, "': is ", file_kind_name(st.st_mode), ", not a regular file");
+  }
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  *size = uint64_t(st.st_size);
+  return fd;
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path) {
+  uint64_t size = 0;
+  const int fd = open_regular_file(path, &size);
+  std::vector<uint8_t> out(static_cast<size_t>(size));
   size_t got = 0;
   while (got < out.size()) {
     const ssize_t r = ::read(fd, out.data() + got, out.size() - got);

@@ -9,7 +9,8 @@
 
 namespace strata {
 
-/// A file written in pieces and published atomically: bytes go to "<path>.tmp.<pid>";
+/// A file written in pieces and published atomically. It keeps the CRC32 (zlib's crc32_z)
+/// of every byte written, so a writer learns its file's checksum without reading it back: bytes go to "<path>.tmp.<pid>";
 /// commit() fsyncs, closes and renames it over `path` (then fsyncs the directory). If
 /// the writer is destroyed uncommitted (an exception on the way), the temporary file is
 /// removed and `path` is untouched. DataError naming the file on any I/O failure.
@@ -22,11 +23,14 @@ class AtomicFileWriter {
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
   void write(const void* data, size_t n);
   void commit();
+  /// CRC32 of the bytes written so far.
+  uint32_t crc32() const { return crc_; }
 
  private:
   std::string path_, tmp_;
   int fd_ = -1;
   bool committed_ = false;
+  uint32_t crc_ = 0;
 };
 
 /// Writes `bytes` to `path` atomically (AtomicFileWriter). Not thread-safe for
@@ -35,7 +39,8 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 /// Convenience overload for text (JSON, YAML).
 void write_file_atomic(const std::string& path, const std::string& text);
 /// Several buffers written back to back into one file, atomically (avoids a concat copy).
-void write_file_atomic(const std::string& path, const std::vector<std::span<const uint8_t>>& parts);
+/// Returns the file's CRC32.
+uint32_t write_file_atomic(const std::string& path, const std::vector<std::span<const uint8_t>>& parts);
 
 /// Publishes the finished directory `tmp` as `dir` (same parent filesystem): a plain
 /// rename when `dir` does not exist; else an atomic exchange of the two names
@@ -46,7 +51,17 @@ void write_file_atomic(const std::string& path, const std::vector<std::span<cons
 /// checkpoint, never a mix.
 void commit_dir(const std::string& tmp, const std::string& dir);
 
-/// Reads the whole file; DataError naming the path if it is missing or unreadable.
+/// Opens `path` read-only (O_CLOEXEC) if it is a regular file, without blocking: a FIFO,
+/// device, socket or directory is refused (DataError "<what> '<path>': is a FIFO, not a
+/// regular file") instead of hanging in open() or read(). Returns the descriptor (the
+/// caller closes it) and its size in *size. `what` prefixes the message ("cannot open").
+int open_regular_file(const std::string& path, uint64_t* size, const char* what = "cannot open");
+
+/// "a FIFO", "a directory", "a character device", ... for a stat mode (messages).
+const char* file_kind_name(unsigned mode);
+
+/// Reads the whole file; DataError naming the path if it is missing, unreadable or not a
+/// regular file (open_regular_file).
 std::vector<uint8_t> read_file_bytes(const std::string& path);
 std::string read_file_text(const std::string& path);
 

@@ -14,6 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <span>
+#include <zlib.h>
+
+#include "core/json_limits.h"
 
 #include "tensor/file_io.h"
 #include "tensor/ops.h"
@@ -43,14 +46,7 @@ bool parse_st_dtype(const std::string& s, DType* out) {
 class FileReader {
  public:
   explicit FileReader(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) STRATA_THROW(DataError, "cannot open '", path, "': ", std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || S_ISDIR(st.st_mode)) {
-      ::close(fd_);
-      STRATA_THROW(DataError, "cannot read '", path, "': not a regular file");
-    }
-    size_ = uint64_t(st.st_size);
+    fd_ = open_regular_file(path, &size_);
   }
   ~FileReader() { ::close(fd_); }
   FileReader(const FileReader&) = delete;
@@ -90,12 +86,8 @@ SafetensorsHeader parse_header(const FileReader& f, const std::string& path) {
   std::string text(size_t(n), '\0');
   f.read_at(8, text.data(), n, "header");
 
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail("header is not valid JSON: ", e.what());
-  }
+  // Depth-capped, and a repeated tensor name is refused (nlohmann would keep the last).
+  const nlohmann::json j = parse_json_file_text(text, "safetensors '" + path + "': header");
   if (!j.is_object()) fail("header is not a JSON object");
 
   SafetensorsHeader h;
@@ -126,14 +118,14 @@ SafetensorsHeader parse_header(const FileReader& f, const std::string& path) {
     if (!parse_st_dtype(ds, &e.dtype)) bad("unsupported dtype '", ds, "' (expected F32, F64, F16, BF16, I32, I64 or U8)");
     uint64_t numel = 1;
     for (const auto& d : v["shape"]) {
-      if (!d.is_number_unsigned()) bad("shape entry ", d.dump(), " is not a non-negative integer");
+      if (!d.is_number_unsigned()) bad("shape entry ", json_brief(d), " is not a non-negative integer");
       const uint64_t dim = d.get<uint64_t>();
       if (dim > uint64_t(INT64_MAX) || __builtin_mul_overflow(numel, dim, &numel)) bad("shape overflows");
       e.shape.push_back(int64_t(dim));
     }
     const auto& off = v["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      bad("data_offsets ", off.dump(), " are not non-negative integers");
+      bad("data_offsets ", json_brief(off), " are not non-negative integers");
     e.begin = off[0].get<uint64_t>();
     e.end = off[1].get<uint64_t>();
     if (e.end < e.begin) bad("data_offsets [", e.begin, ", ", e.end, "] end before begin");
@@ -150,13 +142,22 @@ SafetensorsHeader parse_header(const FileReader& f, const std::string& path) {
   std::sort(h.entries.begin(), h.entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
-  for (size_t i = 1; i < h.entries.size(); ++i) {
-    const auto& p = h.entries[i - 1];
+  // As the reference implementation: the tensors tile the data section exactly, in
+  // offset order, so every reader sees the same bytes ("invalid offset" for a gap or an
+  // overlap, "file not fully covered" for bytes no tensor refers to).
+  uint64_t next = 0;
+  for (size_t i = 0; i < h.entries.size(); ++i) {
     const auto& c = h.entries[i];
-    if (c.begin < p.end)
-      STRATA_THROW(DataError, "safetensors '", path, "': tensor '", c.name, "' bytes [", c.begin, ", ", c.end,
-                   ") overlap tensor '", p.name, "' [", p.begin, ", ", p.end, ")");
+    if (c.begin != next) {
+      const std::string prev = i ? "the end of tensor '" + h.entries[i - 1].name + "'" : std::string("the data start");
+      STRATA_THROW(DataError, "safetensors '", path, "': tensor '", c.name, "': invalid offset: bytes [", c.begin, ", ",
+                   c.end, ") ", c.begin < next ? "overlap" : "leave a gap after", " ", prev, " (byte ", next, ")");
+    }
+    next = c.end;
   }
+  if (next != data_size)
+    fail("file not fully covered: the tensors end at data byte ", next, " but the data section holds ", data_size,
+         " bytes");
   return h;
 }
 
@@ -175,7 +176,7 @@ const char* safetensors_dtype_name(DType t) {
   return "?";
 }
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const SafetensorsMetadata& metadata) {
+uint32_t save_safetensors(const std::string& path, const NamedTensors& tensors, const SafetensorsMetadata& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json m = nlohmann::ordered_json::object();
@@ -208,7 +209,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
   parts.emplace_back(reinterpret_cast<const uint8_t*>(text.data()), text.size());
   for (const Tensor& t : host)
     if (t.nbytes() > 0) parts.emplace_back(static_cast<const uint8_t*>(t.raw_data()), size_t(t.nbytes()));
-  write_file_atomic(path, parts);
+  return write_file_atomic(path, parts);
 }
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {
@@ -241,6 +242,20 @@ const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
   const auto it = impl_->by_name.find(name);
   return it == impl_->by_name.end() ? nullptr : &impl_->header.entries[it->second];
 }
+
+uint32_t SafetensorsFile::file_crc32() const {
+  constexpr uint64_t kChunk = 1ull << 20;
+  std::vector<uint8_t> buf(size_t(std::min(kChunk, impl_->file.size())));
+  uint32_t crc = 0;
+  for (uint64_t at = 0; at < impl_->file.size(); at += kChunk) {
+    const uint64_t n = std::min(kChunk, impl_->file.size() - at);
+    impl_->file.read_at(at, buf.data(), n, "bytes for the checksum");
+    crc = uint32_t(::crc32_z(crc, buf.data(), size_t(n)));
+  }
+  return crc;
+}
+
+uint64_t SafetensorsFile::file_size() const { return impl_->file.size(); }
 
 void SafetensorsFile::read_bytes(const SafetensorsEntry& e, uint64_t byte_offset, uint64_t nbytes, void* dst) const {
   STRATA_CHECK(byte_offset <= e.end - e.begin && nbytes <= e.end - e.begin - byte_offset,

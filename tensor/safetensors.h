@@ -35,14 +35,18 @@ struct SafetensorsHeader {
 };
 
 /// Writes `tensors` (any device/strides; stored contiguous, in the given order) to
-/// `path` atomically. Names must be unique and non-empty. Throws DataError naming the
-/// file on I/O failure, Error on a duplicate name.
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
+/// `path` atomically. Names must be unique and non-empty. Returns the CRC32 (zlib) of
+/// the file's bytes. Throws DataError naming the file on I/O failure, Error on a
+/// duplicate name.
+uint32_t save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const SafetensorsMetadata& metadata = {});
 
-/// Reads and validates only the header: length within the file, JSON, known dtypes,
-/// offsets in range and equal to numel * element size, no overlaps. Every failure is
-/// a DataError naming the file and (where there is one) the tensor.
+/// Reads and validates only the header, as strictly as Python's `safetensors`: a regular
+/// file (a FIFO or device is refused without blocking), header length within the file
+/// and at most 100 MB, JSON nested at most kMaxJsonDepth deep, no repeated name, known
+/// dtypes, byte ranges equal to numel * element size that tile the data section exactly
+/// (no gap, overlap, or trailing bytes). Every failure is a DataError naming the file and
+/// (where there is one) the tensor.
 SafetensorsHeader read_safetensors_header(const std::string& path);
 
 /// Loads every tensor (new contiguous CPU tensors, in file-data order). Everything is
@@ -76,6 +80,10 @@ class SafetensorsFile {
   /// into dst. Checks the range lies inside the tensor; DataError naming the file and
   /// tensor if the file is shorter than its header claimed.
   void read_bytes(const SafetensorsEntry& e, uint64_t byte_offset, uint64_t nbytes, void* dst) const;
+  /// CRC32 (zlib) of the whole file, read in 1 MiB chunks; DataError on a short read.
+  uint32_t file_crc32() const;
+  /// Size of the file when it was opened.
+  uint64_t file_size() const;
 
  private:
   std::unique_ptr<detail::SafetensorsFileImpl> impl_;

@@ -5,6 +5,13 @@
 #   ckpt_cli_consolidate  `strata ckpt consolidate` equals the library's file byte for byte;
 #                         a damaged checkpoint exits 1 naming the file and tensor; a
 #                         single-process checkpoint is said to be one file already (label e2e)
+#   ckpt_cli_hostile      `ckpt consolidate --out` refuses a FIFO, symlink, directory, device
+#                         (exit 2) and a path inside the input checkpoint (exit 2, input
+#                         intact); a 100k-deep index.json and a wrong CRC32 exit 1
+#   ckpt_eval_nonfinite   a trained checkpoint with a NaN weight: a flipped byte is a CRC32
+#                         mismatch (exit 1), without checksums the NaN is refused naming the
+#                         tensor (exit 1), with STRATA_ALLOW_NONFINITE=1 eval reports the
+#                         non-finite loss and exits 1
 #   ckpt_python_check     tools/check_consolidated.py loads the consolidated file and the
 #                         single-process checkpoint's shard file with Python (the safetensors
 #                         package when installed) and compares exactly
@@ -27,7 +34,14 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   add_test(NAME ckpt_python_check
            COMMAND ${CMAKE_COMMAND} -DCASE=python "-DPYTHON=${strata_ckpt_python}" -DWORK=${_ckpt_work}
                    -DSCRIPT=${PROJECT_SOURCE_DIR}/tools/check_consolidated.py -P ${CMAKE_CURRENT_LIST_FILE})
-  set_tests_properties(ckpt_cli_consolidate ckpt_python_check PROPERTIES
+  add_test(NAME ckpt_cli_hostile
+           COMMAND ${CMAKE_COMMAND} -DCASE=hostile -DSTRATA=$<TARGET_FILE:strata_cli> -DWORK=${_ckpt_work}
+                   -P ${CMAKE_CURRENT_LIST_FILE})
+  add_test(NAME ckpt_eval_nonfinite
+           COMMAND ${CMAKE_COMMAND} -DCASE=nonfinite -DSTRATA=$<TARGET_FILE:strata_cli> -DWORK=${_ckpt_work}_nonfinite
+                   -DCONFIG=${PROJECT_SOURCE_DIR}/tests/data_files/tiny_mlp.yaml -P ${CMAKE_CURRENT_LIST_FILE})
+  set_tests_properties(ckpt_eval_nonfinite PROPERTIES LABELS e2e TIMEOUT 120)
+  set_tests_properties(ckpt_cli_consolidate ckpt_cli_hostile ckpt_python_check PROPERTIES
                        LABELS e2e TIMEOUT 60 FIXTURES_REQUIRED ckpt_e2e)
   set_tests_properties(ckpt_python_check PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED:")
   return()
@@ -87,6 +101,96 @@ if(CASE STREQUAL "cli")
   if(NOT rc EQUAL 0 OR NOT out MATCHES "already one safetensors file of whole tensors")
     message(FATAL_ERROR "ckpt consolidate of a single-process checkpoint: exit ${rc}\n${out}${err}")
   endif()
+elseif(CASE STREQUAL "hostile")
+  set(h ${WORK}/hostile)
+  file(REMOVE_RECURSE ${h})
+  file(MAKE_DIRECTORY ${h})
+  file(SHA256 ${ckpt}/shard_00000_of_00003.safetensors shard_before)
+  # --out must be a new path or a regular file, outside the checkpoint: exit 2 naming --out.
+  execute_process(COMMAND mkfifo ${h}/fifo RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "mkfifo failed")
+  endif()
+  strata(2 "--out '${h}/fifo' is a FIFO" ckpt consolidate --checkpoint ${ckpt} --out ${h}/fifo)
+  file(WRITE ${h}/target "keep me")
+  file(CREATE_LINK ${h}/target ${h}/link SYMBOLIC)
+  strata(2 "--out '${h}/link' is a symbolic link" ckpt consolidate --checkpoint ${ckpt} --out ${h}/link)
+  file(READ ${h}/target kept)
+  if(NOT IS_SYMLINK ${h}/link OR NOT kept STREQUAL "keep me")
+    message(FATAL_ERROR "a refused consolidate changed the symlink or its target")
+  endif()
+  strata(2 "--out '${h}' is a directory" ckpt consolidate --checkpoint ${ckpt} --out ${h})
+  execute_process(COMMAND mknod ${h}/null c 1 3 RESULT_VARIABLE rc ERROR_QUIET)
+  if(rc EQUAL 0)  # a private copy of /dev/null's node (never the real /dev/full)
+    strata(2 "--out '${h}/null' is a character device" ckpt consolidate --checkpoint ${ckpt} --out ${h}/null)
+    execute_process(COMMAND stat -c %F ${h}/null OUTPUT_VARIABLE kind OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT kind STREQUAL "character special file")
+      message(FATAL_ERROR "a refused consolidate replaced the device node (now: ${kind})")
+    endif()
+  else()
+    message(STATUS "mknod not permitted here: the character-device case is not run")
+  endif()
+  strata(2 "is inside the checkpoint directory" ckpt consolidate --checkpoint ${ckpt}
+         --out ${ckpt}/shard_00000_of_00003.safetensors)
+  strata(2 "is inside the checkpoint directory" ckpt consolidate --checkpoint ${ckpt}/ --out ${ckpt}/../ckpt/new.safetensors)
+  file(CREATE_LINK ${ckpt}/shard_00000_of_00003.safetensors ${h}/hard)  # a hard link to an input shard
+  strata(2 "--out '${h}/hard' is the checkpoint's own file" ckpt consolidate --checkpoint ${ckpt} --out ${h}/hard)
+  file(SHA256 ${ckpt}/shard_00000_of_00003.safetensors shard_after)
+  if(NOT shard_before STREQUAL shard_after OR EXISTS ${ckpt}/new.safetensors)
+    message(FATAL_ERROR "a refused consolidate changed the input checkpoint")
+  endif()
+
+  # Hostile index.json: 100k levels of nesting, and a CRC32 that does not match.
+  set(bad ${h}/ckpt)
+  file(COPY ${ckpt}/ DESTINATION ${bad})
+  file(READ ${ckpt}/index.json index)
+  string(REPEAT "[" 100000 open)
+  string(REPEAT "]" 100000 close)
+  string(REPLACE "\"meta\": {" "\"meta\": {\"deep\": ${open}${close}," deep "${index}")
+  file(WRITE ${bad}/index.json "${deep}")
+  strata(1 "strata: error: checkpoint '${bad}/index.json': JSON nested deeper than 128 levels \\(recursion limit exceeded\\)"
+         ckpt consolidate --checkpoint ${bad} --out ${h}/out.safetensors)
+  string(JSON index SET "${index}" checksums shard_00001_of_00003.safetensors crc32 "\"00000000\"")
+  file(WRITE ${bad}/index.json "${index}")
+  strata(1 "strata: error: checkpoint '${bad}/shard_00001_of_00003.safetensors': CRC32 mismatch"
+         ckpt consolidate --checkpoint ${bad} --out ${h}/out.safetensors)
+  if(EXISTS ${h}/out.safetensors)
+    message(FATAL_ERROR "a failed consolidate left ${h}/out.safetensors behind")
+  endif()
+elseif(CASE STREQUAL "nonfinite")
+  file(REMOVE_RECURSE ${WORK})
+  file(MAKE_DIRECTORY ${WORK})
+  strata(0 "" train --config ${CONFIG} --set run.dir=${WORK}/run --set train.max_steps=2 --set train.eval_every=0)
+  file(GLOB shard ${WORK}/run/checkpoints/step_*/shard_00000_of_00001.safetensors)
+  get_filename_component(ck ${shard} DIRECTORY)
+  # NaN (f32 0x7fc00000) over the first element of the last model tensor (the output
+  # layer's bias, so the logits and the loss are NaN: ReLU would swallow a NaN weight).
+  file(READ ${shard} len_hex LIMIT 8 HEX)
+  set(n 0)
+  foreach(i 7 6 5 4 3 2 1 0)
+    math(EXPR at "${i} * 2")
+    string(SUBSTRING ${len_hex} ${at} 2 byte)
+    math(EXPR n "${n} * 256 + 0x${byte}")
+  endforeach()
+  file(READ ${shard} header OFFSET 8 LIMIT ${n})
+  file(READ ${ck}/index.json index)
+  string(JSON last LENGTH "${index}" meta model_tensors)
+  math(EXPR last "${last} - 1")
+  string(JSON victim GET "${index}" meta model_tensors ${last})
+  string(JSON begin GET "${header}" ${victim} data_offsets 0)
+  math(EXPR data_start "8 + ${n} + ${begin}")
+  execute_process(COMMAND sh -c "printf '\\000\\000\\300\\177' | dd of='${shard}' bs=1 seek=${data_start} conv=notrunc status=none"
+                  RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "could not write the NaN into ${shard}")
+  endif()
+  strata(1 "strata: error: checkpoint '${shard}': CRC32 mismatch" eval --checkpoint ${WORK}/run)
+  string(JSON index REMOVE "${index}" checksums)
+  file(WRITE ${ck}/index.json "${index}")
+  strata(1 "strata: error: checkpoint '${shard}': tensor '${victim}' .*is not finite .*STRATA_ALLOW_NONFINITE=1"
+         eval --checkpoint ${WORK}/run)
+  set(ENV{STRATA_ALLOW_NONFINITE} 1)
+  strata(1 "strata: error: checkpoint '${ck}': the [a-z]+ loss is not finite" eval --checkpoint ${WORK}/run)
 elseif(CASE STREQUAL "python")
   # The first interpreter with the safetensors package, else the first that runs at all.
   set(candidates $ENV{STRATA_PYTHON} ${PYTHON} /usr/bin/python3)
