@@ -56,6 +56,9 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     opts_.verbose = false;
     opts_.write_files = false;
   }
+  // A save that failed earlier (full disk, killed job) left "<step>.tmp" behind: never
+  // resumed from, removed before this run writes or resumes anything.
+  if (opts_.write_files) remove_stale_tmp((fs::path(cfg_.run.dir) / "checkpoints").string());
   if (cfg_.parallel.thread_replicas()) {
     // run.threads is the process's budget, shared by the replica threads.
     const int total = cfg_.run.threads > 0 ? cfg_.run.threads : int(std::thread::hardware_concurrency());

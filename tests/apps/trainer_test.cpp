@@ -196,6 +196,20 @@ TEST_F(TrainerTest, CheckpointWriteIsAtomicAndReplaces) {
   EXPECT_NE(ck.state.config_yaml.find("dataset: synthetic"), std::string::npos);
 }
 
+// A save that died half-way left step_N.tmp: the next start removes it before anything
+// is written or resumed, and keeps the complete checkpoints beside it.
+TEST_F(TrainerTest, StartRemovesAStaleCheckpointTmp) {
+  const std::string run = path("stale");
+  Trainer(TrainConfig::load(kTinyMlp, {"run.dir=" + run, "train.max_steps=2"}), {.verbose = false}).train();
+  const std::string tmp = run + "/checkpoints/step_00000009.tmp";
+  std::filesystem::create_directories(tmp);
+  write_file_atomic(tmp + "/shard_00000_of_00001.safetensors", std::string("half a file"));
+  Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + run, "train.max_steps=3", "train.resume=" + run}),
+            {.verbose = false});
+  EXPECT_FALSE(std::filesystem::exists(tmp));
+  EXPECT_EQ(t.step_count(), 2);  // resumed from the complete step_00000002
+}
+
 // Outside mpirun the world is one rank: dp: auto resolves to 1 (no DDP wrapper, the plain
 // optimizer), and a layout that needs more ranks is a config error naming the launcher.
 TEST_F(TrainerTest, OneRankWorldResolvesTheLayout) {
