@@ -13,12 +13,14 @@
 #include "apps/checkpoint.h"
 #include "apps/config.h"
 #include "apps/factory.h"
+#include "apps/plot.h"
 #include "apps/trainer.h"
 #include "apps/utf8_writer.h"
 #include "autograd/grad_mode.h"
 #include "comm/mpi.h"
 #include "core/threads.h"
 #include "nn/gpt.h"
+#include "tensor/file_io.h"
 #include "tensor/cpu/gemm.h"
 #ifdef STRATA_WITH_CUDA
 #include "tensor/cuda/runtime.h"
@@ -241,6 +243,24 @@ Command add_sample_command(CLI::App& parent) {
             }
             text.finish();
             std::printf("\n");
+            return 0;
+          }};
+}
+
+Command add_plot_command(CLI::App& parent) {
+  struct Opts {
+    std::vector<std::string> runs;
+    std::string out = "plot.svg";
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = parent.add_subcommand("plot", "Plot runs' loss, eval and learning-rate curves (one SVG; runs overlay)");
+  cmd->add_option("runs", o->runs, "Run dirs (each holds metrics.jsonl)")->required();
+  cmd->add_option("-o,--out", o->out, "SVG file to write");
+  return {cmd, [o] {
+            std::vector<RunCurves> runs;
+            for (const std::string& d : o->runs) runs.push_back(read_run_curves(d));
+            write_file_atomic(o->out, plot_runs_svg(runs));
+            std::printf("wrote %s (%zu run(s))\n", o->out.c_str(), runs.size());
             return 0;
           }};
 }

@@ -1,0 +1,187 @@
+// strata plot: metrics.jsonl -> SVG (see plot.h). Hand-written SVG: a few paths, text and
+// circles are all a loss curve needs.
+#include "apps/plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace strata::apps {
+namespace {
+
+constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf"};
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+std::string tick_label(double v) {
+  char buf[32];
+  if (v != 0 && (std::abs(v) < 1e-3 || std::abs(v) >= 1e5))
+    std::snprintf(buf, sizeof buf, "%.0e", v);
+  else
+    std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string escape_xml(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else if (c == '"') out += "&quot;";
+    else out += c;
+  }
+  return out;
+}
+
+// Maps data coordinates into the plot rectangle.
+struct Axis {
+  double lo, hi, px_lo, px_hi;
+  double at(double v) const { return px_lo + (v - lo) / (hi - lo) * (px_hi - px_lo); }
+};
+
+void range_of(const std::vector<double>& v, double& lo, double& hi) {
+  for (double x : v)
+    if (std::isfinite(x)) lo = std::min(lo, x), hi = std::max(hi, x);
+}
+
+std::string polyline(const std::vector<double>& xs, const std::vector<double>& ys, const Axis& x, const Axis& y,
+                     const std::string& style) {
+  std::string pts;
+  for (size_t i = 0; i < xs.size() && i < ys.size(); ++i)
+    if (std::isfinite(ys[i])) pts += fmt(x.at(xs[i])) + "," + fmt(y.at(ys[i])) + " ";
+  return "<polyline fill=\"none\" " + style + " points=\"" + pts + "\"/>\n";
+}
+
+}  // namespace
+
+RunCurves read_run_curves(const std::string& dir) {
+  const std::string file = dir + "/metrics.jsonl";
+  std::ifstream in(file);
+  if (!in) STRATA_THROW(DataError, "strata plot: cannot open '", file, "' (is '", dir, "' a run dir?)");
+  RunCurves r;
+  r.name = dir;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+      const std::string type = j.at("type").get<std::string>();
+      if (type == "train") {
+        r.step.push_back(j.at("step").get<double>());
+        r.loss.push_back(j.at("loss").get<double>());
+        r.lr.push_back(j.value("lr", NAN));
+      } else if (type == "eval") {
+        r.eval_step.push_back(j.at("step").get<double>());
+        r.eval_loss.push_back(j.at("loss").get<double>());
+      }
+    } catch (const nlohmann::json::exception&) {
+      STRATA_THROW(DataError, "strata plot: '", file, "' line ", lineno, " is not a metrics record");
+    }
+  }
+  if (r.step.empty()) STRATA_THROW(DataError, "strata plot: '", file, "' holds no train record");
+  return r;
+}
+
+std::vector<double> ema(const std::vector<double>& v, double alpha) {
+  std::vector<double> out(v.size());
+  double s = v.empty() ? 0 : v[0];
+  for (size_t i = 0; i < v.size(); ++i) out[i] = s = (i == 0 ? v[0] : alpha * v[i] + (1 - alpha) * s);
+  return out;
+}
+
+std::vector<double> nice_ticks(double lo, double hi, int target) {
+  if (!(hi > lo)) return {lo};
+  const double raw = (hi - lo) / std::max(1, target);
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;  // 1, 2 or 5 x 10^k: the one giving the tick count closest to target
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (std::abs((hi - lo) / (m * mag) - target) < std::abs((hi - lo) / step - target)) step = m * mag;
+  std::vector<double> t;
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  return t;
+}
+
+std::string plot_runs_svg(const std::vector<RunCurves>& runs, int width, int height) {
+  STRATA_CHECK(!runs.empty(), "[plot] no runs");
+  const double left = 70, right = width - 70, top = 40, bottom = height - 60;
+  double s_lo = INFINITY, s_hi = -INFINITY, l_lo = INFINITY, l_hi = -INFINITY, r_lo = INFINITY, r_hi = -INFINITY;
+  for (const RunCurves& r : runs) {
+    range_of(r.step, s_lo, s_hi);
+    range_of(r.eval_step, s_lo, s_hi);
+    range_of(r.loss, l_lo, l_hi);
+    range_of(r.eval_loss, l_lo, l_hi);
+    range_of(r.lr, r_lo, r_hi);
+  }
+  s_lo = std::min(s_lo, 0.0);
+  if (!(s_hi > s_lo)) s_hi = s_lo + 1;
+  const double pad = (l_hi - l_lo) * 0.05 + 1e-9;
+  const Axis x{s_lo, s_hi, left, right}, y{l_lo - pad, l_hi + pad, bottom, top};
+  const bool has_lr = std::isfinite(r_lo);
+  const Axis ylr{0, has_lr && r_hi > 0 ? r_hi * 1.05 : 1, bottom, top};
+
+  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) + "\" height=\"" +
+                  std::to_string(height) + "\" viewBox=\"0 0 " + std::to_string(width) + " " +
+                  std::to_string(height) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += "<text x=\"" + fmt(width / 2.0) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">training loss" +
+       std::string(has_lr ? " and learning rate" : "") + "</text>\n";
+  // Grid, ticks and labels.
+  s += "<g class=\"x-axis\" stroke=\"#ccc\">\n";
+  for (double t : nice_ticks(x.lo, x.hi))
+    s += "<line x1=\"" + fmt(x.at(t)) + "\" y1=\"" + fmt(top) + "\" x2=\"" + fmt(x.at(t)) + "\" y2=\"" + fmt(bottom) +
+         "\"/><text stroke=\"none\" fill=\"black\" x=\"" + fmt(x.at(t)) + "\" y=\"" + fmt(bottom + 16) +
+         "\" text-anchor=\"middle\">" + tick_label(t) + "</text>\n";
+  s += "</g>\n<g class=\"y-axis\" stroke=\"#ccc\">\n";
+  for (double t : nice_ticks(y.lo, y.hi))
+    s += "<line x1=\"" + fmt(left) + "\" y1=\"" + fmt(y.at(t)) + "\" x2=\"" + fmt(right) + "\" y2=\"" + fmt(y.at(t)) +
+         "\"/><text stroke=\"none\" fill=\"black\" x=\"" + fmt(left - 6) + "\" y=\"" + fmt(y.at(t) + 4) +
+         "\" text-anchor=\"end\">" + tick_label(t) + "</text>\n";
+  s += "</g>\n";
+  if (has_lr) {
+    s += "<g class=\"lr-axis\" fill=\"#666\">\n";
+    for (double t : nice_ticks(ylr.lo, ylr.hi, 5))
+      s += "<text x=\"" + fmt(right + 6) + "\" y=\"" + fmt(ylr.at(t) + 4) + "\">" + tick_label(t) + "</text>\n";
+    s += "</g>\n<text x=\"" + fmt(width - 14) + "\" y=\"" + fmt((top + bottom) / 2) +
+         "\" fill=\"#666\" text-anchor=\"middle\" transform=\"rotate(90 " + fmt(width - 14) + " " +
+         fmt((top + bottom) / 2) + ")\">learning rate (dashed)</text>\n";
+  }
+  s += "<rect x=\"" + fmt(left) + "\" y=\"" + fmt(top) + "\" width=\"" + fmt(right - left) + "\" height=\"" +
+       fmt(bottom - top) + "\" fill=\"none\" stroke=\"black\"/>\n";
+  s += "<text x=\"" + fmt((left + right) / 2) + "\" y=\"" + fmt(height - 22.0) + "\" text-anchor=\"middle\">step</text>\n";
+  s += "<text x=\"16\" y=\"" + fmt((top + bottom) / 2) + "\" text-anchor=\"middle\" transform=\"rotate(-90 16 " +
+       fmt((top + bottom) / 2) + ")\">loss</text>\n";
+  // One colour per run: raw loss faint, smoothed loss solid, eval circles, lr dashed.
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const RunCurves& r = runs[k];
+    const std::string c = kColors[k % std::size(kColors)];
+    s += "<g class=\"run\" data-run=\"" + escape_xml(r.name) + "\">\n";
+    s += polyline(r.step, r.loss, x, y, "class=\"loss-raw\" stroke=\"" + c + "\" stroke-opacity=\"0.25\"");
+    s += polyline(r.step, ema(r.loss, 0.1), x, y, "class=\"loss\" stroke=\"" + c + "\" stroke-width=\"2\"");
+    if (has_lr) s += polyline(r.step, r.lr, x, ylr, "class=\"lr\" stroke=\"" + c + "\" stroke-dasharray=\"6 4\"");
+    for (size_t i = 0; i < r.eval_step.size(); ++i)
+      s += "<circle class=\"eval\" cx=\"" + fmt(x.at(r.eval_step[i])) + "\" cy=\"" + fmt(y.at(r.eval_loss[i])) +
+           "\" r=\"4\" fill=\"white\" stroke=\"" + c + "\" stroke-width=\"2\"/>\n";
+    const double ly = top + 16 + 18.0 * double(k);
+    s += "<line x1=\"" + fmt(right - 220) + "\" y1=\"" + fmt(ly - 4) + "\" x2=\"" + fmt(right - 196) + "\" y2=\"" +
+         fmt(ly - 4) + "\" stroke=\"" + c + "\" stroke-width=\"2\"/><text class=\"legend\" x=\"" + fmt(right - 190) +
+         "\" y=\"" + fmt(ly) + "\">" + escape_xml(r.name) + "</text>\n</g>\n";
+  }
+  s += "<text x=\"" + fmt(left + 8) + "\" y=\"" + fmt(bottom - 8) +
+       "\" fill=\"#444\">solid: loss (EMA 0.1), faint: raw, circles: eval loss</text>\n";
+  s += "</svg>\n";
+  return s;
+}
+
+}  // namespace strata::apps

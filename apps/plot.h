@@ -1,0 +1,32 @@
+// `strata plot`: the curves of one or more runs as one SVG a person can look at: training
+// loss (smoothed) against steps, evaluation points, and the learning rate on a second
+// axis. Several run dirs overlay (e.g. one process against DDP against ZeRO-3).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace strata::apps {
+
+/// One run's records from <run dir>/metrics.jsonl.
+struct RunCurves {
+  std::string name;  ///< the run dir as given
+  std::vector<double> step, loss, lr;        ///< train records
+  std::vector<double> eval_step, eval_loss;  ///< eval records
+};
+
+/// Reads <dir>/metrics.jsonl (DataError naming the file when it is missing or has no train
+/// record; malformed lines are errors too).
+RunCurves read_run_curves(const std::string& dir);
+
+/// Exponential moving average (weight `alpha` on the new value), seeded by the first value.
+std::vector<double> ema(const std::vector<double>& v, double alpha);
+
+/// "Nice" axis ticks covering [lo, hi]: 1, 2 or 5 x 10^k apart, about `target` of them.
+std::vector<double> nice_ticks(double lo, double hi, int target = 6);
+
+/// The SVG (width x height px): loss panel with one smoothed line per run plus its raw
+/// points faint, eval losses as circles, the learning rate dashed on the right axis,
+/// axes with ticks and labels, a legend naming each run.
+std::string plot_runs_svg(const std::vector<RunCurves>& runs, int width = 960, int height = 540);
+
+}  // namespace strata::apps
