@@ -23,6 +23,8 @@ void read_run(const ConfigNode& n, RunSection& s) {
   if (!try_parse_device(s.device)) n.fail("device", not_a_device(s.device));
   s.precision = n.get("precision", s.precision);
   n.one_of("precision", s.precision, {"f32", "bf16", "f16"});
+  s.peak_flops = n.get("peak_flops", s.peak_flops);
+  n.check_range("peak_flops", s.peak_flops, 0, 1e21);
 }
 
 void read_model(const ConfigNode& n, ModelSection& s) {

@@ -22,6 +22,9 @@ struct RunSection {
   /// f32 | bf16 | f16: forward and loss under autocast (autograd/autocast.h) with f32
   /// master weights; f16 adds dynamic loss scaling (optim::GradScaler).
   std::string precision = "f32";
+  /// FLOP/s that MFU is reported against (e.g. a GPU's datasheet figure); 0 = this
+  /// machine's GEMM throughput, measured when training starts.
+  double peak_flops = 0;
 };
 
 struct ModelSection {

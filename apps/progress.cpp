@@ -60,12 +60,16 @@ void Progress::log_step(const StepLog& s) {
                       {"epoch", s.epoch},         {"loss", s.loss},
                       {"lr", s.lr},               {"throughput", s.throughput},
                       {"throughput_unit", s.unit}, {"elapsed_s", s.elapsed_s}};
+  if (s.flops_per_s > 0) j["flops_per_s"] = s.flops_per_s;
+  if (s.mfu > 0) j["mfu"] = s.mfu;
   if (s.loss_scale) j["loss_scale"] = *s.loss_scale;
   if (s.skipped_steps) j["skipped_steps"] = *s.skipped_steps;
   write_metrics(j);
   if (!verbose_ || bar_) return;
-  std::printf("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | %s %s | eta %s\n", (long long)s.step,
-              (long long)s.total_steps, s.epoch, s.loss, s.lr, format_count(s.throughput).c_str(), s.unit,
+  char mfu[32] = "";
+  if (s.mfu > 0) std::snprintf(mfu, sizeof mfu, " | mfu %.1f%%", 100.0 * s.mfu);
+  std::printf("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | %s %s%s | eta %s\n", (long long)s.step,
+              (long long)s.total_steps, s.epoch, s.loss, s.lr, format_count(s.throughput).c_str(), s.unit, mfu,
               format_duration(s.eta_s).c_str());
   std::fflush(stdout);
 }

@@ -36,6 +36,8 @@ struct StepLog {
   const char* unit = "samples/s";
   double elapsed_s = 0;   ///< since the run (not this process) started
   double eta_s = 0;
+  double flops_per_s = 0;  ///< model FLOPs per second over the window, all ranks together
+  double mfu = 0;          ///< flops_per_s per rank over the peak (0: not known)
   std::optional<double> loss_scale;      ///< f16's GradScaler
   std::optional<int64_t> skipped_steps;
 };

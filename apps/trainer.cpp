@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "apps/flops.h"
 #include "apps/layout.h"
 #include "apps/memory_report.h"
 #include "autograd/autocast.h"
@@ -102,6 +103,12 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     metrics_path = (fs::path(cfg_.run.dir) / "metrics.jsonl").string();
   }
   progress_ = std::make_unique<Progress>(opts_.verbose, style, metrics_path, !cfg_.train.resume.empty());
+  flops_per_step_ = train_flops_per_sample(cfg_, *model_) * double(cfg_.train.batch_size * cfg_.train.grad_accum_steps);
+  // MFU's denominator: given, or this process's GEMM throughput (each replica thread group
+  // runs its own GEMMs), measured once on rank 0, which is the one that logs.
+  peak_flops_ = cfg_.run.peak_flops;
+  if (peak_flops_ == 0 && rank_ == 0 && device_.is_cpu())
+    peak_flops_ = measured_gemm_flops() * double(replicas_ ? replicas_->replicas() : 1);
   run_start_ = window_start_ = Clock::now();  // train() restarts both; a save() before it needs them set
 }
 
@@ -308,6 +315,9 @@ void Trainer::log_window(double lr) {
             .unit = throughput_unit(),
             .elapsed_s = elapsed_before_ + seconds_since(run_start_),
             .eta_s = done > 0 ? seconds_since(run_start_) / double(done) * double(total_steps_ - step_) : NAN,
+            .flops_per_s = dt > 0 ? double(window_steps_) * flops_per_step_ / dt : 0.0,
+            .mfu = dt > 0 && peak_flops_ > 0 ? double(window_steps_) * flops_per_step_ / dt / double(world_) / peak_flops_
+                                             : 0.0,
             .loss_scale = scaler_ ? std::optional(scaler_->get_scale()) : std::nullopt,
             .skipped_steps = scaler_ ? std::optional(scaler_->skipped_steps()) : std::nullopt};
   progress_->log_step(s);
@@ -357,6 +367,8 @@ EvalResult Trainer::train() {
     if (!device_.is_cpu() || autocast_)
       std::printf("device: %s | precision: %s%s\n", device_.str().c_str(), cfg_.run.precision.c_str(),
                   scaler_ ? " (autocast, dynamic loss scaling)" : autocast_ ? " (autocast)" : "");
+    std::printf("flops: %.3g GFLOP per step (model) | peak %.1f GFLOP/s per rank (%s)\n", flops_per_step_ / 1e9,
+                peak_flops_ / 1e9, cfg_.run.peak_flops > 0 ? "run.peak_flops" : "measured GEMM");
     std::printf("layout: %s | %s | %lld samples per dp rank per step\n", pm_->dims().str().c_str(),
                 pm_->describe().c_str(), (long long)(cfg_.train.batch_size / pm_->dims().dp));
     if (replicas_)

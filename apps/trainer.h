@@ -153,6 +153,8 @@ class Trainer {
   int64_t steps_per_epoch_ = 1;
   int64_t last_checkpoint_step_ = -1;
   double elapsed_before_ = 0;  // training seconds of the run before this process resumed it
+  double flops_per_step_ = 0;  // model FLOPs of one optimizer step, all ranks (apps/flops.h)
+  double peak_flops_ = 0;      // per rank: run.peak_flops or the measured GEMM throughput
 
   // Logging window.
   std::unique_ptr<Progress> progress_;
