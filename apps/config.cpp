@@ -3,6 +3,7 @@
 #include "apps/config.h"
 
 #include "comm/nccl.h"
+#include "core/log.h"
 
 namespace strata::apps {
 namespace {
@@ -23,6 +24,8 @@ void read_run(const ConfigNode& n, RunSection& s) {
   if (!try_parse_device(s.device)) n.fail("device", not_a_device(s.device));
   s.precision = n.get("precision", s.precision);
   n.one_of("precision", s.precision, {"f32", "bf16", "f16"});
+  s.log_level = n.get("log_level", s.log_level);
+  if (!s.log_level.empty()) (void)parse_log_level(s.log_level, n.key_path("log_level"));
   s.peak_flops = n.get("peak_flops", s.peak_flops);
   n.check_range("peak_flops", s.peak_flops, 0, 1e21);
 }

@@ -22,6 +22,10 @@ struct RunSection {
   /// f32 | bf16 | f16: forward and loss under autocast (autograd/autocast.h) with f32
   /// master weights; f16 adds dynamic loss scaling (optim::GradScaler).
   std::string precision = "f32";
+  /// Diagnostics (warnings, notes, errors) at this level and above: trace | debug | info |
+  /// warn | error | critical | off. Empty: info on rank 0, warn elsewhere.
+  /// $STRATA_LOG_LEVEL overrides it. Each rank also writes <dir>/logs/rank<R>.log.
+  std::string log_level;
   /// FLOP/s that MFU is reported against (e.g. a GPU's datasheet figure); 0 = this
   /// machine's GEMM throughput, measured when training starts.
   double peak_flops = 0;

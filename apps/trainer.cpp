@@ -19,6 +19,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "comm/mpi.h"
+#include "core/log.h"
 #include "core/memory.h"
 #include "core/threads.h"
 #include "tensor/file_io.h"
@@ -57,6 +58,11 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     opts_.verbose = false;
     opts_.write_files = false;
   }
+  // Diagnostics: rank-tagged lines on stderr, and each rank's own file under run.dir/logs.
+  init_logging(rank_,
+               cfg_.run.log_level.empty() ? std::nullopt
+                                          : std::optional(parse_log_level(cfg_.run.log_level, "run.log_level")),
+               write_files_any_rank_ ? (fs::path(cfg_.run.dir) / "logs").string() : "");
   // A save that failed earlier (full disk, killed job) left "<step>.tmp" behind: never
   // resumed from, removed before this run writes or resumes anything.
   if (opts_.write_files) remove_stale_tmp((fs::path(cfg_.run.dir) / "checkpoints").string());
@@ -149,6 +155,7 @@ data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
       for (size_t i = 0; i < rgens.size(); ++i) rgens[i]->set_state(s[i][0].get<uint64_t>(), s[i][1].get<uint64_t>());
     }
   if (opts_.verbose) std::printf("resumed from %s at step %lld\n", ck.dir.c_str(), (long long)step_);
+  spdlog::info("resumed from {} at step {}", ck.dir, step_);
   return {ck.state.loader_epoch, ck.state.loader_batch};
 }
 
@@ -354,6 +361,7 @@ void Trainer::maybe_checkpoint() {
     for (size_t i = 0; i + size_t(cfg_.train.keep_checkpoints) < dirs.size(); ++i) fs::remove_all(root / dirs[i], ec);
   }
   progress_->line("checkpoint: " + (root / name).string());
+  spdlog::info("checkpoint written: {} (step {})", (root / name).string(), step_);
 }
 
 EvalResult Trainer::train() {

@@ -12,6 +12,7 @@
 #include <pthread.h>
 
 #include "comm/algorithms.h"
+#include "core/log.h"
 #include "comm/reduce_kernels.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -51,10 +52,7 @@ int64_t model_bytes(const Collective& c, int n, int r) {
   }
 }
 
-void report(int rank, const std::string& msg) {
-  std::fprintf(stderr, "[strata comm] rank %d: %s\n", rank, msg.c_str());
-  std::fflush(stderr);
-}
+void report(int rank, const std::string& msg) { spdlog::error("[comm] rank {}: {}", rank, msg); }
 
 }  // namespace
 
