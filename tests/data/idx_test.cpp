@@ -18,21 +18,6 @@ std::vector<uint8_t> ramp(size_t n) {
   return v;
 }
 
-/// Message of the DataError `fn` throws; fails the test if it throws nothing or another type.
-template <class F>
-std::string data_error(F&& fn) {
-  try {
-    fn();
-  } catch (const DataError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected DataError, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected DataError, nothing thrown";
-  return "";
-}
-
 }  // namespace
 
 TEST(Idx, RawAndGzipRoundTrip) {
