@@ -3,6 +3,7 @@
 #include "core/config.h"
 
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 
 #include <sys/stat.h>
 
@@ -14,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 namespace strata {
 
@@ -93,6 +95,31 @@ void check_tree(const YAML::Node& n, const std::string& path, int depth, int64_t
                   mark_line(it->first));
     check_tree(it->second, full, depth + 1, visited, source);
   }
+}
+
+// Counts document starts through the event API. (YAML::LoadAll cannot be used to find a
+// second document: on some malformed input yaml-cpp 0.7 returns empty documents forever.)
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<int> lines;  // 1-based
+  void OnDocumentStart(const YAML::Mark& m) override { lines.push_back(m.line + 1); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Line of the second YAML document in `text`, or 0 when there is at most one.
+int second_document_line(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  if (!parser.HandleNextDocument(starts) || !parser.HandleNextDocument(starts)) return 0;
+  return starts.lines.empty() ? 1 : starts.lines.back();
 }
 
 // "expected <what>, got '<scalar>'" with " (out of range)" when the scalar is a number
@@ -209,9 +236,11 @@ ConfigNode::ConfigNode(YAML::Node node, std::string path, std::shared_ptr<Shared
 
 ConfigNode ConfigNode::load_string(const std::string& text, const std::vector<std::string>& overrides,
                                    const std::string& source) {
-  std::vector<YAML::Node> docs;
+  YAML::Node root;
+  int second_doc_line = 0;
   try {
-    docs = YAML::LoadAll(text);
+    root = YAML::Load(text);
+    second_doc_line = second_document_line(text);
   } catch (const YAML::DeepRecursion& e) {  // yaml-cpp's own depth guard says only "bad file"
     STRATA_THROW(ConfigError, source, ":", e.mark.line + 1, ":", e.mark.column + 1,
                  ": invalid YAML: nested deeper than the parser allows (a config is a few levels deep)");
@@ -220,10 +249,8 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::vector<st
   } catch (const YAML::Exception& e) {
     STRATA_THROW(ConfigError, source, ": invalid YAML: ", e.msg);
   }
-  if (docs.size() > 1)
-    STRATA_THROW(ConfigError, source, ":", mark_line(docs[1]), ": a second YAML document ('---'); a config is one "
-                 "document (", docs.size(), " found)");
-  YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
+  if (second_doc_line > 0)
+    STRATA_THROW(ConfigError, source, ":", second_doc_line, ": a second YAML document ('---'); a config is one document");
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) STRATA_THROW(ConfigError, source, ": the config must be a YAML mapping, got ", describe(root));
   auto shared = std::make_shared<Shared>();
