@@ -76,9 +76,11 @@ void check_tree(const YAML::Node& n, const std::string& path, int depth, int64_t
   if (++visited > kMaxNodes)
     STRATA_THROW(ConfigError, source, ": the config expands to more than ", kMaxNodes,
                  " values through anchors and aliases (an alias bomb?); stopped at ", path.empty() ? "the root" : path);
-  if (depth > kMaxDepth) config_fail(path, "nested more than " + std::to_string(kMaxDepth) + " levels deep", mark_line(n));
+  if (depth > kMaxDepth)
+    config_fail(path, "nested more than " + std::to_string(kMaxDepth) + " levels deep", mark_line(n));
   if (n.IsSequence()) {
-    for (size_t i = 0; i < n.size(); ++i) check_tree(n[i], path + "[" + std::to_string(i) + "]", depth + 1, visited, source);
+    for (size_t i = 0; i < n.size(); ++i)
+      check_tree(n[i], path + "[" + std::to_string(i) + "]", depth + 1, visited, source);
     return;
   }
   if (!n.IsMap()) return;
@@ -250,7 +252,8 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::vector<st
     STRATA_THROW(ConfigError, source, ": invalid YAML: ", e.msg);
   }
   if (second_doc_line > 0)
-    STRATA_THROW(ConfigError, source, ":", second_doc_line, ": a second YAML document ('---'); a config is one document");
+    STRATA_THROW(ConfigError, source, ":", second_doc_line,
+                 ": a second YAML document ('---'); a config is one document");
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) STRATA_THROW(ConfigError, source, ": the config must be a YAML mapping, got ", describe(root));
   auto shared = std::make_shared<Shared>();
@@ -312,7 +315,9 @@ void ConfigNode::fail_path(const std::string& full, const std::string& msg, int 
   config_fail(full, msg, line);
 }
 
-void ConfigNode::fail(const std::string& key, const std::string& msg) const { fail_path(key_path(key), msg, line_of(key)); }
+void ConfigNode::fail(const std::string& key, const std::string& msg) const {
+  fail_path(key_path(key), msg, line_of(key));
+}
 
 void ConfigNode::fail_if_misspelt(const std::string& key) const {
   // Follow key_path(key) down from the root; at the first level where it is absent, a key
@@ -372,15 +377,17 @@ T ConfigNode::get(const std::string& key, const T& def) const {
       E e{};
       if (!scalar_as<E>(v[i], &e)) {
         const std::string p = key_path(key + "[" + std::to_string(i) + "]");
-        fail_path(p, std::string("expected ") + TypeName<E>::value + ", got " + describe(v[i]) + out_of_range_note<E>(v[i]),
-                  mark_line(v[i]));
+        fail_path(
+            p, std::string("expected ") + TypeName<E>::value + ", got " + describe(v[i]) + out_of_range_note<E>(v[i]),
+            mark_line(v[i]));
       }
       out.push_back(e);
     }
     return out;
   } else {
     T out{};
-    if (!scalar_as<T>(v, &out)) fail(key, std::string("expected ") + TypeName<T>::value + ", got " + describe(v) + out_of_range_note<T>(v));
+    if (!scalar_as<T>(v, &out))
+      fail(key, std::string("expected ") + TypeName<T>::value + ", got " + describe(v) + out_of_range_note<T>(v));
     return out;
   }
 }

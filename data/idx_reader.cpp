@@ -151,7 +151,8 @@ uint32_t be32(const uint8_t* p) {
 IdxArray parse_idx(IdxInput& in, uint32_t expected_magic) {
   std::vector<uint8_t> head;
   if (read_into(in, head, 4) < 4)
-    in.fail("truncated header: expected 4 bytes of magic number, got " + std::to_string(head.size()) + in.truncation_note());
+    in.fail("truncated header: expected 4 bytes of magic number, got " + std::to_string(head.size()) +
+            in.truncation_note());
   const uint32_t magic = be32(head.data());
   if (magic != expected_magic) {
     in.fail("bad magic number " + hex32(magic) + ", expected " + hex32(expected_magic) + " (u8 " +
@@ -208,7 +209,8 @@ IdxArray read_idx(const std::string& path, uint32_t expected_magic) {
   IdxInput in(
       [&](uint8_t* dst, size_t n) {
         const size_t r = std::fread(dst, 1, n, f.get());
-        if (r < n && std::ferror(f.get())) STRATA_THROW(DataError, "[idx] ", path, ": read error: ", std::strerror(errno));
+        if (r < n && std::ferror(f.get()))
+          STRATA_THROW(DataError, "[idx] ", path, ": read error: ", std::strerror(errno));
         return r;
       },
       path);

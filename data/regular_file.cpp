@@ -25,9 +25,11 @@ const char* kind_of(mode_t m) {
 
 uint64_t regular_file_size(const std::string& path, const char* tag) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) STRATA_THROW(DataError, "[", tag, "] cannot stat ", path, ": ", std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0)
+    STRATA_THROW(DataError, "[", tag, "] cannot stat ", path, ": ", std::strerror(errno));
   if (!S_ISREG(st.st_mode))
-    STRATA_THROW(DataError, "[", tag, "] ", path, " is ", kind_of(st.st_mode), ", not a regular file; refusing to open it");
+    STRATA_THROW(DataError, "[", tag, "] ", path, " is ", kind_of(st.st_mode),
+                 ", not a regular file; refusing to open it");
   return uint64_t(st.st_size);
 }
 

@@ -11,22 +11,12 @@
 #include <gtest/gtest.h>
 
 #include "apps/config.h"
+#include "tests/apps/config_error.h"
 #include "tests/fifo_unblocker.h"
 #include "tests/temp_dir_fixture.h"
 
 namespace strata::apps {
 namespace {
-
-// The ConfigError message of fn(), or "" if it did not throw one (other exceptions fail the test).
-template <class F>
-std::string config_error(F&& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::string load_error(const std::string& yaml) {
   return config_error([&] { TrainConfig::from_node(ConfigNode::load_string(yaml, {}, "cfg.yaml")); });
@@ -142,7 +132,8 @@ TEST(ConfigHostileTest, HugeIntegerNamesKeyAndRange) {
 
 TEST(ConfigHostileTest, HugeIntegerForIntKeyNamesKey) {
   const std::string e = load_error("run: {threads: 1099511627776}\n");
-  EXPECT_EQ(e, "run.threads: expected an integer, got '1099511627776' (out of range [-2147483648, 2147483647]) (line 1)");
+  EXPECT_EQ(e,
+            "run.threads: expected an integer, got '1099511627776' (out of range [-2147483648, 2147483647]) (line 1)");
 }
 
 TEST(ConfigHostileTest, HugeIntegerInListNamesElement) {

@@ -57,7 +57,7 @@ TEST(TextHostile, HugeSparseCorpusNamesFileAndSize) {
   write_bytes(path, {'x'});
   std::filesystem::resize_file(path, uint64_t(1) << 40);  // 1 TiB, no blocks on disk
   const std::string msg = data_error([&] { read_text_corpus(path); });
-  EXPECT_EQ(msg.rfind("[text] " + path + " is 1099511627776 bytes (1.0 TiB); the corpus would hold 1.0 TiB in memory", 0),
-            0u)
+  EXPECT_EQ(
+      msg.rfind("[text] " + path + " is 1099511627776 bytes (1.0 TiB); the corpus would hold 1.0 TiB in memory", 0), 0u)
       << msg;
 }

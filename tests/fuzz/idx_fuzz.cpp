@@ -16,7 +16,8 @@ int idx(const uint8_t* data, size_t size) {
       const data::IdxArray a = data::read_idx_bytes(bytes, "fuzz.idx", magic);
       int64_t numel = 1;
       for (const int64_t d : a.dims) numel *= d;
-      if (numel != int64_t(a.data.size())) throw std::logic_error("read_idx returned dims that do not match its payload");
+      if (numel != int64_t(a.data.size()))
+        throw std::logic_error("read_idx returned dims that do not match its payload");
     } catch (const DataError&) {
     }
   }

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses with clang (ASan + UBSan, library instrumented) in
-# build-fuzz/ and runs each on a scratch copy of its committed corpus.
+# Builds the libFuzzer harnesses with clang (ASan + UBSan; the sources each one covers
+# are compiled into it with coverage instrumentation) in build-fuzz/ and runs each on a
+# scratch copy of its committed corpus.
 #   tests/fuzz/run_fuzz.sh [seconds per harness, default 300] [harness...]
 # New crashing inputs land in build-fuzz/crashes/<harness>/; minimise one with
 # `build-fuzz/tests/fuzz/strata_fuzz_<h> -minimize_crash=1 <file>` and commit it to
-# tests/fuzz/corpus/<h>/ once fixed. Needs Debian's clang and libclang-rt-dev.
+# tests/fuzz/corpus/<h>/ once fixed. Needs Debian's clang and libclang-rt-dev
+# (STRATA_BOOTSTRAP_FUZZ=1 scripts/bootstrap.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_EACH=${1:-300}
