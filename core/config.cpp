@@ -65,7 +65,7 @@ constexpr int kMaxDepth = 32;             // mappings/lists nested in each other
 constexpr int64_t kMaxNodes = 100000;     // nodes after alias expansion (alias bombs)
 constexpr int64_t kMaxFileBytes = 16 << 20;
 
-// True when a misspelling `key` is close enough to `known` (edit distance `d`) to suggest it.
+// True when a name at edit distance `d` from `key` is close enough to suggest for it.
 bool close_enough(const std::string& key, size_t d) { return d <= std::max<size_t>(2, key.size() / 3); }
 
 // Walks the parsed tree once before anything reads it: mapping keys must be distinct
