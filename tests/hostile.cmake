@@ -33,6 +33,12 @@ function(mkfifo path)
   endif()
 endfunction()
 
+# write_fashion_config(): WORK/fm.yaml, a Fashion-MNIST run whose IDX files are in WORK/fm.
+function(write_fashion_config)
+  file(WRITE ${WORK}/fm.yaml "run: {dir: run, threads: 1}\ndata: {dataset: fashion_mnist, path: fm}\n"
+                             "optim: {lr: 0.01}\ntrain: {max_steps: 1}\n")
+endfunction()
+
 if(CASE STREQUAL "config_directory")
   file(MAKE_DIRECTORY ${WORK}/cfg.d)
   run(2 train --config cfg.d)
@@ -71,15 +77,13 @@ elseif(CASE STREQUAL "text_path_fifo")
 elseif(CASE STREQUAL "idx_file_fifo")
   file(MAKE_DIRECTORY ${WORK}/fm)
   mkfifo(${WORK}/fm/train-images-idx3-ubyte.gz)
-  file(WRITE ${WORK}/fm.yaml "run: {dir: run, threads: 1}\ndata: {dataset: fashion_mnist, path: fm}\n"
-                             "optim: {lr: 0.01}\ntrain: {max_steps: 1}\n")
+  write_fashion_config()
   run(1 train --config fm.yaml)
   expect(ERR "strata: error: [idx] fm/train-images-idx3-ubyte.gz is a FIFO (named pipe), not a regular file")
 elseif(CASE STREQUAL "idx_file_device")
   file(MAKE_DIRECTORY ${WORK}/fm)
   file(CREATE_LINK /dev/zero ${WORK}/fm/train-images-idx3-ubyte.gz SYMBOLIC)
-  file(WRITE ${WORK}/fm.yaml "run: {dir: run, threads: 1}\ndata: {dataset: fashion_mnist, path: fm}\n"
-                             "optim: {lr: 0.01}\ntrain: {max_steps: 1}\n")
+  write_fashion_config()
   run(1 train --config fm.yaml)
   expect(ERR "strata: error: [idx] fm/train-images-idx3-ubyte.gz is a character device, not a regular file")
 else()
