@@ -175,6 +175,12 @@ IdxArray parse_idx(IdxInput& in, uint32_t expected_magic) {
       in.fail("header promises more than " + std::to_string(kMaxPayload) + " bytes; the header is corrupt");
     numel *= n;
   }
+  // The payload grows only as bytes arrive, but a gzip bomb can deliver them: refuse a
+  // promise that this machine could not hold before reading it.
+  if (const uint64_t mem = physical_memory_bytes(); uint64_t(numel) > mem) {
+    in.fail("header promises " + std::to_string(numel) + " bytes (" + human_bytes(uint64_t(numel)) + ") of " +
+            payload_name(magic) + ", more than this machine's memory (" + human_bytes(mem) + ")");
+  }
 
   out.data.reserve(size_t(std::min<int64_t>(numel, int64_t(1) << 26)));
   const int64_t got = read_into(in, out.data, numel);

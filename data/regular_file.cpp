@@ -1,7 +1,9 @@
-// stat()-based file kind checks shared by the IDX reader and the text corpus.
+// stat()-based file kind checks and the memory bound shared by the IDX reader and the
+// text corpus.
 #include "data/regular_file.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -31,6 +33,11 @@ uint64_t regular_file_size(const std::string& path, const char* tag) {
     STRATA_THROW(DataError, "[", tag, "] ", path, " is ", kind_of(st.st_mode),
                  ", not a regular file; refusing to open it");
   return uint64_t(st.st_size);
+}
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX;
 }
 
 std::string human_bytes(uint64_t bytes) {

@@ -12,6 +12,10 @@ namespace strata::data {
 /// device). Does not open the file.
 uint64_t regular_file_size(const std::string& path, const char* tag);
 
+/// This machine's physical memory in bytes (UINT64_MAX when unknown): data that is
+/// loaded whole and would not fit is refused before allocating.
+uint64_t physical_memory_bytes();
+
 /// "12.3 GiB"-style size for messages.
 std::string human_bytes(uint64_t bytes);
 

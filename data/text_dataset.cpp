@@ -2,8 +2,6 @@
 // printed next to GPT's validation loss.
 #include "data/text_dataset.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -18,16 +16,11 @@ namespace strata::data {
 namespace fs = std::filesystem;
 namespace {
 
-uint64_t physical_memory() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX;
-}
-
 // Appends the bytes of regular file `p` to `out`. The corpus is held whole in memory, so
 // a total beyond physical memory (a 1 TB sparse file, say) is refused before allocating.
 void append_file(const fs::path& p, std::vector<uint8_t>& out) {
   const uint64_t n = regular_file_size(p.string(), "text");  // before open(): a FIFO would block
-  const uint64_t total = uint64_t(out.size()) + n, mem = physical_memory();
+  const uint64_t total = uint64_t(out.size()) + n, mem = physical_memory_bytes();
   if (total > mem) {
     STRATA_THROW(DataError, "[text] ", p.string(), " is ", n, " bytes (", human_bytes(n), "); the corpus would hold ",
                  human_bytes(total), " in memory, more than this machine's ", human_bytes(mem),

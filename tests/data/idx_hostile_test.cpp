@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "data/idx_reader.h"
+#include "data/regular_file.h"
 #include "test_util.h"
 #include "tests/fifo_unblocker.h"
 
@@ -92,6 +93,20 @@ TEST(IdxHostile, DimsOverflowingInt64AreRefusedBeforeAllocating) {
   write_gz(path, idx_bytes(kIdxMagicU8Images, {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, {}));
   const std::string msg = data_error([&] { read_idx_images(path); });
   EXPECT_TRUE(has(msg, path) && has(msg, "header promises more than 68719476736 bytes")) << msg;
+}
+
+TEST(IdxHostile, PromiseBeyondPhysicalMemoryIsRefusedBeforeReading) {
+  TempDir dir;
+  const std::string path = dir.file("bomb.gz");
+  // 6e10 bytes (55.9 GiB): under the 64 GiB format bound; a gzip bomb could deliver it.
+  write_gz(path, idx_bytes(kIdxMagicU8Images, {60000, 1000, 1000}, {1, 2, 3}));
+  const std::string msg = data_error([&] { read_idx_images(path); });
+  EXPECT_TRUE(has(msg, path)) << msg;
+  if (physical_memory_bytes() < 60000000000ull)
+    EXPECT_TRUE(has(msg, "header promises 60000000000 bytes (55.9 GiB) of image data, more than this machine's memory"))
+        << msg;
+  else
+    EXPECT_TRUE(has(msg, "truncated: expected 60000000000 bytes of image data, got 3")) << msg;
 }
 
 TEST(IdxHostile, FifoIsRefusedWithoutOpening) {
