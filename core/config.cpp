@@ -2,10 +2,20 @@
 // the unknown-key check.
 #include "core/config.h"
 
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
+
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 namespace strata {
 
@@ -13,6 +23,7 @@ struct ConfigNode::Shared {
   std::set<std::string> asked;                   // full key paths ever asked for
   std::map<std::string, std::string> overrides;  // key path -> "--set" text
   std::string source;                            // file name, for messages
+  YAML::Node root;                               // the whole tree, for misspelling hints
 };
 
 namespace {
@@ -47,6 +58,95 @@ std::string trim(const std::string& s) {
   if (b == std::string::npos) return "";
   const auto e = s.find_last_not_of(" \t");
   return s.substr(b, e - b + 1);
+}
+
+// Bounds on what a config may be; beyond them the input is hostile or broken, not a config.
+constexpr int kMaxDepth = 32;             // mappings/lists nested in each other
+constexpr int64_t kMaxNodes = 100000;     // nodes after alias expansion (alias bombs)
+constexpr int64_t kMaxFileBytes = 16 << 20;
+
+// True when a name at edit distance `d` from `key` is close enough to suggest for it.
+bool close_enough(const std::string& key, size_t d) { return d <= std::max<size_t>(2, key.size() / 3); }
+
+// Walks the parsed tree once before anything reads it: mapping keys must be distinct
+// scalars, nesting is capped, and the node count after alias expansion is bounded so a
+// "billion laughs" file fails here instead of in an exponential walk later.
+void check_tree(const YAML::Node& n, const std::string& path, int depth, int64_t& visited,
+                const std::string& source) {
+  if (++visited > kMaxNodes)
+    STRATA_THROW(ConfigError, source, ": the config expands to more than ", kMaxNodes,
+                 " values through anchors and aliases (an alias bomb?); stopped at ", path.empty() ? "the root" : path);
+  if (depth > kMaxDepth)
+    config_fail(path, "nested more than " + std::to_string(kMaxDepth) + " levels deep", mark_line(n));
+  if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i)
+      check_tree(n[i], path + "[" + std::to_string(i) + "]", depth + 1, visited, source);
+    return;
+  }
+  if (!n.IsMap()) return;
+  std::map<std::string, int> lines;  // key -> line of its first occurrence
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    if (!it->first.IsScalar())
+      config_fail(path.empty() ? source : path, "mapping keys must be plain names, got " + describe(it->first),
+                  mark_line(it->first));
+    const std::string key = it->first.Scalar();
+    const std::string full = join_path(path, key);
+    const auto [first, fresh] = lines.emplace(key, mark_line(it->first));
+    if (!fresh)
+      config_fail(full, "duplicate key (first at line " + std::to_string(first->second) + "); each key may appear once",
+                  mark_line(it->first));
+    check_tree(it->second, full, depth + 1, visited, source);
+  }
+}
+
+// Counts document starts through the event API. (YAML::LoadAll cannot be used to find a
+// second document: on some malformed input yaml-cpp 0.7 returns empty documents forever.)
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<int> lines;  // 1-based
+  void OnDocumentStart(const YAML::Mark& m) override { lines.push_back(m.line + 1); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Line of the second YAML document in `text`, or 0 when there is at most one.
+int second_document_line(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  if (!parser.HandleNextDocument(starts) || !parser.HandleNextDocument(starts)) return 0;
+  return starts.lines.empty() ? 1 : starts.lines.back();
+}
+
+// "expected <what>, got '<scalar>'" with " (out of range)" when the scalar is a number
+// of the right kind that does not fit T (2^70 for an int, 1e400 for a double).
+template <class T>
+std::string out_of_range_note(const YAML::Node& v) {
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    if (!v.IsScalar()) return "";
+    const std::string& s = v.Scalar();
+    if constexpr (std::is_integral_v<T>) {
+      const size_t b = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+      const bool digits = s.size() > b && s.find_first_not_of("0123456789", b) == std::string::npos;
+      if (digits && !(std::is_unsigned_v<T> && s[0] == '-'))
+        return " (out of range [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+               std::to_string(std::numeric_limits<T>::max()) + "])";
+    } else {
+      char* end = nullptr;
+      errno = 0;
+      if constexpr (sizeof(T) == sizeof(float)) std::strtof(s.c_str(), &end);
+      else std::strtod(s.c_str(), &end);
+      if (!s.empty() && *end == '\0' && errno == ERANGE)
+        return sizeof(T) == sizeof(float) ? " (out of range for a float)" : " (out of range for a double)";
+    }
+  }
+  return "";
 }
 
 // Scalar conversions: false when the value does not have the type.
@@ -109,6 +209,8 @@ void apply_config_override(YAML::Node& root, const std::string& assignment) {
   YAML::Node value;
   try {
     value = YAML::Load(text);
+  } catch (const YAML::DeepRecursion&) {
+    STRATA_THROW(ConfigError, key, ": --set value nests deeper than the YAML parser allows");
   } catch (const YAML::Exception& e) {
     STRATA_THROW(ConfigError, key, ": cannot parse --set value '", text, "': ", e.msg);
   }
@@ -137,13 +239,21 @@ ConfigNode::ConfigNode(YAML::Node node, std::string path, std::shared_ptr<Shared
 ConfigNode ConfigNode::load_string(const std::string& text, const std::vector<std::string>& overrides,
                                    const std::string& source) {
   YAML::Node root;
+  int second_doc_line = 0;
   try {
     root = YAML::Load(text);
+    second_doc_line = second_document_line(text);
+  } catch (const YAML::DeepRecursion& e) {  // yaml-cpp's own depth guard says only "bad file"
+    STRATA_THROW(ConfigError, source, ":", e.mark.line + 1, ":", e.mark.column + 1,
+                 ": invalid YAML: nested deeper than the parser allows (a config is a few levels deep)");
   } catch (const YAML::ParserException& e) {
     STRATA_THROW(ConfigError, source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": invalid YAML: ", e.msg);
   } catch (const YAML::Exception& e) {
     STRATA_THROW(ConfigError, source, ": invalid YAML: ", e.msg);
   }
+  if (second_doc_line > 0)
+    STRATA_THROW(ConfigError, source, ":", second_doc_line,
+                 ": a second YAML document ('---'); a config is one document");
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) STRATA_THROW(ConfigError, source, ": the config must be a YAML mapping, got ", describe(root));
   auto shared = std::make_shared<Shared>();
@@ -153,14 +263,27 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::vector<st
     const auto eq = o.find('=');
     shared->overrides[trim(o.substr(0, eq))] = o;
   }
+  int64_t visited = 0;
+  check_tree(root, "", 0, visited, source);
+  shared->root = root;
   return ConfigNode(root, "", shared);
 }
 
 ConfigNode ConfigNode::load_file(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  // stat before open: fopen on a directory "succeeds" (and reads nothing), on a FIFO it blocks.
+  struct stat st {};
+  if (::stat(yaml_path.c_str(), &st) != 0)
+    STRATA_THROW(ConfigError, "cannot open config file '", yaml_path, "': ", std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) STRATA_THROW(ConfigError, "config file '", yaml_path, "' is a directory, not a YAML file");
+  if (!S_ISREG(st.st_mode))
+    STRATA_THROW(ConfigError, "config file '", yaml_path, "' is not a regular file (a FIFO, socket or device)");
+  if (st.st_size > kMaxFileBytes)
+    STRATA_THROW(ConfigError, "config file '", yaml_path, "' is ", st.st_size, " bytes; a config is at most ",
+                 kMaxFileBytes, " bytes");
   std::string text;
   {
     FILE* f = std::fopen(yaml_path.c_str(), "rb");
-    if (!f) STRATA_THROW(ConfigError, "cannot open config file '", yaml_path, "'");
+    if (!f) STRATA_THROW(ConfigError, "cannot open config file '", yaml_path, "': ", std::strerror(errno));
     char buf[4096];
     size_t n;
     while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
@@ -186,11 +309,51 @@ int ConfigNode::line_of(const std::string& key) const {
   return mark_line(cn[key]);
 }
 
+void ConfigNode::fail_path(const std::string& full, const std::string& msg, int line) const {
+  const auto ov = shared_->overrides.find(full);
+  if (ov != shared_->overrides.end()) STRATA_THROW(ConfigError, full, ": ", msg, " (from --set ", ov->second, ")");
+  config_fail(full, msg, line);
+}
+
 void ConfigNode::fail(const std::string& key, const std::string& msg) const {
-  const std::string p = key_path(key);
-  const auto ov = shared_->overrides.find(p);
-  if (ov != shared_->overrides.end()) STRATA_THROW(ConfigError, p, ": ", msg, " (from --set ", ov->second, ")");
-  config_fail(p, msg, line_of(key));
+  fail_path(key_path(key), msg, line_of(key));
+}
+
+void ConfigNode::fail_if_misspelt(const std::string& key) const {
+  // Follow key_path(key) down from the root; at the first level where it is absent, a key
+  // in the file that nobody asked for and that is close to the wanted name is the cause.
+  const std::string want = key_path(key);
+  YAML::Node cur;
+  cur.reset(shared_->root);
+  std::string prefix;
+  for (size_t b = 0; b <= want.size();) {
+    const size_t e = std::min(want.find('.', b), want.size());
+    const std::string comp = want.substr(b, e - b);
+    b = e + 1;
+    if (!cur.IsMap()) return;
+    const YAML::Node& ccur = cur;
+    if (ccur[comp].IsDefined() && !ccur[comp].IsNull()) {
+      cur.reset(ccur[comp]);
+      prefix = join_path(prefix, comp);
+      continue;
+    }
+    std::string best;
+    size_t best_d = SIZE_MAX;
+    int best_line = 0;
+    for (auto it = ccur.begin(); it != ccur.end(); ++it) {
+      const std::string k = it->first.Scalar();
+      if (shared_->asked.count(join_path(prefix, k))) continue;
+      const size_t d = edit_distance(k, comp);
+      if (d < best_d && close_enough(k, d)) {
+        best_d = d;
+        best = k;
+        best_line = mark_line(it->first);
+      }
+    }
+    if (!best.empty())
+      fail_path(join_path(prefix, best), "unknown key; did you mean '" + join_path(prefix, comp) + "'?", best_line);
+    return;
+  }
 }
 
 void ConfigNode::type_fail(const std::string& key, const YAML::Node& v, const char* expected) const {
@@ -213,16 +376,18 @@ T ConfigNode::get(const std::string& key, const T& def) const {
     for (size_t i = 0; i < v.size(); ++i) {
       E e{};
       if (!scalar_as<E>(v[i], &e)) {
-        const std::string k = key + "[" + std::to_string(i) + "]";
-        const std::string p = key_path(k);
-        config_fail(p, std::string("expected ") + TypeName<E>::value + ", got " + describe(v[i]), mark_line(v[i]));
+        const std::string p = key_path(key + "[" + std::to_string(i) + "]");
+        fail_path(
+            p, std::string("expected ") + TypeName<E>::value + ", got " + describe(v[i]) + out_of_range_note<E>(v[i]),
+            mark_line(v[i]));
       }
       out.push_back(e);
     }
     return out;
   } else {
     T out{};
-    if (!scalar_as<T>(v, &out)) type_fail(key, v, TypeName<T>::value);
+    if (!scalar_as<T>(v, &out))
+      fail(key, std::string("expected ") + TypeName<T>::value + ", got " + describe(v) + out_of_range_note<T>(v));
     return out;
   }
 }
@@ -230,6 +395,7 @@ T ConfigNode::get(const std::string& key, const T& def) const {
 template <class T>
 T ConfigNode::require(const std::string& key) const {
   if (!has(key)) {
+    fail_if_misspelt(key);
     const std::string where = path_.empty() ? std::string("the config") : path_;
     const int l = line();
     config_fail(key_path(key), "required key is missing from " + where, l);
@@ -284,7 +450,7 @@ void ConfigNode::one_of(const std::string& key, const std::string& value,
 void ConfigNode::check_unknown(const YAML::Node& node, const std::string& path) const {
   if (!node.IsMap()) return;
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const std::string key = it->first.as<std::string>();
+    const std::string key = it->first.Scalar();
     const std::string full = join_path(path, key);
     if (!shared_->asked.count(full)) {
       std::string best;
@@ -299,7 +465,7 @@ void ConfigNode::check_unknown(const YAML::Node& node, const std::string& path) 
         }
       }
       std::string msg = "unknown key";
-      if (!best.empty() && best_d <= std::max<size_t>(2, key.size() / 3))
+      if (!best.empty() && close_enough(key, best_d))
         msg += "; did you mean '" + join_path(path, best) + "'?";
       else if (!best.empty()) {
         std::string known;
@@ -310,9 +476,7 @@ void ConfigNode::check_unknown(const YAML::Node& node, const std::string& path) 
           }
         msg += " (known keys here: " + known + ")";
       }
-      const auto ov = shared_->overrides.find(full);
-      if (ov != shared_->overrides.end()) STRATA_THROW(ConfigError, full, ": ", msg, " (from --set ", ov->second, ")");
-      config_fail(full, msg, mark_line(it->first));
+      fail_path(full, msg, mark_line(it->first));
     }
     check_unknown(it->second, full);
   }

@@ -31,9 +31,12 @@ size_t edit_distance(const std::string& a, const std::string& b);
 class ConfigNode {
  public:
   /// Parses `yaml_path`, applies `overrides` ("a.b=v") in order. File/parse errors throw
-  /// ConfigError naming the file (and line).
+  /// ConfigError naming the file (and line). Only a regular file of at most 16 MiB is
+  /// read (a directory, FIFO or device is refused before it is opened).
   static ConfigNode load_file(const std::string& yaml_path, const std::vector<std::string>& overrides = {});
-  /// Same from YAML text; `source` names it in errors.
+  /// Same from YAML text; `source` names it in errors. Refused with ConfigError naming
+  /// the key path: duplicate keys in a mapping, non-scalar keys, a second YAML document,
+  /// nesting over 32 levels and trees over 100k values after alias expansion.
   static ConfigNode load_string(const std::string& text, const std::vector<std::string>& overrides = {},
                                 const std::string& source = "<string>");
 
@@ -81,6 +84,11 @@ class ConfigNode {
   struct Shared;
   ConfigNode(YAML::Node node, std::string path, std::shared_ptr<Shared> shared);
   YAML::Node lookup(const std::string& key) const;  // marks key as asked
+  // ConfigError at `full` (a key path), citing the --set that set it or its line.
+  [[noreturn]] void fail_path(const std::string& full, const std::string& msg, int line) const;
+  // Throws "unknown key; did you mean" when a missing required `key` (or the section
+  // holding it) is absent because the file misspells it; returns otherwise.
+  void fail_if_misspelt(const std::string& key) const;
   void check_unknown(const YAML::Node& node, const std::string& path) const;
   [[noreturn]] void type_fail(const std::string& key, const YAML::Node& v, const char* expected) const;
 

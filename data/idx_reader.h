@@ -2,6 +2,7 @@
 // validated (magic, dims, exact payload size) before anything is returned.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,12 +18,17 @@ struct IdxArray {
   std::vector<uint8_t> data;
 };
 
-/// Reads an IDX file (".gz" or raw; zlib detects which) whose magic must equal
-/// `expected_magic`. Throws strata::DataError naming the file and the problem: missing
-/// file (with the Debian package that provides Fashion-MNIST), bad magic, a zero
-/// dimension, a truncated header or payload (bytes expected vs got), a corrupt or
-/// truncated gzip stream, or bytes after the promised payload.
+/// Reads an IDX file (gzipped when it starts with the gzip magic, else raw) whose magic
+/// must equal `expected_magic`. Throws strata::DataError naming the file and the problem:
+/// missing file (with the Debian package that provides Fashion-MNIST), not a regular file
+/// (a FIFO or device is refused before it is opened), bad magic, a zero dimension, a
+/// header promising over 64 GiB, a truncated header or payload (bytes expected vs got), a
+/// corrupt gzip stream (CRC32 or length mismatch included), a gzip stream cut before its
+/// trailer, or bytes after the promised payload.
 IdxArray read_idx(const std::string& path, uint32_t expected_magic);
+
+/// read_idx over bytes in memory; `name` stands for the file in messages.
+IdxArray read_idx_bytes(std::span<const uint8_t> bytes, const std::string& name, uint32_t expected_magic);
 
 /// read_idx for images: dims (N, rows, cols).
 IdxArray read_idx_images(const std::string& path);

@@ -10,19 +10,31 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "data/regular_file.h"
 
 namespace strata::data {
 namespace fs = std::filesystem;
 namespace {
 
+// Appends the bytes of regular file `p` to `out`. The corpus is held whole in memory, so
+// a total beyond physical memory (a 1 TB sparse file, say) is refused before allocating.
 void append_file(const fs::path& p, std::vector<uint8_t>& out) {
+  const uint64_t n = regular_file_size(p.string(), "text");  // before open(): a FIFO would block
+  const uint64_t total = uint64_t(out.size()) + n, mem = physical_memory_bytes();
+  if (total > mem) {
+    STRATA_THROW(DataError, "[text] ", p.string(), " is ", n, " bytes (", human_bytes(n), "); the corpus would hold ",
+                 human_bytes(total), " in memory, more than this machine's ", human_bytes(mem),
+                 ". Pass a smaller text file or directory");
+  }
   std::ifstream in(p, std::ios::binary);
   if (!in) STRATA_THROW(DataError, "[text] cannot open ", p.string(), ": ", std::strerror(errno));
-  std::error_code ec;
-  const auto n = fs::file_size(p, ec);
-  if (ec) STRATA_THROW(DataError, "[text] cannot stat ", p.string(), ": ", ec.message());
   const size_t old = out.size();
-  out.resize(old + size_t(n));
+  try {
+    out.resize(old + size_t(n));
+  } catch (const std::bad_alloc&) {
+    STRATA_THROW(DataError, "[text] ", p.string(), " is ", n, " bytes (", human_bytes(n),
+                 "): out of memory while loading the corpus (", human_bytes(total), " in all)");
+  }
   in.read(reinterpret_cast<char*>(out.data() + old), std::streamsize(n));
   if (size_t(in.gcount()) != size_t(n)) {
     STRATA_THROW(DataError, "[text] ", p.string(), ": read ", in.gcount(), " of ", n, " bytes");
@@ -33,6 +45,8 @@ void append_file(const fs::path& p, std::vector<uint8_t>& out) {
 
 std::vector<uint8_t> read_text_corpus(const std::string& path) {
   std::error_code ec;
+  if (!fs::exists(path, ec) && ec && ec != std::errc::no_such_file_or_directory)  // a symlink loop, no permission
+    STRATA_THROW(DataError, "[text] cannot stat corpus ", path, ": ", ec.message());
   if (!fs::exists(path, ec)) {
     if (fs::path(path).lexically_normal() == fs::path(kFortunesDir).lexically_normal()) {
       STRATA_THROW(DataError, "[text] corpus not found: ", path,
@@ -47,7 +61,9 @@ std::vector<uint8_t> read_text_corpus(const std::string& path) {
   if (fs::is_directory(path, ec)) {
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(path, ec)) {
-      if (e.is_symlink() || !e.is_regular_file() || e.path().extension() == ".dat") continue;
+      // Symlinks (loops included) and special files are skipped without being followed or opened.
+      std::error_code kind_ec;
+      if (e.is_symlink(kind_ec) || !e.is_regular_file(kind_ec) || e.path().extension() == ".dat") continue;
       files.push_back(e.path());
     }
     if (ec) STRATA_THROW(DataError, "[text] cannot list ", path, ": ", ec.message());

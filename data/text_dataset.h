@@ -15,8 +15,10 @@ inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
 
 /// Bytes of a corpus. `path` is a file, or a directory whose regular files (not
 /// symlinks, not ending in ".dat") are concatenated in name order. Throws
-/// strata::DataError when the path is missing (naming the Debian package `fortunes`
-/// for the default directory), unreadable, or holds no bytes.
+/// strata::DataError naming the file when the path is missing (naming the Debian package
+/// `fortunes` for the default directory), cannot be stat'ed (a symlink loop), is not a
+/// regular file or directory (a FIFO or device is refused before it is opened), is
+/// unreadable, holds no bytes, or would not fit in physical memory (its size is named).
 std::vector<uint8_t> read_text_corpus(const std::string& path = kFortunesDir);
 
 /// A token stream cut in two: train is the head, val the tail.

@@ -16,6 +16,11 @@ PACKAGES=(
 if [[ "${STRATA_BOOTSTRAP_REFERENCE:-0}" == "1" ]]; then
   PACKAGES+=(python3-torch python3-numpy)
 fi
+# clang and its runtime (libFuzzer, ASan, UBSan) are only needed to run the fuzzers
+# (tests/fuzz/run_fuzz.sh); the corpus regression tests build with the default compiler.
+if [[ "${STRATA_BOOTSTRAP_FUZZ:-0}" == "1" ]]; then
+  PACKAGES+=(clang libclang-rt-dev)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -4,19 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/apps/config_error.h"
+
 namespace strata {
 namespace {
-
-// The ConfigError message of fn(), or "" if it did not throw one.
-template <class F>
-std::string config_error(F&& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 const char* kYaml = R"(run:
   dir: runs/x

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace strata::data::testing {
 
 /// A fresh directory under the system temp dir, removed at destruction.
@@ -60,6 +62,21 @@ inline std::vector<uint8_t> idx_bytes(uint32_t magic, const std::vector<uint32_t
   for (uint32_t d : dims) put(d);
   out.insert(out.end(), payload.begin(), payload.end());
   return out;
+}
+
+/// Message of the strata::DataError `fn` throws; fails the test if it throws nothing or another type.
+template <class F>
+std::string data_error(F&& fn) {
+  try {
+    fn();
+  } catch (const DataError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected DataError, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected DataError, nothing thrown";
+  return "";
 }
 
 }  // namespace strata::data::testing
