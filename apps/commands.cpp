@@ -115,6 +115,10 @@ Command add_train_command(CLI::App& parent) {
               const std::string rank = trainer ? std::to_string(trainer->rank()) : (env ? env : "0");
               std::fprintf(stderr, "strata: error: rank %s: communication failed: %s\n", rank.c_str(), e.what());
               std::fflush(stderr);
+              // Under mpirun the launcher terminates the remaining ranks about 1 s after the
+              // first abnormal exit: end now with the documented status rather than after
+              // tearing the Trainer down (its process group could not finalize anyway).
+              if (comm::launched_by_mpi()) std::_Exit(comm::kCommFailureExitCode);
               return comm::kCommFailureExitCode;
             }
             return 0;
