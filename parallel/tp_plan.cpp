@@ -1,0 +1,72 @@
+// apply_tp: the broadcast, the child swaps and the record of what was sharded.
+#include "parallel/tp_plan.h"
+
+#include "optim/clip.h"
+
+namespace strata::parallel {
+
+const char* tp_style_name(TpStyle s) {
+  switch (s) {
+    case TpStyle::colwise: return "colwise";
+    case TpStyle::colwise_qkv: return "colwise_qkv";
+    case TpStyle::rowwise: return "rowwise";
+  }
+  return "?";
+}
+
+const TpShardedParam* TpLayout::find(const std::string& name) const {
+  for (const auto& p : sharded)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+TpLayout apply_tp(nn::Module& model, const TpPlan& plan, std::shared_ptr<comm::ProcessGroup> tp) {
+  STRATA_CHECK(tp != nullptr, "[apply_tp] the tp group is null");
+  const int n = tp->size();
+  std::vector<comm::Work> works;
+  for (const auto& [name, t] : model.state_dict()) works.push_back(tp->broadcast(t, 0));
+  for (const auto& w : works) w.wait();
+  TpLayout out{.tp = tp, .sharded = {}};
+  for (const auto& [path, style] : plan) {
+    auto* lin = dynamic_cast<nn::Linear*>(model.child(path).get());
+    STRATA_CHECK(lin != nullptr, "[apply_tp] plan entry '", path, "' (", tp_style_name(style), ") is a ",
+                 model.child(path)->type_name(), ", not a Linear");
+    const std::string pre = path + ".";
+    std::shared_ptr<nn::Module> shard;
+    if (style == TpStyle::rowwise) {
+      STRATA_CHECK(lin->in_features() % n == 0, "[apply_tp] '", path, "': ", lin->in_features(),
+                   " input features do not split into ", n, " tensor-parallel ranks");
+      out.sharded.push_back({pre + "weight", lin->weight().shape(), {1, 1}});
+      shard = std::make_shared<RowParallelLinear>(*lin, tp);
+    } else {
+      const int64_t parts = style == TpStyle::colwise_qkv ? 3 : 1;
+      STRATA_CHECK(lin->out_features() % (parts * n) == 0, "[apply_tp] '", path, "': ", lin->out_features(),
+                   " output features do not split into ", parts, " part(s) x ", n, " tensor-parallel ranks");
+      out.sharded.push_back({pre + "weight", lin->weight().shape(), {0, parts}});
+      if (lin->has_bias()) out.sharded.push_back({pre + "bias", lin->bias().shape(), {0, parts}});
+      shard = std::make_shared<ColumnParallelLinear>(*lin, tp, parts);
+    }
+    shard->train(lin->is_training());
+    model.replace_child(path, std::move(shard));
+  }
+  return out;
+}
+
+nn::NamedTensors tp_full_state(const nn::Module& model, const TpLayout& layout) {
+  nn::NamedTensors out;
+  for (auto& [name, t] : model.state_dict()) {
+    const TpShardedParam* p = layout.find(name);
+    out.emplace_back(name, p ? tp_unshard(t, p->split, *layout.tp) : t);
+  }
+  return out;
+}
+
+double tp_grad_norm_sq(const nn::NamedTensors& params, const TpLayout& layout) {
+  std::vector<Tensor> sharded, replicated;
+  for (const auto& [name, t] : params) (layout.find(name) ? sharded : replicated).push_back(t);
+  Tensor sq = ops::full({1}, optim::grad_norm_sq(sharded), DType::f64);
+  if (layout.tp->size() > 1) sq = comm::all_reduce_host(*layout.tp, sq, comm::ReduceOp::sum);
+  return sq.item<double>() + optim::grad_norm_sq(replicated);
+}
+
+}  // namespace strata::parallel

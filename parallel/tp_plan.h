@@ -1,0 +1,57 @@
+// The tensor-parallel plan as data (torchtitan's parallelize_module plan): module paths
+// mapped to styles, applied to a model by swapping its Linears for their tp shards.
+// The plan of a concrete model is built where the model is known (apps/), never here.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "nn/module.h"
+#include "parallel/tp_layers.h"
+
+namespace strata::parallel {
+
+enum class TpStyle {
+  colwise,      ///< ColumnParallelLinear, output left sharded
+  colwise_qkv,  ///< ColumnParallelLinear of a fused q|k|v weight: whole heads of each
+  rowwise,      ///< RowParallelLinear, input already sharded
+};
+const char* tp_style_name(TpStyle s);
+
+/// Module path ("net.1", "h.0.attn.c_attn") -> style. Every path must name an nn::Linear.
+using TpPlan = std::map<std::string, TpStyle>;
+
+/// One parameter that apply_tp sharded: its global name and shape and how it is split.
+struct TpShardedParam {
+  std::string name;
+  Shape global_shape;
+  TpSplit split;
+};
+
+/// What apply_tp did: the sharded parameters (every other parameter is replicated over tp
+/// and equal on every tp rank) and the group.
+struct TpLayout {
+  std::shared_ptr<comm::ProcessGroup> tp;
+  std::vector<TpShardedParam> sharded;
+  /// The entry of a sharded parameter, or nullptr when `name` is replicated.
+  const TpShardedParam* find(const std::string& name) const;
+};
+
+/// Collective over tp: broadcasts tp rank 0's parameters and buffers (so the ranks shard
+/// one model), then replaces every module of the plan by its column/row-parallel shard.
+/// Parameters keep their global names. Error naming the path when it is absent, not a
+/// Linear, or its width does not split into tp. The model must not be wrapped yet.
+TpLayout apply_tp(nn::Module& model, const TpPlan& plan, std::shared_ptr<comm::ProcessGroup> tp);
+
+/// The model's state_dict with every sharded parameter gathered into its global tensor
+/// (collective over tp; new tensors for those, detached handles for the rest).
+nn::NamedTensors tp_full_state(const nn::Module& model, const TpLayout& layout);
+
+/// The squared gradient norm of `params` (named as the model names them) counting every
+/// parameter once over tp: the sharded ones' squares summed over tp, the replicated ones'
+/// taken once (they are equal on every tp rank). Collective over tp.
+double tp_grad_norm_sq(const nn::NamedTensors& params, const TpLayout& layout);
+
+}  // namespace strata::parallel
