@@ -6,6 +6,9 @@
 #include "comm/local.h"
 #include "comm/mpi.h"
 #include "comm/nccl.h"
+#include "nn/gpt.h"
+#include "nn/linear.h"
+#include "nn/mlp.h"
 #ifdef STRATA_WITH_CUDA
 #include "tensor/cuda/runtime.h"
 #endif
@@ -46,6 +49,28 @@ parallel::ModelLimits model_limits(const TrainConfig& cfg) {
   return {.heads = cfg.model.n_head, .vocab = gpt_vocab(cfg), .layers = cfg.model.n_layer};
 }
 
+parallel::TpPlan model_tp_plan(const nn::Module& model) {
+  parallel::TpPlan plan;
+  if (const auto* gpt = dynamic_cast<const nn::GPT*>(&model)) {
+    for (int64_t i = 0; i < gpt->config().n_layer; ++i) {
+      const std::string h = "h." + std::to_string(i) + ".";
+      plan[h + "attn.c_attn"] = parallel::TpStyle::colwise_qkv;
+      plan[h + "attn.c_proj"] = parallel::TpStyle::rowwise;
+      plan[h + "mlp.c_fc"] = parallel::TpStyle::colwise;
+      plan[h + "mlp.c_proj"] = parallel::TpStyle::rowwise;
+    }
+  } else if (dynamic_cast<const nn::MLP*>(&model)) {
+    std::vector<std::string> linears;  // net.<i> in order; the last is the output layer
+    for (const auto& [name, m] : model.child("net")->named_children())
+      if (dynamic_cast<const nn::Linear*>(m.get())) linears.push_back("net." + name);
+    for (size_t i = 0; i + 2 < linears.size(); i += 2) {
+      plan[linears[i]] = parallel::TpStyle::colwise;
+      plan[linears[i + 1]] = parallel::TpStyle::rowwise;
+    }
+  }
+  return plan;
+}
+
 parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world) {
   if (cfg.parallel.thread_replicas() && world > 1)
     config_fail("parallel.replicas", "runs thread replicas inside one process (DataParallel), but this process is "
@@ -65,12 +90,14 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
                                                               const parallel::ParallelDims& dims,
                                                               std::shared_ptr<nn::Module> model) {
   const comm::DeviceMesh mesh(std::move(world), dims.mesh_shape());
+  parallel::TpPlan plan = model_tp_plan(*model);
   return parallel::parallelize(
       std::move(model), mesh,
       {.dims = dims,
        .ddp = cfg.parallel.ddp,
        .fsdp_prefetch = cfg.parallel.fsdp_prefetch,
        .fsdp_wrap = {},
+       .tp_plan = std::move(plan),
        .make_optimizer = [&cfg](optim::NamedTensors p) { return build_optimizer(cfg, std::move(p)); }});
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/config.h"
 #include "optim/clip.h"
+#include "parallel/tp_checkpoint.h"
 
 namespace strata::parallel {
 
@@ -95,16 +96,19 @@ ParallelModel::FullParams ParallelModel::summon_full_params() {
 }
 
 std::vector<ShardPiece> ParallelModel::state_pieces() const {
-  STRATA_CHECK(!tp_, "[parallelize] checkpoints of tensor-parallel runs (tp ", dims_.tp,
-               ") are not available in this version");
+  if (tp_)  // each tp rank's shard, from dp rank 0 (or every dp rank's ZeRO slices of it)
+    return tp_global_pieces(zero_ ? zero_->state_pieces() : replicated_pieces(*model_, optimizer_.get(), mesh_.rank("dp")),
+                            *tp_);
   if (zero_) return zero_->state_pieces();
   return replicated_pieces(*model_, optimizer_.get(), mesh_.world()->rank());
 }
 
 void ParallelModel::load_state(const ShardedCheckpointReader& ck, bool with_optimizer) {
-  STRATA_CHECK(!tp_, "[parallelize] loading a checkpoint into a tensor-parallel run (tp ", dims_.tp,
-               ") is not available in this version");
-  if (zero_)
+  if (tp_ && zero_)
+    load_tp_zero(ck, *zero_, with_optimizer, *tp_);
+  else if (tp_)
+    load_tp(ck, *model_, with_optimizer ? optimizer_.get() : nullptr, *tp_);
+  else if (zero_)
     load_zero(ck, *zero_, with_optimizer);
   else
     load_replicated(ck, *model_, with_optimizer ? optimizer_.get() : nullptr);
