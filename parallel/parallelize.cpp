@@ -92,7 +92,9 @@ NoSync ParallelModel::no_sync() {
 }
 
 ParallelModel::FullParams ParallelModel::summon_full_params() {
-  return zero_ ? FullParams(zero_->summon_full_params()) : FullParams();
+  std::optional<ZeroDataParallel::FullParams> z;
+  if (zero_) z.emplace(zero_->summon_full_params());
+  return FullParams(std::move(z), tp_ ? std::make_unique<TpWholeModules>(*model_, *tp_) : nullptr);
 }
 
 std::vector<ShardPiece> ParallelModel::state_pieces() const {

@@ -80,14 +80,19 @@ class ParallelModel {
   [[nodiscard]] NoSync no_sync();
 
   /// RAII: the full parameters are materialised on every rank while it lives (ZeRO-3
-  /// all-gathers them, collective); a no-op for every other layout.
+  /// all-gathers them, tensor parallelism gathers its shards; collective); a no-op for
+  /// every other layout.
+  /// Under tensor parallelism the sharded Linears are swapped for whole ones (gathered
+  /// over tp) while it lives, so one rank can evaluate the model alone.
   class FullParams {
    public:
     FullParams() = default;
-    explicit FullParams(ZeroDataParallel::FullParams g) : g_(std::move(g)) {}
+    FullParams(std::optional<ZeroDataParallel::FullParams> g, std::unique_ptr<TpWholeModules> tp)
+        : g_(std::move(g)), tp_(std::move(tp)) {}
 
    private:
     std::optional<ZeroDataParallel::FullParams> g_;
+    std::unique_ptr<TpWholeModules> tp_;  // destroyed first: shards back before ZeRO releases
   };
   [[nodiscard]] FullParams summon_full_params();
 

@@ -26,7 +26,7 @@ TpLayout apply_tp(nn::Module& model, const TpPlan& plan, std::shared_ptr<comm::P
   std::vector<comm::Work> works;
   for (const auto& [name, t] : model.state_dict()) works.push_back(tp->broadcast(t, 0));
   for (const auto& w : works) w.wait();
-  TpLayout out{.tp = tp, .sharded = {}};
+  TpLayout out{.tp = tp, .sharded = {}, .modules = {}};
   for (const auto& [path, style] : plan) {
     auto* lin = dynamic_cast<nn::Linear*>(model.child(path).get());
     STRATA_CHECK(lin != nullptr, "[apply_tp] plan entry '", path, "' (", tp_style_name(style), ") is a ",
@@ -48,17 +48,30 @@ TpLayout apply_tp(nn::Module& model, const TpPlan& plan, std::shared_ptr<comm::P
     }
     shard->train(lin->is_training());
     model.replace_child(path, std::move(shard));
+    out.modules.push_back(path);
   }
   return out;
 }
 
-nn::NamedTensors tp_full_state(const nn::Module& model, const TpLayout& layout) {
-  nn::NamedTensors out;
-  for (auto& [name, t] : model.state_dict()) {
-    const TpShardedParam* p = layout.find(name);
-    out.emplace_back(name, p ? tp_unshard(t, p->split, *layout.tp) : t);
+TpWholeModules::TpWholeModules(nn::Module& model, const TpLayout& layout) : model_(model) {
+  for (const std::string& path : layout.modules) {
+    std::shared_ptr<nn::Module> shard = model.child(path);
+    const auto whole = [&](const char* leaf) {
+      const std::string name = path + "." + leaf;
+      const TpShardedParam* p = layout.find(name);
+      const Tensor& t = model.parameter(name);
+      return p ? tp_unshard(t, p->split, *layout.tp) : t.detach();
+    };
+    const bool bias = !shard->named_parameters().empty() && shard->named_parameters().back().first == "bias";
+    auto lin = std::make_shared<nn::Linear>(whole("weight"), bias ? whole("bias") : Tensor());
+    lin->train(shard->is_training());
+    model.replace_child(path, lin);
+    shards_.emplace_back(path, std::move(shard));
   }
-  return out;
+}
+
+TpWholeModules::~TpWholeModules() {
+  for (auto& [path, shard] : shards_) model_.replace_child(path, std::move(shard));
 }
 
 double tp_grad_norm_sq(const nn::NamedTensors& params, const TpLayout& layout) {

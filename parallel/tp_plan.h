@@ -35,6 +35,7 @@ struct TpShardedParam {
 struct TpLayout {
   std::shared_ptr<comm::ProcessGroup> tp;
   std::vector<TpShardedParam> sharded;
+  std::vector<std::string> modules;  ///< the paths apply_tp replaced, in plan order
   /// The entry of a sharded parameter, or nullptr when `name` is replicated.
   const TpShardedParam* find(const std::string& name) const;
 };
@@ -45,9 +46,21 @@ struct TpLayout {
 /// Linear, or its width does not split into tp. The model must not be wrapped yet.
 TpLayout apply_tp(nn::Module& model, const TpPlan& plan, std::shared_ptr<comm::ProcessGroup> tp);
 
-/// The model's state_dict with every sharded parameter gathered into its global tensor
-/// (collective over tp; new tensors for those, detached handles for the rest).
-nn::NamedTensors tp_full_state(const nn::Module& model, const TpLayout& layout);
+/// RAII: while alive, every module apply_tp replaced is swapped for a whole nn::Linear
+/// holding the gathered weights (collective over tp at construction), so one rank can run
+/// the model's forward alone (evaluation, sampling); the shards are put back at
+/// destruction. Changes to the whole weights are not written back.
+class TpWholeModules {
+ public:
+  TpWholeModules(nn::Module& model, const TpLayout& layout);
+  ~TpWholeModules();
+  TpWholeModules(const TpWholeModules&) = delete;
+  TpWholeModules& operator=(const TpWholeModules&) = delete;
+
+ private:
+  nn::Module& model_;
+  std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> shards_;
+};
 
 /// The squared gradient norm of `params` (named as the model names them) counting every
 /// parameter once over tp: the sharded ones' squares summed over tp, the replicated ones'

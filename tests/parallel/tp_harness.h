@@ -59,6 +59,7 @@ inline std::string data_kind(const std::string& model) { return model == "mlp" ?
 struct Run {
   nn::NamedTensors state;
   std::vector<double> losses, norms;
+  double eval_loss = 0;  // of batch `steps` after the last step (rank 0 of a parallel run)
 };
 
 inline Run reference(const TpCase& c) {
@@ -74,6 +75,8 @@ inline Run reference(const TpCase& c) {
     opt->step();
     opt->zero_grad();
   }
+  auto [x, y] = st::make_batch(data_kind(c.model), c.batch, c.steps);
+  out.eval_loss = st::batch_loss(*model, x, y).item<double>();
   out.state = model->state_dict();
   return out;
 }
@@ -111,9 +114,14 @@ inline Run parallel_run(comm::ProcessGroup& world_ref, const TpCase& c, std::str
                    {{kOptimizerMetaKey, pm->optimizer().state_dict().scalars}});
     }
   }
+  // The whole model on every rank (tp shards gathered): rank 0 evaluates it alone.
   const ParallelModel::FullParams full = pm->summon_full_params();
-  for (const auto& [name, t] : pm->tp() ? tp_full_state(pm->module(), *pm->tp()) : pm->module().state_dict())
-    out.state.emplace_back(name, ops::clone(t));
+  for (const auto& [name, t] : pm->module().state_dict()) out.state.emplace_back(name, ops::clone(t));
+  if (world->rank() == 0) {
+    auto [x, y] = st::make_batch(data_kind(c.model), c.batch, c.steps);
+    NoGradGuard no_grad;
+    out.eval_loss = st::batch_loss(pm->module(), x, y).item<double>();
+  }
   return out;
 }
 
@@ -153,6 +161,9 @@ inline void check(const TpCase& c) {
     const std::string what = c.model + ", " + described + ", rank " + std::to_string(w.rank());
     std::string worst;
     EXPECT_LT(st::max_relative_error(got.state, want.state, &worst), 1e-5) << what << " worst " << worst;
+    if (w.rank() == 0) {
+      EXPECT_NEAR(got.eval_loss, want.eval_loss, 1e-5 * std::abs(want.eval_loss)) << what;
+    }
     ASSERT_EQ(got.losses.size(), size_t(c.steps - c.first));
     for (size_t i = 0; i < got.losses.size(); ++i) {
       const size_t s = i + size_t(c.first);
