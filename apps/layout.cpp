@@ -58,6 +58,7 @@ parallel::TpPlan model_tp_plan(const nn::Module& model) {
       plan[h + "attn.c_proj"] = parallel::TpStyle::rowwise;
       plan[h + "mlp.c_fc"] = parallel::TpStyle::colwise;
       plan[h + "mlp.c_proj"] = parallel::TpStyle::rowwise;
+      plan[h + "attn.attn_dropout"] = parallel::TpStyle::parallel_rng;  // on this rank's heads
     }
   } else if (dynamic_cast<const nn::MLP*>(&model)) {
     std::vector<std::string> linears;  // net.<i> in order; the last is the output layer

@@ -10,6 +10,7 @@ const char* tp_style_name(TpStyle s) {
     case TpStyle::colwise: return "colwise";
     case TpStyle::colwise_qkv: return "colwise_qkv";
     case TpStyle::rowwise: return "rowwise";
+    case TpStyle::parallel_rng: return "parallel_rng";
   }
   return "?";
 }
@@ -26,8 +27,26 @@ TpLayout apply_tp(nn::Module& model, const TpPlan& plan, std::shared_ptr<comm::P
   std::vector<comm::Work> works;
   for (const auto& [name, t] : model.state_dict()) works.push_back(tp->broadcast(t, 0));
   for (const auto& w : works) w.wait();
+  const std::vector<Generator*> gens = model.generators();
+  if (n > 1 && !gens.empty()) {
+    std::vector<int64_t> st;
+    for (const Generator* g : gens) {
+      st.push_back(int64_t(g->seed()));
+      st.push_back(int64_t(g->offset()));
+    }
+    // Rank 0's block of a host all-gather (works on every backend, nccl included).
+    const auto v = comm::all_gather_host(*tp, ops::from_vector(st, {int64_t(st.size())})).to_vector<int64_t>();
+    for (size_t i = 0; i < gens.size(); ++i) gens[i]->set_state(uint64_t(v[2 * i]), uint64_t(v[2 * i + 1]));
+  }
   TpLayout out{.tp = tp, .sharded = {}, .modules = {}};
   for (const auto& [path, style] : plan) {
+    if (style == TpStyle::parallel_rng) {
+      Generator* g = model.child(path)->own_generator();
+      STRATA_CHECK(g != nullptr, "[apply_tp] plan entry '", path, "' (parallel_rng) is a ",
+                   model.child(path)->type_name(), ", which has no generator of its own");
+      g->set_state(g->seed() + 2718 + uint64_t(tp->rank()), g->offset());
+      continue;
+    }
     auto* lin = dynamic_cast<nn::Linear*>(model.child(path).get());
     STRATA_CHECK(lin != nullptr, "[apply_tp] plan entry '", path, "' (", tp_style_name(style), ") is a ",
                  model.child(path)->type_name(), ", not a Linear");

@@ -17,10 +17,15 @@ enum class TpStyle {
   colwise,      ///< ColumnParallelLinear, output left sharded
   colwise_qkv,  ///< ColumnParallelLinear of a fused q|k|v weight: whole heads of each
   rowwise,      ///< RowParallelLinear, input already sharded
+  /// A module with its own generator (Dropout) inside a tensor-parallel region: each tp
+  /// rank draws different masks (Megatron's model-parallel RNG). Every other generator
+  /// is made equal over tp, so replicated regions draw identical masks.
+  parallel_rng,
 };
 const char* tp_style_name(TpStyle s);
 
-/// Module path ("net.1", "h.0.attn.c_attn") -> style. Every path must name an nn::Linear.
+/// Module path ("net.1", "h.0.attn.c_attn") -> style. Every path must name an nn::Linear,
+/// except parallel_rng paths, which name a module with its own generator.
 using TpPlan = std::map<std::string, TpStyle>;
 
 /// One parameter that apply_tp sharded: its global name and shape and how it is split.
@@ -40,8 +45,10 @@ struct TpLayout {
   const TpShardedParam* find(const std::string& name) const;
 };
 
-/// Collective over tp: broadcasts tp rank 0's parameters and buffers (so the ranks shard
-/// one model), then replaces every module of the plan by its column/row-parallel shard.
+/// Collective over tp: broadcasts tp rank 0's parameters, buffers and generator states
+/// (so the ranks shard one model and replicated regions draw the same masks), then
+/// replaces every Linear of the plan by its column/row-parallel shard and gives every
+/// parallel_rng module's generator a seed of its own per tp rank (seed + 2718 + rank).
 /// Parameters keep their global names. Error naming the path when it is absent, not a
 /// Linear, or its width does not split into tp. The model must not be wrapped yet.
 TpLayout apply_tp(nn::Module& model, const TpPlan& plan, std::shared_ptr<comm::ProcessGroup> tp);

@@ -46,6 +46,7 @@ inline TpPlan tp_plan(const std::string& kind) {
     p[h + "attn.c_proj"] = TpStyle::rowwise;
     p[h + "mlp.c_fc"] = TpStyle::colwise;
     p[h + "mlp.c_proj"] = TpStyle::rowwise;
+    p[h + "attn.attn_dropout"] = TpStyle::parallel_rng;
   }
   return p;
 }
