@@ -144,34 +144,38 @@ inline nn::NamedTensors without_key_bias(const nn::NamedTensors& state, std::vec
   return out;
 }
 
-/// Trains c on c.dp * c.tp local ranks and compares the gathered state after the last
-/// step, and the losses and norms of steps [c.first, c.steps), with the reference.
-inline void check(const TpCase& c) {
+/// Runs c on this rank of `world` (c.dp * c.tp ranks) and compares the gathered state
+/// after the last step, and the losses and norms of steps [c.first, c.steps), with the
+/// single-process reference (computed by every rank itself).
+inline void check_on(comm::ProcessGroup& world, const TpCase& c) {
   TpCase ref = c;
   ref.first = 0;
   Run want = reference(ref);
   std::vector<Tensor> want_kb;
   want.state = without_key_bias(want.state, &want_kb);
-  comm::run_local(c.dp * c.tp, [&](comm::ProcessGroup& w) {
-    std::string described;
-    Run got = parallel_run(w, c, &described);
-    std::vector<Tensor> got_kb;
-    got.state = without_key_bias(got.state, &got_kb);
-    ASSERT_EQ(got_kb.size(), want_kb.size());
-    for (size_t i = 0; i < got_kb.size(); ++i) st::expect_close(got_kb[i], want_kb[i], 1e-5, "key bias");
-    const std::string what = c.model + ", " + described + ", rank " + std::to_string(w.rank());
-    std::string worst;
-    EXPECT_LT(st::max_relative_error(got.state, want.state, &worst), 1e-5) << what << " worst " << worst;
-    if (w.rank() == 0) {
-      EXPECT_NEAR(got.eval_loss, want.eval_loss, 1e-5 * std::abs(want.eval_loss)) << what;
-    }
-    ASSERT_EQ(got.losses.size(), size_t(c.steps - c.first));
-    for (size_t i = 0; i < got.losses.size(); ++i) {
-      const size_t s = i + size_t(c.first);
-      EXPECT_NEAR(got.losses[i], want.losses[s], 1e-5 * std::abs(want.losses[s])) << what << " loss " << s;
-      EXPECT_NEAR(got.norms[i], want.norms[s], 1e-5 * want.norms[s]) << what << " norm " << s;
-    }
-  });
+  std::string described;
+  Run got = parallel_run(world, c, &described);
+  std::vector<Tensor> got_kb;
+  got.state = without_key_bias(got.state, &got_kb);
+  ASSERT_EQ(got_kb.size(), want_kb.size());
+  for (size_t i = 0; i < got_kb.size(); ++i) st::expect_close(got_kb[i], want_kb[i], 1e-5, "key bias");
+  const std::string what = c.model + ", " + described + ", rank " + std::to_string(world.rank());
+  std::string worst;
+  EXPECT_LT(st::max_relative_error(got.state, want.state, &worst), 1e-5) << what << " worst " << worst;
+  if (world.rank() == 0) {
+    EXPECT_NEAR(got.eval_loss, want.eval_loss, 1e-5 * std::abs(want.eval_loss)) << what;
+  }
+  ASSERT_EQ(got.losses.size(), size_t(c.steps - c.first));
+  for (size_t i = 0; i < got.losses.size(); ++i) {
+    const size_t s = i + size_t(c.first);
+    EXPECT_NEAR(got.losses[i], want.losses[s], 1e-5 * std::abs(want.losses[s])) << what << " loss " << s;
+    EXPECT_NEAR(got.norms[i], want.norms[s], 1e-5 * want.norms[s]) << what << " norm " << s;
+  }
+}
+
+/// check_on over c.dp * c.tp local ranks.
+inline void check(const TpCase& c) {
+  comm::run_local(c.dp * c.tp, [&](comm::ProcessGroup& w) { check_on(w, c); });
 }
 
 }  // namespace strata::testing::tp
