@@ -4,10 +4,7 @@
 // c_attn and c_fc inputs), and nothing else.
 #include <gtest/gtest.h>
 
-#include "comm/local.h"
-#include "optim/adam.h"
-#include "parallel/parallelize.h"
-#include "zero_equivalence.h"
+#include "tp_harness.h"
 
 namespace strata::parallel {
 namespace {
@@ -22,14 +19,7 @@ TEST(TensorParallelBytes, TwoAllReducesOfBTCPerBlockEachWay) {
           Generator gen(5);
           auto model = std::make_shared<nn::GPT>(
               nn::GPTConfig{.vocab = 16, .block_size = kT, .n_layer = kLayers, .n_head = 4, .n_embd = kC}, gen);
-          TpPlan plan;
-          for (int i = 0; i < kLayers; ++i) {
-            const std::string h = "h." + std::to_string(i) + ".";
-            plan[h + "attn.c_attn"] = TpStyle::colwise_qkv;
-            plan[h + "attn.c_proj"] = TpStyle::rowwise;
-            plan[h + "mlp.c_fc"] = TpStyle::colwise;
-            plan[h + "mlp.c_proj"] = TpStyle::rowwise;
-          }
+          const TpPlan plan = strata::testing::tp::tp_plan("gpt");  // kLayers blocks
           const ParallelDims dims = ParallelDims{.tp = n}.resolve(n);
           auto pm = parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
                                 {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {}, .tp_plan = plan,
