@@ -61,12 +61,23 @@ parallel::TpPlan model_tp_plan(const nn::Module& model) {
       plan[h + "attn.attn_dropout"] = parallel::TpStyle::parallel_rng;  // on this rank's heads
     }
   } else if (dynamic_cast<const nn::MLP*>(&model)) {
-    std::vector<std::string> linears;  // net.<i> in order; the last is the output layer
-    for (const auto& [name, m] : model.child("net")->named_children())
-      if (dynamic_cast<const nn::Linear*>(m.get())) linears.push_back("net." + name);
+    // net.<i> in order: Linears (the last is the output layer) and the modules with their
+    // own generator (Dropout) after each Linear.
+    std::vector<std::string> linears;
+    std::vector<std::vector<std::string>> rng_after;
+    for (const auto& [name, m] : model.child("net")->named_children()) {
+      if (dynamic_cast<const nn::Linear*>(m.get())) {
+        linears.push_back("net." + name);
+        rng_after.emplace_back();
+      } else if (m->own_generator() && !rng_after.empty()) {
+        rng_after.back().push_back("net." + name);
+      }
+    }
     for (size_t i = 0; i + 2 < linears.size(); i += 2) {
       plan[linears[i]] = parallel::TpStyle::colwise;
       plan[linears[i + 1]] = parallel::TpStyle::rowwise;
+      // Dropout between the pair acts on this rank's columns: masks of its own.
+      for (const std::string& d : rng_after[i]) plan[d] = parallel::TpStyle::parallel_rng;
     }
   }
   return plan;

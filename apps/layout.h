@@ -28,8 +28,9 @@ std::shared_ptr<comm::ProcessGroup> init_world(const TrainConfig& cfg, Device de
 parallel::ModelLimits model_limits(const TrainConfig& cfg);
 
 /// The tensor-parallel plan of a built model (empty for a model without one: a CNN):
-///   MLP: its hidden Linears in pairs, the first colwise, the second rowwise (an odd last
-///        hidden layer and the output layer stay replicated);
+///   MLP: its hidden Linears in pairs, the first colwise, the second rowwise, the dropout
+///        between them parallel_rng (an odd last hidden layer and the output layer stay
+///        replicated);
 ///   GPT: per block attn.c_attn colwise by whole q|k|v heads, attn.c_proj rowwise,
 ///        mlp.c_fc colwise, mlp.c_proj rowwise (embeddings, LayerNorms and the tied head
 ///        stay replicated).
