@@ -17,30 +17,52 @@ Tensor summed(const Tensor& t, comm::ProcessGroup& tp) {
 
 }  // namespace
 
-Tensor all_gather_last_dim(const Tensor& x, comm::ProcessGroup& tp) {
+Tensor all_gather_dim(const Tensor& x, int64_t dim, comm::ProcessGroup& tp) {
   const int n = tp.size();
   if (n == 1) return ops::clone(x);
-  Tensor in = x.is_contiguous() ? x : ops::contiguous(x);
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
   Shape stacked = x.shape();
-  stacked.insert(stacked.begin(), int64_t(n));  // (tp, ..., c): block j = rank j's x
+  stacked.insert(stacked.begin(), int64_t(n));  // (tp, ...): block j = rank j's x
   Tensor buf = ops::empty(stacked, x.dtype(), x.device());
-  tp.all_gather(in, buf).wait();
-  // (tp, d0, ..., dk, c) -> (d0, ..., dk, tp, c) -> (d0, ..., dk, tp * c)
-  const int64_t nd = int64_t(stacked.size());
+  tp.all_gather(ops::contiguous(x), buf).wait();
+  // Move the tp axis in front of `dim`: (tp, d0, .., dk, ..) -> (d0, .., tp, dk, ..),
+  // one copy, then merge it with dk.
   std::vector<int64_t> perm;
-  for (int64_t d = 1; d < nd - 1; ++d) perm.push_back(d);
+  for (int64_t i = 1; i <= d; ++i) perm.push_back(i);
   perm.push_back(0);
-  perm.push_back(nd - 1);
+  for (int64_t i = d + 1; i < int64_t(stacked.size()); ++i) perm.push_back(i);
   Shape out = x.shape();
-  out.back() *= n;
+  out[size_t(d)] *= n;
   return ops::reshape(ops::contiguous(ops::permute(buf, perm)), out);
 }
 
-Tensor last_dim_chunk(const Tensor& x, comm::ProcessGroup& tp) {
-  const int64_t c = x.size(-1), n = tp.size();
-  STRATA_CHECK(c % n == 0, "[tp] the last dimension ", c, " of ", shape_str(x.shape()),
-               " does not split into ", n, " tensor-parallel chunks");
-  return ops::contiguous(ops::narrow(x, x.dim() - 1, tp.rank() * (c / n), c / n));
+Tensor dim_chunk(const Tensor& x, int64_t dim, comm::ProcessGroup& tp) {
+  const int64_t d = dim < 0 ? dim + x.dim() : dim, c = x.size(d), n = tp.size();
+  STRATA_CHECK(c % n == 0, "[tp] dimension ", d, " (", c, ") of ", shape_str(x.shape()), " does not split into ", n,
+               " tensor-parallel chunks");
+  return ops::contiguous(ops::narrow(x, d, tp.rank() * (c / n), c / n));
+}
+
+Tensor reduce_scatter_dim(const Tensor& x, int64_t dim, comm::ProcessGroup& tp) {
+  const int64_t n = tp.size();
+  if (n == 1) return ops::clone(x);
+  const int64_t d = dim < 0 ? dim + x.dim() : dim, c = x.size(d);
+  STRATA_CHECK(c % n == 0, "[tp] dimension ", d, " (", c, ") of ", shape_str(x.shape()), " does not split into ", n,
+               " tensor-parallel chunks");
+  // (d0, .., dk, ..) viewed as (d0, .., tp, dk/tp, ..) and permuted to (tp, d0, .., dk/tp, ..)
+  // (one copy), so that block j is what rank j keeps.
+  Shape split = x.shape();
+  split[size_t(d)] = c / n;
+  split.insert(split.begin() + d, n);
+  std::vector<int64_t> perm{d};
+  for (int64_t i = 0; i < int64_t(split.size()); ++i)
+    if (i != d) perm.push_back(i);
+  Tensor blocks = ops::contiguous(ops::permute(ops::reshape(ops::contiguous(x), split), perm));
+  Shape out = x.shape();
+  out[size_t(d)] = c / n;
+  Tensor result = ops::empty(out, x.dtype(), x.device());
+  tp.reduce_scatter(blocks, result).wait();
+  return result;
 }
 
 Tensor copy_to_tp(const Tensor& x, comm::ProcessGroup& tp) {
@@ -59,15 +81,29 @@ Tensor reduce_from_tp(const Tensor& x, comm::ProcessGroup& tp) {
 Tensor scatter_to_tp(const Tensor& x, comm::ProcessGroup& tp) {
   if (tp.size() == 1) return x;
   comm::ProcessGroup* g = &tp;
-  return record_fn("ScatterToTensorParallelBackward", last_dim_chunk(x.detach(), tp), {x},
-                   [g](const Tensor& grad) { return std::vector<Tensor>{all_gather_last_dim(grad, *g)}; });
+  return record_fn("ScatterToTensorParallelBackward", dim_chunk(x.detach(), -1, tp), {x},
+                   [g](const Tensor& grad) { return std::vector<Tensor>{all_gather_dim(grad, -1, *g)}; });
 }
 
 Tensor gather_from_tp(const Tensor& x, comm::ProcessGroup& tp) {
   if (tp.size() == 1) return x;
   comm::ProcessGroup* g = &tp;
-  return record_fn("GatherFromTensorParallelBackward", all_gather_last_dim(x.detach(), tp), {x},
-                   [g](const Tensor& grad) { return std::vector<Tensor>{last_dim_chunk(grad, *g)}; });
+  return record_fn("GatherFromTensorParallelBackward", all_gather_dim(x.detach(), -1, tp), {x},
+                   [g](const Tensor& grad) { return std::vector<Tensor>{dim_chunk(grad, -1, *g)}; });
+}
+
+Tensor all_gather_seq(const Tensor& x, comm::ProcessGroup& tp) {
+  if (tp.size() == 1) return x;
+  comm::ProcessGroup* g = &tp;
+  return record_fn("AllGatherSeqBackward", all_gather_dim(x.detach(), 1, tp), {x},
+                   [g](const Tensor& grad) { return std::vector<Tensor>{reduce_scatter_dim(grad, 1, *g)}; });
+}
+
+Tensor reduce_scatter_seq(const Tensor& x, comm::ProcessGroup& tp) {
+  if (tp.size() == 1) return x;
+  comm::ProcessGroup* g = &tp;
+  return record_fn("ReduceScatterSeqBackward", reduce_scatter_dim(x.detach(), 1, tp), {x},
+                   [g](const Tensor& grad) { return std::vector<Tensor>{all_gather_dim(grad, 1, *g)}; });
 }
 
 }  // namespace strata::parallel

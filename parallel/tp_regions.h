@@ -22,12 +22,22 @@ Tensor scatter_to_tp(const Tensor& x, comm::ProcessGroup& tp);
 /// -> (..., tp * c). Backward: this rank's chunk of the gradient.
 Tensor gather_from_tp(const Tensor& x, comm::ProcessGroup& tp);
 
-/// The non-differentiable gather along the last dimension that gather_from_tp runs:
-/// the collectives concatenate along the flat dimension 0, so x (..., c) is gathered
-/// into a (tp, ..., c) buffer and permuted to (..., tp, c), one copy, then viewed as
-/// (..., tp * c).
-Tensor all_gather_last_dim(const Tensor& x, comm::ProcessGroup& tp);
-/// This rank's chunk of the last dimension of x, contiguous (one copy).
-Tensor last_dim_chunk(const Tensor& x, comm::ProcessGroup& tp);
+/// Sequence parallelism (Megatron-SP) on the (B, T, C) layout, along dimension 1:
+/// forward gathers every rank's (B, T/tp, C) sequence shard into (B, T, C) in rank order;
+/// backward reduce-scatters the gradient (sums over tp, keeps this rank's T/tp rows).
+Tensor all_gather_seq(const Tensor& x, comm::ProcessGroup& tp);
+/// Forward: (B, T, C) summed over tp, this rank keeping rows [rank T/tp, (rank+1) T/tp)
+/// of dimension 1. Backward: the gradient shards are gathered. T must divide by tp.
+Tensor reduce_scatter_seq(const Tensor& x, comm::ProcessGroup& tp);
+
+/// The non-differentiable collectives the regions run. The process group's collectives
+/// concatenate along the flat dimension 0, so a gather along `dim` gathers into a
+/// (tp, ...) buffer and permutes the tp axis in front of `dim` (one copy), and a
+/// reduce-scatter along `dim` first permutes the tp blocks of `dim` to the front (one
+/// copy). New contiguous tensors; a copy at tp 1.
+Tensor all_gather_dim(const Tensor& x, int64_t dim, comm::ProcessGroup& tp);
+Tensor reduce_scatter_dim(const Tensor& x, int64_t dim, comm::ProcessGroup& tp);
+/// This rank's chunk of dimension `dim` of x, contiguous (one copy).
+Tensor dim_chunk(const Tensor& x, int64_t dim, comm::ProcessGroup& tp);
 
 }  // namespace strata::parallel

@@ -87,6 +87,42 @@ TEST(TpRegions, GatherFromTpConcatenatesTheLastDimension) {
     });
 }
 
+// Sequence parallelism: each rank holds T/n rows of X; after the gather each rank's
+// downstream differs (its own W_r, as a column-parallel layer's), so the single-process
+// loss is sum_r W_r . X and rank r's gradient is rows r of sum_r W_r.
+TEST(TpRegions, AllGatherSeqReduceScattersTheGradient) {
+  for (int n : {2, 4})
+    comm::run_local(n, [n](comm::ProcessGroup& tp) {
+      const Shape s{2, 2 * n, 3};
+      const int64_t rows = 2;
+      Tensor global = rnd(s, 30);
+      Tensor x = leaf(ops::contiguous(ops::narrow(global, 1, tp.rank() * rows, rows)));
+      Tensor y = all_gather_seq(x, tp);
+      expect_close(y, global, 0, "all_gather_seq forward");
+      backward(sum(y * rnd(s, 40 + uint64_t(tp.rank()))));
+      Tensor want = rnd(s, 40);
+      for (int r = 1; r < n; ++r) want = want + rnd(s, 40 + uint64_t(r));
+      expect_close(x.grad(), ops::narrow(want, 1, tp.rank() * rows, rows), kTol, "all_gather_seq backward");
+    });
+}
+
+// Rank r keeps rows r of sum_r x_r; with the replicated W, sum_r W's rows r . y_r is
+// W . sum_r x_r, whose gradient with respect to every x_r is W.
+TEST(TpRegions, ReduceScatterSeqGathersTheGradient) {
+  for (int n : {2, 4})
+    comm::run_local(n, [n](comm::ProcessGroup& tp) {
+      const Shape s{3, 2 * n, 4};
+      const int64_t rows = 2;
+      Tensor x = leaf(rnd(s, 50 + uint64_t(tp.rank()))), w = rnd(s, 6);
+      Tensor total = rnd(s, 50);
+      for (int r = 1; r < n; ++r) total = total + rnd(s, 50 + uint64_t(r));
+      Tensor y = reduce_scatter_seq(x, tp);
+      expect_close(y, ops::narrow(total, 1, tp.rank() * rows, rows), kTol, "reduce_scatter_seq forward");
+      backward(sum(y * ops::contiguous(ops::narrow(w, 1, tp.rank() * rows, rows))));
+      expect_close(x.grad(), w, kTol, "reduce_scatter_seq backward");
+    });
+}
+
 TEST(TpRegions, ShardAndUnshardAreInverse) {
   comm::run_local(4, [](comm::ProcessGroup& tp) {
     const Tensor t = rnd({24, 8}, 11);
