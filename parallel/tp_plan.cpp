@@ -38,34 +38,42 @@ TpLayout apply_tp(nn::Module& model, const TpPlan& plan, std::shared_ptr<comm::P
     const auto v = comm::all_gather_host(*tp, ops::from_vector(st, {int64_t(st.size())})).to_vector<int64_t>();
     for (size_t i = 0; i < gens.size(); ++i) gens[i]->set_state(uint64_t(v[2 * i]), uint64_t(v[2 * i + 1]));
   }
+  // Every entry is checked before any module changes.
+  for (const auto& [path, style] : plan) {
+    const std::shared_ptr<nn::Module> m = model.child(path);  // throws naming the children
+    if (style == TpStyle::parallel_rng) {
+      STRATA_CHECK(m->own_generator() != nullptr, "[apply_tp] plan entry '", path, "' (parallel_rng) is a ",
+                   m->type_name(), ", which has no generator of its own");
+      continue;
+    }
+    const auto* lin = dynamic_cast<const nn::Linear*>(m.get());
+    STRATA_CHECK(lin != nullptr, "[apply_tp] plan entry '", path, "' (", tp_style_name(style), ") is a ",
+                 m->type_name(), ", not a Linear");
+    const bool row = style == TpStyle::rowwise;
+    const int64_t width = row ? lin->in_features() : lin->out_features(), parts = style == TpStyle::colwise_qkv ? 3 : 1;
+    STRATA_CHECK(width % (parts * n) == 0, "[apply_tp] '", path, "': ", width, row ? " input" : " output",
+                 " features do not split into ", parts, " part(s) x ", n, " tensor-parallel ranks");
+  }
   TpLayout out{.tp = tp, .sharded = {}, .modules = {}};
   for (const auto& [path, style] : plan) {
     if (style == TpStyle::parallel_rng) {
       Generator* g = model.child(path)->own_generator();
-      STRATA_CHECK(g != nullptr, "[apply_tp] plan entry '", path, "' (parallel_rng) is a ",
-                   model.child(path)->type_name(), ", which has no generator of its own");
       g->set_state(g->seed() + 2718 + uint64_t(tp->rank()), g->offset());
       continue;
     }
-    auto* lin = dynamic_cast<nn::Linear*>(model.child(path).get());
-    STRATA_CHECK(lin != nullptr, "[apply_tp] plan entry '", path, "' (", tp_style_name(style), ") is a ",
-                 model.child(path)->type_name(), ", not a Linear");
+    const auto& lin = dynamic_cast<const nn::Linear&>(*model.child(path));
     const std::string pre = path + ".";
     std::shared_ptr<nn::Module> shard;
     if (style == TpStyle::rowwise) {
-      STRATA_CHECK(lin->in_features() % n == 0, "[apply_tp] '", path, "': ", lin->in_features(),
-                   " input features do not split into ", n, " tensor-parallel ranks");
-      out.sharded.push_back({pre + "weight", lin->weight().shape(), {1, 1}});
-      shard = std::make_shared<RowParallelLinear>(*lin, tp);
+      out.sharded.push_back({pre + "weight", lin.weight().shape(), {1, 1}});
+      shard = std::make_shared<RowParallelLinear>(lin, tp);
     } else {
       const int64_t parts = style == TpStyle::colwise_qkv ? 3 : 1;
-      STRATA_CHECK(lin->out_features() % (parts * n) == 0, "[apply_tp] '", path, "': ", lin->out_features(),
-                   " output features do not split into ", parts, " part(s) x ", n, " tensor-parallel ranks");
-      out.sharded.push_back({pre + "weight", lin->weight().shape(), {0, parts}});
-      if (lin->has_bias()) out.sharded.push_back({pre + "bias", lin->bias().shape(), {0, parts}});
-      shard = std::make_shared<ColumnParallelLinear>(*lin, tp, parts);
+      out.sharded.push_back({pre + "weight", lin.weight().shape(), {0, parts}});
+      if (lin.has_bias()) out.sharded.push_back({pre + "bias", lin.bias().shape(), {0, parts}});
+      shard = std::make_shared<ColumnParallelLinear>(lin, tp, parts);
     }
-    shard->train(lin->is_training());
+    shard->train(lin.is_training());
     model.replace_child(path, std::move(shard));
     out.modules.push_back(path);
   }

@@ -83,6 +83,9 @@ TEST(TensorParallel, APlanEntryMustNameALinear) {
     auto m = st::make_model("mlp", 1);
     EXPECT_THROW(apply_tp(*m, {{"net.2", TpStyle::colwise}}, tp), Error);  // the activation
     EXPECT_THROW(apply_tp(*m, {{"net.9", TpStyle::colwise}}, tp), Error);  // absent
+    // A bad entry anywhere in the plan leaves the model untouched.
+    EXPECT_THROW(apply_tp(*m, {{"net.1", TpStyle::colwise}, {"net.3", TpStyle::colwise_qkv}}, tp), Error);
+    EXPECT_EQ(m->child("net.1")->type_name(), "Linear");
   });
 }
 
