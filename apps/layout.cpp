@@ -6,6 +6,9 @@
 #include "comm/local.h"
 #include "comm/mpi.h"
 #include "comm/nccl.h"
+#include "nn/gpt.h"
+#include "nn/linear.h"
+#include "nn/mlp.h"
 #ifdef STRATA_WITH_CUDA
 #include "tensor/cuda/runtime.h"
 #endif
@@ -46,6 +49,40 @@ parallel::ModelLimits model_limits(const TrainConfig& cfg) {
   return {.heads = cfg.model.n_head, .vocab = gpt_vocab(cfg), .layers = cfg.model.n_layer};
 }
 
+parallel::TpPlan model_tp_plan(const nn::Module& model) {
+  parallel::TpPlan plan;
+  if (const auto* gpt = dynamic_cast<const nn::GPT*>(&model)) {
+    for (int64_t i = 0; i < gpt->config().n_layer; ++i) {
+      const std::string h = "h." + std::to_string(i) + ".";
+      plan[h + "attn.c_attn"] = parallel::TpStyle::colwise_qkv;
+      plan[h + "attn.c_proj"] = parallel::TpStyle::rowwise;
+      plan[h + "mlp.c_fc"] = parallel::TpStyle::colwise;
+      plan[h + "mlp.c_proj"] = parallel::TpStyle::rowwise;
+      plan[h + "attn.attn_dropout"] = parallel::TpStyle::parallel_rng;  // on this rank's heads
+    }
+  } else if (dynamic_cast<const nn::MLP*>(&model)) {
+    // net.<i> in order: Linears (the last is the output layer) and the modules with their
+    // own generator (Dropout) after each Linear.
+    std::vector<std::string> linears;
+    std::vector<std::vector<std::string>> rng_after;
+    for (const auto& [name, m] : model.child("net")->named_children()) {
+      if (dynamic_cast<const nn::Linear*>(m.get())) {
+        linears.push_back("net." + name);
+        rng_after.emplace_back();
+      } else if (m->own_generator() && !rng_after.empty()) {
+        rng_after.back().push_back("net." + name);
+      }
+    }
+    for (size_t i = 0; i + 2 < linears.size(); i += 2) {
+      plan[linears[i]] = parallel::TpStyle::colwise;
+      plan[linears[i + 1]] = parallel::TpStyle::rowwise;
+      // Dropout between the pair acts on this rank's columns: masks of its own.
+      for (const std::string& d : rng_after[i]) plan[d] = parallel::TpStyle::parallel_rng;
+    }
+  }
+  return plan;
+}
+
 parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world) {
   if (cfg.parallel.thread_replicas() && world > 1)
     config_fail("parallel.replicas", "runs thread replicas inside one process (DataParallel), but this process is "
@@ -65,12 +102,14 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
                                                               const parallel::ParallelDims& dims,
                                                               std::shared_ptr<nn::Module> model) {
   const comm::DeviceMesh mesh(std::move(world), dims.mesh_shape());
+  parallel::TpPlan plan = model_tp_plan(*model);
   return parallel::parallelize(
       std::move(model), mesh,
       {.dims = dims,
        .ddp = cfg.parallel.ddp,
        .fsdp_prefetch = cfg.parallel.fsdp_prefetch,
        .fsdp_wrap = {},
+       .tp_plan = std::move(plan),
        .make_optimizer = [&cfg](optim::NamedTensors p) { return build_optimizer(cfg, std::move(p)); }});
 }
 

@@ -27,6 +27,15 @@ std::shared_ptr<comm::ProcessGroup> init_world(const TrainConfig& cfg, Device de
 /// What the model allows tp and pp to be (heads, vocabulary, layers of a GPT).
 parallel::ModelLimits model_limits(const TrainConfig& cfg);
 
+/// The tensor-parallel plan of a built model (empty for a model without one: a CNN):
+///   MLP: its hidden Linears in pairs, the first colwise, the second rowwise, the dropout
+///        between them parallel_rng (an odd last hidden layer and the output layer stay
+///        replicated);
+///   GPT: per block attn.c_attn colwise by whole q|k|v heads, attn.c_proj rowwise,
+///        mlp.c_fc colwise, mlp.c_proj rowwise (embeddings, LayerNorms and the tied head
+///        stay replicated).
+parallel::TpPlan model_tp_plan(const nn::Module& model);
+
 /// parallel.{dp, tp, pp, zero_stage} resolved for `world` ranks and checked against the
 /// model and the batch (train.batch_size divisible by dp). ConfigError naming the key.
 parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world);

@@ -19,6 +19,16 @@ Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, bool b
   }
 }
 
+Linear::Linear(Tensor weight, Tensor bias) {
+  STRATA_CHECK(weight.dim() == 2 && (!bias.defined() || bias.shape() == Shape{weight.size(0)}),
+               "[Linear] expects weight (out, in) and bias (out), got ", shape_str(weight.shape()), " and ",
+               bias.defined() ? shape_str(bias.shape()) : std::string("none"));
+  out_ = weight.size(0);
+  in_ = weight.size(1);
+  weight_ = &register_parameter("weight", std::move(weight));
+  if (bias.defined()) bias_ = &register_parameter("bias", std::move(bias));
+}
+
 const Tensor& Linear::bias() const {
   static const Tensor kNone;
   return bias_ ? *bias_ : kNone;

@@ -12,6 +12,9 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias = true,
          std::optional<double> normal_std = std::nullopt);
+  /// A Linear over given tensors: weight (out, in) and bias (out) or undefined for none,
+  /// registered as parameters as they are (shared, not copied).
+  Linear(Tensor weight, Tensor bias);
   /// x (..., in) -> (..., out)
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Linear"; }

@@ -15,9 +15,6 @@ ParallelDims ParallelDims::resolve(int world) const {
   if (dp != kAuto) positive("dp", dp);
   if (zero_stage < 0 || zero_stage > 3)
     config_fail("parallel.zero_stage", "expected a value in [0, 3], got " + std::to_string(zero_stage));
-  if (tp > 1)
-    config_fail("parallel.tp", "is " + std::to_string(tp) +
-                                   " but tensor parallelism is not available in this version (use tp: 1)");
   if (pp > 1)
     config_fail("parallel.pp", "is " + std::to_string(pp) +
                                    " but pipeline parallelism is not available in this version (use pp: 1)");

@@ -17,6 +17,7 @@
 #include "parallel/checkpoint_io.h"
 #include "parallel/ddp.h"
 #include "parallel/parallel_dims.h"
+#include "parallel/tp_plan.h"
 #include "parallel/zero.h"
 
 namespace strata::parallel {
@@ -27,6 +28,9 @@ struct ParallelizeOptions {
   DDPOptions ddp;           ///< DDP's buckets (also ZeRO-1/2's unit size: ddp.bucket_cap_mb)
   bool fsdp_prefetch = true;  ///< ZeRO-3: gather the next unit while this one computes
   std::vector<std::string> fsdp_wrap{};  ///< ZeRO-3 units (module paths); empty: default_wrap_policy
+  /// The model's tensor-parallel plan (built where the model is known, e.g. apps/);
+  /// needed when dims.tp > 1, ignored at tp 1.
+  TpPlan tp_plan{};
   /// Builds the optimizer over the parameters it is given (the model's, or ZeRO's 1-D
   /// slices of this rank's shard, with the same names).
   OptimizerFactory make_optimizer;
@@ -57,7 +61,7 @@ class ParallelModel {
  public:
   ParallelModel(std::shared_ptr<nn::Module> model, comm::DeviceMesh mesh, ParallelDims dims,
                 std::unique_ptr<DistributedDataParallel> ddp, std::unique_ptr<ZeroDataParallel> zero,
-                std::unique_ptr<optim::Optimizer> optimizer);
+                std::unique_ptr<optim::Optimizer> optimizer, std::optional<TpLayout> tp = std::nullopt);
   ~ParallelModel();
   ParallelModel(const ParallelModel&) = delete;
   ParallelModel& operator=(const ParallelModel&) = delete;
@@ -76,14 +80,19 @@ class ParallelModel {
   [[nodiscard]] NoSync no_sync();
 
   /// RAII: the full parameters are materialised on every rank while it lives (ZeRO-3
-  /// all-gathers them, collective); a no-op for every other layout.
+  /// all-gathers them, tensor parallelism gathers its shards; collective); a no-op for
+  /// every other layout.
+  /// Under tensor parallelism the sharded Linears are swapped for whole ones (gathered
+  /// over tp) while it lives, so one rank can evaluate the model alone.
   class FullParams {
    public:
     FullParams() = default;
-    explicit FullParams(ZeroDataParallel::FullParams g) : g_(std::move(g)) {}
+    FullParams(std::optional<ZeroDataParallel::FullParams> g, std::unique_ptr<TpWholeModules> tp)
+        : g_(std::move(g)), tp_(std::move(tp)) {}
 
    private:
     std::optional<ZeroDataParallel::FullParams> g_;
+    std::unique_ptr<TpWholeModules> tp_;  // destroyed first: shards back before ZeRO releases
   };
   [[nodiscard]] FullParams summon_full_params();
 
@@ -112,6 +121,8 @@ class ParallelModel {
   /// The strategies inside, for tests and benchmarks (null when not applied).
   DistributedDataParallel* ddp() const { return ddp_.get(); }
   ZeroDataParallel* zero() const { return zero_.get(); }
+  /// What tensor parallelism sharded (null at tp 1).
+  const TpLayout* tp() const { return tp_ ? &*tp_ : nullptr; }
 
  private:
   std::shared_ptr<nn::Module> model_;
@@ -121,11 +132,13 @@ class ParallelModel {
   std::unique_ptr<ZeroDataParallel> zero_;
   std::unique_ptr<optim::Optimizer> optimizer_;  // null under ZeRO (it owns its sharded one)
   std::vector<Tensor> params_;                   // for clipping outside ZeRO
+  std::optional<TpLayout> tp_;
 };
 
 /// Composes the layout `opts.dims` over `mesh` (dimensions pp, dp, tp; collective over
 /// the mesh's world: every rank calls it with the same architecture):
-///   1. tensor parallel on mesh["tp"] (tp must be 1 in this version),
+///   1. tensor parallel on mesh["tp"] when tp > 1: apply_tp(model, opts.tp_plan) (ConfigError
+///      naming parallel.tp when the plan is empty: the model has none),
 ///   2. the pipeline split on mesh["pp"] (pp must be 1 in this version),
 ///   3. on mesh["dp"]: ZeRO stage dims.zero_stage when > 0, else DDP when dp > 1, else
 ///      nothing (one process).

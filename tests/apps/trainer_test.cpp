@@ -232,7 +232,7 @@ TEST_F(TrainerTest, OneRankWorldResolvesTheLayout) {
             "parallel: dp x tp x pp = 2 x 1 x 1 = 2 rank(s), but the world has 1 (start with mpirun -np 2, or set "
             "parallel.dp: auto)");
   EXPECT_NE(trainer_error(kTinyGpt, {"parallel.tp=3", "data.path=" + kCorpus})
-                .find("parallel.tp: is 3 but tensor parallelism is not available"),
+                .find("parallel.dp: is auto but the world of 1 rank(s) is not divisible by tp x pp = 3"),
             std::string::npos);
 }
 

@@ -1,0 +1,93 @@
+// Tensor parallelism trains the same model as one process: the MLP and the GPT at tp 2
+// and 4, and dp 2 x tp 2 with DDP and ZeRO, after k AdamW steps with global-norm
+// clipping (gathered parameters, losses and norms to 1e-5), all on local ranks.
+#include <gtest/gtest.h>
+
+#include "tp_harness.h"
+
+namespace strata::parallel {
+namespace {
+
+namespace st = strata::testing;
+using namespace strata::testing::tp;  // NOLINT: test harness
+
+TEST(TensorParallel, MlpEqualsOneProcess) {
+  check({.model = "mlp", .tp = 2});
+  check({.model = "mlp", .tp = 4});
+}
+
+TEST(TensorParallel, MlpDp2Tp2WithDdpAndZero) {
+  for (int stage : {0, 1, 3}) check({.model = "mlp", .dp = 2, .tp = 2, .stage = stage});
+}
+
+TEST(TensorParallel, GptEqualsOneProcess) {
+  check({.model = "gpt", .tp = 2});
+  check({.model = "gpt", .tp = 4});
+}
+
+TEST(TensorParallel, GptWithActivationCheckpointing) { check({.model = "gpt_ckpt", .tp = 2}); }
+
+TEST(TensorParallel, GptDp2Tp2WithZero1) { check({.model = "gpt", .dp = 2, .tp = 2, .stage = 1}); }
+
+// Megatron's RNG rule: dropout inside a tp region (attention probabilities of this rank's
+// heads) draws different masks on each tp rank, dropout on the replicated residual stream
+// identical ones, so the replicated parameters stay equal over tp while training.
+TEST(TensorParallel, DropoutMasksDifferInsideRegionsAndAgreeOutside) {
+  comm::run_local(2, [](comm::ProcessGroup& w) {
+    std::shared_ptr<comm::ProcessGroup> world(&w, [](comm::ProcessGroup*) {});
+    Generator gen(100 + uint64_t(w.rank()));  // different generators on each rank before apply_tp
+    auto model = std::make_shared<nn::GPT>(
+        nn::GPTConfig{.vocab = 16, .block_size = 8, .n_layer = 2, .n_head = 4, .n_embd = 16, .dropout = 0.3}, gen);
+    const ParallelDims dims = ParallelDims{.tp = 2}.resolve(2);
+    auto pm = parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
+                          {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {}, .tp_plan = tp_plan("gpt"),
+                           .make_optimizer = adamw});
+    const auto same_over_tp = [&](const Tensor& t) {
+      const auto all = comm::all_gather_host(w, ops::contiguous(t)).to_vector<float>();
+      return std::equal(all.begin(), all.begin() + long(all.size() / 2), all.begin() + long(all.size() / 2));
+    };
+    const Tensor ones = ops::full({4, 64}, 1.0);
+    EXPECT_FALSE(same_over_tp(model->child("h.0.attn.attn_dropout")->forward(ones)));
+    EXPECT_TRUE(same_over_tp(model->child("h.0.attn.resid_dropout")->forward(ones)));
+    EXPECT_TRUE(same_over_tp(model->child("drop")->forward(ones)));
+    for (int s = 0; s < 2; ++s) {
+      auto [x, y] = st::make_batch("gpt", 4, s);
+      backward(pm->forward_with([&] { return model->loss(x, y); }));
+      pm->finalize();
+      pm->step();
+      pm->zero_grad();
+    }
+    for (const char* name : {"ln_f.weight", "wte.weight", "h.1.attn.c_proj.bias", "h.1.ln_2.bias"})
+      EXPECT_TRUE(same_over_tp(model->parameter(name))) << name;
+    EXPECT_FALSE(same_over_tp(model->parameter("h.1.mlp.c_fc.weight")));  // a shard: different
+  });
+}
+
+TEST(TensorParallel, AModelWithoutAPlanIsAConfigError) {
+  comm::run_local(2, [](comm::ProcessGroup& w) {
+    std::shared_ptr<comm::ProcessGroup> world(&w, [](comm::ProcessGroup*) {});
+    const ParallelDims dims = ParallelDims{.tp = 2}.resolve(2);
+    try {
+      parallelize(st::make_model("cnn", 1), comm::DeviceMesh(world, dims.mesh_shape()),
+                  {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {}, .tp_plan = {}, .make_optimizer = adamw});
+      ADD_FAILURE() << "no error";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()), "parallel.tp: is 2 but the model (CNN) has no tensor-parallel plan (use tp: 1)");
+    }
+  });
+}
+
+TEST(TensorParallel, APlanEntryMustNameALinear) {
+  comm::run_local(2, [](comm::ProcessGroup& w) {
+    std::shared_ptr<comm::ProcessGroup> tp(&w, [](comm::ProcessGroup*) {});
+    auto m = st::make_model("mlp", 1);
+    EXPECT_THROW(apply_tp(*m, {{"net.2", TpStyle::colwise}}, tp), Error);  // the activation
+    EXPECT_THROW(apply_tp(*m, {{"net.9", TpStyle::colwise}}, tp), Error);  // absent
+    // A bad entry anywhere in the plan leaves the model untouched.
+    EXPECT_THROW(apply_tp(*m, {{"net.1", TpStyle::colwise}, {"net.3", TpStyle::colwise_qkv}}, tp), Error);
+    EXPECT_EQ(m->child("net.1")->type_name(), "Linear");
+  });
+}
+
+}  // namespace
+}  // namespace strata::parallel
