@@ -117,16 +117,23 @@ int bench_alloc(const std::string& config, const std::vector<std::string>& sets,
   Trainer trainer(cfg, {.verbose = false, .write_files = false});
   for (int64_t i = 0; i < warmup; ++i) trainer.step();
   std::vector<double> times[2], faults[2];  // [0]: caching on, [1]: off
+  int64_t requests = 0, hits = 0;                // over the timed caching-on steps
   for (int r = 0; r < rounds; ++r) {
     for (int mode = 0; mode < 2; ++mode) {
       set_cpu_caching(mode == 0);
       trainer.step();
+      const CpuAllocatorStats s0 = cpu_allocator_stats();
       for (int64_t i = 0; i < steps; ++i) {
         const long f0 = minor_faults();
         const auto t0 = Clock::now();
         trainer.step();
         times[mode].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         faults[mode].push_back(double(minor_faults() - f0));
+      }
+      const CpuAllocatorStats s1 = cpu_allocator_stats();
+      if (mode == 0) {
+        requests += s1.requests - s0.requests;
+        hits += s1.cache_hits - s0.cache_hits;
       }
     }
   }
@@ -148,10 +155,9 @@ int bench_alloc(const std::string& config, const std::vector<std::string>& sets,
     std::printf("%-12s median %8.2f ms/step  mean %8.2f ms/step  minor faults/step: median %.0f, mean %.1f\n",
                 names[m], median(times[m]) * 1e3, mean(times[m]) * 1e3, median(faults[m]), mean(faults[m]));
   std::printf("step time off / on (medians): %.3f\n", median(times[1]) / median(times[0]));
-  const CpuAllocatorStats st = cpu_allocator_stats();
-  std::printf("allocator: %lld requests, %.1f%% from the cache, %.2f MiB cached, %.2f MiB peak reserved\n",
-              (long long)st.requests, 100.0 * double(st.cache_hits) / double(std::max<int64_t>(st.requests, 1)),
-              double(st.cached_bytes) / (1 << 20), double(st.peak_reserved_bytes) / (1 << 20));
+  std::printf("caching on: %.0f allocations/step, %.2f%% from the cache; %.2f MiB peak reserved\n",
+              double(requests) / double(rounds * steps), 100.0 * double(hits) / double(std::max<int64_t>(requests, 1)),
+              double(cpu_allocator_stats().peak_reserved_bytes) / (1 << 20));
   return 0;
 }
 

@@ -20,8 +20,7 @@ class Allocator {
 /// Highest device index + 1 an allocator can be registered for, per device type.
 inline constexpr int kMaxDevicesPerType = 64;
 
-/// The allocator for a device; CPU is the caching allocator of tensor/cpu_allocator.h
-/// (64-byte aligned). CUDA registers one per device
+/// The allocator for a device; CPU is 64-byte aligned. CUDA registers one per device
 /// index (the first CUDA lookup loads the CUDA backend in builds that have it).
 Allocator* allocator_for(Device d);
 /// Registers `a` for every index of device type t (an allocator that handles all devices).
