@@ -39,7 +39,9 @@ void empty_cache();
 /// freed exactly, as AddressSanitizer wants).
 bool cpu_caching_enabled();
 /// Turns caching on or off at run time (benchmarks compare the two in one process);
-/// turning it off empties the cache. Thread-safe.
+/// turning it off empties the cache. Under STRATA_NO_CACHING_ALLOCATOR it stays off.
+/// Thread-safe; a block freed while another thread switches may stay cached until the
+/// next empty_cache().
 void set_cpu_caching(bool on);
 
 /// Most bytes the cache holds free: a block freed beyond it goes back to the OS. Default
@@ -48,7 +50,7 @@ size_t cpu_cache_limit();
 void set_cpu_cache_limit(size_t bytes);
 
 namespace detail {
-/// The allocator allocator_for(kCPU) returns (never destroyed).
+/// The allocator allocator_for(kCPU) returns (never destroyed). Blocks are 64-byte aligned.
 Allocator* cpu_caching_allocator();
 }  // namespace detail
 
