@@ -1,6 +1,8 @@
 // strata bench: gemm (ops::matmul vs cblas_sgemm called directly), train (steps/s of
-// a config's training step after warm-up), comm (dispatch point for the comm layer).
+// a config's training step after warm-up), alloc (the step with the CPU caching allocator
+// on vs off), comm (dispatch point for the comm layer).
 #include <cblas.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +17,7 @@
 #include "bench/zero_bench.h"
 #include "comm/mpi.h"
 #include "core/threads.h"
+#include "tensor/cpu_allocator.h"
 #include "tensor/ops.h"
 
 namespace strata::apps {
@@ -34,6 +37,12 @@ std::vector<double> time_runs(int repeat, F&& f) {
   return out;
 }
 
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 int bench_gemm(int64_t n, int repeat, int threads) {
   set_num_threads(threads);
   Generator gen(0);
@@ -41,16 +50,27 @@ int bench_gemm(int64_t n, int repeat, int threads) {
   const Tensor b = ops::uniform({n, n}, -1, 1, gen);
   Tensor c = ops::zeros({n, n});
   const double flops = 2.0 * double(n) * double(n) * double(n);
-  // Warm-up: thread pool start, page faults.
-  for (int i = 0; i < 2; ++i) (void)ops::matmul(a, b);
-  const auto t_ops = time_runs(repeat, [&] { (void)ops::matmul(a, b); });
   const int in = int(n);
   auto direct = [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, in, in, in, 1.0f, a.data<float>(), in, b.data<float>(), in,
                 0.0f, c.data<float>(), in);
   };
-  for (int i = 0; i < 2; ++i) direct();
-  const auto t_blas = time_runs(repeat, direct);
+  // Warm-up: thread pool start, page faults.
+  for (int i = 0; i < 2; ++i) {
+    (void)ops::matmul(a, b);
+    direct();
+  }
+  // Interleaved, so machine noise hits both alike.
+  std::vector<double> t_ops, t_blas;
+  long faults = 0;
+  for (int r = 0; r < repeat; ++r) {
+    const long f0 = minor_faults();
+    t_ops.push_back(time_runs(1, [&] { (void)ops::matmul(a, b); }).front());
+    faults += minor_faults() - f0;
+    t_blas.push_back(time_runs(1, direct).front());
+  }
+  std::sort(t_ops.begin(), t_ops.end());
+  std::sort(t_blas.begin(), t_blas.end());
   auto report = [&](const char* name, const std::vector<double>& t) {
     std::printf("%-12s %lld^3  median %8.2f GFLOP/s  best %8.2f GFLOP/s  (%.3f ms)\n", name, (long long)n,
                 flops / t[t.size() / 2] / 1e9, flops / t.front() / 1e9, t[t.size() / 2] * 1e3);
@@ -58,7 +78,8 @@ int bench_gemm(int64_t n, int repeat, int threads) {
   std::printf("gemm f32, %d threads, %d runs\n", get_num_threads(), repeat);
   report("ops::matmul", t_ops);
   report("cblas_sgemm", t_blas);
-  std::printf("ops::matmul / cblas_sgemm: %.3f\n", t_blas[t_blas.size() / 2] / t_ops[t_ops.size() / 2]);
+  std::printf("ops::matmul / cblas_sgemm: %.3f  (ops::matmul: %.1f minor page faults per call)\n",
+              t_blas[t_blas.size() / 2] / t_ops[t_ops.size() / 2], double(faults) / repeat);
   return 0;
 }
 
@@ -84,6 +105,59 @@ int bench_train(const std::string& config, const std::vector<std::string>& sets,
               1.0 / per_step, per_step * 1e3, times[times.size() / 2] * 1e3, times.front() * 1e3, (long long)steps,
               (long long)warmup);
   std::printf("%s: %.1f\n", trainer.throughput_unit(), double(trainer.units_per_step()) / per_step);
+  return 0;
+}
+
+// Rounds of `steps` steps with the CPU caching allocator on, then off (interleaved, so
+// machine noise hits both alike); after each switch one untimed step refills the cache.
+int bench_alloc(const std::string& config, const std::vector<std::string>& sets, int64_t steps, int64_t warmup,
+                int rounds) {
+  TrainConfig cfg = TrainConfig::load(config, sets);
+  cfg.train.resume.clear();
+  Trainer trainer(cfg, {.verbose = false, .write_files = false});
+  for (int64_t i = 0; i < warmup; ++i) trainer.step();
+  std::vector<double> times[2], faults[2];  // [0]: caching on, [1]: off
+  int64_t requests = 0, hits = 0;                // over the timed caching-on steps
+  for (int r = 0; r < rounds; ++r) {
+    for (int mode = 0; mode < 2; ++mode) {
+      set_cpu_caching(mode == 0);
+      trainer.step();
+      const CpuAllocatorStats s0 = cpu_allocator_stats();
+      for (int64_t i = 0; i < steps; ++i) {
+        const long f0 = minor_faults();
+        const auto t0 = Clock::now();
+        trainer.step();
+        times[mode].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        faults[mode].push_back(double(minor_faults() - f0));
+      }
+      const CpuAllocatorStats s1 = cpu_allocator_stats();
+      if (mode == 0) {
+        requests += s1.requests - s0.requests;
+        hits += s1.cache_hits - s0.cache_hits;
+      }
+    }
+  }
+  set_cpu_caching(true);
+  std::printf("alloc %s: model %s, batch %lld, %d threads, %d rounds x %lld steps per mode (interleaved)\n",
+              config.c_str(), cfg.model.type.c_str(), (long long)cfg.train.batch_size, get_num_threads(), rounds,
+              (long long)steps);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return s / double(v.size());
+  };
+  const char* names[2] = {"caching on", "caching off"};
+  for (int m = 0; m < 2; ++m)
+    std::printf("%-12s median %8.2f ms/step  mean %8.2f ms/step  minor faults/step: median %.0f, mean %.1f\n",
+                names[m], median(times[m]) * 1e3, mean(times[m]) * 1e3, median(faults[m]), mean(faults[m]));
+  std::printf("step time off / on (medians): %.3f\n", median(times[1]) / median(times[0]));
+  std::printf("caching on: %.0f allocations/step, %.2f%% from the cache; %.2f MiB peak reserved\n",
+              double(requests) / double(rounds * steps), 100.0 * double(hits) / double(std::max<int64_t>(requests, 1)),
+              double(cpu_allocator_stats().peak_reserved_bytes) / (1 << 20));
   return 0;
 }
 
@@ -151,9 +225,10 @@ Command add_bench_command(CLI::App& parent) {
     std::vector<std::string> sets;
     int64_t steps = 20;
     int64_t warmup = 3;
+    int rounds = 5;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, comm, ddp, zero");
+  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, comm, ddp, zero");
   cmd->require_subcommand(1);
   CLI::App* gemm = cmd->add_subcommand("gemm", "GEMM GFLOP/s: ops::matmul vs cblas_sgemm");
   gemm->add_option("--size", o->size, "Matrix size n (n x n x n)")->check(CLI::PositiveNumber);
@@ -164,6 +239,12 @@ Command add_bench_command(CLI::App& parent) {
   train->add_option("--set", o->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
   train->add_option("--steps", o->steps, "Timed steps")->check(CLI::PositiveNumber);
   train->add_option("--warmup", o->warmup, "Untimed warm-up steps")->check(CLI::NonNegativeNumber);
+  CLI::App* alloc = cmd->add_subcommand("alloc", "Training step time and page faults, CPU caching allocator on vs off");
+  alloc->add_option("-c,--config", o->config, "YAML config")->required();
+  alloc->add_option("--set", o->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
+  alloc->add_option("--steps", o->steps, "Timed steps per mode per round")->check(CLI::PositiveNumber);
+  alloc->add_option("--warmup", o->warmup, "Untimed warm-up steps")->check(CLI::NonNegativeNumber);
+  alloc->add_option("--rounds", o->rounds, "Rounds of on/off")->check(CLI::PositiveNumber);
   CLI::App* comm = cmd->add_subcommand("comm", "Collective bandwidth, nccl-tests style (size, time, algbw, busbw)");
   auto co = std::make_shared<CommBenchArgs>();
   comm->add_option("--backend", co->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
@@ -187,7 +268,7 @@ Command add_bench_command(CLI::App& parent) {
   zero->add_option("--backend", zo->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
   zero->add_option("--ranks", zo->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
   zero->add_option("--steps", zo->steps, "Timed steps per stage")->check(CLI::PositiveNumber);
-  return {cmd, [o, co, dd, zo, gemm, train, comm, ddp, zero]() -> int {
+  return {cmd, [o, co, dd, zo, gemm, train, alloc, comm, ddp, zero]() -> int {
             if (ddp->parsed())
               return bench_dp<bench::DDPBenchOptions>(
                   "ddp", *dd, [](int n, const auto& op) { return bench::bench_ddp_local(n, op); },
@@ -198,6 +279,7 @@ Command add_bench_command(CLI::App& parent) {
                   [](comm::ProcessGroup& g, const auto& op) { return bench::bench_zero(g, op); });
             if (gemm->parsed()) return bench_gemm(o->size, o->repeat, o->threads);
             if (train->parsed()) return bench_train(o->config, o->sets, o->steps, o->warmup);
+            if (alloc->parsed()) return bench_alloc(o->config, o->sets, o->steps, o->warmup, o->rounds);
             if (comm->parsed()) return bench_comm(*co);
             return 2;
           }};

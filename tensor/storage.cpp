@@ -1,26 +1,12 @@
 #include "tensor/storage.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <new>
 
 #include "core/error.h"
+#include "tensor/cpu_allocator.h"
 
 namespace strata {
 namespace {
-
-class CpuAllocator final : public Allocator {
- public:
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    const size_t rounded = (nbytes + 63) & ~size_t(63);
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p) throw std::bad_alloc();
-    return p;
-  }
-  void deallocate(void* p, size_t) override { std::free(p); }
-  Device device() const override { return kCPU; }
-};
 
 struct Slots {
   std::atomic<Allocator*> per_type[kNumDeviceTypes]{};
@@ -51,8 +37,8 @@ void init();  // tensor/cuda/register.cpp: registers the CUDA allocators and ker
 
 Allocator* allocator_for(Device d) {
   if (d.type == DeviceType::CPU) {
-    static CpuAllocator cpu;
-    return &cpu;
+    static Allocator* const cpu = detail::cpu_caching_allocator();
+    return cpu;
   }
   check_index(d, "alloc");
   Allocator* a = registered(d);

@@ -9,20 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/size_class.h"
+
 namespace strata::cuda::detail {
 
 inline constexpr size_t kMinBlock = 512;  // bytes; also the alignment of every class
 
 /// The block size a request of n > 0 bytes is served with: 512-byte granules below
 /// 2 KiB, then four classes per power of two (1, 1.25, 1.5, 1.75 x 2^k).
-constexpr size_t size_class(size_t n) {
-  if (n <= kMinBlock) return kMinBlock;
-  size_t p = 1;
-  while (p <= n / 2) p *= 2;  // largest power of two <= n
-  size_t step = p / 4;
-  if (step < kMinBlock) step = kMinBlock;
-  return (n + step - 1) / step * step;
-}
+constexpr size_t size_class(size_t n) { return strata::detail::size_class(n, kMinBlock); }
 
 /// Free device blocks keyed by (stream, size class).
 class BlockCache {

@@ -1,0 +1,57 @@
+// The CPU caching allocator behind Storage: freed tensor buffers wait in size-class free
+// lists for the next request of their class, so a training step stops paying the kernel
+// to fault in and zero fresh pages. Tensor bytes are still charged per category by Storage.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace strata {
+
+class Allocator;
+
+/// Counters of the CPU caching allocator (process-wide).
+struct CpuAllocatorStats {
+  int64_t allocated_bytes = 0;      ///< in live blocks, rounded up to their size class
+  int64_t reserved_bytes = 0;       ///< obtained from the OS (aligned_alloc) and not yet returned
+  int64_t peak_reserved_bytes = 0;  ///< high-water mark of reserved_bytes
+  int64_t cached_bytes = 0;         ///< reserved but free, waiting for reuse
+  int64_t cached_blocks = 0;
+  int64_t requests = 0;    ///< allocate() calls with nbytes > 0
+  int64_t cache_hits = 0;  ///< requests served from the cache
+  int64_t os_allocs = 0;   ///< aligned_alloc calls
+  int64_t os_frees = 0;    ///< free calls
+};
+
+/// Blocks of this size and above bypass the cache (aligned_alloc / free per tensor).
+inline constexpr size_t kCpuCacheMaxBlock = size_t(64) << 20;
+/// Alignment of every CPU block, and the smallest size class.
+inline constexpr size_t kCpuAlignment = 64;
+
+/// A snapshot of the counters. Thread-safe.
+CpuAllocatorStats cpu_allocator_stats();
+
+/// Returns every cached (free) CPU block to the OS; blocks in use are untouched.
+/// Thread-safe. Tensor accounting (cpu_memory()) does not change: it counts live bytes only.
+void empty_cache();
+
+/// Whether freed CPU blocks are cached. On by default; STRATA_NO_CACHING_ALLOCATOR=1 in
+/// the environment turns it off at start-up (every tensor is then aligned_alloc'ed and
+/// freed exactly, as AddressSanitizer wants).
+bool cpu_caching_enabled();
+/// Turns caching on or off at run time (benchmarks compare the two in one process);
+/// turning it off empties the cache. Under STRATA_NO_CACHING_ALLOCATOR it stays off.
+/// Thread-safe; a block freed while another thread switches may stay cached until the
+/// next empty_cache().
+void set_cpu_caching(bool on);
+
+/// Most bytes the cache holds free: a block freed beyond it goes back to the OS. Default
+/// 4 GiB, or STRATA_CPU_CACHE_LIMIT_MB from the environment. Thread-safe.
+size_t cpu_cache_limit();
+void set_cpu_cache_limit(size_t bytes);
+
+namespace detail {
+/// The allocator allocator_for(kCPU) returns (never destroyed). Blocks are 64-byte aligned.
+Allocator* cpu_caching_allocator();
+}  // namespace detail
+
+}  // namespace strata
