@@ -7,7 +7,7 @@ if(strata_fault_mpirun)
     add_test(NAME fault_train_rank_${mode}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train_fault.sh ${mode} $<TARGET_FILE:strata_cli>
                      ${strata_fault_mpirun} ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/fault/${mode})
-    set_tests_properties(fault_train_rank_${mode} PROPERTIES LABELS "e2e;dist" TIMEOUT 90 PROCESSORS 2
+    set_tests_properties(fault_train_rank_${mode} PROPERTIES LABELS "e2e;dist;fault" TIMEOUT 90 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   endforeach()
 endif()
