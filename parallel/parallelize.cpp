@@ -125,8 +125,6 @@ std::vector<int64_t> ParallelModel::flat_unit_sizes() const {
   return out;
 }
 
-bool ParallelModel::bucket_copies() const { return ddp_ && !ddp_->options().gradient_as_bucket_view; }
-
 std::string ParallelModel::describe() const {
   const comm::ProcessGroup& dp = *mesh_["dp"];
   std::string s = dims_.dp_strategy() + " over " + std::to_string(dp.size()) + " dp rank(s)";

@@ -105,7 +105,6 @@ class ParallelModel {
   void load_state(const ShardedCheckpointReader& ck, bool with_optimizer);
 
   nn::Module& module() { return *model_; }
-  const std::shared_ptr<nn::Module>& module_ptr() const { return model_; }
   optim::Optimizer& optimizer();
   const comm::DeviceMesh& mesh() const { return mesh_; }
   const ParallelDims& dims() const { return dims_; }
@@ -114,8 +113,6 @@ class ParallelModel {
   bool sharded() const { return zero_ != nullptr; }
   /// Element counts of the flat units (ZeRO), for the memory planner; empty otherwise.
   std::vector<int64_t> flat_unit_sizes() const;
-  /// True when gradients are copied into DDP buckets (not bucket views).
-  bool bucket_copies() const;
   /// "DDP over 2 dp rank(s) (mpi backend, comm.algorithm ring)": for logs.
   std::string describe() const;
   /// The strategies inside, for tests and benchmarks (null when not applied).
