@@ -15,10 +15,10 @@
 #include "bench/comm_bench.h"
 #include "bench/ddp_bench.h"
 #include "bench/zero_bench.h"
-#include "comm/mpi.h"
-#include "core/threads.h"
-#include "tensor/cpu_allocator.h"
-#include "tensor/ops.h"
+#include <strata/comm/mpi.h>
+#include <strata/core/threads.h>
+#include <strata/tensor/cpu_allocator.h>
+#include <strata/tensor/ops.h>
 
 namespace strata::apps {
 namespace {

@@ -6,9 +6,9 @@
 #include <map>
 #include <set>
 
-#include "core/json_limits.h"
-#include "parallel/checkpoint_io.h"
-#include "tensor/file_io.h"
+#include <strata/core/json_limits.h>
+#include <strata/parallel/checkpoint_io.h>
+#include <strata/tensor/file_io.h>
 
 namespace strata::apps {
 namespace fs = std::filesystem;

@@ -9,13 +9,13 @@
 #include <utility>
 #include <vector>
 
-#include "nn/module.h"
-#include "optim/optimizer.h"
+#include <strata/nn/module.h>
+#include <strata/optim/optimizer.h>
 #include <memory>
 
-#include "parallel/checkpoint_reader.h"
-#include "parallel/checkpoint_writer.h"
-#include "tensor/safetensors.h"
+#include <strata/parallel/checkpoint_reader.h>
+#include <strata/parallel/checkpoint_writer.h>
+#include <strata/tensor/safetensors.h>
 
 namespace strata::apps {
 

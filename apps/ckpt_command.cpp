@@ -8,9 +8,9 @@
 #include <string>
 
 #include "apps/commands.h"
-#include "parallel/checkpoint_reader.h"
-#include "tensor/file_io.h"
-#include "tensor/safetensors.h"
+#include <strata/parallel/checkpoint_reader.h>
+#include <strata/tensor/file_io.h>
+#include <strata/tensor/safetensors.h>
 
 namespace strata::apps {
 namespace {

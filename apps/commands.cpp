@@ -16,14 +16,14 @@
 #include "apps/plot.h"
 #include "apps/trainer.h"
 #include "apps/utf8_writer.h"
-#include "autograd/grad_mode.h"
-#include "comm/mpi.h"
-#include "core/threads.h"
-#include "nn/gpt.h"
-#include "tensor/file_io.h"
-#include "tensor/cpu/gemm.h"
+#include <strata/autograd/grad_mode.h>
+#include <strata/comm/mpi.h>
+#include <strata/core/threads.h>
+#include <strata/nn/gpt.h>
+#include <strata/tensor/file_io.h>
+#include <strata/tensor/cpu/gemm.h>
 #ifdef STRATA_WITH_CUDA
-#include "tensor/cuda/runtime.h"
+#include <strata/tensor/cuda/runtime.h>
 #endif
 
 namespace strata::apps {

@@ -2,8 +2,8 @@
 // (an mlp config with `n_head` is an unknown-key error), then cross-field validation.
 #include "apps/config.h"
 
-#include "comm/nccl.h"
-#include "core/log.h"
+#include <strata/comm/nccl.h>
+#include <strata/core/log.h>
 
 namespace strata::apps {
 namespace {

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/types.h"
-#include "core/config.h"
-#include "parallel/parallel_config.h"
+#include <strata/comm/types.h>
+#include <strata/core/config.h>
+#include <strata/parallel/parallel_config.h>
 
 namespace strata::apps {
 

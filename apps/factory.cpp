@@ -1,14 +1,14 @@
 // Config -> datasets, model, optimizer, schedule, loss.
 #include "apps/factory.h"
 
-#include "data/fashion_mnist.h"
-#include "data/synthetic.h"
-#include "data/text_dataset.h"
-#include "nn/cnn.h"
-#include "nn/gpt.h"
-#include "nn/mlp.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include <strata/data/fashion_mnist.h>
+#include <strata/data/synthetic.h>
+#include <strata/data/text_dataset.h>
+#include <strata/nn/cnn.h>
+#include <strata/nn/gpt.h>
+#include <strata/nn/mlp.h>
+#include <strata/optim/adam.h>
+#include <strata/optim/sgd.h>
 
 namespace strata::apps {
 namespace {

@@ -6,11 +6,11 @@
 #include <string>
 
 #include "apps/config.h"
-#include "core/rng.h"
-#include "data/dataset.h"
-#include "nn/module.h"
-#include "optim/lr_schedule.h"
-#include "optim/optimizer.h"
+#include <strata/core/rng.h>
+#include <strata/data/dataset.h>
+#include <strata/nn/module.h>
+#include <strata/optim/lr_schedule.h>
+#include <strata/optim/optimizer.h>
 
 namespace strata::apps {
 

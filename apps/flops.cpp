@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "tensor/ops.h"
+#include <strata/tensor/ops.h>
 
 namespace strata::apps {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "apps/config.h"
-#include "nn/module.h"
+#include <strata/nn/module.h>
 
 namespace strata::apps {
 

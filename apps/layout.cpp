@@ -2,15 +2,15 @@
 #include "apps/layout.h"
 
 #include "apps/factory.h"
-#include "autograd/functions.h"
-#include "comm/local.h"
-#include "comm/mpi.h"
-#include "comm/nccl.h"
-#include "nn/gpt.h"
-#include "nn/linear.h"
-#include "nn/mlp.h"
+#include <strata/autograd/functions.h>
+#include <strata/comm/local.h>
+#include <strata/comm/mpi.h>
+#include <strata/comm/nccl.h>
+#include <strata/nn/gpt.h>
+#include <strata/nn/linear.h>
+#include <strata/nn/mlp.h>
 #ifdef STRATA_WITH_CUDA
-#include "tensor/cuda/runtime.h"
+#include <strata/tensor/cuda/runtime.h>
 #endif
 
 namespace strata::apps {

@@ -7,12 +7,12 @@
 #include <memory>
 
 #include "apps/config.h"
-#include "comm/process_group.h"
-#include "data/dataloader.h"
-#include "data/sampler.h"
-#include "nn/module.h"
-#include "parallel/data_parallel.h"
-#include "parallel/parallelize.h"
+#include <strata/comm/process_group.h>
+#include <strata/data/dataloader.h>
+#include <strata/data/sampler.h>
+#include <strata/nn/module.h>
+#include <strata/parallel/data_parallel.h>
+#include <strata/parallel/parallelize.h>
 
 namespace strata::apps {
 

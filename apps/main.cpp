@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "apps/commands.h"
-#include "comm/mpi.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/threads.h"
+#include <strata/comm/mpi.h>
+#include <strata/core/config.h>
+#include <strata/core/error.h>
+#include <strata/core/threads.h>
 
 int main(int argc, char** argv) {
   using namespace strata::apps;

@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::apps {
 

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "apps/config.h"
-#include "core/memory.h"
-#include "nn/module.h"
-#include "parallel/memory_plan.h"
+#include <strata/core/memory.h>
+#include <strata/nn/module.h>
+#include <strata/parallel/memory_plan.h>
 
 namespace strata::apps {
 

@@ -11,7 +11,7 @@
 #include "apps/factory.h"
 #include "apps/layout.h"
 #include "apps/memory_report.h"
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::apps {
 

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::apps {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::apps {
 

@@ -15,14 +15,14 @@
 #include "apps/flops.h"
 #include "apps/layout.h"
 #include "apps/memory_report.h"
-#include "autograd/autocast.h"
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "comm/mpi.h"
-#include "core/log.h"
-#include "core/memory.h"
-#include "core/threads.h"
-#include "tensor/file_io.h"
+#include <strata/autograd/autocast.h>
+#include <strata/autograd/engine.h>
+#include <strata/autograd/grad_mode.h>
+#include <strata/comm/mpi.h>
+#include <strata/core/log.h>
+#include <strata/core/memory.h>
+#include <strata/core/threads.h>
+#include <strata/tensor/file_io.h>
 
 namespace strata::apps {
 namespace fs = std::filesystem;

@@ -13,12 +13,12 @@
 #include "apps/config.h"
 #include "apps/factory.h"
 #include "apps/progress.h"
-#include "comm/process_group.h"
-#include "data/dataloader.h"
-#include "optim/grad_scaler.h"
-#include "parallel/data_parallel.h"
-#include "parallel/memory_plan.h"
-#include "parallel/parallelize.h"
+#include <strata/comm/process_group.h>
+#include <strata/data/dataloader.h>
+#include <strata/optim/grad_scaler.h>
+#include <strata/parallel/data_parallel.h>
+#include <strata/parallel/memory_plan.h>
+#include <strata/parallel/parallelize.h>
 
 namespace strata::apps {
 

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "tensor/ops.h"
+#include <strata/comm/process_group.h>
+#include <strata/tensor/ops.h>
 
 namespace strata::bench::detail {
 

@@ -9,9 +9,9 @@
 #include <tuple>
 #include <vector>
 
-#include "comm/local.h"
-#include "core/error.h"
-#include "tensor/ops.h"
+#include <strata/comm/local.h>
+#include <strata/core/error.h>
+#include <strata/tensor/ops.h>
 
 namespace strata::bench {
 

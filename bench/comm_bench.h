@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/process_group.h"
+#include <strata/comm/process_group.h>
 
 namespace strata::bench {
 

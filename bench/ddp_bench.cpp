@@ -9,15 +9,15 @@
 #include <mutex>
 #include <optional>
 
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "comm/local.h"
-#include "core/memory.h"
-#include "core/threads.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/comm/local.h>
+#include <strata/core/memory.h>
+#include <strata/core/threads.h>
+#include <strata/optim/adam.h>
+#include <strata/optim/sgd.h>
 #include "bench/bench_util.h"
-#include "parallel/ddp.h"
+#include <strata/parallel/ddp.h>
 
 namespace strata::bench {
 

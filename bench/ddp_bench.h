@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "nn/cnn.h"
-#include "nn/gpt.h"
+#include <strata/comm/process_group.h>
+#include <strata/nn/cnn.h>
+#include <strata/nn/gpt.h>
 
 namespace strata::bench {
 

@@ -6,16 +6,16 @@
 #include <chrono>
 #include <cstdio>
 
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "comm/local.h"
-#include "core/memory.h"
-#include "core/threads.h"
-#include "optim/adam.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/grad_mode.h>
+#include <strata/comm/local.h>
+#include <strata/core/memory.h>
+#include <strata/core/threads.h>
+#include <strata/optim/adam.h>
 #include "bench/bench_util.h"
-#include "parallel/ddp.h"
-#include "parallel/memory_plan.h"
-#include "parallel/zero.h"
+#include <strata/parallel/ddp.h>
+#include <strata/parallel/memory_plan.h>
+#include <strata/parallel/zero.h>
 
 namespace strata::bench {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "nn/gpt.h"
+#include <strata/comm/process_group.h>
+#include <strata/nn/gpt.h>
 
 namespace strata::bench {
 

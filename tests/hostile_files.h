@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::testing {
 

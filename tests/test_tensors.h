@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensor/ops.h"
+#include <strata/tensor/ops.h>
 
 namespace strata::testing {
 

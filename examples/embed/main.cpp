@@ -8,13 +8,13 @@
 #include <cstdlib>
 #include <memory>
 
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "comm/local.h"
-#include "comm/mpi.h"
-#include "nn/mlp.h"
-#include "optim/adam.h"
-#include "parallel/parallelize.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/comm/local.h>
+#include <strata/comm/mpi.h>
+#include <strata/nn/mlp.h>
+#include <strata/optim/adam.h>
+#include <strata/parallel/parallelize.h>
 
 using namespace strata;
 

@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "apps/checkpoint.h"
-#include "tensor/file_io.h"
-#include "tensor/ops.h"
+#include <strata/tensor/file_io.h>
+#include <strata/tensor/ops.h>
 #include "tests/hostile_files.h"
 #include "tests/temp_dir_fixture.h"
 

@@ -8,12 +8,12 @@
 
 #include <filesystem>
 
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "nn/mlp.h"
-#include "optim/adam.h"
-#include "tensor/file_io.h"
-#include "tensor/ops.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/nn/mlp.h>
+#include <strata/optim/adam.h>
+#include <strata/tensor/file_io.h>
+#include <strata/tensor/ops.h>
 #include "tests/temp_dir_fixture.h"
 
 namespace strata::apps {

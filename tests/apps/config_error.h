@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata {
 

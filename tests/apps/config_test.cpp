@@ -1,6 +1,6 @@
 // ConfigNode: typed reads, errors naming key path and line, the unknown-key check with
 // suggestions, range/enum checks and --set overrides.
-#include "core/config.h"
+#include <strata/core/config.h>
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "apps/trainer.h"
-#include "core/log.h"
+#include <strata/core/log.h>
 #include "tests/apps/test_files.h"
 #include "tests/temp_dir_fixture.h"
 

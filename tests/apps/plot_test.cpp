@@ -6,7 +6,7 @@
 #include <regex>
 
 #include "apps/plot.h"
-#include "core/error.h"
+#include <strata/core/error.h>
 #include "tests/temp_dir_fixture.h"
 
 namespace strata::apps {

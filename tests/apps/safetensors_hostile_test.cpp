@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "tensor/ops.h"
-#include "tensor/safetensors.h"
+#include <strata/tensor/ops.h>
+#include <strata/tensor/safetensors.h>
 #include "tests/hostile_files.h"
 #include "tests/temp_dir_fixture.h"
 

@@ -1,6 +1,6 @@
 // safetensors: round trips of every dtype, the byte layout checked by hand, and each
 // kind of corruption rejected with a DataError that names the file and the tensor.
-#include "tensor/safetensors.h"
+#include <strata/tensor/safetensors.h>
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "tensor/file_io.h"
-#include "tensor/ops.h"
+#include <strata/tensor/file_io.h>
+#include <strata/tensor/ops.h>
 
 namespace strata {
 namespace {

@@ -14,9 +14,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "tensor/file_io.h"
+#include <strata/tensor/file_io.h>
 #ifdef STRATA_WITH_CUDA
-#include "tensor/cuda/runtime.h"
+#include <strata/tensor/cuda/runtime.h>
 #endif
 
 namespace strata::apps {

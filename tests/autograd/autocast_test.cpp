@@ -7,10 +7,10 @@
 #include <cmath>
 #include <thread>
 
-#include "autograd/autocast.h"
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "autograd/gradcheck.h"
+#include <strata/autograd/autocast.h>
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/autograd/gradcheck.h>
 
 using namespace strata;
 

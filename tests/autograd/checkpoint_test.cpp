@@ -3,11 +3,11 @@
 // parameter's post-accumulate hook firing exactly once per backward.
 #include <gtest/gtest.h>
 
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "autograd/gradcheck.h"
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/autograd/gradcheck.h>
+#include <strata/autograd/grad_mode.h>
+#include <strata/autograd/node.h>
 
 using namespace strata;
 

@@ -3,9 +3,9 @@
 // and the input must get no gradient.
 #include <gtest/gtest.h>
 
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "autograd/gradcheck.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/autograd/gradcheck.h>
 
 using namespace strata;
 

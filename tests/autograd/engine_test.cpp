@@ -3,9 +3,9 @@
 // and detection of in-place changes to saved tensors.
 #include <gtest/gtest.h>
 
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "autograd/grad_mode.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/autograd/grad_mode.h>
 
 using namespace strata;
 

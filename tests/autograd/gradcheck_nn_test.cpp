@@ -3,10 +3,10 @@
 // gradients only for inputs that asked for one).
 #include <gtest/gtest.h>
 
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "autograd/gradcheck.h"
-#include "autograd/grad_mode.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/autograd/gradcheck.h>
+#include <strata/autograd/grad_mode.h>
 
 using namespace strata;
 

@@ -3,8 +3,8 @@
 // fn_shape.cpp and fn_linalg.cpp, including broadcasting and strided cases.
 #include <gtest/gtest.h>
 
-#include "autograd/functions.h"
-#include "autograd/gradcheck.h"
+#include <strata/autograd/functions.h>
+#include <strata/autograd/gradcheck.h>
 
 using namespace strata;
 

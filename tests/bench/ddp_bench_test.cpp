@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "bench/ddp_bench.h"
-#include "comm/local.h"
+#include <strata/comm/local.h>
 
 namespace strata::bench {
 namespace {

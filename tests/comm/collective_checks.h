@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "tensor/ops.h"
+#include <strata/comm/process_group.h>
+#include <strata/tensor/ops.h>
 
 namespace strata::comm::testing {
 

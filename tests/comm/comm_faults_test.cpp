@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "collective_checks.h"
-#include "comm/local.h"
+#include <strata/comm/local.h>
 
 using namespace strata;
 using namespace strata::comm;

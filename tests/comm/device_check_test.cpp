@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "comm/local.h"
-#include "comm/nccl.h"
-#include "tensor/ops.h"
+#include <strata/comm/local.h>
+#include <strata/comm/nccl.h>
+#include <strata/tensor/ops.h>
 
 using namespace strata;
 using namespace strata::comm;

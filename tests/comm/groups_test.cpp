@@ -4,8 +4,8 @@
 #include <numeric>
 
 #include "collective_checks.h"
-#include "comm/device_mesh.h"
-#include "comm/local.h"
+#include <strata/comm/device_mesh.h>
+#include <strata/comm/local.h>
 
 using namespace strata;
 using namespace strata::comm;

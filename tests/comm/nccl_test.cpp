@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "comm/nccl.h"
+#include <strata/comm/nccl.h>
 
 using namespace strata;
 using namespace strata::comm;

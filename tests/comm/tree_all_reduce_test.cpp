@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "collective_checks.h"
-#include "comm/local.h"
-#include "core/threads.h"
+#include <strata/comm/local.h>
+#include <strata/core/threads.h>
 
 using namespace strata;
 using namespace strata::comm;

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
-#include "tensor/ops.h"
+#include <strata/core/rng.h>
+#include <strata/tensor/ops.h>
 #ifdef STRATA_WITH_CUDA
-#include "tensor/cuda/runtime.h"
+#include <strata/tensor/cuda/runtime.h>
 #endif
 
 namespace strata::test {

@@ -6,8 +6,8 @@
 #include <chrono>
 #include <thread>
 
-#include "data/dataloader.h"
-#include "data/synthetic.h"
+#include <strata/data/dataloader.h>
+#include <strata/data/synthetic.h>
 
 using namespace strata;
 using namespace strata::data;

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <numeric>
 
-#include "data/fashion_mnist.h"
+#include <strata/data/fashion_mnist.h>
 
 using namespace strata;
 using namespace strata::data;

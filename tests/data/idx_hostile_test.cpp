@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "data/idx_reader.h"
-#include "data/regular_file.h"
+#include <strata/data/idx_reader.h>
+#include <strata/data/regular_file.h>
 #include "test_util.h"
 #include "tests/fifo_unblocker.h"
 

@@ -2,8 +2,8 @@
 // throws DataError naming the file and the problem; FashionMnist checks counts.
 #include <gtest/gtest.h>
 
-#include "data/fashion_mnist.h"
-#include "data/idx_reader.h"
+#include <strata/data/fashion_mnist.h>
+#include <strata/data/idx_reader.h>
 #include "test_util.h"
 
 using namespace strata;

@@ -7,8 +7,8 @@
 #include <numeric>
 #include <set>
 
-#include "core/error.h"
-#include "data/sampler.h"
+#include <strata/core/error.h>
+#include <strata/data/sampler.h>
 
 using namespace strata;
 using namespace strata::data;

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "core/rng.h"
-#include "data/synthetic.h"
+#include <strata/core/rng.h>
+#include <strata/data/synthetic.h>
 
 using namespace strata;
 using namespace strata::data;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::data::testing {
 

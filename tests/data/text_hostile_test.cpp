@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "data/text_dataset.h"
+#include <strata/data/text_dataset.h>
 #include "test_util.h"
 #include "tests/fifo_unblocker.h"
 

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "data/text_dataset.h"
+#include <strata/data/text_dataset.h>
 #include "test_util.h"
 
 using namespace strata;

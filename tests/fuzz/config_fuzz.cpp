@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include <strata/core/config.h>
 #include "fuzz_targets.h"
 
 namespace strata::fuzz {

@@ -3,8 +3,8 @@
 #include <span>
 #include <stdexcept>
 
-#include "core/error.h"
-#include "data/idx_reader.h"
+#include <strata/core/error.h>
+#include <strata/data/idx_reader.h>
 #include "fuzz_targets.h"
 
 namespace strata::fuzz {

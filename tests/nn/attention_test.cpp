@@ -5,9 +5,9 @@
 
 #include <cmath>
 
-#include "autograd/gradcheck.h"
-#include "nn/gpt.h"
-#include "nn/linear.h"
+#include <strata/autograd/gradcheck.h>
+#include <strata/nn/gpt.h>
+#include <strata/nn/linear.h>
 #include "test_util.h"
 
 using namespace strata;

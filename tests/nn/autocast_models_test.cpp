@@ -7,13 +7,13 @@
 #include <functional>
 
 #include "tests/test_tensors.h"
-#include "autograd/autocast.h"
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "nn/cnn.h"
-#include "nn/gpt.h"
-#include "nn/loss.h"
-#include "nn/mlp.h"
+#include <strata/autograd/autocast.h>
+#include <strata/autograd/engine.h>
+#include <strata/autograd/grad_mode.h>
+#include <strata/nn/cnn.h>
+#include <strata/nn/gpt.h>
+#include <strata/nn/loss.h>
+#include <strata/nn/mlp.h>
 #include "test_util.h"
 
 using namespace strata;

@@ -5,16 +5,16 @@
 #include <cmath>
 #include <numbers>
 
-#include "autograd/engine.h"
-#include "nn/activation.h"
-#include "nn/container.h"
-#include "nn/conv.h"
-#include "nn/dropout.h"
-#include "nn/embedding.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/normalization.h"
-#include "nn/pooling.h"
+#include <strata/autograd/engine.h>
+#include <strata/nn/activation.h>
+#include <strata/nn/container.h>
+#include <strata/nn/conv.h>
+#include <strata/nn/dropout.h>
+#include <strata/nn/embedding.h>
+#include <strata/nn/linear.h>
+#include <strata/nn/loss.h>
+#include <strata/nn/normalization.h>
+#include <strata/nn/pooling.h>
 #include "test_util.h"
 
 using namespace strata;

@@ -2,13 +2,13 @@
 // child and parameter replacement, zero_grad and memory accounting.
 #include <gtest/gtest.h>
 
-#include "autograd/engine.h"
-#include "nn/activation.h"
-#include "nn/cnn.h"
-#include "nn/container.h"
-#include "nn/gpt.h"
-#include "nn/linear.h"
-#include "nn/mlp.h"
+#include <strata/autograd/engine.h>
+#include <strata/nn/activation.h>
+#include <strata/nn/cnn.h>
+#include <strata/nn/container.h>
+#include <strata/nn/gpt.h>
+#include <strata/nn/linear.h>
+#include <strata/nn/mlp.h>
 #include "test_util.h"
 
 using namespace strata;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "tensor/ops.h"
+#include <strata/tensor/ops.h>
 
 namespace strata::testing {
 

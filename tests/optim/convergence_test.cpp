@@ -4,11 +4,11 @@
 
 #include <memory>
 
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "optim/adam.h"
-#include "optim/clip.h"
-#include "optim/sgd.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/optim/adam.h>
+#include <strata/optim/clip.h>
+#include <strata/optim/sgd.h>
 
 using namespace strata;
 

@@ -10,12 +10,12 @@
 #include <limits>
 #include <sstream>
 
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "autograd/lambda_node.h"
-#include "optim/grad_scaler.h"
-#include "optim/sgd.h"
-#include "tensor/ops.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/autograd/lambda_node.h>
+#include <strata/optim/grad_scaler.h>
+#include <strata/optim/sgd.h>
+#include <strata/tensor/ops.h>
 #include "tests/test_tensors.h"
 
 using namespace strata;

@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "optim/adam.h"
-#include "optim/sgd.h"
-#include "tensor/ops.h"
+#include <strata/optim/adam.h>
+#include <strata/optim/sgd.h>
+#include <strata/tensor/ops.h>
 #include "tests/test_tensors.h"
 
 using namespace strata;

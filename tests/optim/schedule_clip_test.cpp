@@ -4,9 +4,9 @@
 #include <cmath>
 #include <numbers>
 
-#include "optim/clip.h"
-#include "optim/lr_schedule.h"
-#include "tensor/ops.h"
+#include <strata/optim/clip.h>
+#include <strata/optim/lr_schedule.h>
+#include <strata/tensor/ops.h>
 
 using namespace strata;
 

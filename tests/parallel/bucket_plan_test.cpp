@@ -4,9 +4,9 @@
 
 #include <tuple>
 
-#include "core/error.h"
-#include "core/rng.h"
-#include "parallel/bucket_plan.h"
+#include <strata/core/error.h>
+#include <strata/core/rng.h>
+#include <strata/parallel/bucket_plan.h>
 
 namespace strata::parallel {
 namespace {

@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "comm/local.h"
-#include "parallel/checkpoint_reader.h"
-#include "parallel/checkpoint_writer.h"
-#include "tensor/file_io.h"
-#include "tensor/ops.h"
+#include <strata/comm/local.h>
+#include <strata/parallel/checkpoint_reader.h>
+#include <strata/parallel/checkpoint_writer.h>
+#include <strata/tensor/file_io.h>
+#include <strata/tensor/ops.h>
 #include "tests/hostile_files.h"
 #include "tests/temp_dir_fixture.h"
 

@@ -8,11 +8,11 @@
 #include <fstream>
 #include <random>
 
-#include "comm/local.h"
-#include "core/rng.h"
-#include "parallel/sharded_checkpoint.h"
-#include "tensor/file_io.h"
-#include "tensor/ops.h"
+#include <strata/comm/local.h>
+#include <strata/core/rng.h>
+#include <strata/parallel/sharded_checkpoint.h>
+#include <strata/tensor/file_io.h>
+#include <strata/tensor/ops.h>
 #include "tests/temp_dir_fixture.h"
 
 namespace strata::parallel {

@@ -7,10 +7,10 @@
 #include <mutex>
 #include <optional>
 
-#include "autograd/autocast.h"
+#include <strata/autograd/autocast.h>
 #include "equivalence.h"
-#include "parallel/data_parallel.h"
-#include "parallel/state_dict_keys.h"
+#include <strata/parallel/data_parallel.h>
+#include <strata/parallel/state_dict_keys.h>
 
 namespace strata::testing {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <mutex>
 
-#include "comm/local.h"
+#include <strata/comm/local.h>
 #include "equivalence.h"
 
 namespace strata::testing {

@@ -4,12 +4,12 @@
 // data with DistributedSampler.
 #include <gtest/gtest.h>
 
-#include "comm/local.h"
-#include "core/memory.h"
-#include "data/sampler.h"
+#include <strata/comm/local.h>
+#include <strata/core/memory.h>
+#include <strata/data/sampler.h>
 #include "equivalence.h"
-#include "nn/linear.h"
-#include "nn/normalization.h"
+#include <strata/nn/linear.h>
+#include <strata/nn/normalization.h>
 
 namespace strata::testing {
 namespace {

@@ -3,9 +3,9 @@
 // step, so more buckets go out during backward; training stays equal to one process.
 #include <gtest/gtest.h>
 
-#include "comm/local.h"
+#include <strata/comm/local.h>
 #include "equivalence.h"
-#include "nn/linear.h"
+#include <strata/nn/linear.h>
 
 namespace strata::testing {
 namespace {

@@ -10,16 +10,16 @@
 
 #include <gtest/gtest.h>
 
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "comm/process_group.h"
-#include "nn/cnn.h"
-#include "nn/gpt.h"
-#include "nn/mlp.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
-#include "parallel/ddp.h"
-#include "parallel/parallelize.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/grad_mode.h>
+#include <strata/comm/process_group.h>
+#include <strata/nn/cnn.h>
+#include <strata/nn/gpt.h>
+#include <strata/nn/mlp.h>
+#include <strata/optim/adam.h>
+#include <strata/optim/sgd.h>
+#include <strata/parallel/ddp.h>
+#include <strata/parallel/parallelize.h>
 
 namespace strata::testing {
 

@@ -1,10 +1,10 @@
 // The per-rank memory planner against hand-computed numbers: the four ZeRO stages, shard
 // padding per flat unit, element size and optimizer state count, and bad inputs.
-#include "parallel/memory_plan.h"
+#include <strata/parallel/memory_plan.h>
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::parallel {
 namespace {

@@ -1,7 +1,7 @@
 // The `parallel:` config section: defaults, every key read, errors naming the key path.
 #include <gtest/gtest.h>
 
-#include "parallel/parallel_config.h"
+#include <strata/parallel/parallel_config.h>
 
 namespace strata::parallel {
 namespace {

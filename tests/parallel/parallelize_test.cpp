@@ -2,8 +2,8 @@
 // layout composed from one options struct trains the same model as one process.
 #include <gtest/gtest.h>
 
-#include "comm/local.h"
-#include "parallel/parallelize.h"
+#include <strata/comm/local.h>
+#include <strata/parallel/parallelize.h>
 #include "zero_equivalence.h"
 
 namespace strata::parallel {

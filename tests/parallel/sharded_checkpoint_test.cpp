@@ -3,7 +3,7 @@
 // range and consolidated, compared byte for byte with the tensors they came from; every
 // kind of bad piece list or damaged file is a DataError naming the file and tensor that
 // leaves no checkpoint behind.
-#include "parallel/sharded_checkpoint.h"
+#include <strata/parallel/sharded_checkpoint.h>
 #include "tests/temp_dir_fixture.h"
 
 #include <gtest/gtest.h>
@@ -15,11 +15,11 @@
 #include <fstream>
 #include <thread>
 
-#include "comm/local.h"
-#include "core/rng.h"
-#include "tensor/file_io.h"
-#include "tensor/ops.h"
-#include "tensor/safetensors.h"
+#include <strata/comm/local.h>
+#include <strata/core/rng.h>
+#include <strata/tensor/file_io.h>
+#include <strata/tensor/ops.h>
+#include <strata/tensor/safetensors.h>
 
 namespace strata::parallel {
 namespace {

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/local.h"
-#include "optim/adam.h"
-#include "parallel/parallelize.h"
+#include <strata/comm/local.h>
+#include <strata/optim/adam.h>
+#include <strata/parallel/parallelize.h>
 #include "zero_equivalence.h"
 
 namespace strata::testing::tp {

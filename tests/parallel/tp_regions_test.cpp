@@ -2,11 +2,11 @@
 // what one process computes for the same global function.
 #include <gtest/gtest.h>
 
-#include "autograd/engine.h"
-#include "comm/local.h"
+#include <strata/autograd/engine.h>
+#include <strata/comm/local.h>
 #include "equivalence.h"
-#include "parallel/tp_layers.h"
-#include "parallel/tp_regions.h"
+#include <strata/parallel/tp_layers.h>
+#include <strata/parallel/tp_regions.h>
 
 namespace strata::parallel {
 namespace {

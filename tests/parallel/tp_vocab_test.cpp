@@ -2,10 +2,10 @@
 // single-process embedding and cross-entropy, values and gradients.
 #include <gtest/gtest.h>
 
-#include "autograd/engine.h"
-#include "comm/local.h"
+#include <strata/autograd/engine.h>
+#include <strata/comm/local.h>
 #include "equivalence.h"
-#include "parallel/tp_vocab.h"
+#include <strata/parallel/tp_vocab.h>
 
 namespace strata::parallel {
 namespace {

@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <mutex>
 
-#include "comm/local.h"
-#include "parallel/checkpoint_io.h"
-#include "tensor/file_io.h"
+#include <strata/comm/local.h>
+#include <strata/parallel/checkpoint_io.h>
+#include <strata/tensor/file_io.h>
 #include "zero_equivalence.h"
 
 namespace strata::testing {

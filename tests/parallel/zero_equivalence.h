@@ -5,11 +5,11 @@
 #pragma once
 #include <atomic>
 
-#include "core/memory.h"
+#include <strata/core/memory.h>
 #include "equivalence.h"
-#include "optim/clip.h"
-#include "parallel/checkpoint_io.h"
-#include "parallel/zero.h"
+#include <strata/optim/clip.h>
+#include <strata/parallel/checkpoint_io.h>
+#include <strata/parallel/zero.h>
 
 namespace strata::testing {
 

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "comm/local.h"
-#include "core/memory.h"
+#include <strata/comm/local.h>
+#include <strata/core/memory.h>
 #include "zero_equivalence.h"
 
 namespace strata::testing {

@@ -1,14 +1,14 @@
 // ZeRO's pure planning (parallel/zero_plan.h) without a model: what each stage shards,
 // which parameters form which unit with DDP-like sizing (small first and last units),
 // padding per unit, dtype splits, FSDP module units and the order units are reduced in.
-#include "parallel/zero_plan.h"
+#include <strata/parallel/zero_plan.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::parallel {
 namespace {

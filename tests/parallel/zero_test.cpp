@@ -4,7 +4,7 @@
 // sharded checkpoint pieces loaded at another world size and stage.
 #include <gtest/gtest.h>
 
-#include "comm/local.h"
+#include <strata/comm/local.h>
 #include "zero_equivalence.h"
 
 namespace strata::testing {

@@ -5,9 +5,9 @@
 
 #include <cmath>
 
-#include "autograd/engine.h"
-#include "nn/gpt.h"
-#include "tensor/safetensors.h"
+#include <strata/autograd/engine.h>
+#include <strata/nn/gpt.h>
+#include <strata/tensor/safetensors.h>
 
 using namespace strata;
 

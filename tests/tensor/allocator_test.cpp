@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "tensor/cpu_allocator.h"
-#include "tensor/size_class.h"
-#include "tensor/storage.h"
+#include <strata/tensor/cpu_allocator.h>
+#include <strata/tensor/size_class.h>
+#include <strata/tensor/storage.h>
 
 using namespace strata;
 

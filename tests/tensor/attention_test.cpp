@@ -5,9 +5,9 @@
 
 #include <cmath>
 
-#include "core/threads.h"
-#include "tensor/attention_composed.h"
-#include "tensor/ops.h"
+#include <strata/core/threads.h>
+#include <strata/tensor/attention_composed.h>
+#include <strata/tensor/ops.h>
 #include "tests/test_tensors.h"
 
 using namespace strata;

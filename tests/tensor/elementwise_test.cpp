@@ -6,7 +6,7 @@
 #include <cmath>
 #include <functional>
 
-#include "tensor/ops.h"
+#include <strata/tensor/ops.h>
 
 using namespace strata;
 using ops::BinaryOp;

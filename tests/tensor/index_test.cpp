@@ -3,7 +3,7 @@
 // index dtypes, gather/scatter_add with an index smaller than the input, errors.
 #include <gtest/gtest.h>
 
-#include "tensor/ops.h"
+#include <strata/tensor/ops.h>
 
 using namespace strata;
 

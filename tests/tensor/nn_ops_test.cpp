@@ -7,8 +7,8 @@
 #include <cmath>
 #include <limits>
 
-#include "core/threads.h"
-#include "tensor/ops.h"
+#include <strata/core/threads.h>
+#include <strata/tensor/ops.h>
 #include "tests/test_tensors.h"
 
 using namespace strata;

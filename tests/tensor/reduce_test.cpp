@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "tensor/ops.h"
+#include <strata/tensor/ops.h>
 
 using namespace strata;
 

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "tensor/ops.h"
+#include <strata/tensor/ops.h>
 
 using namespace strata;
 

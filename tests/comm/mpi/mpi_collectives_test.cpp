@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "../collective_checks.h"
-#include "comm/device_mesh.h"
-#include "comm/mpi.h"
-#include "core/threads.h"
+#include <strata/comm/device_mesh.h>
+#include <strata/comm/mpi.h>
+#include <strata/core/threads.h>
 
 using namespace strata;
 using namespace strata::comm;

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <thread>
 
-#include "comm/mpi.h"
-#include "core/threads.h"
-#include "tensor/ops.h"
+#include <strata/comm/mpi.h>
+#include <strata/core/threads.h>
+#include <strata/tensor/ops.h>
 
 using namespace strata;
 using namespace strata::comm;

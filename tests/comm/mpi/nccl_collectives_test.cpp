@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "../collective_checks.h"
-#include "comm/mpi.h"
-#include "comm/nccl.h"
-#include "core/threads.h"
+#include <strata/comm/mpi.h>
+#include <strata/comm/nccl.h>
+#include <strata/core/threads.h>
 #include "nccl_world.h"
 
 using namespace strata;

@@ -4,9 +4,9 @@
 #pragma once
 #include <string>
 
-#include "comm/mpi.h"
-#include "comm/nccl.h"
-#include "tensor/ops.h"
+#include <strata/comm/mpi.h>
+#include <strata/comm/nccl.h>
+#include <strata/tensor/ops.h>
 
 namespace strata::comm::testing {
 

@@ -11,15 +11,15 @@
 
 #include "tests/test_tensors.h"
 #include "../cuda_test_util.h"
-#include "autograd/autocast.h"
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "core/memory.h"
-#include "nn/cnn.h"
-#include "nn/gpt.h"
-#include "nn/mlp.h"
-#include "optim/grad_scaler.h"
-#include "optim/sgd.h"
+#include <strata/autograd/autocast.h>
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/core/memory.h>
+#include <strata/nn/cnn.h>
+#include <strata/nn/gpt.h>
+#include <strata/nn/mlp.h>
+#include <strata/optim/grad_scaler.h>
+#include <strata/optim/sgd.h>
 
 namespace strata {
 namespace {

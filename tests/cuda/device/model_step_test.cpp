@@ -7,12 +7,12 @@
 
 #include "tests/test_tensors.h"
 #include "../cuda_test_util.h"
-#include "autograd/engine.h"
-#include "autograd/functions.h"
-#include "nn/cnn.h"
-#include "nn/gpt.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/nn/cnn.h>
+#include <strata/nn/gpt.h>
+#include <strata/optim/adam.h>
+#include <strata/optim/sgd.h>
 
 namespace strata {
 namespace {

@@ -1,6 +1,6 @@
 // The CUDA caching allocator's bookkeeping (tensor/cuda/block_cache.h): size classes
 // and the per-(stream, class) free lists, without a GPU.
-#include "tensor/cuda/block_cache.h"
+#include <strata/tensor/cuda/block_cache.h>
 
 #include <gtest/gtest.h>
 

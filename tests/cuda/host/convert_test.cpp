@@ -1,7 +1,7 @@
 // The CUDA kernels' dtype conversions (tensor/cuda/convert.h) against core/dtype.h's
 // f16/bf16 routines bit for bit, and against the CPU copy kernel (ops::to_dtype) for
 // every pair of dtypes.
-#include "tensor/cuda/convert.h"
+#include <strata/tensor/cuda/convert.h>
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <limits>
 
-#include "core/rng.h"
-#include "tensor/ops.h"
+#include <strata/core/rng.h>
+#include <strata/tensor/ops.h>
 
 namespace strata {
 namespace {

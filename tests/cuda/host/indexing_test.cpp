@@ -1,11 +1,11 @@
 // The CUDA kernels' strided index math (tensor/cuda/indexing.h), checked on the host
 // against plain coordinate arithmetic and the CPU loops' broadcast strides.
-#include "tensor/cuda/indexing.h"
+#include <strata/tensor/cuda/indexing.h>
 
 #include <gtest/gtest.h>
 
-#include "tensor/cpu/loops.h"
-#include "tensor/ops.h"
+#include <strata/tensor/cpu/loops.h>
+#include <strata/tensor/ops.h>
 
 namespace strata {
 namespace {

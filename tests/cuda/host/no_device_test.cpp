@@ -8,8 +8,8 @@
 #include <vector>
 
 #ifdef STRATA_WITH_CUDA
-#include "tensor/cuda/runtime.h"
-#include "tensor/ops.h"
+#include <strata/tensor/cuda/runtime.h>
+#include <strata/tensor/ops.h>
 
 namespace strata {
 namespace {

@@ -2,14 +2,14 @@
 // run on the host against the CPU kernels (ops::binary, ops::unary, ...). The CPU uses
 // vectorised exp/log/tanh/erf within a few ulp of libm, so f32 transcendental results
 // agree to ~1e-6 relative; everything else must agree exactly.
-#include "tensor/cuda/op_math.h"
+#include <strata/tensor/cuda/op_math.h>
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "tensor/ops.h"
+#include <strata/tensor/ops.h>
 
 namespace strata {
 namespace {

@@ -1,12 +1,12 @@
 // The CUDA dropout's random stream (tensor/cuda/philox.h) equals the CPU generator's:
 // Philox blocks word for word, the keep threshold for every 24-bit value, and whole
 // masks of the CPU dropout kernel.
-#include "tensor/cuda/philox.h"
+#include <strata/tensor/cuda/philox.h>
 
 #include <gtest/gtest.h>
 
-#include "core/rng.h"
-#include "tensor/ops.h"
+#include <strata/core/rng.h>
+#include <strata/tensor/ops.h>
 
 namespace strata {
 namespace {

@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
-#include "tensor/dispatch.h"
-#include "tensor/ops.h"
+#include <strata/tensor/dispatch.h>
+#include <strata/tensor/ops.h>
 
 namespace strata {
 namespace {

@@ -3,8 +3,8 @@
 // result with it; one compute thread per rank.
 #include <gtest/gtest.h>
 
-#include "comm/mpi.h"
-#include "core/threads.h"
+#include <strata/comm/mpi.h>
+#include <strata/core/threads.h>
 #include "equivalence.h"
 #include "mpi_world.h"
 

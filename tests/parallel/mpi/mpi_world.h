@@ -2,7 +2,7 @@
 #pragma once
 #include <memory>
 
-#include "comm/process_group.h"
+#include <strata/comm/process_group.h>
 
 namespace strata::testing {
 inline std::shared_ptr<comm::ProcessGroup> g_world;

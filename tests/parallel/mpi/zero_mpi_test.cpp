@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <unistd.h>
 
-#include "core/memory.h"
+#include <strata/core/memory.h>
 #include "mpi_world.h"
 #include "zero_equivalence.h"
 

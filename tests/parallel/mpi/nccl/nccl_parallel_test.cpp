@@ -9,10 +9,10 @@
 #include <cstdio>
 
 #include "../../../comm/mpi/nccl_world.h"
-#include "comm/mpi.h"
-#include "comm/nccl.h"
-#include "core/threads.h"
-#include "tensor/cuda/runtime.h"
+#include <strata/comm/mpi.h>
+#include <strata/comm/nccl.h>
+#include <strata/core/threads.h>
+#include <strata/tensor/cuda/runtime.h>
 #include "zero_equivalence.h"
 
 namespace strata::testing {

@@ -1,0 +1,78 @@
+// Differentiable matmul and linear. Backward GEMMs read transposed views, so no
+// operand is ever copied to be transposed.
+#include <strata/autograd/autocast.h>
+#include <strata/autograd/functions.h>
+#include <strata/autograd/lambda_node.h>
+
+namespace strata {
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (autocast::wants_low_precision({a, b}))
+    return autocast::run_low_precision({a, b},
+                                       [](const std::vector<Tensor>& in) { return strata::matmul(in[0], in[1]); });
+  Tensor out = ops::matmul(a, b);
+  if (!any_requires_grad(a, b)) return out;
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  SavedTensor sa(need_b ? a : Tensor()), sb(need_a ? b : Tensor());
+  const Shape as = a.shape(), bs = b.shape();
+  return record_fn("MatmulBackward", out, {a, b}, [=](const Tensor& g) {
+    // promote 1-d operands the way the forward did
+    Tensor g2 = g;
+    if (as.size() == 1) g2 = ops::unsqueeze(g2, bs.size() == 1 ? 0 : -2);
+    if (bs.size() == 1) g2 = ops::unsqueeze(g2, -1);
+    Tensor ga, gb;
+    if (need_a) {
+      Tensor B = sb.get("MatmulBackward");
+      if (B.dim() == 1) B = ops::unsqueeze(B, 1);
+      ga = ops::sum_to_shape(ops::matmul(g2, ops::transpose(B, -1, -2)), as.size() == 1 ? Shape{1, as[0]} : as);
+      if (as.size() == 1) ga = ops::reshape(ga, as);
+    }
+    if (need_b) {
+      Tensor A = sa.get("MatmulBackward");
+      if (A.dim() == 1) A = ops::unsqueeze(A, 0);
+      gb = ops::sum_to_shape(ops::matmul(ops::transpose(A, -1, -2), g2), bs.size() == 1 ? Shape{bs[0], 1} : bs);
+      if (bs.size() == 1) gb = ops::reshape(gb, bs);
+    }
+    return std::vector{ga, gb};
+  });
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (autocast::wants_low_precision({x, w, b}))
+    return autocast::run_low_precision(
+        {x, w, b}, [](const std::vector<Tensor>& in) { return strata::linear(in[0], in[1], in[2]); });
+  STRATA_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), "[linear] input ", shape_str(x.shape()),
+               " does not match weight ", shape_str(w.shape()), " (out, in)");
+  const int64_t in = w.size(1), outf = w.size(0);
+  Tensor x2 = ops::reshape(x, {-1, in});  // (M, in)
+  Tensor y = ops::empty({x2.size(0), outf}, x.dtype(), x.device());
+  if (b.defined()) {
+    ops::copy_(y, b);  // broadcast bias rows, then accumulate the GEMM on top
+    ops::gemm_(y, x2, ops::transpose(w, 0, 1), 1.0, 1.0);
+  } else {
+    ops::gemm_(y, x2, ops::transpose(w, 0, 1), 1.0, 0.0);
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = outf;
+  y = ops::view(y, out_shape);
+  if (!any_requires_grad(x, w, b)) return y;
+  const bool need_x = x.requires_grad(), need_w = w.requires_grad();
+  const bool need_b = b.defined() && b.requires_grad();
+  SavedTensor sx(need_w ? x2 : Tensor()), sw(need_x ? w : Tensor());
+  const Shape xs = x.shape();
+  std::vector<Tensor> inputs{x, w};
+  if (b.defined()) inputs.push_back(b);
+  return record_fn("LinearBackward", y, inputs, [=](const Tensor& g) {
+    Tensor g2 = ops::reshape(g, {-1, outf});  // (M, out)
+    Tensor gx, gw, gb;
+    if (need_x) gx = ops::reshape(ops::matmul(g2, sw.get("LinearBackward")), xs);  // (M,out)@(out,in)
+    if (need_w) {
+      gw = ops::empty({outf, in}, g.dtype(), g.device());
+      ops::gemm_(gw, ops::transpose(g2, 0, 1), sx.get("LinearBackward"));  // (out,M)@(M,in)
+    }
+    if (need_b) gb = ops::sum(g2, {0});
+    return std::vector{gx, gw, gb};
+  });
+}
+
+}  // namespace strata

@@ -1,0 +1,145 @@
+// Differentiable neural-network functions. Each forward is one raw op from
+// tensor/nn_ops.cpp; its backward node keeps only what the matching *_backward raw
+// op needs (outputs, statistics, indices, masks), never a copy of the input.
+#include <strata/autograd/autocast.h>
+#include <strata/autograd/functions.h>
+#include <strata/autograd/lambda_node.h>
+
+namespace strata {
+namespace {
+
+bool needs(const Tensor& t) { return t.defined() && t.requires_grad(); }
+
+// Keeps the gradient only for inputs that want one.
+Tensor if_needed(bool need, Tensor g) { return need ? std::move(g) : Tensor(); }
+
+}  // namespace
+
+Tensor softmax(const Tensor& x_in, int64_t dim) {
+  const Tensor x = autocast::to_f32(x_in);  // f32 op under autocast
+  Tensor y = ops::softmax(x, dim);
+  if (!any_requires_grad(x)) return y;
+  SavedTensor sy(y);
+  return record_fn("SoftmaxBackward", y, {x}, [sy, dim](const Tensor& g) {
+    return std::vector{ops::softmax_backward(g, sy.get("SoftmaxBackward"), dim)};
+  });
+}
+
+Tensor log_softmax(const Tensor& x_in, int64_t dim) {
+  const Tensor x = autocast::to_f32(x_in);  // f32 op under autocast
+  Tensor y = ops::log_softmax(x, dim);
+  if (!any_requires_grad(x)) return y;
+  SavedTensor sy(y);
+  return record_fn("LogSoftmaxBackward", y, {x}, [sy, dim](const Tensor& g) {
+    return std::vector{ops::log_softmax_backward(g, sy.get("LogSoftmaxBackward"), dim)};
+  });
+}
+
+Tensor layer_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, double eps) {
+  // f32 op under autocast
+  const Tensor x = autocast::to_f32(x_in), weight = autocast::to_f32(w_in), bias = autocast::to_f32(b_in);
+  auto [y, mean, rstd] = ops::layer_norm(x, weight, bias, eps);
+  if (!any_requires_grad(x, weight, bias)) return y;
+  const bool nx = needs(x), nw = needs(weight), nb = needs(bias);
+  SavedTensor sx(x), sw(weight);
+  return record_fn("LayerNormBackward", y, {x, weight, bias}, [=, mean = mean, rstd = rstd](const Tensor& g) {
+    auto [dx, dw, db] = ops::layer_norm_backward(g, sx.get("LayerNormBackward"), mean, rstd,
+                                                 sw.defined() ? sw.get("LayerNormBackward") : Tensor(), nb);
+    return std::vector{if_needed(nx, dx), if_needed(nw, dw), if_needed(nb, db)};
+  });
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                  Tensor& running_var, bool training, double momentum, double eps) {
+  auto [y, save_mean, save_invstd] =
+      ops::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+  if (!any_requires_grad(x, weight, bias)) return y;
+  const bool nx = needs(x), nw = needs(weight), nb = needs(bias);
+  SavedTensor sx(x), sw(weight);
+  return record_fn("BatchNormBackward", y, {x, weight, bias},
+                   [=, sm = save_mean, si = save_invstd](const Tensor& g) {
+                     auto [dx, dw, db] = ops::batch_norm_backward(
+                         g, sx.get("BatchNormBackward"), sw.defined() ? sw.get("BatchNormBackward") : Tensor(), sm,
+                         si, training);
+                     return std::vector{if_needed(nx, dx), if_needed(nw, dw), if_needed(nb, db)};
+                   });
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p) {
+  if (autocast::wants_low_precision({x, w, b}))
+    return autocast::run_low_precision(
+        {x, w, b}, [&p](const std::vector<Tensor>& in) { return strata::conv2d(in[0], in[1], in[2], p); });
+  Tensor y = ops::conv2d(x, w, b, p);
+  if (!any_requires_grad(x, w, b)) return y;
+  const bool nx = needs(x), nw = needs(w), nb = needs(b);
+  SavedTensor sx(x), sw(w);
+  return record_fn("Conv2dBackward", y, {x, w, b}, [=](const Tensor& g) {
+    auto [dx, dw, db] = ops::conv2d_backward(g, sx.get("Conv2dBackward"), sw.get("Conv2dBackward"), nb, p, nx);
+    return std::vector{if_needed(nx, dx), if_needed(nw, dw), if_needed(nb, db)};
+  });
+}
+
+Tensor max_pool2d(const Tensor& x, const ops::Pool2dParams& p) {
+  auto [y, idx] = ops::max_pool2d(x, p);
+  if (!any_requires_grad(x)) return y;
+  const Shape xs = x.shape();
+  return record_fn("MaxPool2dBackward", y, {x}, [xs, idx = idx](const Tensor& g) {
+    return std::vector{ops::max_pool2d_backward(g, idx, xs)};
+  });
+}
+
+Tensor avg_pool2d(const Tensor& x, const ops::Pool2dParams& p) {
+  Tensor y = ops::avg_pool2d(x, p);
+  if (!any_requires_grad(x)) return y;
+  const Shape xs = x.shape();
+  return record_fn("AvgPool2dBackward", y, {x},
+                   [xs, p](const Tensor& g) { return std::vector{ops::avg_pool2d_backward(g, xs, p)}; });
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& idx) {
+  Tensor y = ops::embedding(weight, idx);
+  if (!any_requires_grad(weight)) return y;
+  const int64_t V = weight.size(0);
+  SavedTensor si(idx);
+  return record_fn("EmbeddingBackward", y, {weight}, [si, V](const Tensor& g) {
+    return std::vector{ops::embedding_backward(g, si.get("EmbeddingBackward"), V)};
+  });
+}
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index) {
+  const Tensor logits = autocast::to_f32(logits_in);  // f32 op under autocast
+  STRATA_CHECK(logits.dim() >= 1, "[cross_entropy] logits must be (..., C), got ", shape_str(logits.shape()));
+  const int64_t C = logits.size(-1);
+  Tensor l2 = logits.dim() == 2 ? logits : ops::reshape(logits, {-1, C});  // (N, C)
+  Tensor t2 = target.dim() == 1 ? target : ops::reshape(target, {-1});     // (N)
+  STRATA_CHECK(t2.numel() == l2.size(0), "[cross_entropy] logits ", shape_str(logits.shape()),
+               " need a target of shape ", shape_str(Shape(logits.shape().begin(), logits.shape().end() - 1)),
+               ", got ", shape_str(target.shape()));
+  auto [loss, probs] = ops::cross_entropy(l2, t2, ignore_index);
+  if (!any_requires_grad(logits)) return loss;
+  const Shape ls = logits.shape();
+  SavedTensor st(t2);
+  return record_fn("CrossEntropyBackward", loss, {logits}, [=, probs = probs](const Tensor& g) {
+    Tensor d = ops::cross_entropy_backward(g, probs, st.get("CrossEntropyBackward"), ignore_index);
+    return std::vector{ops::reshape(d, ls)};
+  });
+}
+
+Tensor causal_attention(const Tensor& qkv, int64_t head_dim) {
+  auto [y, probs] = ops::causal_attention(qkv, head_dim);
+  if (!any_requires_grad(qkv)) return y;
+  SavedTensor sq(qkv);
+  return record_fn("CausalAttentionBackward", y, {qkv}, [sq, head_dim, probs = probs](const Tensor& g) {
+    return std::vector{ops::causal_attention_backward(g, sq.get("CausalAttentionBackward"), probs, head_dim)};
+  });
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  if (!training || p == 0) return x;
+  auto [y, mask] = ops::dropout(x, p, gen);
+  if (!any_requires_grad(x)) return y;
+  return record_fn("DropoutBackward", y, {x},
+                   [p, mask = mask](const Tensor& g) { return std::vector{ops::dropout_backward(g, mask, p)}; });
+}
+
+}  // namespace strata

@@ -1,0 +1,114 @@
+// Differentiable ops: what models are written with. Each wraps a raw op from
+// tensor/ops.h and, when grad mode is on and an input requires grad, records a
+// Node (defined next to its forward in autograd/fn_*.cpp) whose backward is built
+// from raw ops. Shapes follow PyTorch; negative dims count from the end.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include <strata/tensor/ops.h>
+
+namespace strata {
+
+// ---------------------------------------------------------------- views / shape (fn_shape.cpp)
+Tensor view(const Tensor& t, Shape shape);
+Tensor reshape(const Tensor& t, Shape shape);
+Tensor transpose(const Tensor& t, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& t, const std::vector<int64_t>& dims);
+Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
+Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor select(const Tensor& t, int64_t dim, int64_t index);
+Tensor expand(const Tensor& t, const Shape& shape);
+Tensor squeeze(const Tensor& t, int64_t dim);
+Tensor unsqueeze(const Tensor& t, int64_t dim);
+Tensor flatten(const Tensor& t, int64_t start_dim = 0, int64_t end_dim = -1);
+Tensor contiguous(const Tensor& t);
+std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim);
+std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim);
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim);
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim);
+Tensor index_select(const Tensor& t, int64_t dim, const Tensor& idx);
+Tensor gather(const Tensor& t, int64_t dim, const Tensor& idx);
+
+// ---------------------------------------------------------------- linear algebra (fn_linalg.cpp)
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// x (..., in) @ w(out, in)^T + b(out); b may be undefined. One GEMM, no transposed copy.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+
+// ---------------------------------------------------------------- elementwise (fn_elementwise.cpp)
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double s);
+Tensor mul(const Tensor& a, double s);
+Tensor neg(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor rsqrt(const Tensor& a);
+Tensor abs(const Tensor& a);
+Tensor square(const Tensor& a);
+Tensor relu(const Tensor& a);
+/// Exact (erf) GELU; tanh_approx selects GPT-2's tanh form.
+Tensor gelu(const Tensor& a, bool tanh_approx = false);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+/// cond (u8, not differentiable) ? a : b.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor masked_fill(const Tensor& t, const Tensor& mask, double value);
+/// x converted to dtype dt (returns x itself when it already is dt). Backward casts the
+/// gradient back to x's dtype, so an f32 leaf read through a bf16 cast gets an f32 .grad.
+/// Differentiable between floating dtypes only (a cast to or from an integer records nothing).
+Tensor cast(const Tensor& x, DType dt);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, double s);
+Tensor operator-(const Tensor& a, double s);
+Tensor operator*(const Tensor& a, double s);
+Tensor operator/(const Tensor& a, double s);
+Tensor operator*(double s, const Tensor& a);
+Tensor operator+(double s, const Tensor& a);
+
+// ---------------------------------------------------------------- reductions (fn_reduce.cpp)
+Tensor sum(const Tensor& t, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& t, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+/// Max values along dim; the gradient goes to the (first) argmax.
+Tensor amax(const Tensor& t, int64_t dim, bool keepdim = false);
+
+// ---------------------------------------------------------------- nn functional (fn_nn.cpp)
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+/// Updates running stats in place when training.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                  Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p);
+Tensor max_pool2d(const Tensor& x, const ops::Pool2dParams& p);
+Tensor avg_pool2d(const Tensor& x, const ops::Pool2dParams& p);
+Tensor embedding(const Tensor& weight, const Tensor& idx);
+/// logits (N,C) or (..., C) flattened, target (N) / (...) i64; mean over non-ignored.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100);
+/// Identity when !training or p == 0.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+/// Causal self-attention of a packed projection qkv (B, T, 3*H*hd) -> (B, T, H*hd), one
+/// fused op (ops::causal_attention): softmax(q k^T / sqrt(hd), causal) v per head, no
+/// dropout on the probabilities. Saves qkv and the (B, H, T, T) probabilities.
+Tensor causal_attention(const Tensor& qkv, int64_t head_dim);
+
+// ---------------------------------------------------------------- activation checkpointing (checkpoint.cpp)
+/// Runs fn(inputs) without recording; in backward re-runs it with grad and
+/// backpropagates through the recomputed segment. Parameters used inside fn
+/// receive their gradient once (their hooks fire once). fn must be deterministic
+/// (dropout: pass a generator whose state fn restores, see nn::Dropout).
+std::vector<Tensor> checkpoint(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                               const std::vector<Tensor>& inputs);
+
+}  // namespace strata

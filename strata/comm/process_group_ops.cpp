@@ -1,0 +1,259 @@
+// ProcessGroup's public ops: argument checks and staging of non-contiguous tensors on the
+// caller's thread, then one queued body per op for the comm thread (process_group.cpp).
+#include <strata/comm/algorithms.h>
+#include <strata/comm/process_group_detail.h>
+
+namespace strata::comm {
+
+using detail::comm_buffer;
+using detail::copy_back;
+using detail::overlaps;
+using detail::staged;
+
+// ------------------------------------------------------------------ argument checks
+
+std::optional<std::string> device_mismatch(std::string_view op, std::string_view group, std::string_view backend,
+                                           int rank, Device group_device, Device tensor) {
+  if (tensor == group_device) return std::nullopt;
+  std::string msg = strata::detail::str_cat("[", op, "] group '", group, "' (", backend, ", rank ", rank, ") runs on ",
+                                            group_device.str(), " but the tensor is on ", tensor.str());
+  if (group_device.is_cpu() && !tensor.is_cpu())
+    msg += strata::detail::str_cat(": the ", backend, " backend moves CPU tensors only (device memory is not staged "
+                                   "through the host); use the nccl backend for CUDA tensors (comm::init_nccl_world) "
+                                   "or copy the tensor with .to(kCPU)");
+  else if (tensor.is_cpu())
+    msg += strata::detail::str_cat(": the ", backend, " backend moves tensors on this rank's GPU only; copy the tensor "
+                                   "with .to(", group_device.str(), ") or use an mpi group for CPU tensors");
+  else if (tensor.type == group_device.type)
+    msg += strata::detail::str_cat(": each rank's ", backend, " communicator uses one GPU (init_nccl_world's device); "
+                                   "create the tensor on group.device() or copy it with .to(", group_device.str(), ")");
+  return msg;
+}
+
+void ProcessGroup::check_tensor(const char* op, const Tensor& t, bool written) const {
+  STRATA_CHECK(t.defined(), "[", op, "] tensor is undefined (group '", name_, "', rank ", rank_, ")");
+  if (auto why = device_mismatch(op, name_, backend_->kind(), rank_, device_, t.device()))
+    STRATA_THROW(Error, *why, " (", t.str(), ")");
+  if (written) {
+    for (int64_t d = 0; d < t.dim(); ++d)
+      STRATA_CHECK(t.stride(d) != 0 || t.size(d) <= 1, "[", op, "] cannot write into ", t.str(),
+                   ": it is an expanded view (stride 0 in dim ", d, "); pass a real tensor");
+  }
+}
+
+namespace {
+void check_reduce(const char* op, DType dt, ReduceOp r) {
+  STRATA_CHECK(r != ReduceOp::avg || is_floating(dt), "[", op, "] avg needs a floating dtype, got ", dtype_name(dt),
+               " (use sum and divide)");
+}
+void check_root(const char* op, int root, int n) {
+  STRATA_CHECK(root >= 0 && root < n, "[", op, "] root ", root, " out of range for a group of ", n, " ranks");
+}
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(a.dtype() == b.dtype(), "[", op, "] input is ", dtype_name(a.dtype()), " but output is ",
+               dtype_name(b.dtype()));
+}
+}  // namespace
+
+// ------------------------------------------------------------------ public ops
+
+Work ProcessGroup::broadcast(const Tensor& t, int root) {
+  check_tensor("broadcast", t, true);
+  check_root("broadcast", root, size_);
+  Tensor buf = staged(t, /*copy=*/true);
+  OpInfo info{.kind = OpKind::broadcast, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .root = root};
+  info.algo = algorithm();
+  return enqueue(info, [this, t, buf, root](const OpInfo& i, SentBytes& bytes) {
+    execute(i, Collective{OpKind::broadcast, buf, buf, ReduceOp::sum, root}, bytes);
+    if (rank_ != root) copy_back(t, buf);
+  });
+}
+
+Work ProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
+  check_tensor("reduce", t, true);
+  check_root("reduce", root, size_);
+  check_reduce("reduce", t.dtype(), op);
+  Tensor buf = staged(t, true);
+  OpInfo info{.kind = OpKind::reduce, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .root = root,
+              .op = op, .reduction = true};
+  info.algo = algorithm();
+  return enqueue(info, [this, t, buf, root, op](const OpInfo& i, SentBytes& bytes) {
+    execute(i, Collective{OpKind::reduce, buf, buf, op, root}, bytes);
+    if (rank_ == root) copy_back(t, buf);
+  });
+}
+
+Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
+  check_tensor("all_reduce", t, true);
+  check_reduce("all_reduce", t.dtype(), op);
+  Tensor buf = staged(t, true);
+  OpInfo info{.kind = OpKind::all_reduce, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .op = op,
+              .reduction = true};
+  info.algo = algorithm();
+  return enqueue(info, [this, t, buf, op](const OpInfo& i, SentBytes& bytes) {
+    execute(i, Collective{OpKind::all_reduce, buf, buf, op, 0}, bytes);
+    copy_back(t, buf);
+  });
+}
+
+Work ProcessGroup::all_gather(const Tensor& input, const Tensor& output) {
+  check_tensor("all_gather", input, false);
+  check_tensor("all_gather", output, true);
+  check_same_dtype("all_gather", input, output);
+  STRATA_CHECK(output.numel() == size_ * input.numel(), "[all_gather] output ", output.str(), " has ",
+               output.numel(), " elements, expected ", size_, " ranks x ", input.numel(), " (input ", input.str(), ")");
+  Tensor out = staged(output, false);
+  Tensor in = staged(input, true);
+  // The in-place form (input is exactly this rank's block of output) is allowed; any
+  // other overlap reads from a copy of the input.
+  const bool own_block = out.impl() == output.impl() && in.impl() == input.impl() && input.numel() > 0 &&
+                         static_cast<const char*>(in.raw_data()) ==
+                             static_cast<const char*>(out.raw_data()) + rank_ * in.nbytes();
+  if (!own_block && overlaps(in, out)) in = ops::clone(in);
+  OpInfo info{.kind = OpKind::all_gather, .dtype = input.dtype(), .count = input.numel(), .bytes = input.nbytes()};
+  info.algo = algorithm();
+  return enqueue(info, [this, output, out, in](const OpInfo& i, SentBytes& bytes) {
+    execute(i, Collective{OpKind::all_gather, in, out, ReduceOp::sum, 0}, bytes);
+    copy_back(output, out);
+  });
+}
+
+Work ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
+  check_tensor("reduce_scatter", input, false);
+  check_tensor("reduce_scatter", output, true);
+  check_same_dtype("reduce_scatter", input, output);
+  check_reduce("reduce_scatter", input.dtype(), op);
+  STRATA_CHECK(input.numel() == size_ * output.numel(), "[reduce_scatter] input ", input.str(), " has ",
+               input.numel(), " elements, expected ", size_, " ranks x ", output.numel(), " (output ", output.str(),
+               ")");
+  Tensor in = staged(input, true);
+  Tensor out = staged(output, false);
+  if (overlaps(in, out)) out = comm_buffer(output.numel(), output.dtype(), output.device());
+  OpInfo info{.kind = OpKind::reduce_scatter, .dtype = input.dtype(), .count = output.numel(),
+              .bytes = input.nbytes(), .op = op, .reduction = true};
+  info.algo = algorithm();
+  return enqueue(info, [this, output, out, in, op](const OpInfo& i, SentBytes& bytes) {
+    execute(i, Collective{OpKind::reduce_scatter, in, out, op, 0}, bytes);
+    copy_back(output, out);
+  });
+}
+
+Work ProcessGroup::gather(const Tensor& input, const Tensor& output, int root) {
+  check_tensor("gather", input, false);
+  check_root("gather", root, size_);
+  Tensor out;
+  Tensor in = staged(input, true);
+  if (rank_ == root) {
+    check_tensor("gather", output, true);
+    check_same_dtype("gather", input, output);
+    STRATA_CHECK(output.numel() == size_ * input.numel(), "[gather] output ", output.str(), " on root has ",
+                 output.numel(), " elements, expected ", size_, " ranks x ", input.numel());
+    out = staged(output, false);
+    if (overlaps(in, out)) in = ops::clone(in);
+  }
+  OpInfo info{.kind = OpKind::gather, .dtype = input.dtype(), .count = input.numel(), .bytes = input.nbytes(),
+              .root = root};
+  info.algo = algorithm();
+  return enqueue(info, [this, output, out, in, root](const OpInfo& i, SentBytes& bytes) {
+    execute(i, Collective{OpKind::gather, in, out, ReduceOp::sum, root}, bytes);
+    if (rank_ == root) copy_back(output, out);
+  });
+}
+
+Work ProcessGroup::scatter(const Tensor& input, const Tensor& output, int root) {
+  check_tensor("scatter", output, true);
+  check_root("scatter", root, size_);
+  Tensor in;
+  Tensor out = staged(output, false);
+  if (rank_ == root) {
+    check_tensor("scatter", input, false);
+    check_same_dtype("scatter", input, output);
+    STRATA_CHECK(input.numel() == size_ * output.numel(), "[scatter] input ", input.str(), " on root has ",
+                 input.numel(), " elements, expected ", size_, " ranks x ", output.numel());
+    in = staged(input, true);
+    if (overlaps(in, out)) in = ops::clone(in);
+  }
+  OpInfo info{.kind = OpKind::scatter, .dtype = output.dtype(), .count = output.numel(), .bytes = output.nbytes(),
+              .root = root};
+  info.algo = algorithm();
+  return enqueue(info, [this, output, out, in, root](const OpInfo& i, SentBytes& bytes) {
+    execute(i, Collective{OpKind::scatter, in, out, ReduceOp::sum, root}, bytes);
+    copy_back(output, out);
+  });
+}
+
+Work ProcessGroup::all_to_all(const Tensor& input, const Tensor& output) {
+  check_tensor("all_to_all", input, false);
+  check_tensor("all_to_all", output, true);
+  check_same_dtype("all_to_all", input, output);
+  STRATA_CHECK(input.numel() == output.numel() && input.numel() % size_ == 0, "[all_to_all] input ", input.str(),
+               " and output ", output.str(), " need the same number of elements, divisible by ", size_, " ranks");
+  Tensor in = staged(input, true);
+  Tensor out = staged(output, false);
+  if (overlaps(in, out)) in = ops::clone(in);
+  OpInfo info{.kind = OpKind::all_to_all, .dtype = input.dtype(), .count = input.numel(), .bytes = input.nbytes()};
+  info.algo = algorithm();
+  return enqueue(info, [this, output, out, in](const OpInfo& i, SentBytes& bytes) {
+    execute(i, Collective{OpKind::all_to_all, in, out, ReduceOp::sum, 0}, bytes);
+    copy_back(output, out);
+  });
+}
+
+Work ProcessGroup::barrier() {
+  OpInfo info{.kind = OpKind::barrier};
+  info.algo = algorithm();
+  return enqueue(info, [this](const OpInfo& i, SentBytes& bytes) { execute(i, Collective{}, bytes); });
+}
+
+namespace {
+void check_peer(const char* op, int peer, int rank, int n, int tag) {
+  STRATA_CHECK(peer >= 0 && peer < n && peer != rank, "[", op, "] peer rank ", peer,
+               " is not another rank of this group (rank ", rank, " of ", n, ")");
+  STRATA_CHECK(tag >= 0 && tag < ProcessGroup::kMaxUserTag, "[", op, "] tag ", tag, " out of range [0, ",
+               ProcessGroup::kMaxUserTag, ")");
+}
+}  // namespace
+
+Work ProcessGroup::send(const Tensor& t, int dst, int tag) {
+  check_tensor("send", t, false);
+  check_peer("send", dst, rank_, size_, tag);
+  Tensor buf = staged(t, true);
+  OpInfo info{.kind = OpKind::send, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .peer = dst,
+              .tag = tag};
+  return enqueue(info, [this, buf, dst, tag](const OpInfo& i, SentBytes& bytes) {
+    detail::P2P p(*backend_, i.deadline, tag, &bytes.counted);
+    p.send(buf.raw_data(), buf.nbytes(), dst);
+  });
+}
+
+Work ProcessGroup::recv(const Tensor& t, int src, int tag) {
+  check_tensor("recv", t, true);
+  check_peer("recv", src, rank_, size_, tag);
+  Tensor buf = staged(t, false);
+  OpInfo info{.kind = OpKind::recv, .dtype = t.dtype(), .count = t.numel(), .bytes = t.nbytes(), .peer = src,
+              .tag = tag};
+  return enqueue(info, [this, t, buf, src, tag](const OpInfo& i, SentBytes& bytes) {
+    detail::P2P p(*backend_, i.deadline, tag, &bytes.counted);
+    p.recv(buf.raw_data(), buf.nbytes(), src);
+    copy_back(t, buf);
+  });
+}
+
+Work ProcessGroup::send_recv(const Tensor& send_t, int dst, const Tensor& recv_t, int src, int tag) {
+  check_tensor("send_recv", send_t, false);
+  check_tensor("send_recv", recv_t, true);
+  check_peer("send_recv", dst, rank_, size_, tag);
+  check_peer("send_recv", src, rank_, size_, tag);
+  Tensor sbuf = staged(send_t, true);
+  Tensor rbuf = staged(recv_t, false);
+  if (overlaps(sbuf, rbuf)) sbuf = ops::clone(sbuf);
+  OpInfo info{.kind = OpKind::send_recv, .dtype = send_t.dtype(), .count = send_t.numel(), .bytes = send_t.nbytes(),
+              .peer = dst, .tag = tag};
+  return enqueue(info, [this, recv_t, sbuf, rbuf, dst, src, tag](const OpInfo& i, SentBytes& bytes) {
+    detail::P2P p(*backend_, i.deadline, tag, &bytes.counted);
+    p.sendrecv(sbuf.raw_data(), sbuf.nbytes(), dst, rbuf.raw_data(), rbuf.nbytes(), src);
+    copy_back(recv_t, rbuf);
+  });
+}
+
+}  // namespace strata::comm

@@ -1,0 +1,49 @@
+// Completion and timed waiting for Work handles.
+#include <strata/comm/work.h>
+
+#include <cstdio>
+
+#include <strata/core/error.h>
+
+namespace strata::comm {
+
+void detail::WorkState::finish(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    error = std::move(e);
+    done = true;
+  }
+  cv.notify_all();
+}
+
+bool Work::is_completed() const {
+  if (!s_) return true;
+  std::lock_guard<std::mutex> lk(s_->mu);
+  return s_->done;
+}
+
+bool Work::failed() const {
+  if (!s_) return false;
+  std::lock_guard<std::mutex> lk(s_->mu);
+  return s_->done && s_->error != nullptr;
+}
+
+void Work::wait() const {
+  if (!s_) return;
+  wait(std::chrono::duration<double>(s_->timeout_s));
+}
+
+void Work::wait(std::chrono::duration<double> timeout) const {
+  if (!s_) return;
+  std::unique_lock<std::mutex> lk(s_->mu);
+  const auto limit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+  if (!s_->cv.wait_for(lk, limit, [&] { return s_->done; })) {
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", timeout.count());
+    STRATA_THROW(CommError, "[comm] wait timed out after ", secs, " s on ", s_->what,
+                 " (the op is still queued or running on the comm thread)");
+  }
+  if (s_->error) std::rethrow_exception(s_->error);
+}
+
+}  // namespace strata::comm

@@ -1,0 +1,56 @@
+#include <strata/core/memory.h>
+
+namespace strata {
+namespace {
+thread_local MemCategory t_category = MemCategory::activations;
+
+void bump_peak(std::atomic<int64_t>& peak, int64_t v) {
+  int64_t p = peak.load(std::memory_order_relaxed);
+  while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+const char* mem_category_name(MemCategory c) {
+  switch (c) {
+    case MemCategory::other: return "other";
+    case MemCategory::params: return "params";
+    case MemCategory::grads: return "grads";
+    case MemCategory::optimizer: return "optimizer";
+    case MemCategory::activations: return "activations";
+    case MemCategory::comm: return "comm";
+    case MemCategory::kCount: break;
+  }
+  return "?";
+}
+
+void MemoryTracker::add(MemCategory c, int64_t bytes) {
+  const int i = int(c);
+  const int64_t now = current_[i].fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  const int64_t tot = total_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (bytes > 0) {
+    bump_peak(peak_[i], now);
+    bump_peak(total_peak_, tot);
+  }
+}
+
+MemStats MemoryTracker::stats(MemCategory c) const {
+  return {current_[int(c)].load(), peak_[int(c)].load()};
+}
+int64_t MemoryTracker::total_current() const { return total_.load(); }
+int64_t MemoryTracker::total_peak() const { return total_peak_.load(); }
+void MemoryTracker::reset_peaks() {
+  for (int i = 0; i < kN; ++i) peak_[i] = current_[i].load();
+  total_peak_ = total_.load();
+}
+
+MemoryTracker& cpu_memory() {
+  static MemoryTracker t;
+  return t;
+}
+
+MemCategory current_mem_category() { return t_category; }
+MemoryScope::MemoryScope(MemCategory c) : prev_(t_category) { t_category = c; }
+MemoryScope::~MemoryScope() { t_category = prev_; }
+
+}  // namespace strata

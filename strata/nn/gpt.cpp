@@ -1,0 +1,169 @@
+// GPT model: attention, MLP, block and the model, with per-block activation checkpointing.
+#include <strata/nn/gpt.h>
+
+#include <cmath>
+#include <limits>
+
+#include <strata/autograd/autocast.h>
+#include <strata/autograd/grad_mode.h>
+#include <strata/nn/activation.h>
+#include <strata/nn/dropout.h>
+#include <strata/nn/embedding.h>
+#include <strata/nn/linear.h>
+#include <strata/nn/normalization.h>
+
+namespace strata::nn {
+namespace {
+constexpr double kInitStd = 0.02;
+double resid_std(const GPTConfig& c) { return kInitStd / std::sqrt(2.0 * double(c.n_layer)); }
+}  // namespace
+
+// ---------------------------------------------------------------- attention
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg, Generator& gen) : head_dim_(cfg.n_embd / cfg.n_head) {
+  const int64_t c = cfg.n_embd;
+  register_module("c_attn", std::make_shared<Linear>(c, 3 * c, gen, cfg.bias, kInitStd));
+  register_module("c_proj", std::make_shared<Linear>(c, c, gen, cfg.bias, resid_std(cfg)));
+  register_module("attn_dropout", std::make_shared<Dropout>(cfg.dropout, gen));
+  register_module("resid_dropout", std::make_shared<Dropout>(cfg.dropout, gen));
+}
+
+const Tensor& CausalSelfAttention::causal_mask(int64_t t) {
+  if (!mask_.defined() || mask_.size(0) != t) mask_ = ops::causal_mask(t);
+  return mask_;
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  STRATA_CHECK(x.dim() == 3, "[CausalSelfAttention] expects (B, T, C), got ", shape_str(x.shape()));
+  const int64_t b = x.size(0), t = x.size(1), hd = head_dim_;
+  Tensor qkv = (*child("c_attn"))(x);  // (B, T, 3*Hl*hd)
+  const int64_t cl = qkv.size(-1) / 3;
+  STRATA_CHECK(qkv.size(-1) == 3 * cl && cl % hd == 0, "[CausalSelfAttention] c_attn output width ",
+               qkv.size(-1), " is not 3 * heads * head_dim (head_dim ", hd, ")");
+  const int64_t h = cl / hd;
+  // One fused op (no head split/merge copies, the causal softmax on the lower triangle
+  // only) unless the probabilities need dropout or autocast runs the matmuls in 16 bits.
+  const std::shared_ptr<Module> attn_dropout = child("attn_dropout"), c_proj = child("c_proj"),
+                                resid_dropout = child("resid_dropout");
+  const auto* attn_drop = dynamic_cast<const Dropout*>(attn_dropout.get());
+  if (attn_drop && (attn_drop->p() == 0 || !attn_drop->is_training()) && !autocast_dtype())
+    return (*resid_dropout)((*c_proj)(causal_attention(qkv, hd)));
+  auto parts = split(qkv, {cl, cl, cl}, -1);  // 3 x (B, T, Hl*hd)
+  auto heads = [&](const Tensor& p) { return transpose(reshape(p, {b, t, h, hd}), 1, 2); };  // (B, Hl, T, hd)
+  Tensor q = mul(heads(parts[0]), 1.0 / std::sqrt(double(hd)));  // scale q: fewer elements than scores
+  Tensor k = heads(parts[1]), v = heads(parts[2]);
+  Tensor att = matmul(q, transpose(k, -1, -2));  // (B, Hl, T, T)
+  const Tensor& mask = causal_mask(t);  // built on the host, then cached on x's device
+  if (mask.device() != x.device()) mask_ = mask.to(x.device());
+  att = masked_fill(att, mask_, -std::numeric_limits<double>::infinity());
+  att = softmax(att, -1);
+  att = (*attn_dropout)(att);
+  Tensor y = matmul(att, v);                              // (B, Hl, T, hd)
+  y = reshape(contiguous(transpose(y, 1, 2)), {b, t, cl});  // (B, T, Hl*hd)
+  return (*resid_dropout)((*c_proj)(y));
+}
+
+// ---------------------------------------------------------------- MLP
+GPTMLP::GPTMLP(const GPTConfig& cfg, Generator& gen) {
+  const int64_t c = cfg.n_embd;
+  register_module("c_fc", std::make_shared<Linear>(c, 4 * c, gen, cfg.bias, kInitStd));
+  register_module("gelu", std::make_shared<GELU>(true));
+  register_module("c_proj", std::make_shared<Linear>(4 * c, c, gen, cfg.bias, resid_std(cfg)));
+  register_module("dropout", std::make_shared<Dropout>(cfg.dropout, gen));
+}
+
+Tensor GPTMLP::forward(const Tensor& x) {
+  Tensor h = (*child("c_fc"))(x);  // (B, T, 4C)
+  h = (*child("gelu"))(h);
+  return (*child("dropout"))((*child("c_proj"))(h));  // (B, T, C)
+}
+
+// ---------------------------------------------------------------- block
+GPTBlock::GPTBlock(const GPTConfig& cfg, Generator& gen) {
+  register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, 1e-5, cfg.bias));
+  register_module("attn", std::make_shared<CausalSelfAttention>(cfg, gen));
+  register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, 1e-5, cfg.bias));
+  register_module("mlp", std::make_shared<GPTMLP>(cfg, gen));
+}
+
+Tensor GPTBlock::forward(const Tensor& x) {
+  Tensor h = x + (*child("attn"))((*child("ln_1"))(x));
+  return h + (*child("mlp"))((*child("ln_2"))(h));
+}
+
+// ---------------------------------------------------------------- model
+GPT::GPT(const GPTConfig& cfg, Generator& gen) : cfg_(cfg) {
+  STRATA_CHECK(cfg.vocab > 0 && cfg.block_size > 0 && cfg.n_layer > 0 && cfg.n_head > 0 && cfg.n_embd > 0,
+               "[GPT] vocab, block_size, n_layer, n_head, n_embd must be positive");
+  STRATA_CHECK(cfg.n_embd % cfg.n_head == 0, "[GPT] n_embd ", cfg.n_embd, " is not divisible by n_head ",
+               cfg.n_head);
+  register_module("wte", std::make_shared<Embedding>(cfg.vocab, cfg.n_embd, gen, kInitStd));
+  register_module("wpe", std::make_shared<Embedding>(cfg.block_size, cfg.n_embd, gen, kInitStd));
+  register_module("drop", std::make_shared<Dropout>(cfg.dropout, gen));
+  auto h = register_module("h", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(std::make_shared<GPTBlock>(cfg, gen));
+  register_module("ln_f", std::make_shared<LayerNorm>(cfg.n_embd, 1e-5, cfg.bias));
+  if (!cfg.tie_weights)
+    register_module("lm_head", std::make_shared<Linear>(cfg.n_embd, cfg.vocab, gen, false, kInitStd));
+}
+
+std::shared_ptr<ModuleList> GPT::blocks() const {
+  auto h = std::dynamic_pointer_cast<ModuleList>(child("h"));
+  STRATA_CHECK(h != nullptr, "[GPT] child 'h' is not a ModuleList of blocks");
+  return h;
+}
+
+Tensor GPT::run_block(const std::shared_ptr<Module>& blk, const Tensor& x) {
+  if (!cfg_.checkpoint || !grad_enabled()) return (*blk)(x);
+  // checkpoint() calls fn twice: the forward, then the recompute in backward. The
+  // recompute replays the dropout masks by restoring the generators to their state
+  // at the forward, and then puts them back where they were.
+  struct Replay {
+    std::vector<Generator*> gens;
+    std::vector<std::pair<uint64_t, uint64_t>> at_forward;
+    bool ran = false;
+  };
+  auto rp = std::make_shared<Replay>();
+  rp->gens = blk->generators();
+  auto fn = [blk, rp](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    if (!rp->ran) {
+      rp->ran = true;
+      for (Generator* g : rp->gens) rp->at_forward.emplace_back(g->seed(), g->offset());
+      return {(*blk)(in[0])};
+    }
+    std::vector<std::pair<uint64_t, uint64_t>> now;
+    for (size_t j = 0; j < rp->gens.size(); ++j) {
+      now.emplace_back(rp->gens[j]->seed(), rp->gens[j]->offset());
+      rp->gens[j]->set_state(rp->at_forward[j].first, rp->at_forward[j].second);
+    }
+    Tensor out = (*blk)(in[0]);
+    for (size_t j = 0; j < rp->gens.size(); ++j) rp->gens[j]->set_state(now[j].first, now[j].second);
+    return {out};
+  };
+  return checkpoint(fn, {x})[0];
+}
+
+Tensor GPT::forward(const Tensor& idx) {
+  STRATA_CHECK(idx.dim() == 2 && (idx.dtype() == DType::i64 || idx.dtype() == DType::i32),
+               "[GPT] expects idx (B, T) of i64, got ", idx.str());
+  const int64_t t = idx.size(1);
+  STRATA_CHECK(t >= 1 && t <= cfg_.block_size, "[GPT] sequence length ", t, " exceeds block_size ",
+               cfg_.block_size);
+  Tensor pos = ops::arange(0, double(t), 1.0, DType::i64).to(idx.device());  // (T)
+  Tensor x = (*child("wte"))(idx) + (*child("wpe"))(pos);  // (B,T,C) + (T,C)
+  x = (*child("drop"))(x);
+  // In the order registered, whatever the blocks are named (h.0, h.1, ... in a full model).
+  const std::shared_ptr<ModuleList> h = blocks();
+  for (const auto& [name, blk] : h->named_children()) x = run_block(blk, x);
+  x = (*child("ln_f"))(x);
+  if (cfg_.tie_weights) return linear(x, parameter("wte.weight"), Tensor());  // (B,T,C) @ (V,C)^T
+  return (*child("lm_head"))(x);
+}
+
+Tensor GPT::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index) {
+  STRATA_CHECK(targets.shape() == idx.shape(), "[GPT::loss] targets ", shape_str(targets.shape()),
+               " do not match idx ", shape_str(idx.shape()));
+  Tensor logits = forward(idx);
+  return cross_entropy(reshape(logits, {-1, cfg_.vocab}), ops::reshape(targets, {-1}), ignore_index);
+}
+
+}  // namespace strata::nn

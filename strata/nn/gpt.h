@@ -1,0 +1,83 @@
+// GPT-2 style decoder-only transformer (nanoGPT layout and parameter names):
+// token + position embeddings, pre-LN blocks of causal self-attention and a GELU MLP,
+// final LayerNorm and an lm head tied to the token embedding.
+#pragma once
+#include <memory>
+
+#include <strata/nn/container.h>
+
+namespace strata::nn {
+
+struct GPTConfig {
+  int64_t vocab = 256;
+  int64_t block_size = 128;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  double dropout = 0.0;
+  bool tie_weights = true;  // lm head = wte.weight (not listed twice)
+  bool bias = true;         // biases in Linear and LayerNorm
+  bool checkpoint = false;  // recompute each block's activations in backward
+};
+
+/// Children c_attn (C -> 3C, fused q|k|v), c_proj (C -> C), attn_dropout, resid_dropout.
+/// The head count is read from c_attn's output width (3 * heads * head_dim), so a
+/// column-parallel c_attn holding a subset of the heads (q|k|v per rank) just works.
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const GPTConfig& cfg, Generator& gen);
+  /// x (B, T, C) -> (B, T, C)
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "CausalSelfAttention"; }
+  int64_t head_dim() const { return head_dim_; }
+
+ private:
+  /// (T, T) u8, 1 above the diagonal (future positions); cached for the last T.
+  const Tensor& causal_mask(int64_t t);
+  int64_t head_dim_;
+  Tensor mask_;
+};
+
+/// Children c_fc (C -> 4C), gelu (tanh approx), c_proj (4C -> C), dropout.
+class GPTMLP : public Module {
+ public:
+  GPTMLP(const GPTConfig& cfg, Generator& gen);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "GPTMLP"; }
+};
+
+/// Pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(x)). Children ln_1, attn, ln_2, mlp.
+class GPTBlock : public Module {
+ public:
+  GPTBlock(const GPTConfig& cfg, Generator& gen);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "GPTBlock"; }
+};
+
+/// Children wte, wpe, drop, h (ModuleList of GPTBlock), ln_f, and lm_head when untied,
+/// reached by name (child("h")), never by position.
+/// Init (GPT-2): linears and embeddings N(0, 0.02), biases 0, residual projections
+/// (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)).
+class GPT : public Module {
+ public:
+  GPT(const GPTConfig& cfg, Generator& gen);
+  /// idx (B, T) i64 with T <= block_size -> logits (B, T, vocab)
+  Tensor forward(const Tensor& idx) override;
+  /// Mean next-token cross-entropy of forward(idx) against targets (B, T) i64.
+  Tensor loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index = -1);
+  std::string type_name() const override { return "GPT"; }
+  const GPTConfig& config() const { return cfg_; }
+  /// Turns activation checkpointing of every block on or off.
+  void set_checkpointing(bool on) { cfg_.checkpoint = on; }
+  /// The block list, child "h": GPTBlocks named by their global index ("0" .. "n_layer-1",
+  /// so parameters read "h.5.attn.c_attn.weight"). Forward runs them in registration order.
+  /// Shared with the model; resolved at call time, so it sees replace_child("h", ...).
+  std::shared_ptr<ModuleList> blocks() const;
+
+ private:
+  /// One block's forward, recomputed in backward when cfg_.checkpoint is on.
+  Tensor run_block(const std::shared_ptr<Module>& blk, const Tensor& x);
+  GPTConfig cfg_;
+};
+
+}  // namespace strata::nn

@@ -1,0 +1,45 @@
+// Normalization layers: LayerNorm (transformers) and BatchNorm2d (CNNs, with running stats).
+#pragma once
+#include <strata/nn/module.h>
+
+namespace strata::nn {
+
+/// Normalizes over the last dim D; weight ones, bias zeros.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true);
+  /// x (..., D) -> (..., D)
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "LayerNorm"; }
+  double eps() const { return eps_; }
+  const Tensor& weight() const { return *weight_; }
+  const Tensor& bias() const;
+
+ private:
+  int64_t dim_;
+  double eps_;
+  Tensor* weight_;
+  Tensor* bias_ = nullptr;
+};
+
+/// Per-channel batch norm of (N, C, H, W). Buffers running_mean (C), running_var (C),
+/// num_batches_tracked (i64 scalar). Training normalizes with batch stats and updates the
+/// running ones (running = (1-momentum)*running + momentum*batch, unbiased var); eval uses them.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BatchNorm2d"; }
+  const Tensor& weight() const { return *weight_; }
+  const Tensor& bias() const { return *bias_; }
+  const Tensor& running_mean() const { return *running_mean_; }
+  const Tensor& running_var() const { return *running_var_; }
+  int64_t num_batches_tracked() const;
+
+ private:
+  int64_t channels_;
+  double eps_, momentum_;
+  Tensor *weight_, *bias_, *running_mean_, *running_var_, *num_batches_;
+};
+
+}  // namespace strata::nn

@@ -1,0 +1,57 @@
+// The ZeRO / DDP per-rank memory formulas (see memory_plan.h): shard padding and the
+// four stages as plain integer arithmetic.
+#include <strata/parallel/memory_plan.h>
+
+#include <strata/core/error.h>
+
+namespace strata::parallel {
+
+int64_t shard_elements(int64_t n, int world) {
+  STRATA_CHECK(n >= 0, "[plan_memory] a flat unit has a negative element count: ", n);
+  STRATA_CHECK(world >= 1, "[plan_memory] world size must be >= 1, got ", world);
+  return (n + world - 1) / world;
+}
+
+int64_t sharded_elements(std::span<const int64_t> units, int world) {
+  int64_t s = 0;
+  for (int64_t n : units) s += shard_elements(n, world);
+  return s;
+}
+
+int optimizer_state_count(const std::string& optim_name, double momentum) {
+  if (optim_name == "adam" || optim_name == "adamw") return 2;
+  if (optim_name == "sgd") return momentum > 0 ? 1 : 0;
+  STRATA_CHECK(false, "[plan_memory] unknown optimizer '", optim_name, "' (expected sgd|adam|adamw)");
+  return 0;
+}
+
+MemoryPlan plan_memory(const MemoryPlanInput& in) {
+  STRATA_CHECK(in.param_elements >= 0, "[plan_memory] param_elements must be >= 0, got ", in.param_elements);
+  STRATA_CHECK(in.bytes_per_element >= 1, "[plan_memory] bytes_per_element must be >= 1, got ", in.bytes_per_element);
+  STRATA_CHECK(in.optimizer_states >= 0, "[plan_memory] optimizer_states must be >= 0, got ", in.optimizer_states);
+  STRATA_CHECK(in.world_size >= 1, "[plan_memory] world_size must be >= 1, got ", in.world_size);
+  STRATA_CHECK(in.zero_stage >= 0 && in.zero_stage <= 3, "[plan_memory] zero_stage must be 0..3, got ",
+               in.zero_stage);
+  STRATA_CHECK(in.ddp_bucket_bytes >= 0, "[plan_memory] ddp_bucket_bytes must be >= 0, got ", in.ddp_bucket_bytes);
+  int64_t sharded = 0;  // Ψ': elements per rank of the padded flat shards
+  if (in.flat_units.empty()) {
+    sharded = shard_elements(in.param_elements, in.world_size);
+  } else {
+    int64_t sum = 0;
+    for (int64_t n : in.flat_units) sum += n;
+    STRATA_CHECK(sum == in.param_elements, "[plan_memory] flat units hold ", sum, " elements but the model has ",
+                 in.param_elements, " parameters");
+    sharded = sharded_elements(in.flat_units, in.world_size);
+  }
+  const int64_t b = in.bytes_per_element;
+  const int64_t full = b * in.param_elements;  // BΨ
+  const int64_t shard = b * sharded;           // BΨ'
+  MemoryPlan p;
+  p.params = in.zero_stage >= 3 ? shard : full;
+  p.grads = in.zero_stage >= 2 ? shard : full;
+  p.optimizer = int64_t(in.optimizer_states) * (in.zero_stage >= 1 ? shard : full);
+  p.comm = in.zero_stage == 0 ? in.ddp_bucket_bytes : 0;
+  return p;
+}
+
+}  // namespace strata::parallel

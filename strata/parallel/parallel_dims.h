@@ -1,0 +1,47 @@
+// ParallelDims: the degrees of every parallel dimension of one run (dp, tp, pp) and the
+// ZeRO stage, checked in one place against the world size and the model, and turned
+// into the device mesh every strategy takes its groups from (torchtitan's ParallelDims).
+#pragma once
+#include <optional>
+#include <string>
+
+#include <strata/comm/device_mesh.h>
+
+namespace strata::parallel {
+
+/// What the degrees must divide in the model (filled by the caller that knows the
+/// model; parallel/ never looks inside a concrete one). Unset fields are not checked.
+struct ModelLimits {
+  std::optional<int64_t> heads;   ///< attention heads: tp must divide them
+  std::optional<int64_t> vocab;   ///< vocabulary: tp must divide it
+  std::optional<int64_t> layers;  ///< blocks: at least pp of them
+};
+
+/// The degrees of a layout. Config keys: parallel.{dp, tp, pp, zero_stage}.
+struct ParallelDims {
+  static constexpr int kAuto = 0;
+  int dp = kAuto;      ///< data-parallel degree; kAuto = world / (tp * pp)
+  int tp = 1;          ///< tensor-parallel degree
+  int pp = 1;          ///< pipeline stages
+  int zero_stage = 0;  ///< 0 DDP (or nothing at dp 1), 1-3 ZeRO on the dp dimension
+
+  /// The same degrees with dp resolved for `world` ranks. ConfigError naming the
+  /// parallel.* key: a degree < 1, a product that is not the world size (with the
+  /// mpirun hint), or pp > 1 (not available in this version). tp > 1 is
+  /// accepted here; parallelize() refuses a model without a tensor-parallel plan.
+  ParallelDims resolve(int world) const;
+  /// ConfigError naming parallel.tp / parallel.pp and the model key when the model cannot
+  /// be split this way (heads or vocab not divisible by tp, fewer layers than pp).
+  void check_model(const ModelLimits& m) const;
+  int world() const { return dp * tp * pp; }
+  /// The mesh layout, slowest first: pp x dp x tp (tp fastest, so a tp group is
+  /// consecutive ranks on one node). dp must be resolved.
+  comm::MeshShape mesh_shape() const;
+  /// "dp 4 x tp 1 x pp 1, zero_stage 2 (ZeRO-2)"
+  std::string str() const;
+  /// The strategy on the dp dimension: "single process", "DDP" or "ZeRO-N".
+  std::string dp_strategy() const;
+  bool operator==(const ParallelDims&) const = default;
+};
+
+}  // namespace strata::parallel

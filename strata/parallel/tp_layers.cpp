@@ -1,0 +1,71 @@
+// Column/row-parallel linears: the shard arithmetic and the two forwards.
+#include <strata/parallel/tp_layers.h>
+
+#include <strata/autograd/functions.h>
+#include <strata/parallel/tp_regions.h>
+
+namespace strata::parallel {
+namespace {
+
+// The global shape viewed as (pre, parts, n, chunk, post): the axes a shard selects on.
+Shape split_view(const Shape& global, TpSplit s, int64_t n) {
+  int64_t pre = 1, post = 1;
+  for (int64_t d = 0; d < s.dim; ++d) pre *= global[size_t(d)];
+  for (size_t d = size_t(s.dim) + 1; d < global.size(); ++d) post *= global[d];
+  return {pre, s.parts, n, global[size_t(s.dim)] / (s.parts * n), post};
+}
+
+Shape shard_shape(Shape global, TpSplit s, int64_t n) {
+  global[size_t(s.dim)] /= n;
+  return global;
+}
+
+}  // namespace
+
+Tensor tp_shard(const Tensor& t, TpSplit s, int rank, int n) {
+  STRATA_CHECK(s.dim >= 0 && s.dim < t.dim() && s.parts >= 1 && t.size(s.dim) % (s.parts * n) == 0,
+               "[tp] cannot split ", shape_str(t.shape()), " along dimension ", s.dim, " into ", s.parts,
+               " part(s) x ", n, " tensor-parallel rank(s)");
+  Tensor v = ops::reshape(ops::contiguous(t), split_view(t.shape(), s, n));
+  return ops::reshape(ops::contiguous(ops::narrow(v, 2, rank, 1)), shard_shape(t.shape(), s, n));
+}
+
+Tensor tp_unshard(const Tensor& shard, TpSplit s, comm::ProcessGroup& tp) {
+  const int64_t n = tp.size();
+  Shape global = shard.shape();
+  global[size_t(s.dim)] *= n;
+  if (n == 1) return ops::clone(shard);
+  Shape v = split_view(global, s, n);  // (pre, parts, n, chunk, post)
+  Tensor buf = ops::empty({n, v[0], v[1], v[3], v[4]}, shard.dtype(), shard.device());
+  tp.all_gather(ops::contiguous(shard), buf).wait();  // block j = rank j's shard
+  return ops::reshape(ops::contiguous(ops::permute(buf, {1, 2, 0, 3, 4})), global);
+}
+
+ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& src, std::shared_ptr<comm::ProcessGroup> tp,
+                                           int64_t parts, bool gather_output)
+    : tp_(std::move(tp)), gather_output_(gather_output) {
+  STRATA_CHECK(!gather_output || parts == 1, "[ColumnParallelLinear] gather_output needs an unfused weight");
+  const TpSplit s{0, parts};
+  weight_ = &register_parameter("weight", tp_shard(src.weight(), s, tp_->rank(), tp_->size()));
+  if (src.has_bias()) bias_ = &register_parameter("bias", tp_shard(src.bias(), s, tp_->rank(), tp_->size()));
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) {
+  Tensor y = linear(copy_to_tp(x, *tp_), *weight_, bias_ ? *bias_ : Tensor());
+  return gather_output_ ? gather_from_tp(y, *tp_) : y;
+}
+
+RowParallelLinear::RowParallelLinear(const nn::Linear& src, std::shared_ptr<comm::ProcessGroup> tp,
+                                     bool input_is_parallel)
+    : tp_(std::move(tp)), input_is_parallel_(input_is_parallel) {
+  weight_ = &register_parameter("weight", tp_shard(src.weight(), {1, 1}, tp_->rank(), tp_->size()));
+  if (src.has_bias()) bias_ = &register_parameter("bias", ops::clone(src.bias()));
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x) {
+  Tensor in = input_is_parallel_ ? x : scatter_to_tp(x, *tp_);
+  Tensor y = reduce_from_tp(linear(in, *weight_, Tensor()), *tp_);
+  return bias_ ? y + *bias_ : y;  // once, after the reduce
+}
+
+}  // namespace strata::parallel

@@ -1,0 +1,18 @@
+// CPU kernels for fused causal self-attention over a packed q|k|v projection: the
+// per-head GEMMs read q, k, v and write y and d(q|k|v) in place in the packed layouts
+// (no head split/merge copies), the 1/sqrt(hd) scale rides on the GEMMs' alpha, and
+// the causal softmax touches only the lower triangle.
+#pragma once
+#include <strata/tensor/tensor.h>
+
+namespace strata::cpu {
+
+/// qkv (B, T, 3*H*hd) contiguous, q|k|v each H heads of hd -> y (B, T, H*hd) and the
+/// attention probabilities probs (B, H, T, T) (zero above the diagonal), both contiguous
+/// and preallocated. f32/f64.
+void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& probs, int64_t head_dim);
+/// dqkv (B, T, 3*H*hd) from dy (B, T, H*hd), the forward's qkv and probs; all contiguous.
+void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& probs, Tensor& dqkv,
+                                      int64_t head_dim);
+
+}  // namespace strata::cpu

@@ -1,0 +1,22 @@
+// CPU GEMM through OpenBLAS (cblas_sgemm / cblas_dgemm).
+#pragma once
+#include <cstdint>
+
+#include <strata/core/dtype.h>
+
+namespace strata::cpu {
+
+/// One row-major matrix operand: base pointer, leading dimension, transposed flag.
+struct MatRef {
+  const void* data;
+  int64_t ld;
+  bool trans;
+};
+
+/// C(m,n) = alpha * op(A)(m,k) @ op(B)(k,n) + beta * C, row-major, ldc given.
+void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, MatRef b, double beta, void* c,
+          int64_t ldc);
+/// Name of the BLAS library and its configuration (for `strata info`).
+const char* blas_info();
+
+}  // namespace strata::cpu

@@ -1,0 +1,100 @@
+// Cross-entropy fused with its softmax: one pass computes the probabilities that
+// backward needs and the per-row losses (max-shifted, so exp never overflows). Row
+// losses are summed serially in double, so the loss does not depend on the thread count.
+#include <strata/tensor/cpu/loss.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <strata/core/threads.h>
+#include <strata/tensor/cpu/softmax.h>
+#include <strata/tensor/dispatch.h>
+
+namespace strata::cpu {
+namespace {
+
+// Targets as i64 (copied when i32), validated: count of non-ignored rows.
+std::vector<int64_t> read_targets(const Tensor& target, int64_t C, int64_t ignore_index, int64_t* count) {
+  const int64_t n = target.numel();
+  std::vector<int64_t> t(size_t(n), 0);
+  if (target.dtype() == DType::i64) {
+    std::copy(target.data<int64_t>(), target.data<int64_t>() + n, t.begin());
+  } else if (target.dtype() == DType::i32) {
+    std::copy(target.data<int32_t>(), target.data<int32_t>() + n, t.begin());
+  } else {
+    STRATA_THROW(Error, "[cross_entropy] targets must be i64 or i32, got ", dtype_name(target.dtype()));
+  }
+  *count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (t[size_t(i)] == ignore_index) continue;
+    STRATA_CHECK(t[size_t(i)] >= 0 && t[size_t(i)] < C, "[cross_entropy] target ", t[size_t(i)], " at row ", i,
+                 " is out of range for ", C, " classes (ignore_index ", ignore_index, ")");
+    ++*count;
+  }
+  return t;
+}
+
+template <class T>
+double cross_entropy_impl(const T* xp, const int64_t* t, T* pp, int64_t N, int64_t C, int64_t ignore_index) {
+  std::vector<double> row_loss(size_t(N), 0.0);
+  parallel_for(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* x = xp + r * C;
+      T* p = pp + r * C;
+      const auto [mx, s] = softmax_row(x, p, C, /*log=*/false);
+      // loss_r = logsumexp(x) - x[t] = log(s) + mx - x[t]
+      if (t[r] != ignore_index) row_loss[size_t(r)] = std::log(double(s)) + double(mx) - double(x[t[r]]);
+    }
+  });
+  double total = 0;
+  for (double l : row_loss) total += l;
+  return total;
+}
+
+template <class T>
+void cross_entropy_backward_impl(const T* pp, const int64_t* t, T* dp, int64_t N, int64_t C, int64_t ignore_index,
+                                 T scale) {
+  parallel_for(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      T* d = dp + r * C;
+      if (t[r] == ignore_index) {
+        std::fill(d, d + C, T(0));
+        continue;
+      }
+      const T* p = pp + r * C;
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) d[i] = scale * p[i];
+      d[t[r]] -= scale;
+    }
+  });
+}
+
+}  // namespace
+
+void cross_entropy_kernel(const Tensor& logits, const Tensor& target, int64_t ignore_index, Tensor& loss,
+                          Tensor& probs) {
+  const int64_t N = logits.size(0), C = logits.size(1);
+  int64_t count = 0;
+  const std::vector<int64_t> t = read_targets(target, C, ignore_index, &count);
+  STRATA_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
+    const double total =
+        cross_entropy_impl<scalar_t>(logits.data<scalar_t>(), t.data(), probs.data<scalar_t>(), N, C, ignore_index);
+    *loss.data<scalar_t>() = scalar_t(count > 0 ? total / double(count) : 0.0);
+  });
+}
+
+void cross_entropy_backward_kernel(const Tensor& dloss, const Tensor& probs, const Tensor& target,
+                                   int64_t ignore_index, Tensor& dlogits) {
+  const int64_t N = probs.size(0), C = probs.size(1);
+  int64_t count = 0;
+  const std::vector<int64_t> t = read_targets(target, C, ignore_index, &count);
+  const double scale = count > 0 ? dloss.item<double>() / double(count) : 0.0;
+  STRATA_DISPATCH_FLOAT(probs.dtype(), "cross_entropy_backward", [&] {
+    cross_entropy_backward_impl<scalar_t>(probs.data<scalar_t>(), t.data(), dlogits.data<scalar_t>(), N, C,
+                                          ignore_index, scalar_t(scale));
+  });
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,275 @@
+// Layer norm runs one row per iteration (rows in parallel); its backward reads each row
+// once, writing dx and its row block's weight/bias gradient partials, summed in a fixed
+// order, so the result does not depend on the thread count. Batch norm runs one channel
+// per iteration (channels in parallel) with double accumulators.
+#include <strata/tensor/cpu/norm.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <strata/core/threads.h>
+#include <strata/tensor/dispatch.h>
+
+namespace strata::cpu {
+namespace {
+
+template <class T>
+const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+template <class T>
+T* mut_ptr_or_null(Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+template <class T>
+void layer_norm_impl(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t C,
+                     double eps) {
+  parallel_for(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * C;
+      T* yr = y + r * C;
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < C; ++i) s += xr[i];
+      const T mu = s / T(C);
+      T v = 0;
+#pragma omp simd reduction(+ : v)
+      for (int64_t i = 0; i < C; ++i) v += (xr[i] - mu) * (xr[i] - mu);
+      const T rs = T(1) / std::sqrt(v / T(C) + T(eps));
+      mean[r] = mu;
+      rstd[r] = rs;
+      if (w && b) {
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs * w[i] + b[i];
+      } else if (w) {
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs * w[i];
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs + (b ? b[i] : T(0));
+      }
+    }
+  });
+}
+
+// One block of rows of the layer norm backward, in one pass per row:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w,  xhat = (x - mean) * rstd
+// and, when dwp/dbp are given, this block's column sums dw += dy * xhat, db += dy.
+template <class T, bool kHasW>
+void layer_norm_backward_rows(const T* dy, const T* x, const T* mean, const T* rstd, const T* w, T* dx, T* dwp,
+                              T* dbp, int64_t r0, int64_t r1, int64_t C) {
+  const T inv_c = T(1) / T(C);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* gr = dy + r * C;
+    const T* xr = x + r * C;
+    T* dxr = dx + r * C;
+    const T mu = mean[r], rs = rstd[r];
+    T sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+    for (int64_t i = 0; i < C; ++i) {
+      const T g = kHasW ? gr[i] * w[i] : gr[i];
+      sg += g;
+      sgx += g * ((xr[i] - mu) * rs);
+    }
+    sg *= inv_c;
+    sgx *= inv_c;
+#pragma omp simd
+    for (int64_t i = 0; i < C; ++i) {
+      const T g = kHasW ? gr[i] * w[i] : gr[i];
+      dxr[i] = rs * (g - sg - (xr[i] - mu) * rs * sgx);
+    }
+    if (dwp) {
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) dwp[i] += gr[i] * ((xr[i] - mu) * rs);
+    }
+    if (dbp) {
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) dbp[i] += gr[i];
+    }
+  }
+}
+
+// Rows in blocks (in parallel) whose size depends only on the row count: at least
+// kLnMinRowBlock rows, at most kLnMaxBlocks blocks (bounding the partials' memory).
+// Each block writes its own dw/db partial sums, added up in block order afterwards, so
+// the result does not depend on the thread count and dy and x are read once.
+constexpr int64_t kLnMinRowBlock = 32, kLnMaxBlocks = 256;
+
+template <class T>
+void layer_norm_backward_impl(const T* dy, const T* x, const T* mean, const T* rstd, const T* w, T* dx, T* dw,
+                              T* db, int64_t rows, int64_t C) {
+  const int64_t block = std::max(kLnMinRowBlock, (rows + kLnMaxBlocks - 1) / kLnMaxBlocks);
+  const int64_t blocks = (rows + block - 1) / block;
+  std::vector<T> part_w(dw ? size_t(blocks * C) : 0, T(0)), part_b(db ? size_t(blocks * C) : 0, T(0));
+  const int64_t grain = std::max<int64_t>(1, 8192 / (block * std::max<int64_t>(C, 1)));
+  parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
+      T* pw = dw ? part_w.data() + blk * C : nullptr;
+      T* pb = db ? part_b.data() + blk * C : nullptr;
+      if (w)
+        layer_norm_backward_rows<T, true>(dy, x, mean, rstd, w, dx, pw, pb, r0, r1, C);
+      else
+        layer_norm_backward_rows<T, false>(dy, x, mean, rstd, w, dx, pw, pb, r0, r1, C);
+    }
+  });
+  const auto reduce = [&](const std::vector<T>& part, T* out) {
+    std::copy(part.begin(), part.begin() + C, out);
+    for (int64_t blk = 1; blk < blocks; ++blk) {
+      const T* p = part.data() + blk * C;
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) out[i] += p[i];
+    }
+  };
+  if (dw) reduce(part_w, dw);
+  if (db) reduce(part_b, db);
+}
+
+// Per-run reductions over one contiguous (n, c) plane of S elements, written on raw
+// pointers so that the simd reductions vectorise (a generic element functor did not).
+template <class T>
+T run_sum(const T* r, int64_t S) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < S; ++i) s += r[i];
+  return s;
+}
+template <class T>
+T run_sq_dev(const T* r, int64_t S, T m) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < S; ++i) s += (r[i] - m) * (r[i] - m);
+  return s;
+}
+// sum(dy) and sum(dy * (x - m)) of one run in a single pass.
+template <class T>
+void run_grad_sums(const T* dy, const T* x, int64_t S, T m, double& sdy, double& sdyx) {
+  T a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+  for (int64_t i = 0; i < S; ++i) {
+    a += dy[i];
+    b += dy[i] * (x[i] - m);
+  }
+  sdy += double(a);
+  sdyx += double(b);
+}
+
+template <class T>
+void batch_norm_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T* y, T* smean, T* sinv, int64_t N,
+                     int64_t C, int64_t S, bool training, double momentum, double eps) {
+  const int64_t M = N * S;
+  parallel_for(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double mu, inv;
+      if (training) {
+        double sum = 0, sq = 0;
+        for (int64_t n = 0; n < N; ++n) sum += double(run_sum(x + (n * C + c) * S, S));
+        mu = sum / double(M);
+        const T m = T(mu);
+        for (int64_t n = 0; n < N; ++n) sq += double(run_sq_dev(x + (n * C + c) * S, S, m));
+        const double var = sq / double(M);
+        inv = 1.0 / std::sqrt(var + eps);
+        if (rmean) rmean[c] = T((1 - momentum) * double(rmean[c]) + momentum * mu);
+        if (rvar) rvar[c] = T((1 - momentum) * double(rvar[c]) + momentum * var * double(M) / double(M - 1));
+      } else {
+        mu = double(rmean[c]);
+        inv = 1.0 / std::sqrt(double(rvar[c]) + eps);
+      }
+      smean[c] = T(mu);
+      sinv[c] = T(inv);
+      // y = x * scale + shift
+      const double scale_d = inv * (w ? double(w[c]) : 1.0);
+      const T scale = T(scale_d), shift = T((b ? double(b[c]) : 0.0) - mu * scale_d);
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t base = (n * C + c) * S;
+#pragma omp simd
+        for (int64_t i = base; i < base + S; ++i) y[i] = x[i] * scale + shift;
+      }
+    }
+  });
+}
+
+template <class T>
+void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* smean, const T* sinv, T* dx, T* dw,
+                              T* db, int64_t N, int64_t C, int64_t S, bool training) {
+  const int64_t M = N * S;
+  parallel_for(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const T mu = smean[c], inv = sinv[c];
+      double sdy = 0, sdyx = 0;
+      for (int64_t n = 0; n < N; ++n) run_grad_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, mu, sdy, sdyx);
+      sdyx *= double(inv);
+      dw[c] = T(sdyx);
+      db[c] = T(sdy);
+      const T k = inv * (w ? w[c] : T(1));
+      if (training) {
+        // dx = k * (dy - sum(dy)/M - xhat * sum(dy*xhat)/M)
+        const T a = T(sdy / double(M)), bq = T(sdyx / double(M)) * inv;
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t base = (n * C + c) * S;
+#pragma omp simd
+          for (int64_t i = base; i < base + S; ++i) dx[i] = k * (dy[i] - a - (x[i] - mu) * bq);
+        }
+      } else {
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t base = (n * C + c) * S;
+#pragma omp simd
+          for (int64_t i = base; i < base + S; ++i) dx[i] = k * dy[i];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, Tensor& mean, Tensor& rstd,
+                       int64_t rows, int64_t C, double eps) {
+  if (rows == 0 || C == 0) return;
+  STRATA_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
+    layer_norm_impl<scalar_t>(x.data<scalar_t>(), ptr_or_null<scalar_t>(w), ptr_or_null<scalar_t>(b),
+                              y.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(), rows, C, eps);
+  });
+}
+
+void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db, int64_t rows, int64_t C) {
+  if (C == 0) return;
+  STRATA_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward", [&] {
+    scalar_t* dwp = mut_ptr_or_null<scalar_t>(dw);
+    scalar_t* dbp = mut_ptr_or_null<scalar_t>(db);
+    if (rows == 0) {
+      if (dwp) std::fill(dwp, dwp + C, scalar_t(0));
+      if (dbp) std::fill(dbp, dbp + C, scalar_t(0));
+      return;
+    }
+    layer_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), mean.data<scalar_t>(),
+                                       rstd.data<scalar_t>(), ptr_or_null<scalar_t>(w), dx.data<scalar_t>(), dwp,
+                                       dbp, rows, C);
+  });
+}
+
+void batch_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean,
+                       Tensor& running_var, Tensor& y, Tensor& save_mean, Tensor& save_invstd, int64_t N,
+                       int64_t C, int64_t S, bool training, double momentum, double eps) {
+  STRATA_DISPATCH_FLOAT(x.dtype(), "batch_norm", [&] {
+    batch_norm_impl<scalar_t>(x.data<scalar_t>(), ptr_or_null<scalar_t>(w), ptr_or_null<scalar_t>(b),
+                              mut_ptr_or_null<scalar_t>(running_mean), mut_ptr_or_null<scalar_t>(running_var),
+                              y.data<scalar_t>(), save_mean.data<scalar_t>(), save_invstd.data<scalar_t>(), N, C,
+                              S, training, momentum, eps);
+  });
+}
+
+void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& save_mean,
+                                const Tensor& save_invstd, Tensor& dx, Tensor& dw, Tensor& db, int64_t N,
+                                int64_t C, int64_t S, bool training) {
+  STRATA_DISPATCH_FLOAT(x.dtype(), "batch_norm_backward", [&] {
+    batch_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), ptr_or_null<scalar_t>(w),
+                                       save_mean.data<scalar_t>(), save_invstd.data<scalar_t>(), dx.data<scalar_t>(),
+                                       dw.data<scalar_t>(), db.data<scalar_t>(), N, C, S, training);
+  });
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,28 @@
+// CPU kernels for layer norm (rows of a contiguous (rows, C) matrix) and batch norm
+// (channels of a contiguous (N, C, S) tensor, S = H*W or 1).
+#pragma once
+#include <cstdint>
+
+#include <strata/tensor/tensor.h>
+
+namespace strata::cpu {
+
+/// y = (x - mean) * rstd * w + b per row; w/b may be undefined. mean, rstd: (rows).
+void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, Tensor& mean, Tensor& rstd,
+                       int64_t rows, int64_t C, double eps);
+/// dx (always), dw and db (each only when defined, shape (C)).
+void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db, int64_t rows, int64_t C);
+
+/// Training: batch statistics; updates running_mean/var in place when defined
+/// (r = (1 - momentum) * r + momentum * stat, unbiased var). Eval: running statistics.
+/// save_mean / save_invstd (C) receive the statistics y was normalised with.
+void batch_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean,
+                       Tensor& running_var, Tensor& y, Tensor& save_mean, Tensor& save_invstd, int64_t N,
+                       int64_t C, int64_t S, bool training, double momentum, double eps);
+/// dx, dw (sum dy * xhat), db (sum dy); training includes the statistics' gradient.
+void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& save_mean,
+                                const Tensor& save_invstd, Tensor& dx, Tensor& dw, Tensor& db, int64_t N,
+                                int64_t C, int64_t S, bool training);
+
+}  // namespace strata::cpu

@@ -1,0 +1,206 @@
+// Pooling kernels: one (H,W) plane per iteration, planes in parallel. Windows are
+// clipped to the input, so padding is never read.
+#include <strata/tensor/cpu/pool.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <strata/core/threads.h>
+#include <strata/tensor/dispatch.h>
+
+namespace strata::cpu {
+namespace {
+
+struct PlaneGeom {
+  int64_t planes, H, W, Ho, Wo;
+};
+
+PlaneGeom plane_geom(const Tensor& x, const Tensor& y) {
+  return {x.size(0) * x.size(1), x.size(2), x.size(3), y.size(2), y.size(3)};
+}
+
+template <class F>
+void for_planes(const PlaneGeom& g, F&& fn) {
+  const int64_t work = std::max<int64_t>(1, g.H * g.W + g.Ho * g.Wo);
+  parallel_for(g.planes, std::max<int64_t>(1, 16384 / work), [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; ++pl) fn(pl);
+  });
+}
+
+// One output row of a 2x2 stride-2 unpadded max pool as vectorised selects: the
+// same result as the general loop (first max on ties, NaN wins). r0 is input row
+// 2*oh, i0 its flat index.
+template <class T>
+void max2x2_row(const T* r0, int64_t W, int64_t Wo, int64_t i0, T* y, int64_t* idx) {
+  const T* r1 = r0 + W;
+#pragma omp simd
+  for (int64_t ow = 0; ow < Wo; ++ow) {
+    const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+    // x replaces the running max m when x > m, or x is NaN and m is not
+    const bool tb = b > a || (b != b && a == a);
+    const T m1 = tb ? b : a;
+    const bool tc = c > m1 || (c != c && m1 == m1);
+    const T m2 = tc ? c : m1;
+    const bool td = d > m2 || (d != d && m2 == m2);
+    y[ow] = td ? d : m2;
+    idx[ow] = i0 + 2 * ow + (td ? W + 1 : (tc ? W : (tb ? 1 : 0)));
+  }
+}
+
+// The same row for short rows (Wo below a vector's width, e.g. 14 or 7 in small CNNs):
+// a vector loop there runs only its scalar remainder, which branches on every NaN
+// test; this scalar form compiles to selects and is several times faster.
+template <class T>
+void max2x2_row_short(const T* r0, int64_t W, int64_t Wo, int64_t i0, T* y, int64_t* idx) {
+  const T* r1 = r0 + W;
+  for (int64_t ow = 0; ow < Wo; ++ow) {
+    const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+    int64_t k = 0;
+    T m = a;
+    if (!(a + b + c + d == a + b + c + d)) {  // a NaN (or +inf with -inf): the exact NaN rule
+      if (b > m || (b != b && m == m)) m = b, k = 1;
+      if (c > m || (c != c && m == m)) m = c, k = W;
+      if (d > m || (d != d && m == m)) m = d, k = W + 1;
+    } else {  // integer masks keep the compiler from branching on random comparisons
+      int64_t t = -int64_t(b > m);
+      k = (1 & t) | (k & ~t);
+      m = b > m ? b : m;
+      t = -int64_t(c > m);
+      k = (W & t) | (k & ~t);
+      m = c > m ? c : m;
+      t = -int64_t(d > m);
+      k = ((W + 1) & t) | (k & ~t);
+      m = d > m ? d : m;
+    }
+    y[ow] = m;
+    idx[ow] = i0 + 2 * ow + k;
+  }
+}
+
+}  // namespace
+
+void max_pool2d_kernel(const Tensor& x, Tensor& y, Tensor& idx, const ops::Pool2dParams& p) {
+  if (y.numel() == 0) return;
+  const PlaneGeom g = plane_geom(x, y);
+  STRATA_DISPATCH_FLOAT(x.dtype(), "max_pool2d", [&] {
+    const scalar_t* xp = x.data<scalar_t>();
+    scalar_t* yp = y.data<scalar_t>();
+    int64_t* ip = idx.data<int64_t>();
+    const bool k2s2 = p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 &&
+                      p.pad_w == 0;
+    for_planes(g, [&](int64_t pl) {
+      const scalar_t* xs = xp + pl * g.H * g.W;
+      scalar_t* ys = yp + pl * g.Ho * g.Wo;
+      int64_t* is = ip + pl * g.Ho * g.Wo;
+      if (k2s2) {
+        for (int64_t oh = 0; oh < g.Ho; ++oh) {
+          if (g.Wo < 16)
+            max2x2_row_short(xs + 2 * oh * g.W, g.W, g.Wo, 2 * oh * g.W, ys + oh * g.Wo, is + oh * g.Wo);
+          else
+            max2x2_row(xs + 2 * oh * g.W, g.W, g.Wo, 2 * oh * g.W, ys + oh * g.Wo, is + oh * g.Wo);
+        }
+        return;
+      }
+      for (int64_t oh = 0; oh < g.Ho; ++oh) {
+        const int64_t h0 = std::max<int64_t>(oh * p.stride_h - p.pad_h, 0);
+        const int64_t h1 = std::min<int64_t>(oh * p.stride_h - p.pad_h + p.kernel_h, g.H);
+        for (int64_t ow = 0; ow < g.Wo; ++ow) {
+          const int64_t w0 = std::max<int64_t>(ow * p.stride_w - p.pad_w, 0);
+          const int64_t w1 = std::min<int64_t>(ow * p.stride_w - p.pad_w + p.kernel_w, g.W);
+          int64_t best = h0 * g.W + w0;
+          scalar_t m = xs[best];
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) {
+              const scalar_t v = xs[h * g.W + w];
+              if (v > m || (std::isnan(v) && !std::isnan(m))) {
+                m = v;
+                best = h * g.W + w;
+              }
+            }
+          ys[oh * g.Wo + ow] = m;
+          is[oh * g.Wo + ow] = best;
+        }
+      }
+    });
+  });
+}
+
+void max_pool2d_backward_kernel(const Tensor& dy, const Tensor& idx, Tensor& dx) {
+  if (dx.numel() == 0) return;
+  const PlaneGeom g = plane_geom(dx, dy);
+  STRATA_DISPATCH_FLOAT(dy.dtype(), "max_pool2d_backward", [&] {
+    const scalar_t* gp = dy.data<scalar_t>();
+    const int64_t* ip = idx.data<int64_t>();
+    scalar_t* dp = dx.data<scalar_t>();
+    for_planes(g, [&](int64_t pl) {
+      scalar_t* ds = dp + pl * g.H * g.W;
+      const scalar_t* gs = gp + pl * g.Ho * g.Wo;
+      const int64_t* is = ip + pl * g.Ho * g.Wo;
+      std::fill(ds, ds + g.H * g.W, scalar_t(0));
+      for (int64_t i = 0; i < g.Ho * g.Wo; ++i) ds[is[i]] += gs[i];
+    });
+  });
+}
+
+namespace {
+
+// One axis of an average-pool window at output position o: the input range [lo, hi) it
+// covers and PyTorch's divisor extent (the window clipped to the padded input only).
+struct AvgWindow {
+  int64_t lo, hi, divisor;
+};
+AvgWindow avg_window(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int64_t n) {
+  const int64_t start = o * stride - pad;
+  return {std::max<int64_t>(start, 0), std::min<int64_t>(start + kernel, n),
+          std::min<int64_t>(start + kernel, n + pad) - start};
+}
+
+}  // namespace
+
+void avg_pool2d_kernel(const Tensor& x, Tensor& y, const ops::Pool2dParams& p) {
+  if (y.numel() == 0) return;
+  const PlaneGeom g = plane_geom(x, y);
+  STRATA_DISPATCH_FLOAT(x.dtype(), "avg_pool2d", [&] {
+    const scalar_t* xp = x.data<scalar_t>();
+    scalar_t* yp = y.data<scalar_t>();
+    for_planes(g, [&](int64_t pl) {
+      const scalar_t* xs = xp + pl * g.H * g.W;
+      scalar_t* ys = yp + pl * g.Ho * g.Wo;
+      for (int64_t oh = 0; oh < g.Ho; ++oh) {
+        const AvgWindow wh = avg_window(oh, p.stride_h, p.pad_h, p.kernel_h, g.H);
+        for (int64_t ow = 0; ow < g.Wo; ++ow) {
+          const AvgWindow ww = avg_window(ow, p.stride_w, p.pad_w, p.kernel_w, g.W);
+          scalar_t s = 0;
+          for (int64_t h = wh.lo; h < wh.hi; ++h)
+            for (int64_t w = ww.lo; w < ww.hi; ++w) s += xs[h * g.W + w];
+          ys[oh * g.Wo + ow] = s / scalar_t(wh.divisor * ww.divisor);
+        }
+      }
+    });
+  });
+}
+
+void avg_pool2d_backward_kernel(const Tensor& dy, Tensor& dx, const ops::Pool2dParams& p) {
+  if (dx.numel() == 0) return;
+  const PlaneGeom g = plane_geom(dx, dy);
+  STRATA_DISPATCH_FLOAT(dy.dtype(), "avg_pool2d_backward", [&] {
+    const scalar_t* gp = dy.data<scalar_t>();
+    scalar_t* dp = dx.data<scalar_t>();
+    for_planes(g, [&](int64_t pl) {
+      scalar_t* ds = dp + pl * g.H * g.W;
+      const scalar_t* gs = gp + pl * g.Ho * g.Wo;
+      std::fill(ds, ds + g.H * g.W, scalar_t(0));
+      for (int64_t oh = 0; oh < g.Ho; ++oh) {
+        const AvgWindow wh = avg_window(oh, p.stride_h, p.pad_h, p.kernel_h, g.H);
+        for (int64_t ow = 0; ow < g.Wo; ++ow) {
+          const AvgWindow ww = avg_window(ow, p.stride_w, p.pad_w, p.kernel_w, g.W);
+          const scalar_t v = gs[oh * g.Wo + ow] / scalar_t(wh.divisor * ww.divisor);
+          for (int64_t h = wh.lo; h < wh.hi; ++h)
+            for (int64_t w = ww.lo; w < ww.hi; ++w) ds[h * g.W + w] += v;
+        }
+      }
+    });
+  });
+}
+
+}  // namespace strata::cpu

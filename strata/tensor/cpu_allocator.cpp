@@ -1,0 +1,208 @@
+// The CPU caching allocator: one free list per size class (tensor/size_class.h), each
+// behind its own mutex, so a block allocated on one thread (a DataParallel replica) may
+// be freed on another (the comm thread). Blocks are class-sized and 64-byte aligned.
+#include <strata/tensor/cpu_allocator.h>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <strata/tensor/size_class.h>
+#include <strata/tensor/storage.h>
+
+namespace strata {
+namespace {
+
+using detail::size_class;
+using detail::size_class_index;
+constexpr auto kRelaxed = std::memory_order_relaxed;
+constexpr size_t kNumBins = size_class_index(kCpuCacheMaxBlock, kCpuAlignment);  // classes below the max
+constexpr size_t kDefaultLimit = size_t(4) << 30;
+
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
+size_t env_limit() {
+  const char* v = std::getenv("STRATA_CPU_CACHE_LIMIT_MB");
+  if (!v || !*v) return kDefaultLimit;
+  char* end = nullptr;
+  const unsigned long long mb = std::strtoull(v, &end, 10);
+  return end && *end == '\0' ? size_t(mb) << 20 : kDefaultLimit;
+}
+
+void bump_peak(std::atomic<int64_t>& peak, int64_t v) {
+  int64_t p = peak.load(kRelaxed);
+  while (v > p && !peak.compare_exchange_weak(p, v, kRelaxed)) {
+  }
+}
+
+class CachingCpuAllocator final : public Allocator {
+ public:
+  CachingCpuAllocator()
+      : exact_(env_set("STRATA_NO_CACHING_ALLOCATOR")), enabled_(!exact_), limit_(env_limit()) {}
+
+  Device device() const override { return kCPU; }
+
+  void* allocate(size_t nbytes) override {
+    if (nbytes == 0) return nullptr;
+    requests_.fetch_add(1, kRelaxed);
+    const size_t size = block_size(nbytes);
+    void* p = nullptr;
+    if (cacheable(size) && enabled_.load(kRelaxed)) {
+      Bin& b = bins_[bin(size)];
+      std::lock_guard<std::mutex> lock(b.mu);
+      if (!b.free.empty()) {
+        p = b.free.back();
+        b.free.pop_back();
+      }
+    }
+    if (p) {
+      cache_hits_.fetch_add(1, kRelaxed);
+      cached_bytes_.fetch_sub(int64_t(size), kRelaxed);
+      cached_blocks_.fetch_sub(1, kRelaxed);
+    } else {
+      p = std::aligned_alloc(kCpuAlignment, size);
+      if (!p) {  // the cache may hold what the OS cannot give: return it and retry once
+        empty_cache();
+        p = std::aligned_alloc(kCpuAlignment, size);
+      }
+      if (!p) throw std::bad_alloc();
+      os_allocs_.fetch_add(1, kRelaxed);
+      bump_peak(peak_reserved_, reserved_.fetch_add(int64_t(size), kRelaxed) + int64_t(size));
+    }
+    allocated_.fetch_add(int64_t(size), kRelaxed);
+    return p;
+  }
+
+  // Storage's destructor calls this: never throws (a full free list frees the block).
+  void deallocate(void* p, size_t nbytes) noexcept override {
+    if (!p) return;
+    const size_t size = block_size(nbytes);
+    allocated_.fetch_sub(int64_t(size), kRelaxed);
+    if (cacheable(size) && enabled_.load(kRelaxed) && reserve_cache(size)) {
+      Bin& b = bins_[bin(size)];
+      try {
+        std::lock_guard<std::mutex> lock(b.mu);
+        b.free.push_back(p);
+        return;
+      } catch (...) {
+        cached_bytes_.fetch_sub(int64_t(size), kRelaxed);
+        cached_blocks_.fetch_sub(1, kRelaxed);
+      }
+    }
+    os_free(p, size);
+  }
+
+  void empty_cache() noexcept {
+    for (size_t i = 0; i < kNumBins; ++i) {
+      std::vector<void*> blocks;
+      {
+        std::lock_guard<std::mutex> lock(bins_[i].mu);
+        blocks.swap(bins_[i].free);
+      }
+      if (blocks.empty()) continue;
+      const size_t size = class_of_bin(i);
+      cached_bytes_.fetch_sub(int64_t(size * blocks.size()), kRelaxed);
+      cached_blocks_.fetch_sub(int64_t(blocks.size()), kRelaxed);
+      for (void* p : blocks) os_free(p, size);
+    }
+  }
+
+  bool enabled() const { return enabled_.load(kRelaxed); }
+  void set_enabled(bool on) {
+    enabled_.store(on && !exact_, kRelaxed);
+    if (!on) empty_cache();
+  }
+  size_t limit() const { return limit_.load(kRelaxed); }
+  void set_limit(size_t bytes) { limit_.store(bytes, kRelaxed); }
+
+  CpuAllocatorStats stats() const {
+    return {.allocated_bytes = allocated_.load(kRelaxed),
+            .reserved_bytes = reserved_.load(kRelaxed),
+            .peak_reserved_bytes = peak_reserved_.load(kRelaxed),
+            .cached_bytes = cached_bytes_.load(kRelaxed),
+            .cached_blocks = cached_blocks_.load(kRelaxed),
+            .requests = requests_.load(kRelaxed),
+            .cache_hits = cache_hits_.load(kRelaxed),
+            .os_allocs = os_allocs_.load(kRelaxed),
+            .os_frees = os_frees_.load(kRelaxed)};
+  }
+
+ private:
+  struct Bin {
+    std::mutex mu;
+    std::vector<void*> free;  // blocks of this bin's class, most recently freed last
+  };
+
+  // The bytes a request of nbytes gets: its size class, or (exact mode, huge blocks)
+  // the request rounded up to the alignment. A function of nbytes alone, so deallocate
+  // (which gets the same nbytes) finds the block's size without a lookup table.
+  size_t block_size(size_t nbytes) const {
+    const size_t cls = size_class(nbytes, kCpuAlignment);
+    if (exact_ || cls >= kCpuCacheMaxBlock) return (nbytes + kCpuAlignment - 1) & ~(kCpuAlignment - 1);
+    return cls;
+  }
+  bool cacheable(size_t size) const { return !exact_ && size < kCpuCacheMaxBlock; }
+  static size_t bin(size_t cls) { return size_class_index(cls, kCpuAlignment); }
+  static size_t class_of_bin(size_t i) {
+    static const std::array<size_t, kNumBins> classes = [] {
+      std::array<size_t, kNumBins> c{};
+      for (size_t n = kCpuAlignment; n < kCpuCacheMaxBlock; n = size_class(n + 1, kCpuAlignment))
+        c[bin(n)] = n;
+      return c;
+    }();
+    return classes[i];
+  }
+
+  // Counts `size` more cached bytes unless that would pass the limit.
+  bool reserve_cache(size_t size) {
+    const int64_t now = cached_bytes_.fetch_add(int64_t(size), kRelaxed) + int64_t(size);
+    if (now > int64_t(limit_.load(kRelaxed))) {
+      cached_bytes_.fetch_sub(int64_t(size), kRelaxed);
+      return false;
+    }
+    cached_blocks_.fetch_add(1, kRelaxed);
+    return true;
+  }
+
+  void os_free(void* p, size_t size) noexcept {
+    std::free(p);
+    os_frees_.fetch_add(1, kRelaxed);
+    reserved_.fetch_sub(int64_t(size), kRelaxed);
+  }
+
+  const bool exact_;  // STRATA_NO_CACHING_ALLOCATOR: exact sizes, never cached
+  std::atomic<bool> enabled_;
+  std::atomic<size_t> limit_;
+  std::array<Bin, kNumBins> bins_;
+  std::atomic<int64_t> allocated_{0}, reserved_{0}, peak_reserved_{0}, cached_bytes_{0}, cached_blocks_{0};
+  std::atomic<int64_t> requests_{0}, cache_hits_{0}, os_allocs_{0}, os_frees_{0};
+};
+
+// Never destroyed: tensors in static storage may be freed after main() returns.
+CachingCpuAllocator& the_allocator() {
+  alignas(CachingCpuAllocator) static unsigned char storage[sizeof(CachingCpuAllocator)];
+  static CachingCpuAllocator* const a = ::new (static_cast<void*>(storage)) CachingCpuAllocator();
+  return *a;
+}
+
+}  // namespace
+
+CpuAllocatorStats cpu_allocator_stats() { return the_allocator().stats(); }
+void empty_cache() { the_allocator().empty_cache(); }
+bool cpu_caching_enabled() { return the_allocator().enabled(); }
+void set_cpu_caching(bool on) { the_allocator().set_enabled(on); }
+size_t cpu_cache_limit() { return the_allocator().limit(); }
+void set_cpu_cache_limit(size_t bytes) { the_allocator().set_limit(bytes); }
+
+namespace detail {
+Allocator* cpu_caching_allocator() { return &the_allocator(); }
+}  // namespace detail
+
+}  // namespace strata

@@ -1,0 +1,95 @@
+// The CUDA kernel entry points, one per KernelTable of the op front ends, with exactly
+// the cpu:: kernels' signatures and semantics (tensor/cpu/*.h); register.cpp registers
+// them for DeviceType::CUDA under the tables' op names. Each runs on the current
+// stream of its tensors' device and returns without waiting, except where noted (index
+// and target validation, sum_squares) because the result or the error is needed on the host.
+#pragma once
+#include <cstdint>
+
+#include <strata/core/rng.h>
+#include <strata/tensor/cpu/elementwise.h>
+#include <strata/tensor/cpu/gemm.h>
+#include <strata/tensor/ops.h>
+
+namespace strata::cuda {
+
+// copy.cu: strided copy with dtype conversion, fill, device transfers
+void copy_kernel(Tensor& dst, const Tensor& src);
+void fill_kernel(Tensor& t, double value);
+/// out (contiguous, on `out`'s device) = src from another device (CPU or CUDA). Blocks
+/// until done when either side is the CPU.
+void transfer_kernel(Tensor& out, const Tensor& src);
+
+// elementwise.cu
+void binary_kernel(ops::BinaryOp op, Tensor& out, const Tensor& a, const Tensor& b);
+void binary_scalar_kernel(ops::BinaryOp op, Tensor& out, const Tensor& a, double s, bool scalar_first);
+void compare_kernel(ops::CompareOp op, Tensor& out, const Tensor& a, const Tensor& b);
+void compare_scalar_kernel(ops::CompareOp op, Tensor& out, const Tensor& a, double s);
+void unary_kernel(ops::UnaryOp op, Tensor& out, const Tensor& a);
+void where_kernel(Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
+void masked_fill_kernel(Tensor& out, const Tensor& t, const Tensor& mask, double value);
+void act_grad_kernel(cpu::ActGrad kind, Tensor& out, const Tensor& grad, const Tensor& x);
+void add_kernel(Tensor& dst, const Tensor& src, double alpha);
+void scale_kernel(Tensor& t, double s);
+
+// reduce.cu
+void sum_kernel(Tensor& out, const Tensor& in, double scale);
+void max_kernel(Tensor& values, Tensor& indices, const Tensor& in, int64_t dim);
+/// Waits for the result.
+double sum_squares_kernel(const Tensor& in);
+
+// gemm.cpp (cuBLAS)
+void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, cpu::MatRef a, cpu::MatRef b, double beta, void* c,
+          int64_t ldc);
+void gemm_batched(DType dt, int64_t batch, int64_t m, int64_t n, int64_t k, cpu::MatRef a, int64_t stride_a,
+                  cpu::MatRef b, int64_t stride_b, void* c, int64_t ldc, int64_t stride_c);
+
+// index.cu
+void index_select_kernel(Tensor& out, const Tensor& t, int64_t dim, const Tensor& idx);
+void index_add_kernel(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src);
+void gather_kernel(Tensor& out, const Tensor& t, int64_t dim, const Tensor& idx);
+void scatter_add_kernel(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src);
+void embedding_kernel(const Tensor& weight, const Tensor& idx, Tensor& out);
+void embedding_backward_kernel(const Tensor& dy, const Tensor& idx, Tensor& dw);
+
+// softmax.cu (softmax and the fused cross-entropy)
+void softmax_kernel(const Tensor& x, Tensor& y, int64_t outer, int64_t n, int64_t inner, bool log);
+void softmax_backward_kernel(const Tensor& dy, const Tensor& y, Tensor& dx, int64_t outer, int64_t n, int64_t inner,
+                             bool log);
+void cross_entropy_kernel(const Tensor& logits, const Tensor& target, int64_t ignore_index, Tensor& loss,
+                          Tensor& probs);
+void cross_entropy_backward_kernel(const Tensor& dloss, const Tensor& probs, const Tensor& target,
+                                   int64_t ignore_index, Tensor& dlogits);
+
+// norm.cu
+void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, Tensor& mean, Tensor& rstd,
+                       int64_t rows, int64_t C, double eps);
+void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db, int64_t rows, int64_t C);
+void batch_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean, Tensor& running_var,
+                       Tensor& y, Tensor& save_mean, Tensor& save_invstd, int64_t N, int64_t C, int64_t S,
+                       bool training, double momentum, double eps);
+void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& save_mean,
+                                const Tensor& save_invstd, Tensor& dx, Tensor& dw, Tensor& db, int64_t N, int64_t C,
+                                int64_t S, bool training);
+
+// conv.cpp (cuDNN)
+void conv2d_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ops::Conv2dParams& p);
+void conv2d_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db,
+                            const ops::Conv2dParams& p);
+
+// pool.cu
+void max_pool2d_kernel(const Tensor& x, Tensor& y, Tensor& idx, const ops::Pool2dParams& p);
+void max_pool2d_backward_kernel(const Tensor& dy, const Tensor& idx, Tensor& dx);
+void avg_pool2d_kernel(const Tensor& x, Tensor& y, const ops::Pool2dParams& p);
+void avg_pool2d_backward_kernel(const Tensor& dy, Tensor& dx, const ops::Pool2dParams& p);
+
+// dropout.cu (Philox masks identical to the CPU kernel's)
+void dropout_kernel(const Tensor& x, Tensor& y, Tensor& mask, double p, const Generator& gen, uint64_t base);
+void dropout_backward_kernel(const Tensor& dy, const Tensor& mask, Tensor& dx, double p);
+
+// optim.cu
+void adam_kernel(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ops::AdamParams& p);
+void sgd_kernel(Tensor& param, const Tensor& grad, Tensor& buf, const ops::SgdParams& p);
+
+}  // namespace strata::cuda

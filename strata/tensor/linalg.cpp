@@ -1,0 +1,112 @@
+// matmul / gemm_ front ends. Strided operands whose last two dims are a plain or
+// transposed matrix go to BLAS as-is (lda + trans flag); anything else is copied once.
+#include <strata/tensor/cpu/gemm.h>
+#include <strata/tensor/dispatch.h>
+#include <strata/tensor/ops.h>
+
+namespace strata::ops {
+namespace {
+
+using GemmFn = void(DType, int64_t, int64_t, int64_t, double, cpu::MatRef, cpu::MatRef, double, void*, int64_t);
+const KernelTable<GemmFn> kGemm{"matmul", {&cpu::gemm, nullptr}};
+// Optional: `batch` GEMMs whose operands sit at constant element strides (cuBLAS
+// strided-batched); devices without one loop over kGemm.
+using GemmBatchedFn = void(DType, int64_t batch, int64_t m, int64_t n, int64_t k, cpu::MatRef a, int64_t stride_a,
+                           cpu::MatRef b, int64_t stride_b, void* c, int64_t ldc, int64_t stride_c);
+const KernelTable<GemmBatchedFn> kGemmBatched{"matmul_batched", {nullptr, nullptr}};
+
+// Matrix view of the last two dims of t (rows x cols) for BLAS, or nullopt if it needs a copy.
+std::optional<std::pair<int64_t, bool>> blas_layout(const Tensor& t) {
+  const int64_t r = t.size(-2), c = t.size(-1);
+  const int64_t sr = t.stride(-2), sc = t.stride(-1);
+  if ((sc == 1 || c == 1) && sr >= std::max<int64_t>(c, 1)) return std::make_pair(sr, false);
+  if ((sr == 1 || r == 1) && sc >= std::max<int64_t>(r, 1)) return std::make_pair(sc, true);
+  return std::nullopt;
+}
+
+// Makes t BLAS-ready: returns the tensor to use and its (ld, trans).
+std::pair<Tensor, std::pair<int64_t, bool>> prepare(const Tensor& t) {
+  if (auto l = blas_layout(t)) return {t, *l};
+  Tensor c = contiguous(t);
+  return {c, {std::max<int64_t>(c.size(-1), 1), false}};
+}
+
+cpu::MatRef mat_ref(const Tensor& t, const std::pair<int64_t, bool>& l, int64_t elem_offset) {
+  const auto* base = static_cast<const char*>(t.raw_data());
+  return {base + elem_offset * int64_t(element_size(t.dtype())), l.first, l.second};
+}
+
+}  // namespace
+
+void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  const Device d = common_device("gemm_", out, a, b);
+  STRATA_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2, "[gemm_] expects 2-d operands, got ",
+               shape_str(a.shape()), " @ ", shape_str(b.shape()));
+  STRATA_CHECK(a.size(1) == b.size(0) && out.size(0) == a.size(0) && out.size(1) == b.size(1),
+               "[gemm_] shape mismatch: ", shape_str(a.shape()), " @ ", shape_str(b.shape()), " -> ",
+               shape_str(out.shape()));
+  STRATA_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "[gemm_] dtype mismatch");
+  STRATA_CHECK(out.is_contiguous(), "[gemm_] out must be contiguous");
+  auto [ta, la] = prepare(a);
+  auto [tb, lb] = prepare(b);
+  kGemm(d)(out.dtype(), a.size(0), b.size(1), a.size(1), alpha, mat_ref(ta, la, 0), mat_ref(tb, lb, 0), beta,
+           out.raw_data(), std::max<int64_t>(out.size(1), 1));
+  out.bump_version();
+}
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const Device d = common_device("matmul", a_in, b_in);
+  STRATA_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "[matmul] operands must be at least 1-d");
+  STRATA_CHECK(a_in.dtype() == b_in.dtype(), "[matmul] dtype mismatch: ", dtype_name(a_in.dtype()), " @ ",
+               dtype_name(b_in.dtype()));
+  Tensor a = a_in.dim() == 1 ? unsqueeze(a_in, 0) : a_in;
+  Tensor b = b_in.dim() == 1 ? unsqueeze(b_in, 1) : b_in;
+  const int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);
+  STRATA_CHECK(b.size(-2) == k, "[matmul] inner dimensions differ: ", shape_str(a_in.shape()), " @ ",
+               shape_str(b_in.shape()));
+  const Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch = broadcast_shapes(ab, bb);
+  Shape out_shape = batch;
+  out_shape.push_back(n);
+  out_shape.push_back(m);
+  Tensor out = Tensor::empty(out_shape, a.dtype(), d);
+
+  if (batch.empty()) {
+    gemm_(out, a, b);
+  } else {
+    Shape ea = batch, eb = batch;
+    ea.insert(ea.end(), {n, k});
+    eb.insert(eb.end(), {k, m});
+    auto [ta, la] = prepare(expand(a, ea));
+    auto [tb, lb] = prepare(expand(b, eb));
+    const int64_t nb = shape_numel(batch);
+    const int64_t nbd = int64_t(batch.size());
+    std::vector<int64_t> oa(size_t(nb), 0), ob(size_t(nb), 0);
+    bool uniform = true;  // offsets are i * (oa[1], ob[1])
+    for (int64_t i = 0; i < nb; ++i) {
+      int64_t rem = i;
+      for (int64_t dd = nbd - 1; dd >= 0; --dd) {
+        const int64_t idx = rem % batch[dd];
+        rem /= batch[dd];
+        oa[size_t(i)] += idx * ta.strides()[dd];
+        ob[size_t(i)] += idx * tb.strides()[dd];
+      }
+      if (i > 0) uniform = uniform && oa[size_t(i)] == i * oa[1] && ob[size_t(i)] == i * ob[1];
+    }
+    if (auto* batched = kGemmBatched.find(d); batched && uniform && nb > 1) {
+      batched(out.dtype(), nb, n, m, k, mat_ref(ta, la, 0), oa[1], mat_ref(tb, lb, 0), ob[1], out.raw_data(),
+              std::max<int64_t>(m, 1), n * m);
+    } else {
+      for (int64_t i = 0; i < nb; ++i) {
+        auto* o = static_cast<char*>(out.raw_data()) + i * n * m * int64_t(element_size(out.dtype()));
+        kGemm(d)(out.dtype(), n, m, k, 1.0, mat_ref(ta, la, oa[size_t(i)]), mat_ref(tb, lb, ob[size_t(i)]), 0.0, o,
+                 std::max<int64_t>(m, 1));
+      }
+    }
+  }
+  if (a_in.dim() == 1) out = squeeze(out, -2);
+  if (b_in.dim() == 1) out = squeeze(out, -1);
+  return out;
+}
+
+}  // namespace strata::ops

@@ -1,0 +1,222 @@
+// Raw tensor ops: no autograd. Each is one device-agnostic front end (checks, shape
+// logic, output allocation) that dispatches to a kernel in tensor/cpu/ (later
+// tensor/cuda/) through the table in tensor/dispatch.h. The differentiable versions
+// that models use are in autograd/functions.h and are built on these.
+//
+// Conventions: `dim` arguments accept negative values; float kernels support f32
+// and f64 (f64 is for gradcheck); outputs are new contiguous tensors unless the op is
+// a view (documented as such) or ends in `_` (in place).
+#pragma once
+#include <optional>
+#include <span>
+#include <tuple>
+#include <vector>
+
+#include <strata/core/rng.h>
+#include <strata/tensor/tensor.h>
+
+namespace strata::ops {
+
+// ---------------------------------------------------------------- creation
+Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = kCPU);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+/// [start, end) with step; dtype i64 or floating.
+Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::i64);
+/// (t, t) u8 on the CPU, 1 where j > i: the future positions causal attention masks out.
+Tensor causal_mask(int64_t t);
+/// Copies `values` into a new CPU tensor of `shape` (numel must match).
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape);
+/// Uniform in [lo, hi) / normal(mean, std) from a counter-based generator: the
+/// values depend only on the generator state, never on the thread count.
+Tensor uniform(const Shape& shape, double lo, double hi, Generator& gen, DType dtype = DType::f32);
+Tensor normal(const Shape& shape, double mean, double std, Generator& gen, DType dtype = DType::f32);
+
+// ---------------------------------------------------------------- copy / convert
+Tensor to_cpu(const Tensor& t);
+Tensor to_device(const Tensor& t, Device d);
+Tensor to_dtype(const Tensor& t, DType d);
+/// Returns t itself when already contiguous, else a contiguous copy.
+Tensor contiguous(const Tensor& t);
+Tensor clone(const Tensor& t);
+/// dst[...] = src broadcast to dst's shape (dtype converts). dst may be a strided view.
+/// src may sit on another device (as torch's copy_): it is transferred, then converted.
+void copy_(Tensor& dst, const Tensor& src);
+void fill_(Tensor& t, double value);
+
+// ---------------------------------------------------------------- views (share storage)
+/// View with a new shape; -1 infers one dim. Errors when the strides do not allow it.
+Tensor view(const Tensor& t, Shape shape);
+/// view() when possible, else a contiguous copy.
+Tensor reshape(const Tensor& t, Shape shape);
+Tensor transpose(const Tensor& t, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& t, const std::vector<int64_t>& dims);
+Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
+Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+/// Removes dimension `dim` by taking index `index`.
+Tensor select(const Tensor& t, int64_t dim, int64_t index);
+/// Broadcast view (stride 0 on expanded dims); -1 keeps a size.
+Tensor expand(const Tensor& t, const Shape& shape);
+Tensor squeeze(const Tensor& t, int64_t dim);
+Tensor unsqueeze(const Tensor& t, int64_t dim);
+Tensor flatten(const Tensor& t, int64_t start_dim = 0, int64_t end_dim = -1);
+/// Views of consecutive pieces of `sizes` along dim.
+std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim);
+std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim);
+/// Shape both broadcast to (numpy rules); throws naming both shapes.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+
+// ---------------------------------------------------------------- elementwise
+enum class BinaryOp { add, sub, mul, div, pow, maximum, minimum };
+enum class CompareOp { eq, ne, lt, le, gt, ge };
+enum class UnaryOp { neg, exp, log, sqrt, rsqrt, abs, relu, gelu, gelu_tanh, tanh, sigmoid, sign, square, reciprocal };
+
+/// Broadcasting a (op) b; dtypes must match.
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+/// a (op) s, or s (op) a when scalar_first.
+Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first = false);
+/// Broadcasting comparison; result is u8 (0/1).
+Tensor compare(CompareOp op, const Tensor& a, const Tensor& b);
+Tensor compare_scalar(CompareOp op, const Tensor& a, double s);
+Tensor unary(UnaryOp op, const Tensor& a);
+/// cond (u8) ? a : b, broadcasting all three.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// t with `value` where mask (u8, broadcast to t) is nonzero.
+Tensor masked_fill(const Tensor& t, const Tensor& mask, double value);
+/// Gradient helpers: grad * f'(x) for the activations (x = forward input, y = output).
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, bool tanh_approx);
+Tensor relu_backward(const Tensor& grad, const Tensor& y);
+Tensor tanh_backward(const Tensor& grad, const Tensor& y);
+Tensor sigmoid_backward(const Tensor& grad, const Tensor& y);
+
+// in place, contiguous fast paths; dst and src same shape unless noted
+void add_(Tensor& dst, const Tensor& src, double alpha = 1.0);  // dst += alpha * src (src broadcasts)
+void mul_(Tensor& t, double s);
+void zero_(Tensor& t);
+
+// ---------------------------------------------------------------- reductions
+/// Sum over `dims` (empty = all dims).
+Tensor sum(const Tensor& t, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& t, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+/// Max values along one dim.
+Tensor amax(const Tensor& t, int64_t dim, bool keepdim = false);
+/// Index (i64) of the max along dim (first one on ties).
+Tensor argmax(const Tensor& t, int64_t dim, bool keepdim = false);
+/// Sums a broadcast gradient back to `shape` (the inverse of broadcasting).
+Tensor sum_to_shape(const Tensor& t, const Shape& shape);
+/// sum of squares of all elements, in f64 (grad-norm clipping).
+double sum_squares(const Tensor& t);
+
+// ---------------------------------------------------------------- linear algebra
+/// Matrix product with numpy semantics: (n,k)@(k,m); batched (...,n,k)@(...,k,m) with
+/// broadcast batch dims; 1-D operands are promoted. Transposed views go to BLAS as
+/// transposes, not copies.
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// out = alpha * op(a) @ op(b) + beta * out for 2-D f32/f64; out must be contiguous.
+void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0, double beta = 0.0);
+
+// ---------------------------------------------------------------- indexing / joining
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim);
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim);
+/// Rows of t along dim picked by idx (1-D i64/i32).
+Tensor index_select(const Tensor& t, int64_t dim, const Tensor& idx);
+/// out[..idx..] += src along dim (inverse of index_select); out has `shape`.
+Tensor index_add(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src);
+/// out[i][j] = t[i][idx[i][j]] for dim=1 (general dims), idx i64 same rank as t.
+Tensor gather(const Tensor& t, int64_t dim, const Tensor& idx);
+/// Zeros of `shape` with src scattered (added) at idx along dim; inverse of gather.
+Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src);
+
+// ---------------------------------------------------------------- neural-network kernels
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+/// dx from dy and the forward output y.
+Tensor softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim);
+Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim);
+
+/// Over the last dim of x (..., C); weight/bias (C) may be undefined.
+/// Returns y, mean (rows), rstd (rows).
+std::tuple<Tensor, Tensor, Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                              double eps);
+/// Returns dx, dweight, dbias (the last two undefined when weight/bias are).
+std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                                       const Tensor& rstd, const Tensor& weight, bool has_bias);
+
+/// x (N,C,H,W) or (N,C); training uses batch stats and updates running stats in
+/// place (unbiased var, PyTorch momentum convention). Returns y, save_mean, save_invstd.
+std::tuple<Tensor, Tensor, Tensor> batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                              Tensor& running_mean, Tensor& running_var, bool training,
+                                              double momentum, double eps);
+std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                                       const Tensor& save_mean, const Tensor& save_invstd,
+                                                       bool training);
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+/// x (N,C,H,W), w (O,C,kh,kw), b (O) or undefined -> (N,O,Ho,Wo). im2col + GEMM.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
+/// Returns dx, dw, db (db undefined when has_bias is false; dx undefined, and on CPU not
+/// computed, when need_input_grad is false, e.g. for a first layer whose input needs no
+/// gradient).
+std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                                   bool has_bias, const Conv2dParams& p,
+                                                   bool need_input_grad = true);
+
+struct Pool2dParams {
+  int64_t kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
+};
+/// Returns y and the argmax indices (i64, flat over H*W of each plane).
+std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p);
+Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& x_shape);
+/// count_include_pad = true (PyTorch default).
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);
+Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2dParams& p);
+
+/// weight (V,D), idx any shape of i64/i32 -> idx.shape + (D).
+Tensor embedding(const Tensor& weight, const Tensor& idx);
+/// Scatter-add of dy rows into a (V,D) zero gradient.
+Tensor embedding_backward(const Tensor& dy, const Tensor& idx, int64_t num_weights);
+
+/// Mean cross-entropy of logits (N,C) against targets (N) i64, skipping ignore_index.
+/// Returns the scalar loss and the softmax probabilities (N,C) for backward.
+/// The mean is over non-ignored targets (0 loss if there are none).
+std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index);
+/// d logits = dloss * (probs - onehot(target)) / count, zero rows for ignored targets.
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& probs, const Tensor& target,
+                              int64_t ignore_index);
+
+/// Causal self-attention of a packed projection: qkv (B, T, 3*H*hd) holds q|k|v, each H
+/// heads of head_dim hd. y = softmax(q k^T / sqrt(hd), causal) v per head, merged back
+/// to (B, T, H*hd). Returns y and the probabilities (B, H, T, T) that backward needs
+/// (zero above the diagonal). No dropout on the probabilities.
+std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim);
+/// d qkv (B, T, 3*H*hd) from dy (B, T, H*hd), the forward's qkv and probabilities.
+Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, int64_t head_dim);
+
+/// Inverted dropout: returns y = x * mask / (1-p) and the mask (u8).
+std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen);
+/// dy * mask / (1-p)
+Tensor dropout_backward(const Tensor& dy, const Tensor& mask, double p);
+
+// ---------------------------------------------------------------- optimizer kernels (in place)
+struct AdamParams {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t step;        // 1-based, for bias correction
+  bool decoupled;      // true: AdamW (decay the weight), false: Adam (L2 into grad)
+};
+/// Fused Adam/AdamW update of param using grad and state m, v (all same shape, contiguous).
+void adam_step_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamParams& p);
+struct SgdParams {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+  bool first_step;  // momentum buffer is initialised to grad on the first step
+};
+/// SGD with momentum/nesterov/weight decay; buf may be undefined when momentum == 0.
+void sgd_step_(Tensor& param, const Tensor& grad, Tensor& buf, const SgdParams& p);
+
+}  // namespace strata::ops
