@@ -49,7 +49,7 @@ function(strata_tensor_add_cuda)
   string(REPLACE ";" "," strata_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
   target_compile_definitions(strata_tensor PRIVATE STRATA_CUDA_ARCHS="${strata_cuda_archs}")
   # cudart is public: tensor/cuda/runtime.h (streams, events) includes its header.
-  target_link_libraries(strata_tensor PUBLIC CUDA::cudart PRIVATE CUDA::cublas CUDA::cublasLt)
+  target_link_libraries(strata_tensor PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
   if(STRATA_WITH_CUDNN)
     target_compile_definitions(strata_tensor PRIVATE STRATA_WITH_CUDNN)
     target_include_directories(strata_tensor PRIVATE ${STRATA_CUDNN_INCLUDE_DIR})

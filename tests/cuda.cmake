@@ -10,7 +10,9 @@ if(STRATA_WITH_CUDA)
   list(APPEND strata_cuda_test_srcs ${strata_cuda_device_srcs})
 endif()
 add_executable(strata_test_cuda ${strata_cuda_test_srcs})
-target_link_libraries(strata_test_cuda PRIVATE strata strata_apps strata_warnings GTest::gtest GTest::gtest_main)
+# The device tests call the CUDA runtime themselves (strata links it privately).
+target_link_libraries(strata_test_cuda PRIVATE strata strata_apps strata_warnings GTest::gtest GTest::gtest_main
+                      $<$<BOOL:${STRATA_WITH_CUDA}>:CUDA::cudart>)
 target_compile_definitions(strata_test_cuda PRIVATE STRATA_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 gtest_discover_tests(strata_test_cuda PROPERTIES LABELS cuda DISCOVERY_TIMEOUT 60)
 

@@ -42,7 +42,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     STRATA_CHECK(r.defined() && r.requires_grad(), "[backward] root ", i,
-                 " does not require grad (no parameter or input with requires_grad reached it)");
+                 " does not require grad: no parameter or input with requires_grad reached it. If it was "
+                 "computed with strata::ops:: functions, those record no autograd graph: use the "
+                 "differentiable functions of <strata/autograd/functions.h> (strata::matmul, "
+                 "strata::add, ...) on the path from the parameters to the loss");
     Tensor g = grad_outputs[i];
     if (!g.defined()) {
       STRATA_CHECK(r.numel() == 1, "[backward] grad_output is required for a non-scalar root ",

@@ -41,6 +41,23 @@ TEST(Engine, LeafGradAccumulatesAcrossBackwardCalls) {
   expect_vec_near(x.grad(), scaled(x, 4));
 }
 
+// A loss computed with the raw ops (no graph) is refused at backward with the cause named,
+// not a bare "does not require grad".
+TEST(Engine, BackwardOnRawOpsResultNamesTheOpsNamespace) {
+  Tensor w = leaf({3, 2}, 2);
+  const Tensor x = ops::ones({4, 3}, DType::f64);
+  const Tensor raw_loss = ops::sum(ops::matmul(x, w));
+  try {
+    backward(raw_loss);
+    FAIL() << "backward accepted a tensor no parameter reached";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("strata::ops::"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("strata::matmul"), std::string::npos) << e.what();
+  }
+  backward(sum(matmul(x, w)));  // the differentiable spelling reaches w
+  EXPECT_TRUE(w.grad().defined());
+}
+
 TEST(Engine, TensorUsedTwiceGetsSummedGradient) {
   Tensor x = leaf({4}, 2);
   backward(sum(add(x, x)));

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include <strata/core/threads.h>
+#include <strata/tensor/cpu/parallel_for.h>
 
 namespace strata::cpu {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <strata/core/threads.h>
+#include <strata/tensor/cpu/parallel_for.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {

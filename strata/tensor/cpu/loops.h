@@ -5,7 +5,7 @@
 #include <array>
 #include <cstdint>
 
-#include <strata/core/threads.h>
+#include <strata/tensor/cpu/parallel_for.h>
 #include <strata/tensor/tensor.h>
 
 namespace strata::cpu {

@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include <strata/core/threads.h>
+#include <strata/tensor/cpu/parallel_for.h>
 #include <strata/tensor/cpu/softmax.h>
 #include <strata/tensor/dispatch.h>
 

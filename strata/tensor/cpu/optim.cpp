@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include <strata/core/threads.h>
+#include <strata/tensor/cpu/parallel_for.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {

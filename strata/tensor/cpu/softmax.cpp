@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <limits>
 
-#include <strata/core/threads.h>
+#include <strata/tensor/cpu/parallel_for.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
