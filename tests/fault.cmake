@@ -11,3 +11,16 @@ if(strata_fault_mpirun)
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   endforeach()
 endif()
+
+# Checkpoint writes that fail (label fault): a file size limit (EFBIG), a process killed
+# mid-write (SIGXFSZ), a full tmpfs (ENOSPC; skipped without a mount namespace) and a ZeRO-3
+# rank killed while writing its shard: the previous checkpoint stays loadable under LATEST,
+# the half-written step_N.tmp is removed on resume, and the resume is bit-exact.
+foreach(mode efbig crash tmpfs zero3_crash)
+  add_test(NAME fault_ckpt_${mode}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_fault.sh ${mode} $<TARGET_FILE:strata_cli>
+                   ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/fault/ckpt_${mode} ${strata_fault_mpirun})
+  set_tests_properties(fault_ckpt_${mode} PROPERTIES LABELS "e2e;fault" TIMEOUT 120 SKIP_REGULAR_EXPRESSION "SKIPPED:"
+                       FAIL_REGULAR_EXPRESSION "FAIL:")
+endforeach()
+set_tests_properties(fault_ckpt_zero3_crash PROPERTIES LABELS "e2e;dist;fault" PROCESSORS 2)
