@@ -26,3 +26,15 @@ foreach(mode efbig crash tmpfs zero3_crash)
                        FAIL_REGULAR_EXPRESSION "FAIL:")
 endforeach()
 set_tests_properties(fault_ckpt_zero3_crash PROPERTIES LABELS "e2e;dist;fault" PROCESSORS 2)
+
+# A host cut off the network (label multihost): two network-namespace hosts, host 2's link
+# taken down mid-training; rank 0 reports its timeout and mpirun exits within
+# comm.timeout_s + 30 s with the teardown flags of run.sh (scripts/mpi_fault_flags.sh).
+# Skipped without root / network namespaces.
+if(strata_fault_mpirun)
+  add_test(NAME fault_multihost_cut
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/multihost_cut.sh $<TARGET_FILE:strata_cli> ${strata_fault_mpirun}
+                   ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/fault/multihost_cut)
+  set_tests_properties(fault_multihost_cut PROPERTIES LABELS "e2e;dist;fault;multihost" TIMEOUT 120 PROCESSORS 2
+                       SKIP_REGULAR_EXPRESSION "SKIPPED:" FAIL_REGULAR_EXPRESSION "FAIL:")
+endif()
