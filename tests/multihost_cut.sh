@@ -20,6 +20,11 @@ command -v ip > /dev/null || { echo "SKIPPED: no iproute2 (ip)"; exit 0; }
 if ! ip netns add "${NETNS_PREFIX}probe" 2> /dev/null; then echo "SKIPPED: cannot create a network namespace"; exit 0; fi
 ip netns del "${NETNS_PREFIX}probe"
 
+# Hosts left by an earlier run that was killed before its trap ran (a ctest timeout).
+for old in $(ip netns list | sed -nE 's/^sf([0-9]+)-h[0-9]+.*/\1/p' | sort -u); do
+  kill -0 "$old" 2> /dev/null || NETNS_PREFIX="sf$old-h" bash "$hosts" down > /dev/null 2>&1
+done
+
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work" || exit 1
