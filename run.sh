@@ -17,6 +17,18 @@ shift || true
 if [[ -n "${RANKS:-}" || "$CONFIG" =~ _(ddp|zero[0-9]*)\.yaml$ ]]; then
   MPI_FLAGS=(--oversubscribe)
   if [[ $(id -u) -eq 0 ]]; then MPI_FLAGS+=(--allow-run-as-root); fi
+  # A host that drops off the network must not hang mpirun: OpenMPI teardown bounds for the
+  # run's comm.timeout_s (from --set comm.timeout_s=N, else the config's timeout_s, else
+  # strata's default 300); docs/reliability.md explains them.
+  TIMEOUT_S=$(grep -oE 'timeout_s: *[0-9]+' "$CONFIG" | grep -oE '[0-9]+$' | head -n 1 || true)
+  prev=
+  for a in "$@"; do
+    [[ "$a" =~ ^(--set=)?comm\.timeout_s=([0-9]+) && ( -n "${BASH_REMATCH[1]}" || "$prev" == --set ) ]] &&
+      TIMEOUT_S=${BASH_REMATCH[2]}
+    prev=$a
+  done
+  read -r -a TEARDOWN <<< "$(scripts/mpi_fault_flags.sh "${TIMEOUT_S:-300}")"
+  MPI_FLAGS+=("${TEARDOWN[@]}")
   exec mpirun "${MPI_FLAGS[@]}" -np "${RANKS:-2}" "$BUILD_DIR/strata" train --config "$CONFIG" "$@"
 fi
 exec "$BUILD_DIR/strata" train --config "$CONFIG" "$@"

@@ -2,7 +2,12 @@
 # A rank of `mpirun -np 3 strata train` dies (SIGKILL) or hangs (SIGSTOP) mid-run, killed
 # from outside as a user's OOM killer or a bad node would: checks that the survivors say
 # so in strata's own words, exit 3, and that the job ends within comm.timeout_s + 10 s.
-#   train_fault.sh kill|stop STRATA MPIRUN SRC WORK      (registered by tests/fault.cmake)
+# After a kill, the last complete checkpoint (one every 3 steps) must resume and log the
+# killed run's losses again, bit for bit.
+#   train_fault.sh MODE STRATA MPIRUN SRC WORK      (registered by tests/fault.cmake)
+#   MODE: kill, stop (DDP, 3 ranks); kill_zero3 (ZeRO-3, 3 ranks); shrink (DDP, 2 ranks,
+#   rank 1 killed, then the job restarts on 1 process from the last checkpoint and must
+#   match, to float tolerance, a 1-process run that never failed)
 #   train_fault.sh rank WORK CMD...   (internal: runs one rank, records its pid and status)
 set -u
 
@@ -33,7 +38,21 @@ mode=$1 strata=$2 mpirun=$3 src=$4 work=$5
 timeout_s=5  # comm.timeout_s of the run
 limit=$((timeout_s + 10))
 victim=1
+np=3
 survivors="0 2"
+extra=()
+case $mode in
+  kill | stop) ;;
+  kill_zero3) extra=(--set parallel.zero_stage=3) ;;
+  shrink) np=2 survivors=0 ;;
+  *) echo "FAIL: unknown mode $mode"; exit 1 ;;
+esac
+ranks=$(seq 0 $((np - 1)))
+# No dropout (its masks are per rank) and a constant LR (max_steps does not change the
+# schedule): a resume must log exactly the losses the killed run logged.
+common=(--config "$src/tests/data_files/tiny_mlp.yaml" --set model.dropout=0 --set schedule.name=constant
+        --set train.batch_size=12 --set train.log_every=1 --set train.eval_every=0 --set train.checkpoint_every=3
+        "${extra[@]}")
 fail() {
   echo "FAIL: $*"
   echo "----- mpirun output -----"
@@ -55,24 +74,23 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work" || exit 1
-# tiny_mlp on 3 ranks, one thread each, long enough never to finish by itself.
+# tiny_mlp on np ranks, one thread each, long enough never to finish by itself.
 t0=$(now)
-"$mpirun" --oversubscribe --allow-run-as-root -np 3 bash "$src/tests/train_fault.sh" rank "$work" \
-  "$strata" train --config "$src/tests/data_files/tiny_mlp.yaml" --set run.dir=run \
-  --set train.batch_size=12 --set train.max_steps=1000000 --set train.log_every=1 --set train.eval_every=0 \
-  --set train.checkpoint_every=0 --set comm.timeout_s=$timeout_s < /dev/null > out.txt 2>&1 &
+"$mpirun" --oversubscribe --allow-run-as-root -np $np bash "$src/tests/train_fault.sh" rank "$work" \
+  "$strata" train "${common[@]}" --set run.dir=run --set train.max_steps=1000000 \
+  --set comm.timeout_s=$timeout_s < /dev/null > out.txt 2>&1 &
 mp=$!
 
 # Wait until the run is training: rank 0 has logged 5 steps (the world-averaged loss,
 # so every rank has taken part in those all-reduces).
 for _ in $(seq 600); do
   n=$(grep -c '"type":"train"' run/metrics.jsonl 2> /dev/null)
-  [ "${n:-0}" -ge 5 ] && break
+  [ "${n:-0}" -ge 5 ] && [ -s run/checkpoints/LATEST ] && break
   kill -0 "$mp" 2> /dev/null || fail "mpirun ended before training started"
   sleep 0.05
 done
 [ "${n:-0}" -ge 5 ] || fail "no training steps logged after 30 s"
-for r in 0 1 2; do [ -s "pid.$r" ] || fail "rank $r recorded no pid"; done
+for r in $ranks; do [ -s "pid.$r" ] || fail "rank $r recorded no pid"; done
 pid=$(cat "pid.$victim")
 sig=KILL
 [ "$mode" = stop ] && sig=STOP
@@ -93,7 +111,7 @@ rc=$?
 t_end=$(now)
 took=$(elapsed "$t_fault" "$t_end")
 echo "mpirun exit status $rc, $took s after SIG$sig"
-for r in 0 1 2; do echo "rank $r exit status: $(cat "exit.$r" 2> /dev/null || echo '(none recorded)')"; done
+for r in $ranks; do echo "rank $r exit status: $(cat "exit.$r" 2> /dev/null || echo '(none recorded)')"; done
 [ "$rc" -ne 0 ] || fail "mpirun exited 0"
 
 # Each survivor's own report (not mpirun's "exited on signal 9"): its rank, the op in
@@ -113,9 +131,9 @@ for r in $survivors; do
     [ -n "$line" ] || fail "rank $r exited 3 but printed no 'strata: error: rank $r: communication failed' line"
   fi
   [ -n "$line" ] || continue
-  echo "$line" | grep -Eq "[a-z_]+ seq [0-9]+ in group '[^']+' \(mpi, 3 ranks\) on rank $r" ||
+  echo "$line" | grep -Eq "[a-z_]+ seq [0-9]+ in group '[^']+' \(mpi, $np ranks\) on rank $r" ||
     fail "rank $r's report names no op: $line"
-  if [ "$mode" = kill ]; then
+  if [ "$mode" != stop ]; then
     echo "$line" | grep -q "lost peer: .*rank $victim (pid $pid on " ||
       fail "rank $r's report does not name rank $victim (pid $pid): $line"
   elif echo "$line" | grep -q "timed out after $timeout_s s (comm.timeout_s)"; then
@@ -129,5 +147,52 @@ if [ "$mode" = stop ]; then
   # so the other may report that one's death instead): not before it, not long after.
   [ "${timeouts:-0}" -ge 1 ] || fail "no survivor reported the comm.timeout_s timeout"
   awk -v t="$took" -v l="$timeout_s" 'BEGIN { exit !(t >= l) }' || fail "ended after $took s, before comm.timeout_s"
+  echo "PASS"
+  exit 0
 fi
+
+# The last complete checkpoint resumes: at the same world size bit for bit; at N-1 = 1
+# process (shrink) to float tolerance. Reference: a run that never failed, at the world
+# size of the resume, a few steps past the last step the killed run logged.
+losses() { grep '"type":"train"' "$1" | sed -E 's/.*"loss":([^,]*),.*"step":([0-9]+),.*/\2 \1/'; }
+cp run/metrics.jsonl killed.jsonl
+ckpt=$(cat run/checkpoints/LATEST 2> /dev/null) || fail "the killed run left no LATEST"
+k=$((10#${ckpt#step_}))
+last=$(losses killed.jsonl | tail -n 1 | cut -d' ' -f1)
+end=$((last + 3))
+echo "killed at step $last; LATEST names $ckpt; resuming to step $end; left behind: $(ls run/checkpoints | tr '\n' ' ')"
+resume_np=$np
+[ "$mode" = shrink ] && resume_np=1
+launch() {  # launch DIR STEPS [args]: the run at resume_np ranks
+  local dir=$1 steps=$2
+  shift 2
+  local pre=()
+  [ "$resume_np" -gt 1 ] && pre=("$mpirun" --oversubscribe --allow-run-as-root -np "$resume_np")
+  "${pre[@]}" "$strata" train "${common[@]}" --set run.dir="$dir" --set train.max_steps="$steps" "$@" \
+    < /dev/null > "$dir.out" 2>&1 || { cat "$dir.out"; fail "the run in $dir failed"; }
+}
+launch straight "$end"
+launch run "$end" --resume auto
+grep -q "resumed from run/checkpoints/$ckpt at step $k" run.out || { cat run.out; fail "did not resume from $ckpt"; }
+[ -z "$(ls -d run/checkpoints/*.tmp* 2> /dev/null)" ] || fail "a stale step_N.tmp survived the resume"
+losses straight/metrics.jsonl > straight.txt
+losses killed.jsonl > killed.txt
+losses run/metrics.jsonl | tail -n $((end - k)) > resumed.txt
+[ "$(head -n 1 resumed.txt | cut -d' ' -f1)" = $((k + 1)) ] || fail "the resumed run's first step is not $((k + 1))"
+# compare A B TOL WHAT: the losses of A's steps equal B's (relative TOL; 0 = bit for bit).
+compare() {
+  awk -v tol="$3" -v what="$4" 'NR == FNR { ref[$1] = $2; next }
+    { if (!($1 in ref)) { print what ": no reference for step " $1; bad = 1; next }
+      d = $2 - ref[$1]; if (d < 0) d = -d; m = ref[$1] < 0 ? -ref[$1] : ref[$1]
+      if ((tol == 0 && $2 != ref[$1]) || d > tol * m) { print what ": step " $1 ": " $2 " vs " ref[$1]; bad = 1 } n++ }
+    END { if (!n) { print what ": no steps"; bad = 1 } exit bad }' "$2" "$1" || fail "$4 differ"
+}
+if [ "$mode" = shrink ]; then
+  compare killed.txt straight.txt 1e-5 "2-rank losses before the kill vs the 1-process run"
+  compare resumed.txt straight.txt 1e-5 "1-process restart from the 2-rank checkpoint vs the 1-process run"
+else
+  compare killed.txt straight.txt 0 "losses of the killed run vs the run that never failed"
+  compare resumed.txt straight.txt 0 "resumed losses vs the run that never failed"
+fi
+echo "resumed steps $((k + 1))-$end match the run that never failed ($(head -n 1 resumed.txt) ... $(tail -n 1 resumed.txt))"
 echo "PASS"

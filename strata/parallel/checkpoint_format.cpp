@@ -49,7 +49,9 @@ void check_coverage(const std::vector<PieceRecord>& records, const std::string& 
   std::map<std::string, std::vector<const PieceRecord*>> by_name;
   for (const PieceRecord& r : records) by_name[r.name].push_back(&r);
   auto in = [](const PieceRecord* p) { return p->file.empty() ? std::string() : " in '" + p->file + "'"; };
-  for (auto& [name, ps] : by_name) {
+  for (auto& entry : by_name) {
+    const std::string& name = entry.first;  // not a structured binding: clang 14 cannot capture one
+    std::vector<const PieceRecord*>& ps = entry.second;
     auto fail = [&](const auto&... msg) { STRATA_THROW(DataError, where, ": tensor '", name, "': ", msg...); };
     const PieceRecord& first = *ps.front();
     if (!checked_numel(first.shape)) fail("invalid global shape ", shape_str(first.shape));

@@ -161,7 +161,9 @@ void CheckpointReader::open_index(const std::string& text, const std::string& in
         checksums_[it->second] = uint32_t(crc);
       }
     }
-    for (const auto& [name, t] : j.at("tensors").items()) {
+    for (const auto& item : j.at("tensors").items()) {
+      const std::string& name = item.key();  // not a structured binding: clang 14 cannot capture one
+      const nlohmann::json& t = item.value();
       auto bad = [&](const auto&... msg) { fail("tensor '", name, "': ", msg...); };
       TensorInfo info;
       const std::string dt = t.at("dtype").get<std::string>();

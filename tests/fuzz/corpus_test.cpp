@@ -8,6 +8,9 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <strata/parallel/checkpoint_reader.h>
 
 #include "fuzz_targets.h"
 
@@ -31,5 +34,23 @@ int run_corpus(const std::string& name, F target) {
 TEST(FuzzCorpus, Config) { EXPECT_GE(run_corpus("config", strata::fuzz::config), 10); }
 TEST(FuzzCorpus, TrainConfig) { EXPECT_GE(run_corpus("config", strata::fuzz::train_config), 10); }
 TEST(FuzzCorpus, Idx) { EXPECT_GE(run_corpus("idx", strata::fuzz::idx), 10); }
+TEST(FuzzCorpus, Safetensors) { EXPECT_GE(run_corpus("safetensors", strata::fuzz::safetensors), 10); }
+TEST(FuzzCorpus, CheckpointIndex) { EXPECT_GE(run_corpus("index", strata::fuzz::checkpoint_index), 10); }
+
+// The index harness's seed is a real checkpoint: its valid index must open next to the
+// fixture shards, or the harness would only ever fuzz the error paths.
+TEST(FuzzCorpus, IndexSeedOpens) {
+  namespace fs = std::filesystem;
+  const fs::path src(STRATA_SOURCE_DIR);
+  const fs::path dir = fs::temp_directory_path() / ("strata_fuzz_seed_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(src / "tests/fuzz/index_shards")) fs::copy_file(e.path(), dir / e.path().filename());
+  fs::copy_file(src / "tests/fuzz/corpus/index/valid.json", dir / "index.json");
+  const strata::parallel::CheckpointReader ck(dir.string());
+  EXPECT_EQ(ck.world_size(), 2);
+  EXPECT_GT(ck.names().size(), 4u);
+  for (const std::string& n : ck.names()) EXPECT_EQ(ck.read_full(n).shape(), ck.global_shape(n)) << n;
+  fs::remove_all(dir);
+}
 
 }  // namespace

@@ -16,5 +16,10 @@ int config(const uint8_t* data, size_t size);
 int train_config(const uint8_t* data, size_t size);
 /// The bytes as an IDX file (raw or gzip), read as images and as labels.
 int idx(const uint8_t* data, size_t size);
+/// The bytes as a safetensors file: header, load_safetensors, SafetensorsFile reads.
+int safetensors(const uint8_t* data, size_t size);
+/// The bytes as index.json of a checkpoint directory holding the two shard files of
+/// tests/fuzz/index_shards/: CheckpointReader::open, then read_full of every tensor.
+int checkpoint_index(const uint8_t* data, size_t size);
 
 }  // namespace strata::fuzz

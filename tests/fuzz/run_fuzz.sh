@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_EACH=${1:-300}
 shift || true
-HARNESSES=("${@:-config idx}")
+HARNESSES=("${@:-config idx safetensors index}")
 read -r -a HARNESSES <<<"${HARNESSES[*]}"
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"

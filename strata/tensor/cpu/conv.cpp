@@ -80,7 +80,9 @@ void col2im_plane(const T* col, T* dxp, int64_t ld, const Geom& g) {
   for (int64_t i = 0; i < g.kh; ++i)
     for (int64_t j = 0; j < g.kw; ++j) {
       const T* row = col + (i * g.kw + j) * ld;
-      const auto [lo, hi] = valid_cols(g, j);
+      // Plain variables, not a structured binding: clang 14 cannot capture one in the simd region.
+      const std::pair<int64_t, int64_t> cols = valid_cols(g, j);
+      const int64_t lo = cols.first, hi = cols.second;
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
         const int64_t ih = oh * g.sh - g.ph + i;
         if (ih < 0 || ih >= g.H) continue;

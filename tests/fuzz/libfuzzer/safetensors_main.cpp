@@ -1,0 +1,4 @@
+// libFuzzer entry for the safetensors harness (built with -DSTRATA_FUZZ=ON and clang).
+#include "../fuzz_targets.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { return strata::fuzz::safetensors(data, size); }

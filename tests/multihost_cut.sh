@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# A host cut off the network mid-training (issue 13): mpirun -np 2 across two network-
+# namespace hosts (tests/netns_hosts.sh), DDP, comm.timeout_s 10, with the teardown flags
+# run.sh uses (scripts/mpi_fault_flags.sh). Host 2's link goes down after 5 steps; the rank on
+# host 1 must report its own timeout, mpirun must exit non-zero within comm.timeout_s + 30 s,
+# and no daemon or rank may be left in either host. Skipped where namespaces cannot be made.
+#   multihost_cut.sh STRATA MPIRUN SRC WORK          (registered by tests/fault.cmake)
+set -u
+strata=$1 mpirun=$2 src=$3 work=$4
+timeout_s=10
+limit=$((timeout_s + 30))
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATA_NO_REEXEC=1
+# Hosts and subnet of this run only, so concurrent runs on one machine do not collide.
+export NETNS_PREFIX="sf$$-h" NETNS_NET="10.78.$(($$ % 250)).0"
+NETNS_NET=${NETNS_NET%.0}
+hosts="$src/tests/netns_hosts.sh"
+
+[ "$(id -u)" = 0 ] || { echo "SKIPPED: needs root for network namespaces"; exit 0; }
+command -v ip > /dev/null || { echo "SKIPPED: no iproute2 (ip)"; exit 0; }
+if ! ip netns add "${NETNS_PREFIX}probe" 2> /dev/null; then echo "SKIPPED: cannot create a network namespace"; exit 0; fi
+ip netns del "${NETNS_PREFIX}probe"
+
+# Hosts left by an earlier run that was killed before its trap ran (a ctest timeout).
+for old in $(ip netns list | sed -nE 's/^sf([0-9]+)-h[0-9]+.*/\1/p' | sort -u); do
+  kill -0 "$old" 2> /dev/null || NETNS_PREFIX="sf$old-h" bash "$hosts" down > /dev/null 2>&1
+done
+
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work" || exit 1
+leftovers() { for i in 1 2; do ip netns pids "$NETNS_PREFIX$i" 2> /dev/null; done; }
+cleanup() {
+  [ -n "${mp:-}" ] && kill -0 "$mp" 2> /dev/null && kill -KILL "$mp"
+  for p in $(leftovers); do kill -KILL "$p" 2> /dev/null; done
+  bash "$hosts" down > /dev/null 2>&1
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  echo "----- mpirun output -----"
+  cat out.txt
+  exit 1
+}
+now() { date +%s.%N; }
+
+flags=$(bash "$hosts" up 2) || fail "netns_hosts.sh up 2 failed"
+teardown=$(bash "$src/scripts/mpi_fault_flags.sh" $timeout_s)
+echo "mpirun flags: $flags $teardown"
+# shellcheck disable=SC2086 # the flags are words
+"$mpirun" --allow-run-as-root --oversubscribe -np 2 $flags $teardown -x STRATA_NO_REEXEC \
+  "$strata" train --config "$src/tests/data_files/tiny_mlp.yaml" --set run.dir="$work/run" \
+  --set train.max_steps=1000000 --set train.log_every=1 --set train.eval_every=0 --set run.threads=1 \
+  --set comm.timeout_s=$timeout_s < /dev/null > out.txt 2>&1 &
+mp=$!
+for _ in $(seq 600); do
+  n=$(grep -c '"type":"train"' run/metrics.jsonl 2> /dev/null)
+  [ "${n:-0}" -ge 5 ] && break
+  kill -0 "$mp" 2> /dev/null || fail "mpirun ended before training started"
+  sleep 0.1
+done
+[ "${n:-0}" -ge 5 ] || fail "no training steps logged after 60 s"
+bash "$hosts" cut 2 || fail "netns_hosts.sh cut 2 failed"
+t_cut=$(now)
+echo "host 2 cut off at step $n"
+while kill -0 "$mp" 2> /dev/null; do
+  awk -v a="$t_cut" -v b="$(now)" -v l="$limit" 'BEGIN { exit !(b - a > l) }' &&
+    fail "mpirun still running $limit s (comm.timeout_s + 30) after the cut"
+  sleep 0.1
+done
+wait "$mp"
+rc=$?
+took=$(awk -v a="$t_cut" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+mp=
+echo "mpirun exit status $rc, $took s after the cut"
+[ "$rc" -ne 0 ] || fail "mpirun exited 0"
+grep -aq "^strata: error: rank 0: communication failed: .*timed out after $timeout_s s (comm.timeout_s): [a-z_]* seq [0-9]* in group 'world' (mpi, 2 ranks) on rank 0" out.txt ||
+  fail "rank 0 (host 1) did not report its comm.timeout_s timeout"
+# Nothing may outlive mpirun on either host (the lost host's daemon notices on its own).
+for _ in $(seq 100); do
+  [ -z "$(leftovers)" ] && break
+  sleep 0.1
+done
+left=$(leftovers)
+[ -z "$left" ] || fail "left running after mpirun exited: $(for p in $left; do echo -n "$p $(cat /proc/$p/comm 2> /dev/null) "; done)"
+grep -a "strata: error: rank 0" out.txt | head -n 1
+echo PASS
