@@ -18,8 +18,10 @@ struct ProcessGroup::OpInfo {
   ReduceOp op = ReduceOp::sum;
   bool reduction = false;
   Algorithm algo = Algorithm::automatic;
-  int64_t seq = -1;
+  int64_t seq = -1;  // collectives and p2p ops are numbered apart (is_p2p)
   Deadline deadline{};
+  std::string label{};  // batch_isend_irecv: the caller's label ("pp stage 1 mb 3")
+  std::string ops{};    // batch_isend_irecv: "send f32 x 100 to rank 2 tag 0; ..."
 };
 
 namespace detail {
