@@ -82,8 +82,9 @@ ProcessGroup::~ProcessGroup() {
 Work ProcessGroup::enqueue(OpInfo info, Body body) {
   auto task = std::make_unique<Task>();
   task->state = std::make_shared<detail::WorkState>();
-  // A little longer than the op's own limit, so the op's more precise error wins.
-  task->state->timeout_s = opts_.timeout_s * 1.1 + 2.0;
+  // A little longer than the op's own limit and the hang report after it, so the op's
+  // more precise error wins.
+  task->state->timeout_s = opts_.timeout_s * 1.1 + 2.0 + detail::hang_grace_s(opts_.timeout_s);
   task->body = std::move(body);
   Work work(task->state);
   std::unique_lock<std::mutex> lk(qmu_);

@@ -1,6 +1,8 @@
 // Internals shared by process_group.cpp (the comm thread, running ops) and
 // process_group_ops.cpp (the public ops: checks and staging on the caller's thread).
 #pragma once
+#include <algorithm>
+
 #include <strata/comm/process_group.h>
 #include <strata/core/memory.h>
 #include <strata/tensor/ops.h>
@@ -27,6 +29,11 @@ struct ProcessGroup::OpInfo {
 namespace detail {
 
 inline bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
+
+/// How long a rank whose collective timed out waits for the others' status after it
+/// (ProcessGroup::hang_report): they time out within about the skew of their entry into
+/// the op. Bounded so that a job still ends soon after comm.timeout_s.
+inline double hang_grace_s(double timeout_s) { return std::clamp(0.5 * timeout_s, 0.2, 5.0); }
 
 inline Tensor comm_buffer(int64_t numel, DType dt, Device device = kCPU) {
   MemoryScope scope(MemCategory::comm);

@@ -4,7 +4,7 @@
 #include <strata/comm/process_group_detail.h>
 
 #include <algorithm>
-#include <cstdio>
+#include <cmath>
 
 namespace strata::comm {
 namespace {
@@ -25,12 +25,6 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-std::string seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2g", s);
-  return buf;
-}
-
 }  // namespace
 
 std::string ProcessGroup::hang_report(const OpInfo& info) {
@@ -43,9 +37,7 @@ std::string ProcessGroup::hang_report(const OpInfo& info) {
   mine[0] = kMagic;
   mine[1] = int64_t(info.kind);
   mine[2] = info.seq;
-  // The others timed out within about the skew of their entry into this op; wait that
-  // long for them, bounded so the job still ends soon after comm.timeout_s.
-  const double grace_s = std::clamp(0.5 * opts_.timeout_s, 0.2, 5.0);
+  const double grace_s = detail::hang_grace_s(opts_.timeout_s);
   const auto t0 = Clock::now();
   const Deadline end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s));
   std::vector<std::unique_ptr<Request>> recvs(static_cast<size_t>(n));
@@ -85,21 +77,25 @@ std::string ProcessGroup::hang_report(const OpInfo& info) {
     } else if (f[1] == int64_t(info.kind) && f[2] == info.seq) {
       reached.push_back(j);
     } else {
-      elsewhere += str_cat("; rank ", j, " timed out in ", op_kind_name(OpKind(f[1])), " seq ", f[2], " instead");
+      elsewhere += str_cat("; rank ", j, " timed out in ", op_kind_name(OpKind(f[1])), " seq ", f[2]);
     }
   }
   const std::string op = str_cat(op_kind_name(info.kind), " seq ", info.seq, " in group '", name_, "'");
   std::string out = "; ";
-  if (missing.empty()) {
+  if (missing.empty() && elsewhere.empty()) {
     out += str_cat("every rank reached ", op, " (status exchange)");
   } else {
     for (size_t i = 0; i < missing.size(); ++i) {
       if (i) out += ", ";
       out += backend_->describe_peer(missing[i]);
     }
-    out += str_cat(" never joined ", op, " (no answer to the timeout status exchange within ", seconds(waited),
-                   " s: stopped, hung, dead, or not calling this op)");
-    out += "; " + rank_list(reached) + " reached it";
+    // A rank that does not answer may also have joined and then stopped inside the op.
+    if (!missing.empty())
+      out += str_cat(" never joined ", op, " or stopped inside it (no answer to the timeout status exchange within ",
+                     std::round(waited * 100) / 100, " s); ");
+    else
+      out += str_cat("at ", op, ": ");
+    out += rank_list(reached) + " reached it";
   }
   out += elsewhere;
   if (!cut.empty()) out += " (the status exchange ended early: " + cut + ")";
