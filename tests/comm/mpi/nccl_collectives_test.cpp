@@ -200,6 +200,17 @@ TEST(NcclCollectives, BatchIsendIrecvMatchesTheMpiBackend) {
     recvs[2 * k + 1].expect_same(0, "bf16" + from);
     expect_values(host(recvs[2 * k].dev), vals(j, r, len(j, r)), 0, "f32 values" + from);
   }
+  if (peers.empty()) return;  // np 1: nothing to exchange
+  // A CPU tensor is refused on the calling thread, naming the op of the batch.
+  try {
+    g.batch_isend_irecv({{P2POp::Kind::send, recvs[0].dev, peers[0]}, {P2POp::Kind::recv, recvs[0].cpu, peers[0]}},
+                        "pp stage 0 mb 0");
+    ADD_FAILURE() << "a CPU tensor was accepted by a batch on " << g.device().str();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[batch_isend_irecv op 1 (recv, pp stage 0 mb 0)] group 'world' (nccl"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The collective must read what the kernels queued before it wrote, and its result must
