@@ -53,6 +53,10 @@ struct P2POp {
 /// issued. Every wait inside an op is bounded by comm.timeout_s; on expiry (or when a
 /// peer is found dead) the op fails with a CommError naming op, group, rank, sequence
 /// number and size, the group is aborted and every later op on it fails at once.
+/// Collectives and point-to-point ops are numbered apart ("all_reduce seq 57", "send
+/// p2p seq 3"). After a collective times out on a cpu backend, the ranks that timed out
+/// exchange where they are stuck for up to min(max(timeout/2, 0.2 s), 5 s) and the error
+/// names the ranks that never answered ("rank 2 never joined all_reduce seq 57 ...").
 class ProcessGroup {
  public:
   ProcessGroup(std::unique_ptr<Backend> backend, CommOptions options, std::string name);
