@@ -174,6 +174,9 @@ class ProcessGroup {
   std::string failure_;  // set once on the first fatal error (under qmu_)
   // hang_report's buffers: messages may still land in them after it returns (comm thread only).
   std::vector<int64_t> hang_status_;
+  // Buffers of batch_isend_irecv ops that timed out while still posted: the transport may
+  // still write or read them, so they live as long as the group (comm thread only).
+  std::vector<Tensor> orphaned_;
 
   mutable std::mutex stats_mu_;
   CommStats stats_;

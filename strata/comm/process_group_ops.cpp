@@ -327,6 +327,7 @@ Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) 
         named.push_back(batch[j].peer);
         peers += (peers.empty() ? "" : ", ") + backend_->describe_peer(batch[j].peer);
       }
+      for (size_t j = k; j < reqs.size(); ++j) orphaned_.push_back(batch[j].buf);
       throw detail::TimedOut(batch[k].peer, strata::detail::str_cat("still pending: ", pending, "; waiting for ",
                                                                     peers, " (never posted the matching half)"));
     }
