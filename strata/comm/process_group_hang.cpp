@@ -47,7 +47,8 @@ std::string ProcessGroup::hang_report(const OpInfo& info) {
   std::string cut;  // why the exchange ended before `end`, if it did
   try {
     for (int j = 0; j < n; ++j)
-      if (j != rank_) recvs[size_t(j)] = backend_->irecv(&hang_status_[size_t(j) * kFields], kFields * 8, j, kStatusTag);
+      if (j != rank_)
+        recvs[size_t(j)] = backend_->irecv(&hang_status_[size_t(j) * kFields], kFields * 8, j, kStatusTag);
     for (int j = 0; j < n; ++j)
       if (j != rank_) sends.push_back(backend_->isend(mine, kFields * 8, j, kStatusTag));
     // Poll every pending answer in turn (not one to the end), so an abort by a rank that

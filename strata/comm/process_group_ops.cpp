@@ -289,9 +289,11 @@ Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) 
     batch.push_back(std::move(b));
   }
   // A send must not read what a receive of the same batch writes: it sends a copy.
+  auto written = [&](const Tensor& t) {
+    return std::any_of(batch.begin(), batch.end(), [&](const BatchOp& r) { return !r.send && overlaps(t, r.buf); });
+  };
   for (BatchOp& s : batch)
-    if (s.send && std::any_of(batch.begin(), batch.end(), [&](const BatchOp& r) { return !r.send && overlaps(s.buf, r.buf); }))
-      s.buf = ops::clone(s.buf);
+    if (s.send && written(s.buf)) s.buf = ops::clone(s.buf);
   OpInfo info{.kind = OpKind::batch_isend_irecv, .dtype = ops[0].tensor.dtype(), .count = int64_t(ops.size()),
               .bytes = payload, .peer = ops[0].peer, .tag = ops[0].tag};
   info.label = std::move(label);
