@@ -14,8 +14,8 @@ namespace strata::data {
 
 /// What a registered dataset gets from the config's `data` section.
 struct DatasetRequest {
-  std::string name;          // data.dataset
-  std::string path;          // data.path ("" when absent)
+  std::string name{};        // data.dataset
+  std::string path{};        // data.path ("" when absent)
   uint64_t seed = 0;         // data.seed
   int64_t block_size = 0;    // model.block_size for a GPT, else 0
   /// data.options: the dataset's own keys (an empty mapping when absent). Read them with
@@ -30,9 +30,9 @@ struct DatasetRequest {
 /// Classifiers: input f32 (B, *data.sample_shape), target i64 (B) in [0, data.num_classes).
 /// GPT: input and target i64 (B, model.block_size) token ids < model.vocab_size.
 struct DatasetSplits {
-  std::shared_ptr<const Dataset> train;
-  std::shared_ptr<const Dataset> val;
-  std::shared_ptr<const Dataset> test;
+  std::shared_ptr<const Dataset> train{};
+  std::shared_ptr<const Dataset> val{};
+  std::shared_ptr<const Dataset> test{};
 };
 
 using DatasetFactory = std::function<DatasetSplits(const DatasetRequest&)>;
