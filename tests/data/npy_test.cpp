@@ -24,7 +24,7 @@ std::vector<uint8_t> npy_bytes(const std::string& dict, const std::vector<uint8_
   h += '\n';
   std::vector<uint8_t> out;
   out.reserve(10 + h.size() + payload.size());
-  for (int b : {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0}) out.push_back(uint8_t(b));
+  for (int b : {0x93, int('N'), int('U'), int('M'), int('P'), int('Y'), 1, 0}) out.push_back(uint8_t(b));
   out.push_back(uint8_t(h.size() & 0xFF));
   out.push_back(uint8_t(h.size() >> 8));
   for (char c : h) out.push_back(uint8_t(c));
