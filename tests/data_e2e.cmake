@@ -1,0 +1,160 @@
+# End-to-end tests of training on one's own data (ctest label e2e): token .bin files,
+# .npy and IDX images, their splits and their errors, through the built `strata` binary.
+# Included by tests/CMakeLists.txt it registers the cases; run as
+# `cmake -DCASE=<name> -DSTRATA=<binary> -DSRC=<source dir> -DWORK=<dir> -P data_e2e.cmake`.
+# Fixtures: tests/data_files/{tokens,tokens_raw.bin,arrays} (tests/data_files/make_fixtures.py).
+
+if(NOT CMAKE_SCRIPT_MODE_FILE)
+  foreach(case tokens_match_text tokens_errors npy_run idx_run array_errors)
+    add_test(NAME e2e_data_${case}
+             COMMAND ${CMAKE_COMMAND} -DCASE=${case} -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
+                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e_data/${case} -P ${CMAKE_CURRENT_LIST_FILE})
+    set_tests_properties(e2e_data_${case} PROPERTIES LABELS e2e TIMEOUT 120)
+  endforeach()
+  return()
+endif()
+
+# ---------------------------------------------------------------- script mode
+include(${CMAKE_CURRENT_LIST_DIR}/cmake/script_helpers.cmake)
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+set(files ${SRC}/tests/data_files)
+set(arrays ${files}/arrays)
+set(tiny_gpt ${files}/tiny_gpt.yaml)
+
+# eval_splits(<metrics.jsonl> <out var>): "step:split" of each eval record, in order.
+function(eval_splits file out)
+  file(STRINGS ${file} evals REGEX "\"type\":\"eval\"")
+  set(result "")
+  foreach(e ${evals})
+    string(JSON split GET "${e}" split)
+    string(JSON step GET "${e}" step)
+    list(APPEND result "${step}:${split}")
+  endforeach()
+  set(${out} "${result}" PARENT_SCOPE)
+endfunction()
+
+# A small classifier over the 3-class 8x8 fixture images; ARGN adds data keys.
+function(write_array_config path dataset)
+  string(JOIN ", " extra ${ARGN})
+  file(WRITE ${path} "run: {dir: run, seed: 1, threads: 1}\nmodel: {type: mlp, hidden: [32]}\n"
+                     "data: {dataset: ${dataset}, num_classes: 3, prefetch: 0, ${extra}}\n"
+                     "optim: {name: adam, lr: 0.01}\n"
+                     "train: {max_steps: 40, batch_size: 16, log_every: 10, eval_every: 20}\n")
+endfunction()
+
+if(CASE STREQUAL "tokens_match_text")
+  # tokens/{train,val}.bin are tiny_corpus.txt's bytes in llm.c format, split as the text
+  # dataset splits it (val_fraction 0.1): with stride 1 both runs see the same windows and
+  # must log the same losses, bit for bit.
+  run(0 train --config ${tiny_gpt} --set data.path=${files}/tiny_corpus.txt --set run.dir=text)
+  run(0 train --config ${tiny_gpt} --set data.dataset=tokens --set data.path=${files}/tokens --set data.stride=1
+      --set model.vocab_size=256 --set run.dir=tok)
+  expect(OUT "final val loss: ")
+  losses(${WORK}/text/metrics.jsonl lt)
+  losses(${WORK}/tok/metrics.jsonl lk)
+  list(LENGTH lk n)
+  if(NOT n EQUAL 10 OR NOT "${lt}" STREQUAL "${lk}")
+    message(FATAL_ERROR "tokens vs text losses differ\ntext:   ${lt}\ntokens: ${lk}")
+  endif()
+  # Raw nanoGPT uint16 with the val tail carved, the default stride (block_size), a
+  # larger vocabulary than the data needs (GPT-2's 50257, padded as nanoGPT's 50304).
+  run(0 train --config ${tiny_gpt} --set data.dataset=tokens --set data.path=${files}/tokens_raw.bin
+      --set data.val_fraction=0.2 --set model.vocab_size=50304 --set run.dir=raw --set train.max_steps=3
+      --set train.batch_size=4)
+  expect(OUT "final val loss: ")
+  # The llm.c files by name, and a checkpoint evaluated by `strata eval`.
+  run(0 train --config ${tiny_gpt} --set data.dataset=tokens --set data.path=${files}/tokens/train.bin
+      --set data.val_fraction=null --set data.val_path=${files}/tokens/val.bin --set model.vocab_size=256
+      --set run.dir=named --set train.max_steps=3 --set train.save_final=true)
+  run(0 eval --checkpoint named)
+  expect(OUT "val loss: ")
+elseif(CASE STREQUAL "tokens_errors")
+  set(tok --config ${tiny_gpt} --set data.dataset=tokens --set data.path=${files}/tokens --set run.dir=run)
+  # An id the vocabulary cannot hold: exit 1 naming the file, the id and its position.
+  run(1 train ${tok} --set model.vocab_size=100)
+  expect(ERR "strata: error:" "${files}/tokens/train.bin" "token id 104 at position 1" "vocabulary of 100")
+  # No vocabulary: a config error naming the key.
+  run(2 train ${tok})
+  expect(ERR "strata: error: model.vocab_size:")
+  # A val file and a val fraction at once.
+  run(2 train ${tok} --set model.vocab_size=256 --set data.val_path=${files}/tokens/val.bin)
+  expect(ERR "strata: error: data.val_fraction:")
+  # A missing file and a file that is not tokens (an odd number of bytes).
+  run(1 train ${tok} --set model.vocab_size=256 --set data.path=${WORK}/nope.bin)
+  expect(ERR "${WORK}/nope.bin")
+  file(WRITE ${WORK}/odd.bin "abc")
+  run(1 train ${tok} --set model.vocab_size=256 --set data.path=${WORK}/odd.bin)
+  expect(ERR "${WORK}/odd.bin" "3 bytes is odd")
+elseif(CASE STREQUAL "npy_run")
+  # val carved from train for evaluation during training; test evaluated once at the end.
+  write_array_config(${WORK}/npy.yaml npy "images: ${arrays}/train_x_u8.npy" "labels: ${arrays}/train_y_i64.npy"
+                     "test_images: ${arrays}/test_x_u8.npy" "test_labels: ${arrays}/test_y_i64.npy"
+                     "val_fraction: 0.2" "seed: 4")
+  run(0 train --config npy.yaml --set train.save_final=true)
+  expect(OUT "96 train / 24 val samples" "final val accuracy: " "final test accuracy: ")
+  eval_splits(${WORK}/run/metrics.jsonl splits)
+  if(NOT "${splits}" STREQUAL "20:val;40:val;40:test")
+    message(FATAL_ERROR "eval records ${splits}, expected val at 20 and 40, then test at 40")
+  endif()
+  file(STRINGS ${WORK}/run/metrics.jsonl last REGEX "\"split\":\"test\"")
+  string(JSON acc GET "${last}" accuracy)
+  string(JSON samples GET "${last}" samples)
+  if(acc LESS 0.9 OR NOT samples EQUAL 30)
+    message(FATAL_ERROR "test accuracy ${acc} on ${samples} samples, expected >= 0.9 on 30: ${last}")
+  endif()
+  # The model's input width comes from the file's header, for `strata eval` as well.
+  run(0 eval --checkpoint run)
+  expect(OUT "val accuracy: ")
+  # Without val_fraction the test split is the eval split; float32 vectors, int32 labels.
+  write_array_config(${WORK}/f32.yaml npy "images: ${arrays}/train_x_f32.npy" "labels: ${arrays}/train_y_i32.npy"
+                     "test_images: ${arrays}/train_x_f32.npy" "test_labels: ${arrays}/train_y_u8.npy")
+  run(0 train --config f32.yaml --set run.dir=f32)
+  expect(OUT "120 train / 120 test samples" "final test accuracy: ")
+  # A CNN takes (N, H, W) uint8 images as (1, H, W).
+  run(0 train --config npy.yaml --set run.dir=cnn --set model.type=cnn --set "model.channels=[4]"
+      --set model.hidden=16 --set train.max_steps=4)
+  expect(OUT "final test accuracy: ")
+elseif(CASE STREQUAL "idx_run")
+  # IDX images and labels without a test split: val (default 0.1, seeded) is the eval split.
+  write_array_config(${WORK}/idx.yaml idx "images: ${arrays}/train-images-idx3-ubyte.gz"
+                     "labels: ${arrays}/train-labels-idx1-ubyte.gz")
+  run(0 train --config idx.yaml)
+  expect(OUT "108 train / 12 val samples" "final val accuracy: ")
+  expect_not(OUT "test accuracy")
+  eval_splits(${WORK}/run/metrics.jsonl splits)
+  if(NOT "${splits}" STREQUAL "20:val;40:val")
+    message(FATAL_ERROR "eval records ${splits}, expected val at 20 and 40")
+  endif()
+  # The same data as IDX and as .npy trains to the same losses.
+  write_array_config(${WORK}/npy.yaml npy "images: ${arrays}/train_x_u8.npy" "labels: ${arrays}/train_y_u8.npy")
+  run(0 train --config npy.yaml --set run.dir=npy)
+  losses(${WORK}/run/metrics.jsonl li)
+  losses(${WORK}/npy/metrics.jsonl ln)
+  if(NOT "${li}" STREQUAL "${ln}")
+    message(FATAL_ERROR "IDX vs .npy losses differ\nidx: ${li}\nnpy: ${ln}")
+  endif()
+elseif(CASE STREQUAL "array_errors")
+  write_array_config(${WORK}/idx.yaml idx "images: ${arrays}/train-images-idx3-ubyte.gz"
+                     "labels: ${arrays}/train-labels-idx1-ubyte.gz")
+  # Labels past data.num_classes: exit 1 naming the labels file and the sample.
+  run(1 train --config idx.yaml --set data.num_classes=2)
+  expect(ERR "strata: error:" "train-labels-idx1-ubyte.gz: label 2 of sample")
+  # Config errors name the key.
+  run(2 train --config idx.yaml --set data.num_classes=null)
+  expect(ERR "strata: error: data.num_classes: required key is missing")
+  run(2 train --config idx.yaml --set data.test_images=${arrays}/t10k-images-idx3-ubyte.gz)
+  expect(ERR "strata: error: data.test_images: data.test_images and data.test_labels go together")
+  run(2 train --config idx.yaml --set data.dataset=imagenet)
+  expect(ERR "strata: error: data.dataset: expected one of")
+  # .npy that numpy writes but strata refuses: Fortran order, named with the file.
+  write_array_config(${WORK}/npy.yaml npy "images: ${arrays}/fortran.npy" "labels: ${arrays}/train_y_i64.npy")
+  run(1 train --config npy.yaml)
+  expect(ERR "${arrays}/fortran.npy" "fortran_order is True")
+  # A CNN whose pooling does not divide the 8x8 images.
+  write_array_config(${WORK}/cnn.yaml npy "images: ${arrays}/train_x_u8.npy" "labels: ${arrays}/train_y_i64.npy")
+  run(2 train --config cnn.yaml --set model.type=cnn --set "model.channels=[4, 4, 4, 4]")
+  expect(ERR "strata: error: model.type: cnn needs square images" "[1, 8, 8]")
+else()
+  message(FATAL_ERROR "unknown data e2e case '${CASE}'")
+endif()
