@@ -105,7 +105,8 @@ void check_layout(const TrainConfig& cfg, const data::Dataset& ds, const char* s
   }
   if (one.input.shape() != in_want || one.input.dtype() != in_dtype || one.target.shape() != tgt_want ||
       one.target.dtype() != DType::i64)
-    STRATA_THROW(DataError, who, " gives input ", one.input.str(), " and target ", one.target.str(),
+    STRATA_THROW(DataError, who, " gives input ", dtype_name(one.input.dtype()), shape_str(one.input.shape()),
+                 " and target ", dtype_name(one.target.dtype()), shape_str(one.target.shape()),
                  " for one sample; model.type ", cfg.model.type, " needs input ", dtype_name(in_dtype),
                  shape_str(in_want), " and target i64", shape_str(tgt_want),
                  cfg.model.type == "gpt" ? " (model.block_size)" : " (data.sample_shape)");
