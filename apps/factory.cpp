@@ -168,15 +168,16 @@ DataBundle build_data(const TrainConfig& cfg) {
   DataBundle b;
   if (d.dataset == "fashion_mnist") {
     const std::string dir = d.path.empty() ? std::string(data::kFashionMnistDir) : d.path;
-    set_splits(b, std::make_shared<data::FashionMnist>(data::Split::train, dir),
-               std::make_shared<data::FashionMnist>(data::Split::test, dir), d.val_fraction, d.seed);
+    auto train = std::make_shared<data::FashionMnist>(data::Split::train, dir);  // train's errors first
+    set_splits(b, std::move(train), std::make_shared<data::FashionMnist>(data::Split::test, dir), d.val_fraction,
+               d.seed);
     return b;
   }
   if (d.dataset == "idx" || d.dataset == "npy") {
     const auto load = d.dataset == "idx" ? &data::load_idx_classification : &data::load_npy_classification;
+    auto train = load(d.images, d.labels, d.num_classes);
     std::shared_ptr<const data::Dataset> test;
     if (!d.test_images.empty()) test = load(d.test_images, d.test_labels, d.num_classes);
-    auto train = load(d.images, d.labels, d.num_classes);
     if (test && static_cast<const data::ArrayDataset&>(*test).sample_shape() != train->sample_shape())
       STRATA_THROW(DataError, "[", d.dataset, "] ", d.test_images, ": test samples have shape ",
                    shape_str(static_cast<const data::ArrayDataset&>(*test).sample_shape()), " but ", d.images,
