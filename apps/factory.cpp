@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <regex>
 
 #include <strata/data/array_dataset.h>
 #include <strata/data/fashion_mnist.h>
@@ -119,12 +120,20 @@ void build_registered(const TrainConfig& cfg, DataBundle& b) {
   const data::DatasetFactory* factory = data::find_dataset(d.dataset);
   if (!factory) config_fail("data.dataset", "'" + d.dataset + "' is not registered in this program");
   const ConfigNode root = options_root(cfg);
-  data::DatasetSplits s = (*factory)({.name = d.dataset,
-                                      .path = d.path,
-                                      .seed = d.seed,
-                                      .block_size = cfg.model.type == "gpt" ? cfg.model.block_size : 0,
-                                      .options = root.child("data").child("options")});
-  root.check_unknown_keys();
+  data::DatasetSplits s;
+  try {
+    s = (*factory)({.name = d.dataset,
+                    .path = d.path,
+                    .seed = d.seed,
+                    .block_size = cfg.model.type == "gpt" ? cfg.model.block_size : 0,
+                    .options = root.child("data").child("options")});
+    root.check_unknown_keys();
+  } catch (const ConfigError& e) {
+    // The options were re-parsed from the effective config, so a "(line N)" would not be
+    // the user's file's line: keep the key path, drop the line.
+    static const std::regex kLine(R"( \(line [0-9]+\)$)");
+    throw ConfigError(std::regex_replace(std::string(e.what()), kLine, ""));
+  }
   if (!s.train) STRATA_THROW(DataError, "[dataset] '", d.dataset, "' (registered): the factory returned no train split");
   if (s.val) {
     b.train = s.train;

@@ -135,6 +135,13 @@ TEST_F(DatasetRegistryTest, ErrorsNameTheKeyOrTheDataset) {
               {.verbose = false, .write_files = false});
   });
   EXPECT_NE(msg.find("data.options.dimm: unknown key; did you mean 'data.options.dim'?"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("(line"), std::string::npos) << msg;  // not a line of the user's file
+  // A wrong type in an option the factory reads names the option.
+  msg = config_error([&] {
+    Trainer t(config("{dataset: registry_test.sign, sample_shape: [4], num_classes: 2, options: {n: many}}"),
+              {.verbose = false, .write_files = false});
+  });
+  EXPECT_NE(msg.find("data.options.n: expected an integer"), std::string::npos) << msg;
   // Batches that do not match data.sample_shape are refused before training.
   try {
     Trainer t(config("{dataset: registry_test.sign, sample_shape: [5], num_classes: 2}"),
