@@ -11,6 +11,16 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
                      -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e_data/${case} -P ${CMAKE_CURRENT_LIST_FILE})
     set_tests_properties(e2e_data_${case} PROPERTIES LABELS e2e TIMEOUT 120)
   endforeach()
+  # The own-data splits under mpirun DDP (label dist): same losses as one process.
+  find_program(strata_data_mpirun NAMES mpirun mpiexec)
+  if(strata_data_mpirun)
+    add_test(NAME e2e_data_ddp_matches_single_process
+             COMMAND ${CMAKE_COMMAND} -DCASE=ddp_matches_single_process -DSTRATA=$<TARGET_FILE:strata_cli>
+                     -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_data_mpirun}
+                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e_data/ddp_matches_single_process -P ${CMAKE_CURRENT_LIST_FILE})
+    set_tests_properties(e2e_data_ddp_matches_single_process PROPERTIES LABELS "e2e;dist" TIMEOUT 120 PROCESSORS 2
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endif()
   return()
 endif()
 
@@ -155,6 +165,36 @@ elseif(CASE STREQUAL "array_errors")
   write_array_config(${WORK}/cnn.yaml npy "images: ${arrays}/train_x_u8.npy" "labels: ${arrays}/train_y_i64.npy")
   run(2 train --config cnn.yaml --set model.type=cnn --set model.hidden=16 --set "model.channels=[4, 4, 4, 4]")
   expect(ERR "strata: error: model.type: cnn needs square images" "(1,8,8)")
+elseif(CASE STREQUAL "ddp_matches_single_process")
+  # 2 ranks x 8 samples against 1 process x 16: .npy images with a val and a test split
+  # (the test evaluation is collective too), and llm.c token files.
+  write_array_config(${WORK}/npy.yaml npy "images: ${arrays}/train_x_u8.npy" "labels: ${arrays}/train_y_i64.npy"
+                     "test_images: ${arrays}/test_x_u8.npy" "test_labels: ${arrays}/test_y_i64.npy"
+                     "val_fraction: 0.2")
+  set(gpt --config ${tiny_gpt} --set data.dataset=tokens --set data.path=${files}/tokens --set model.vocab_size=256
+          --set model.dropout=0 --set train.max_steps=6 --set train.batch_size=16)
+  foreach(kind npy gpt)
+    if(kind STREQUAL "npy")
+      set(common --config npy.yaml --set train.max_steps=12)
+    else()
+      set(common ${gpt})
+    endif()
+    execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
+                            --set run.dir=${kind}_ddp
+                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 60)
+    if(NOT "${rc}" STREQUAL "0")
+      message(FATAL_ERROR "mpirun -np 2 strata train (${kind}): exit code ${rc}\nstdout:\n${OUT}\nstderr:\n${ERR}")
+    endif()
+    expect(OUT "DDP over 2 dp rank(s)" "final val")
+    run(0 train ${common} --set run.dir=${kind}_single)
+    losses(${WORK}/${kind}_ddp/metrics.jsonl ld)
+    losses(${WORK}/${kind}_single/metrics.jsonl ls)
+    same_losses("${ld}" "${ls}" "${kind}: ddp vs single process")
+  endforeach()
+  eval_splits(${WORK}/npy_ddp/metrics.jsonl splits)
+  if(NOT "${splits}" STREQUAL "12:val;12:test")
+    message(FATAL_ERROR "npy under DDP: eval records ${splits}, expected val then test at step 12")
+  endif()
 else()
   message(FATAL_ERROR "unknown data e2e case '${CASE}'")
 endif()
