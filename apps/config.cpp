@@ -6,8 +6,6 @@
 #include <strata/core/log.h>
 #include <strata/data/registry.h>
 
-#include <algorithm>
-
 namespace strata::apps {
 namespace {
 
@@ -91,15 +89,22 @@ void read_val_fraction(const ConfigNode& n, DataSection& s, double def, bool pos
   n.check_range("val_fraction", s.val_fraction, 0.0, 1.0, positive, true);
 }
 
+/// data.sample_shape: at least one dimension, each positive.
+void read_sample_shape(const ConfigNode& n, DataSection& s) {
+  s.sample_shape = n.get("sample_shape", s.sample_shape);
+  if (s.sample_shape.empty()) n.fail("sample_shape", "must have at least one dimension");
+  for (int64_t d : s.sample_shape)
+    if (d <= 0) n.fail("sample_shape", "every dimension must be positive, got " + std::to_string(d));
+}
+
 // One-line meanings for the config reference are the comments on each key below.
 void read_data(const ConfigNode& n, DataSection& s) {
   // dataset: which data to train on (built-in name or one registered from C++).
   s.dataset = n.get("dataset", s.dataset);
-  const auto& builtin = data::builtin_dataset_names();
-  const bool registered = std::find(builtin.begin(), builtin.end(), s.dataset) == builtin.end();
+  const bool registered = !data::is_builtin_dataset(s.dataset);
   if (registered && !data::find_dataset(s.dataset)) {
     std::string names;
-    for (const auto& b : builtin) names += (names.empty() ? "" : "|") + b;
+    for (const auto& b : data::builtin_dataset_names()) names += (names.empty() ? "" : "|") + b;
     const auto extra = data::registered_datasets();
     for (const auto& r : extra) names += "|" + r;
     n.fail("dataset", "expected one of " + names + " (or a name registered with data::register_dataset), got '" +
@@ -151,11 +156,7 @@ void read_data(const ConfigNode& n, DataSection& s) {
     s.seed = n.get("seed", s.seed);  // seed: handed to the factory; also seeds a carved val split
     // val_fraction: share of train held out (seeded) when the factory returns no val split.
     read_val_fraction(n, s, 0.1, false);
-    // sample_shape: one input's shape (classifiers); each batch is checked against it.
-    s.sample_shape = n.get("sample_shape", s.sample_shape);
-    if (s.sample_shape.empty()) n.fail("sample_shape", "must have at least one dimension");
-    for (int64_t d : s.sample_shape)
-      if (d <= 0) n.fail("sample_shape", "every dimension must be positive, got " + std::to_string(d));
+    read_sample_shape(n, s);  // sample_shape: one input's shape (classifiers); each batch is checked against it
     s.num_classes = n.get("num_classes", s.num_classes);  // num_classes: the classifier's output width
     n.check_range("num_classes", double(s.num_classes), 2, 1e6);
     // options: the registered dataset's own keys (a mapping), read by its factory.
@@ -177,10 +178,7 @@ void read_data(const ConfigNode& n, DataSection& s) {
   n.check_range("size", double(s.size), 2, 1e10);
   s.seed = n.get("seed", s.seed);
   if (s.kind == "classification") {
-    s.sample_shape = n.get("sample_shape", s.sample_shape);
-    if (s.sample_shape.empty()) n.fail("sample_shape", "must have at least one dimension");
-    for (int64_t d : s.sample_shape)
-      if (d <= 0) n.fail("sample_shape", "every dimension must be positive, got " + std::to_string(d));
+    read_sample_shape(n, s);
     s.num_classes = n.get("num_classes", s.num_classes);
     n.check_range("num_classes", double(s.num_classes), 2, 1e6);
   } else {
@@ -321,8 +319,7 @@ void TrainConfig::validate() const {
   if (run.precision == "f16" && parallel.dims.zero_stage > 0)
     config_fail("run.precision", "f16 needs loss scaling, whose overflow check ZeRO's sharded gradients would have "
                                  "to agree on across ranks, which is not implemented; use bf16 (no scaler needed)");
-  const auto& builtin = data::builtin_dataset_names();
-  const bool registered = std::find(builtin.begin(), builtin.end(), data.dataset) == builtin.end();
+  const bool registered = !data::is_builtin_dataset(data.dataset);
   // A registered dataset serves whichever model the config asks for (its batches are checked).
   const bool tokens = data.dataset == "text" || data.dataset == "tokens" ||
                       (data.dataset == "synthetic" && data.kind == "tokens") || (registered && model.type == "gpt");

@@ -23,11 +23,6 @@ namespace strata::apps {
 namespace {
 namespace fs = std::filesystem;
 
-bool is_registered(const std::string& name) {
-  const auto& b = data::builtin_dataset_names();
-  return std::find(b.begin(), b.end(), name) == b.end();
-}
-
 /// Train (minus a seeded val_fraction carved from it), val and test into `b`: with a val
 /// split, evaluation during training uses it and test is evaluated once at the end;
 /// without one, test is the eval split (the classic MNIST setup).
@@ -198,7 +193,7 @@ DataBundle build_data(const TrainConfig& cfg) {
     build_tokens(cfg, b);
     return b;
   }
-  if (is_registered(d.dataset)) {
+  if (!data::is_builtin_dataset(d.dataset)) {
     build_registered(cfg, b);
     return b;
   }

@@ -2,6 +2,7 @@
 // never removed, so a returned factory pointer stays valid for the process's lifetime.
 #include <strata/data/registry.h>
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <mutex>
@@ -28,13 +29,17 @@ const std::vector<std::string>& builtin_dataset_names() {
   return names;
 }
 
+bool is_builtin_dataset(const std::string& name) {
+  const auto& b = builtin_dataset_names();
+  return std::find(b.begin(), b.end(), name) != b.end();
+}
+
 void register_dataset(const std::string& name, DatasetFactory factory) {
   STRATA_CHECK(!name.empty(), "[register_dataset] the name must not be empty");
   for (char c : name)
     STRATA_CHECK(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.',
                  "[register_dataset] '", name, "': use letters, digits, '_', '-' and '.' only");
-  for (const auto& b : builtin_dataset_names())
-    STRATA_CHECK(name != b, "[register_dataset] '", name, "' is a built-in dataset; pick another name");
+  STRATA_CHECK(!is_builtin_dataset(name), "[register_dataset] '", name, "' is a built-in dataset; pick another name");
   STRATA_CHECK(bool(factory), "[register_dataset] '", name, "': the factory is empty");
   Registry& r = registry();
   std::lock_guard lock(r.mu);

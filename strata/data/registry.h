@@ -39,6 +39,8 @@ using DatasetFactory = std::function<DatasetSplits(const DatasetRequest&)>;
 
 /// Names the built-in datasets take; register_dataset refuses them.
 const std::vector<std::string>& builtin_dataset_names();
+/// True when `name` is one of builtin_dataset_names().
+bool is_builtin_dataset(const std::string& name);
 
 /// Registers `factory` under `name` (letters, digits, '_', '-', '.'). Throws
 /// strata::Error when the name is empty, malformed, a built-in dataset's, or already
