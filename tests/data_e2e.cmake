@@ -11,6 +11,15 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
                      -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e_data/${case} -P ${CMAKE_CURRENT_LIST_FILE})
     set_tests_properties(e2e_data_${case} PROPERTIES LABELS e2e TIMEOUT 120)
   endforeach()
+  # tools/make_tokens.py still writes what strata reads (needs python3, no packages).
+  find_program(strata_data_python NAMES python3)
+  if(strata_data_python)
+    add_test(NAME e2e_data_make_tokens
+             COMMAND ${CMAKE_COMMAND} -DCASE=make_tokens -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
+                     -DPYTHON=${strata_data_python} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e_data/make_tokens
+                     -P ${CMAKE_CURRENT_LIST_FILE})
+    set_tests_properties(e2e_data_make_tokens PROPERTIES LABELS e2e TIMEOUT 120)
+  endif()
   # The own-data splits under mpirun DDP (label dist): same losses as one process.
   find_program(strata_data_mpirun NAMES mpirun mpiexec)
   if(strata_data_mpirun)
@@ -165,6 +174,41 @@ elseif(CASE STREQUAL "array_errors")
   write_array_config(${WORK}/cnn.yaml npy "images: ${arrays}/train_x_u8.npy" "labels: ${arrays}/train_y_i64.npy")
   run(2 train --config cnn.yaml --set model.type=cnn --set model.hidden=16 --set "model.channels=[4, 4, 4, 4]")
   expect(ERR "strata: error: model.type: cnn needs square images" "(1,8,8)")
+elseif(CASE STREQUAL "make_tokens")
+  # Byte-level, llm.c format: byte for byte the committed fixture strata's tests read.
+  execute_process(COMMAND ${PYTHON} ${SRC}/tools/make_tokens.py ${files}/tiny_corpus.txt --out-dir llmc
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "make_tokens.py failed (${rc}):\n${OUT}${ERR}")
+  endif()
+  expect(OUT "bytes (vocab 256): 2362 train / 262 val tokens" "vocab_size: 256")
+  foreach(f train.bin val.bin)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/llmc/${f} ${files}/tokens/${f} RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "make_tokens.py's ${f} differs from tests/data_files/tokens/${f}")
+    endif()
+  endforeach()
+  # Raw nanoGPT uint16, one file, val carved by strata: trains.
+  execute_process(COMMAND ${PYTHON} ${SRC}/tools/make_tokens.py ${files}/tiny_corpus.txt --out-dir raw --format raw
+                          --val-fraction 0
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR)
+  file(SIZE ${WORK}/raw/train.bin size)
+  if(NOT rc EQUAL 0 OR NOT size EQUAL 5248 OR EXISTS ${WORK}/raw/val.bin)
+    message(FATAL_ERROR "make_tokens.py --format raw: exit ${rc}, train.bin of ${size} bytes (expected 2624 x 2)")
+  endif()
+  run(0 train --config ${tiny_gpt} --set data.dataset=tokens --set data.path=raw/train.bin --set model.vocab_size=256
+      --set run.dir=run --set train.max_steps=2)
+  expect(OUT "final val loss: ")
+  # A tokenizer that is not installed is named (tiktoken is optional).
+  execute_process(COMMAND ${PYTHON} -c "import tiktoken" RESULT_VARIABLE have_tiktoken OUTPUT_QUIET ERROR_QUIET)
+  if(NOT have_tiktoken EQUAL 0)
+    execute_process(COMMAND ${PYTHON} ${SRC}/tools/make_tokens.py ${files}/tiny_corpus.txt --out-dir tk
+                            --tokenizer tiktoken:gpt2
+                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR)
+    if(rc EQUAL 0 OR NOT ERR MATCHES "needs the tiktoken package")
+      message(FATAL_ERROR "make_tokens.py without tiktoken: exit ${rc}\n${ERR}")
+    endif()
+  endif()
 elseif(CASE STREQUAL "ddp_matches_single_process")
   # 2 ranks x 8 samples against 1 process x 16: .npy images with a val and a test split
   # (the test evaluation is collective too), and llm.c token files.
