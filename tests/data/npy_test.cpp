@@ -3,6 +3,8 @@
 // image/label loaders agree between .npy and IDX copies of the same data.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 
 #include <strata/data/array_dataset.h>
@@ -115,6 +117,10 @@ TEST(Npy, MalformedHeadersAndSizes) {
     EXPECT_NE(msg.find(dir.file(c.name)), std::string::npos) << c.name << ": " << msg;
     EXPECT_NE(msg.find(c.expect), std::string::npos) << c.name << ": " << msg;
   }
+  // A FIFO is refused before open(), for the data and for the header alone.
+  ASSERT_EQ(::mkfifo(dir.file("fifo.npy").c_str(), 0600), 0);
+  EXPECT_NE(data_error([&] { read_npy(dir.file("fifo.npy")); }).find("is a FIFO"), std::string::npos);
+  EXPECT_NE(data_error([&] { read_npy_header(dir.file("fifo.npy")); }).find("is a FIFO"), std::string::npos);
   // The same header without its optional trailing comma and with a 0-d shape parses.
   write_bytes(dir.file("scalar.npy"), npy_bytes("{'descr': '<i8', 'fortran_order': False, 'shape': ()}",
                                                 {7, 0, 0, 0, 0, 0, 0, 0}));

@@ -3,6 +3,8 @@
 // pairs; hostile headers and out-of-vocabulary ids are refused naming the file.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 
 #include <strata/data/token_dataset.h>
@@ -128,4 +130,7 @@ TEST(Tokens, HostileFilesNameTheFile) {
   }
   EXPECT_NE(data_error([&] { TokenFile f(dir.file("missing.bin")); }).find("missing.bin"), std::string::npos);
   EXPECT_NE(data_error([&] { TokenFile f(dir.path().string()); }).find("a directory"), std::string::npos);
+  // A FIFO is refused before open(), which would block until a writer appears.
+  ASSERT_EQ(::mkfifo(dir.file("fifo.bin").c_str(), 0600), 0);
+  EXPECT_NE(data_error([&] { TokenFile f(dir.file("fifo.bin")); }).find("is a FIFO"), std::string::npos);
 }
