@@ -3,6 +3,8 @@
 # Included by tests/CMakeLists.txt it registers the cases; run as
 # `cmake -DCASE=<name> -DSTRATA=<binary> -DSRC=<source dir> -DWORK=<dir> -P data_e2e.cmake`.
 # Fixtures: tests/data_files/{tokens,tokens_raw.bin,arrays} (tests/data_files/make_fixtures.py).
+# Also: make_tokens (tools/make_tokens.py, when python3 exists) and ddp_matches_single_process
+# (mpirun, label dist).
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   foreach(case tokens_match_text tokens_errors npy_run idx_run array_errors)
