@@ -4,6 +4,7 @@
 
 #include <strata/comm/nccl.h>
 #include <strata/core/log.h>
+#include <strata/data/registry.h>
 
 namespace strata::apps {
 namespace {
@@ -57,6 +58,9 @@ void read_model(const ConfigNode& n, ModelSection& s) {
     s.bias = n.get("bias", s.bias);
     s.tie_weights = n.get("tie_weights", s.tie_weights);
     s.checkpoint_activations = n.get("checkpoint_activations", s.checkpoint_activations);
+    // vocab_size: token ids the GPT embeds; 0 = from the data (required for data.dataset tokens).
+    s.vocab_size = n.get("vocab_size", s.vocab_size);
+    n.check_range("vocab_size", double(s.vocab_size), 0, 1e8);
     n.check_range("block_size", double(s.block_size), 1, 1e6);
     n.check_range("n_layer", double(s.n_layer), 1, 1e4);
     n.check_range("n_head", double(s.n_head), 1, 1e4);
@@ -67,17 +71,101 @@ void read_model(const ConfigNode& n, ModelSection& s) {
   }
 }
 
+/// Asks for every key under `n` (recursively), so data.options of a registered dataset
+/// passes the unknown-key check here; its factory reads them later (factory.cpp).
+void accept_all_keys(const ConfigNode& n) {
+  for (auto it = n.yaml().begin(); it != n.yaml().end(); ++it) {
+    const std::string key = it->first.Scalar();
+    if (it->second.IsMap())
+      accept_all_keys(n.child(key));
+    else
+      (void)n.has(key);
+  }
+}
+
+/// data.val_fraction in [0, 1) (or (0, 1) when `positive`) with default `def`.
+void read_val_fraction(const ConfigNode& n, DataSection& s, double def, bool positive) {
+  s.val_fraction = n.get("val_fraction", def);
+  n.check_range("val_fraction", s.val_fraction, 0.0, 1.0, positive, true);
+}
+
+/// data.sample_shape: at least one dimension, each positive.
+void read_sample_shape(const ConfigNode& n, DataSection& s) {
+  s.sample_shape = n.get("sample_shape", s.sample_shape);
+  if (s.sample_shape.empty()) n.fail("sample_shape", "must have at least one dimension");
+  for (int64_t d : s.sample_shape)
+    if (d <= 0) n.fail("sample_shape", "every dimension must be positive, got " + std::to_string(d));
+}
+
+// One-line meanings for the config reference are the comments on each key below.
 void read_data(const ConfigNode& n, DataSection& s) {
+  // dataset: which data to train on (built-in name or one registered from C++).
   s.dataset = n.get("dataset", s.dataset);
-  n.one_of("dataset", s.dataset, {"fashion_mnist", "text", "synthetic"});
+  const bool registered = !data::is_builtin_dataset(s.dataset);
+  if (registered && !data::find_dataset(s.dataset)) {
+    std::string names;
+    for (const auto& b : data::builtin_dataset_names()) names += (names.empty() ? "" : "|") + b;
+    const auto extra = data::registered_datasets();
+    for (const auto& r : extra) names += "|" + r;
+    n.fail("dataset", "expected one of " + names + " (or a name registered with data::register_dataset), got '" +
+                          s.dataset + "'");
+  }
+  // prefetch: batches built ahead on the loader thread (0 = build on the training thread).
   s.prefetch = n.get("prefetch", s.prefetch);
   n.check_range("prefetch", double(s.prefetch), 0, 64);
   if (s.dataset == "fashion_mnist") {
-    s.path = n.get("path", s.path);
+    s.path = n.get("path", s.path);  // path: directory of the four Fashion-MNIST .gz files
+    // val_fraction: share of train held out (seeded) for evaluation during training; 0 = evaluate on test.
+    read_val_fraction(n, s, 0.0, false);
+    s.seed = n.get("seed", s.seed);  // seed: which train samples form the val split
     return;
   }
-  s.val_fraction = n.get("val_fraction", s.val_fraction);
-  n.check_range("val_fraction", s.val_fraction, 0.0, 1.0, true, true);
+  if (s.dataset == "idx" || s.dataset == "npy") {
+    s.images = n.require<std::string>("images");  // images: training images file, N first (IDX u8 / .npy)
+    s.labels = n.require<std::string>("labels");  // labels: training labels file, 1-d (N)
+    s.test_images = n.get("test_images", s.test_images);  // test_images: optional test images, evaluated after training
+    s.test_labels = n.get("test_labels", s.test_labels);  // test_labels: labels of test_images
+    if (s.test_images.empty() != s.test_labels.empty())
+      n.fail(s.test_images.empty() ? "test_labels" : "test_images",
+             "data.test_images and data.test_labels go together; set both or neither");
+    // num_classes: labels must be in [0, num_classes); the classifier's output width.
+    s.num_classes = n.require<int64_t>("num_classes");
+    n.check_range("num_classes", double(s.num_classes), 2, 1e6);
+    // val_fraction: share of train held out (seeded) for evaluation during training; default 0.1, 0 with a test split.
+    read_val_fraction(n, s, s.test_images.empty() ? 0.1 : 0.0, false);
+    if (s.test_images.empty() && s.val_fraction == 0.0)
+      n.fail("val_fraction", "must be > 0 without data.test_images: something has to be evaluated");
+    s.seed = n.get("seed", s.seed);  // seed: which train samples form the val split
+    return;
+  }
+  if (s.dataset == "tokens") {
+    // path: a .bin token file (llm.c header or raw uint16), or a directory with train.bin (and val.bin).
+    s.path = n.require<std::string>("path");
+    s.val_path = n.get("val_path", s.val_path);  // val_path: token file of the val split ("" = <dir>/val.bin or carved)
+    if (!s.val_path.empty() && n.has("val_fraction"))
+      n.fail("val_fraction", "data.val_path is set, so the val split is that file; remove data.val_fraction");
+    // val_fraction: tail of the train tokens held out when there is no val file.
+    read_val_fraction(n, s, 0.1, true);
+    // stride: tokens between the starts of training windows; 0 = model.block_size (non-overlapping).
+    s.stride = n.get("stride", int64_t(0));
+    n.check_range("stride", double(s.stride), 0, 1e12);
+    return;
+  }
+  if (registered) {
+    s.path = n.get("path", s.path);  // path: handed to the registered dataset's factory
+    s.seed = n.get("seed", s.seed);  // seed: handed to the factory; also seeds a carved val split
+    // val_fraction: share of train held out (seeded) when the factory returns no val split.
+    read_val_fraction(n, s, 0.1, false);
+    read_sample_shape(n, s);  // sample_shape: one input's shape (classifiers); each batch is checked against it
+    s.num_classes = n.get("num_classes", s.num_classes);  // num_classes: the classifier's output width
+    n.check_range("num_classes", double(s.num_classes), 2, 1e6);
+    // options: the registered dataset's own keys (a mapping), read by its factory.
+    const ConfigNode opts = n.child("options");
+    accept_all_keys(opts);
+    s.options_yaml = opts.yaml().IsDefined() && !opts.yaml().IsNull() ? opts.dump() : "";
+    return;
+  }
+  read_val_fraction(n, s, s.val_fraction, true);
   if (s.dataset == "text") {
     s.path = n.get("path", s.path);
     s.stride = n.get("stride", s.stride);
@@ -90,10 +178,7 @@ void read_data(const ConfigNode& n, DataSection& s) {
   n.check_range("size", double(s.size), 2, 1e10);
   s.seed = n.get("seed", s.seed);
   if (s.kind == "classification") {
-    s.sample_shape = n.get("sample_shape", s.sample_shape);
-    if (s.sample_shape.empty()) n.fail("sample_shape", "must have at least one dimension");
-    for (int64_t d : s.sample_shape)
-      if (d <= 0) n.fail("sample_shape", "every dimension must be positive, got " + std::to_string(d));
+    read_sample_shape(n, s);
     s.num_classes = n.get("num_classes", s.num_classes);
     n.check_range("num_classes", double(s.num_classes), 2, 1e6);
   } else {
@@ -234,15 +319,30 @@ void TrainConfig::validate() const {
   if (run.precision == "f16" && parallel.dims.zero_stage > 0)
     config_fail("run.precision", "f16 needs loss scaling, whose overflow check ZeRO's sharded gradients would have "
                                  "to agree on across ranks, which is not implemented; use bf16 (no scaler needed)");
-  const bool tokens = data.dataset == "text" || (data.dataset == "synthetic" && data.kind == "tokens");
+  const bool registered = !data::is_builtin_dataset(data.dataset);
+  // A registered dataset serves whichever model the config asks for (its batches are checked).
+  const bool tokens = data.dataset == "text" || data.dataset == "tokens" ||
+                      (data.dataset == "synthetic" && data.kind == "tokens") || (registered && model.type == "gpt");
   if (model.type == "gpt" && !tokens)
-    config_fail("data.dataset", "model.type gpt needs token data (text, or synthetic with kind: tokens), got '" +
+    config_fail("data.dataset", "model.type gpt needs token data (text, tokens, or synthetic with kind: tokens), got '" +
                                     data.dataset + "'");
   if (model.type != "gpt" && tokens)
     config_fail("model.type", "token data needs model.type gpt, got '" + model.type + "'");
-  if (model.type == "cnn" && data.dataset == "synthetic" && data.sample_shape.size() != 3)
+  if (model.type == "gpt") {
+    const bool need = data.dataset == "tokens" || registered;
+    const int64_t least = data.dataset == "text" ? 256 : data.dataset == "synthetic" ? data.vocab_size : 2;
+    if (need && model.vocab_size == 0)
+      config_fail("model.vocab_size", "data.dataset " + data.dataset +
+                                          " needs the tokenizer's vocabulary size (50257 for GPT-2's, 256 for "
+                                          "bytes); the data's largest token id is checked against it");
+    if (model.vocab_size != 0 && model.vocab_size < least)
+      config_fail("model.vocab_size", "is " + std::to_string(model.vocab_size) + " but data.dataset " + data.dataset +
+                                          " has ids up to " + std::to_string(least - 1));
+  }
+  const bool shape_from_config = data.dataset == "synthetic" || registered;
+  if (model.type == "cnn" && shape_from_config && data.sample_shape.size() != 3)
     config_fail("data.sample_shape", "model.type cnn needs an image shape [C, H, W]");
-  if (model.type == "cnn" && data.dataset == "synthetic") {
+  if (model.type == "cnn" && shape_from_config) {
     const int64_t blocks = int64_t(model.channels.size());
     if (data.sample_shape[1] != data.sample_shape[2] || data.sample_shape[1] % (int64_t(1) << blocks) != 0)
       config_fail("data.sample_shape", "model.type cnn needs square images whose side is divisible by 2^" +

@@ -50,22 +50,36 @@ struct ModelSection {
   bool bias = true;
   bool tie_weights = true;
   bool checkpoint_activations = false;
+  /// gpt: embedding/output rows; 0 = from the data (256 for text, data.vocab_size for
+  /// synthetic tokens). Required for data.dataset tokens and registered token datasets.
+  int64_t vocab_size = 0;
 };
 
 struct DataSection {
-  std::string dataset = "fashion_mnist";  // fashion_mnist | text | synthetic
+  /// fashion_mnist | text | synthetic | tokens | idx | npy, or a name registered with
+  /// data::register_dataset (strata/data/registry.h).
+  std::string dataset = "fashion_mnist";
   std::string path;                       // "" = the dataset's default location
-  double val_fraction = 0.1;              // text and synthetic: tail held out for eval
-  int64_t stride = 1;                     // text: distance between training windows
+  /// Held out of the training data for evaluation during training: the tail of a token
+  /// stream (text, tokens without a val file, synthetic), a seeded random subset
+  /// (fashion_mnist, idx, npy, registered). Default 0.1, but 0 where a test split exists.
+  double val_fraction = 0.1;
+  int64_t stride = 1;                     // text, tokens: distance between training windows (tokens: 0 = block_size)
   int64_t prefetch = 2;                   // batches built ahead on the loader thread
+  // tokens
+  std::string val_path;  // "" = <path>/val.bin when path is a directory, else carved by val_fraction
+  // idx, npy: labelled images (test_* optional, evaluated once after training)
+  std::string images, labels, test_images, test_labels;
+  // registered datasets: data.options as YAML text (a mapping), handed to the factory
+  std::string options_yaml;
   // synthetic
   std::string kind = "classification";  // classification | tokens
   int64_t size = 1024;
-  std::vector<int64_t> sample_shape = {32};
-  int64_t num_classes = 10;
+  std::vector<int64_t> sample_shape = {32};  // synthetic, registered: one input's shape
+  int64_t num_classes = 10;                  // synthetic, idx, npy, registered
   int64_t vocab_size = 64;
   double noise = 0.1;
-  uint64_t seed = 0;
+  uint64_t seed = 0;  // synthetic: the data; fashion_mnist, idx, npy, registered: the val split
 };
 
 struct OptimSection {

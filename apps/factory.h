@@ -19,6 +19,9 @@ struct DataBundle {
   std::shared_ptr<const data::Dataset> train;
   std::shared_ptr<const data::Dataset> eval;
   std::string eval_split;          // "test" or "val"
+  /// Set when eval is a val split and a test split exists as well: evaluated once after
+  /// training (the trainer's final test evaluation), never during it.
+  std::shared_ptr<const data::Dataset> test;
   bool tokens = false;             // GPT data: report loss, not accuracy
   int64_t tokens_per_sample = 1;   // T for token windows (throughput in tokens/s)
   /// Text only: cross-entropy (nats/token) of the eval split under the train split's
@@ -34,8 +37,15 @@ DataBundle build_data(const TrainConfig& cfg);
 /// vocab 256, synthetic from its keys). Weights are drawn from `gen`.
 std::shared_ptr<nn::Module> build_model(const TrainConfig& cfg, Generator& gen);
 
-/// The GPT's vocabulary for the config's data (256 bytes for text, data.vocab_size otherwise).
+/// The GPT's vocabulary: model.vocab_size when set, else 256 bytes for text and
+/// data.vocab_size for synthetic tokens.
 int64_t gpt_vocab(const TrainConfig& cfg);
+
+/// One classifier input's shape: (1,28,28) for fashion_mnist, read from the images
+/// file's header for idx/npy (DataError naming the file), data.sample_shape otherwise.
+Shape input_shape(const TrainConfig& cfg);
+/// The classifier's number of classes (10 for fashion_mnist, data.num_classes otherwise).
+int64_t num_classes(const TrainConfig& cfg);
 
 /// The optimizer over model.named_parameters().
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& cfg, const nn::Module& model);

@@ -1,6 +1,8 @@
 // Analytic FLOP counts per sample and a quick GEMM peak (see flops.h).
 #include "apps/flops.h"
 
+#include "apps/factory.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -16,7 +18,10 @@ double train_flops_per_sample(const TrainConfig& cfg, const nn::Module& model) {
   }
   double forward = 0;
   int64_t spatial = 28;  // Fashion-MNIST (and the CNN's image_size default)
-  if (cfg.data.dataset == "synthetic" && cfg.data.sample_shape.size() == 3) spatial = cfg.data.sample_shape[2];
+  if (m.type == "cnn") {  // the image side: from the config, or the images file's header (idx, npy)
+    const Shape in = input_shape(cfg);
+    if (in.size() == 3) spatial = in[2];
+  }
   for (const auto& [name, p] : model.named_parameters()) {
     if (p.dim() == 2) {
       forward += 2.0 * double(p.numel());  // Linear: 2·in·out

@@ -228,12 +228,14 @@ data::Batch Trainer::on_device(data::Batch b) const {
   return b;
 }
 
-EvalResult Trainer::evaluate() {
+EvalResult Trainer::evaluate(bool test) {
+  const std::shared_ptr<const data::Dataset>& ds = test ? data_.test : data_.eval;
+  STRATA_CHECK(ds, "[Trainer] no test split to evaluate");
   NoGradGuard no_grad;
   model_->eval();
   const int64_t bs = std::max<int64_t>(cfg_.train.batch_size, data_.tokens ? 64 : 256);
-  auto sampler = std::make_shared<data::SequentialSampler>(data_.eval->size());
-  data::DataLoader loader(data_.eval, sampler, {.batch_size = bs, .drop_last = false, .prefetch = cfg_.data.prefetch});
+  auto sampler = std::make_shared<data::SequentialSampler>(ds->size());
+  data::DataLoader loader(ds, sampler, {.batch_size = bs, .drop_last = false, .prefetch = cfg_.data.prefetch});
   EvalResult r;
   double loss_sum = 0.0;
   int64_t correct = 0, batches = 0;
@@ -299,9 +301,9 @@ void Trainer::save(const std::string& dir) {
                           pm_->optimizer().state_dict().scalars, capture_state());
 }
 
-EvalResult Trainer::evaluate_collective() {
+EvalResult Trainer::evaluate_collective(bool test) {
   const parallel::ParallelModel::FullParams full = pm_->summon_full_params();
-  return rank_ == 0 ? evaluate() : EvalResult{};
+  return rank_ == 0 ? evaluate(test) : EvalResult{};
 }
 
 void Trainer::log_window(double lr) {
@@ -330,13 +332,13 @@ void Trainer::log_window(double lr) {
   progress_->log_step(s);
 }
 
-void Trainer::log_eval(const EvalResult& r) {
+void Trainer::log_eval(const EvalResult& r, bool test) {
   progress_->log_eval({.step = step_,
-                       .split = data_.eval_split,
+                       .split = test ? std::string("test") : data_.eval_split,
                        .loss = r.loss,
                        .samples = r.samples,
                        .accuracy = r.accuracy,
-                       .bigram_entropy = data_.bigram_entropy});
+                       .bigram_entropy = test ? std::nullopt : data_.bigram_entropy});
 }
 
 void Trainer::maybe_checkpoint() {
@@ -422,8 +424,11 @@ EvalResult Trainer::train() {
   progress_->close_bar();
   if (cfg_.train.save_final) maybe_checkpoint();
   const EvalResult r = evaluate_collective();  // rank 0 evaluates
+  // A test split beside a val split: evaluated once, here, never during training.
+  const std::optional<EvalResult> rt = data_.test ? std::optional(evaluate_collective(true)) : std::nullopt;
   if (rank_ != 0) return {};
   log_eval(r);
+  if (rt) log_eval(*rt, true);
   if (opts_.verbose) {
     if (r.accuracy) std::printf("final %s accuracy: %.4f\n", data_.eval_split.c_str(), *r.accuracy);
     if (data_.bigram_entropy)
@@ -431,6 +436,8 @@ EvalResult Trainer::train() {
                   *data_.bigram_entropy);
     else
       std::printf("final %s loss: %.4f\n", data_.eval_split.c_str(), r.loss);
+    if (rt && rt->accuracy) std::printf("final test accuracy: %.4f\n", *rt->accuracy);
+    if (rt) std::printf("final test loss: %.4f\n", rt->loss);
     std::printf("time: %s\n", format_duration(seconds_since(run_start_)).c_str());
     if (opts_.memory_report) std::printf("%s", memory_report().c_str());
     std::fflush(stdout);

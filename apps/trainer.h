@@ -83,8 +83,9 @@ class Trainer {
   EvalResult train();
   /// One optimizer step (grad_accum_steps micro-batches). Returns the step's mean loss.
   double step();
-  /// Evaluates on the eval split (eval mode, no grad; train.eval_batches caps it).
-  EvalResult evaluate();
+  /// Evaluates on the eval split, or on the test split (data().test, which must be set)
+  /// when `test` (eval mode, no grad; train.eval_batches caps it).
+  EvalResult evaluate(bool test = false);
   /// Writes a checkpoint of the current state into `dir`.
   void save(const std::string& dir);
 
@@ -121,11 +122,11 @@ class Trainer {
   /// ("auto": <run.dir>'s newest checkpoint when it has one, else a fresh start).
   data::LoaderState resume(int64_t batches_per_epoch);
   void log_window(double lr);
-  void log_eval(const EvalResult& r);
+  void log_eval(const EvalResult& r, bool test = false);
   void maybe_checkpoint();
   /// evaluate() on rank 0 with the full parameters in place (collective). Other ranks
   /// return an empty result.
-  EvalResult evaluate_collective();
+  EvalResult evaluate_collective(bool test = false);
   /// The mean loss of one batch through the layout (grad mode as set by the caller).
   Tensor loss_of(const data::Batch& b);
   /// The batch's tensors on device_ (the loader builds them on the CPU).

@@ -148,16 +148,28 @@ uint32_t be32(const uint8_t* p) {
   return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
 }
 
-IdxArray parse_idx(IdxInput& in, uint32_t expected_magic) {
+bool magic_matches(uint32_t magic, uint32_t expected) {
+  if (expected != kIdxAnyU8) return magic == expected;
+  return (magic & 0xFFFFFF00u) == kIdxAnyU8 && (magic & 0xFF) >= 1 && int(magic & 0xFF) <= kIdxMaxDims;
+}
+
+std::string expected_kind(uint32_t expected_magic) {
+  if (expected_magic == kIdxMagicU8Images) return "u8 images";
+  if (expected_magic == kIdxMagicU8Labels) return "u8 labels";
+  return "u8 data, 0x00000801..0x0000080" + std::to_string(kIdxMaxDims) +
+         ": only unsigned-byte IDX files are read";
+}
+
+/// Reads the header (and, unless header_only, the payload) of one IDX stream.
+IdxArray parse_idx(IdxInput& in, uint32_t expected_magic, bool header_only = false) {
   std::vector<uint8_t> head;
   if (read_into(in, head, 4) < 4)
     in.fail("truncated header: expected 4 bytes of magic number, got " + std::to_string(head.size()) +
             in.truncation_note());
   const uint32_t magic = be32(head.data());
-  if (magic != expected_magic) {
-    in.fail("bad magic number " + hex32(magic) + ", expected " + hex32(expected_magic) + " (u8 " +
-            (expected_magic == kIdxMagicU8Images ? "images" : "labels") +
-            "); is this the right file, and is it an IDX file?");
+  if (!magic_matches(magic, expected_magic)) {
+    in.fail("bad magic number " + hex32(magic) + ", expected " + hex32(expected_magic) + " (" +
+            expected_kind(expected_magic) + "); is this the right file, and is it an IDX file?");
   }
   const int64_t ndim = magic & 0xFF;
   head.clear();
@@ -175,6 +187,7 @@ IdxArray parse_idx(IdxInput& in, uint32_t expected_magic) {
       in.fail("header promises more than " + std::to_string(kMaxPayload) + " bytes; the header is corrupt");
     numel *= n;
   }
+  if (header_only) return out;
   // The payload grows only as bytes arrive, but a gzip bomb can deliver them: refuse a
   // promise that this machine could not hold before reading it.
   if (const uint64_t mem = physical_memory_bytes(); uint64_t(numel) > mem) {
@@ -198,11 +211,11 @@ IdxArray parse_idx(IdxInput& in, uint32_t expected_magic) {
   return out;
 }
 
-}  // namespace
-
-IdxArray read_idx(const std::string& path, uint32_t expected_magic) {
+/// Opens `path` (after the missing-file and file-kind checks) and runs parse_idx over it.
+IdxArray parse_idx_file(const std::string& path, uint32_t expected_magic, bool header_only) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec) && !ec) {
+    if (expected_magic == kIdxAnyU8) STRATA_THROW(DataError, "[idx] file not found: ", path);
     STRATA_THROW(DataError, "[idx] file not found: ", path,
                  ". Fashion-MNIST comes from the Debian package `dataset-fashion-mnist` "
                  "(apt-get install dataset-fashion-mnist), which installs "
@@ -220,8 +233,16 @@ IdxArray read_idx(const std::string& path, uint32_t expected_magic) {
         return r;
       },
       path);
-  return parse_idx(in, expected_magic);
+  return parse_idx(in, expected_magic, header_only);
 }
+
+}  // namespace
+
+IdxArray read_idx(const std::string& path, uint32_t expected_magic) {
+  return parse_idx_file(path, expected_magic, false);
+}
+
+std::vector<int64_t> read_idx_dims(const std::string& path) { return parse_idx_file(path, kIdxAnyU8, true).dims; }
 
 IdxArray read_idx_bytes(std::span<const uint8_t> bytes, const std::string& name, uint32_t expected_magic) {
   size_t off = 0;

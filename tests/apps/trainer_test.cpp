@@ -394,7 +394,7 @@ std::string schema_error(const std::string& yaml) {
 
 TEST(TrainConfigTest, CrossFieldValidation) {
   EXPECT_EQ(schema_error("model: {type: gpt}\ndata: {dataset: fashion_mnist}\noptim: {lr: 0.1}\n"),
-            "data.dataset: model.type gpt needs token data (text, or synthetic with kind: tokens), got "
+            "data.dataset: model.type gpt needs token data (text, tokens, or synthetic with kind: tokens), got "
             "'fashion_mnist'");
   EXPECT_EQ(schema_error("model: {type: mlp}\ndata: {dataset: text}\noptim: {lr: 0.1}\n"),
             "model.type: token data needs model.type gpt, got 'mlp'");
