@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
     if ((step + 1) % save_every == 0)  // collective: every rank writes its pieces
       parallel::save_sharded((ckpt_root / ("step_" + std::to_string(step + 1))).string(), *world,
                              parallel::RankPieces{pm->state_pieces(), {}}, {.zero_stage = dims.zero_stage},
-                             nlohmann::json{{"step", step + 1}});
+                             nlohmann::json{{"step", step + 1},
+                                            {parallel::kOptimizerMetaKey, pm->optimizer().state_dict().scalars}});
   }
   if (world->rank() == 0) std::printf("layout: %s, final loss %.6f\n", pm->describe().c_str(), loss_v);
   return 0;
