@@ -170,18 +170,35 @@ std::string cell(const std::string& s) {
   return out;
 }
 
-// The alternatives a documented type or default lists: "[256, 128] (mlp); 128 (cnn)" ->
-// {"[256, 128]", "128"}, "integer or auto" -> {"integer", "auto"} (parenthesised notes dropped).
-std::set<std::string> alternatives(const std::string& text, const std::string& sep) {
-  std::set<std::string> out;
+// The alternatives a documented type or default lists, as (value, note): "[256, 128]
+// (mlp); 128 (cnn)" -> {("[256, 128]", " (mlp)"), ("128", " (cnn)")}, "integer or auto" ->
+// {("integer", ""), ("auto", "")}. A parenthesised note ends an alternative.
+std::vector<std::pair<std::string, std::string>> split_alternatives(const std::string& text, const std::string& sep) {
+  std::vector<std::pair<std::string, std::string>> out;
   for (size_t b = 0;;) {
     const size_t e = text.find(sep, b);
-    std::string alt = text.substr(b, e == std::string::npos ? std::string::npos : e - b);
-    if (const size_t p = alt.find(" ("); p != std::string::npos && alt.back() == ')') alt.resize(p);
-    out.insert(alt);
+    const std::string alt = text.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    const size_t p = alt.find(" (");
+    if (p != std::string::npos && alt.back() == ')') out.emplace_back(alt.substr(0, p), alt.substr(p));
+    else out.emplace_back(alt, "");
     if (e == std::string::npos) return out;
     b = e + sep.size();
   }
+}
+
+std::set<std::string> alternatives(const std::string& text, const std::string& sep) {
+  std::set<std::string> values;
+  for (const auto& [value, note] : split_alternatives(text, sep)) values.insert(value);
+  return values;
+}
+
+// A default for the table: each alternative's value in code style, its note as prose
+// ("`0` (sgd, adam); `0.01` (adamw)"); "required" stays a word.
+std::string render_default(const std::string& text) {
+  if (text == "required") return text;
+  std::string out;
+  for (const auto& [value, note] : split_alternatives(text, "; ")) out += (out.empty() ? "`" : "; `") + value + "`" + note;
+  return out;
 }
 
 }  // namespace
@@ -204,8 +221,8 @@ std::string config_reference_markdown() {
     for (const ConfigKeyDoc& d : kDocs) {
       if (section_of(d.path) != s.name) continue;
       listed.insert(d.path);
-      md << "| `" << d.path << "` | " << cell(d.type) << " | `" << cell(d.default_text) << "` | " << cell(d.meaning)
-         << " |\n";
+      md << "| `" << d.path << "` | " << cell(d.type) << " | " << cell(render_default(d.default_text)) << " | "
+         << cell(d.meaning) << " |\n";
     }
   }
   for (const ConfigKeyDoc& d : kDocs)  // a section missing from kSections must not hide its keys
