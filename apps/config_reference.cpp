@@ -192,6 +192,8 @@ std::set<std::string> alternatives(const std::string& text, const std::string& s
   return values;
 }
 
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
 // A default for the table: each alternative's value in code style, its note as prose
 // ("`0` (sgd, adam); `0.01` (adamw)"); "required" stays a word.
 std::string render_default(const std::string& text) {
@@ -230,6 +232,13 @@ std::string config_reference_markdown() {
   return md.str();
 }
 
+std::map<std::string, std::set<std::string>> choices_of(const std::vector<ConfigKeyRead>& reads) {
+  std::map<std::string, std::set<std::string>> out;
+  for (const ConfigKeyRead& r : reads)
+    if (!r.choices.empty()) out[r.path].insert(r.choices.begin(), r.choices.end());
+  return out;
+}
+
 std::vector<std::string> check_config_reads(const std::vector<ConfigKeyRead>& reads, bool all_read) {
   std::map<std::string, const ConfigKeyDoc*> docs;
   std::vector<std::string> problems;
@@ -256,6 +265,14 @@ std::vector<std::string> check_config_reads(const std::vector<ConfigKeyRead>& re
     if (!alternatives(d.default_text, "; ").count(def))
       problems.push_back(r.path + ": a reader's default is " + def + " but the documented default is '" +
                          d.default_text + "'");
+  }
+  for (const auto& [path, choices] : choices_of(reads)) {
+    const auto it = docs.find(path);
+    if (it == docs.end()) continue;
+    for (const std::string& c : choices)
+      if (!contains(it->second->meaning, "`" + c + "`"))
+        problems.push_back(path + ": accepts '" + c + "' but its meaning in apps/config_reference.cpp does not name `" +
+                           c + "`");
   }
   if (all_read)
     for (const ConfigKeyDoc& d : kDocs)

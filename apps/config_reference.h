@@ -2,6 +2,8 @@
 // readers in apps/config.cpp and checked against what they read (ConfigNode::keys_read),
 // so docs/config.md, which `strata config reference` prints, cannot drift from the schema.
 #pragma once
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,7 +34,13 @@ std::string config_reference_markdown();
 /// change (empty when they agree):
 ///  - a key read but not documented, with its type and default ready to paste;
 ///  - a documented type or default that does not cover what the reader read;
+///  - a value one_of() accepts for a key that the key's meaning does not name in code
+///    style (`gpt`);
 ///  - with `all_read`, a documented key that no loaded config read.
 std::vector<std::string> check_config_reads(const std::vector<ConfigKeyRead>& reads, bool all_read);
+
+/// The values one_of() accepted for each key among `reads` (selector keys such as
+/// model.type and data.dataset), for loading one config per value.
+std::map<std::string, std::set<std::string>> choices_of(const std::vector<ConfigKeyRead>& reads);
 
 }  // namespace strata::apps

@@ -412,15 +412,19 @@ void ConfigNode::record(const std::string& key, const char* type, std::optional<
   if (fresh) shared_->reads.emplace_back();
   ConfigKeyRead& r = shared_->reads[it->second];
   if (!fresh && !r.type.empty()) return;  // the first typed read wins
-  r = {full, type, std::move(def), std::move(value), given};
+  std::vector<std::string> choices = std::move(r.choices);
+  r = {full, type, std::move(def), std::move(value), given, std::move(choices)};
 }
 
 void ConfigNode::note_read(const std::string& key, const std::string& type, const std::string& default_text,
                            const YAML::Node& value) const {
   const YAML::Node v = lookup(key);
   record(key, "", std::nullopt, YAML::Node(), false);  // make sure the entry exists (keeps its position)
-  shared_->reads[shared_->read_index.at(key_path(key))] = {key_path(key), type, default_text, YAML::Clone(value),
-                                                           v.IsDefined() && !v.IsNull()};
+  ConfigKeyRead& r = shared_->reads[shared_->read_index.at(key_path(key))];
+  r.type = type;
+  r.default_text = default_text;
+  r.value = YAML::Clone(value);
+  r.given = v.IsDefined() && !v.IsNull();
 }
 
 bool ConfigNode::has(const std::string& key) const {
@@ -513,6 +517,9 @@ void ConfigNode::check_range(const std::string& key, double value, double lo, do
 
 void ConfigNode::one_of(const std::string& key, const std::string& value,
                         std::initializer_list<const char*> allowed) const {
+  record(key, "", std::nullopt, YAML::Node(value), true);  // no-op when get() recorded it
+  std::vector<std::string>& choices = shared_->reads[shared_->read_index.at(key_path(key))].choices;
+  choices.assign(allowed.begin(), allowed.end());
   std::string list;
   for (const char* a : allowed) {
     if (value == a) return;

@@ -35,6 +35,7 @@ struct ConfigKeyRead {
   std::optional<std::string> default_text;  ///< the reader's default as YAML text; nullopt: required
   YAML::Node value;  ///< the value the reader got (the default when absent), a scalar or flow list
   bool given = false;  ///< present in the file or a --set
+  std::vector<std::string> choices;  ///< the values one_of() allowed, when it checked this key
 };
 
 /// A view of one mapping in a config tree: its key path ("train.optim"), its YAML node
