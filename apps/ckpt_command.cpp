@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/checkpoint.h"
 #include "apps/commands.h"
 #include <strata/parallel/checkpoint_reader.h>
 #include <strata/tensor/file_io.h>
@@ -59,23 +60,36 @@ Command add_ckpt_command(CLI::App& parent) {
   cmd->require_subcommand(1);
   CLI::App* cons = cmd->add_subcommand(
       "consolidate", "Write every tensor of a checkpoint, at its global shape, into one safetensors file");
-  cons->add_option("--checkpoint", o->checkpoint, "Checkpoint directory (with index.json; v1 state.json also read)")
+  cons->add_option("--checkpoint", o->checkpoint,
+                   "Checkpoint directory (with index.json; v1 state.json also read), or a run dir (its LATEST)")
       ->required();
   cons->add_option("-o,--out", o->out, "Output .safetensors file (written atomically)")->required();
   return {cmd, [o, cons] {
             if (!cons->parsed()) return 2;
+            struct stat st {};
+            if (::stat(o->checkpoint.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+              // A file, not a checkpoint directory: a valid safetensors file is what consolidate makes.
+              const SafetensorsHeader h = read_safetensors_header(o->checkpoint);  // DataError unless one
+              std::printf("%s is one safetensors file (%zu tensors): already consolidated, nothing to do\n",
+                          o->checkpoint.c_str(), h.entries.size());
+              return 0;
+            }
+            check_out_path(o->out, o->checkpoint);  // before anything is opened
+            std::error_code ec;  // a run dir stands for its LATEST checkpoint, as in eval and sample
+            const std::string dir =
+                fs::is_directory(o->checkpoint, ec) ? resolve_checkpoint_dir(o->checkpoint) : o->checkpoint;
             {
-              check_out_path(o->out, o->checkpoint);
-              const parallel::CheckpointReader rd(o->checkpoint);
+              if (dir != o->checkpoint) check_out_path(o->out, dir);
+              const parallel::CheckpointReader rd(dir);
               check_out_not_input(o->out, rd);
               bool whole = rd.files().size() == 1 && rd.version() >= 2;
               for (const std::string& n : rd.names())
                 whole = whole && (rd.info(n).pieces.empty() || (rd.info(n).pieces.size() == 1 && rd.info(n).pieces[0].key == n));
               if (whole)
                 std::printf("note: %s is already one safetensors file of whole tensors (%s); writing a copy\n",
-                            o->checkpoint.c_str(), rd.files()[0].c_str());
+                            dir.c_str(), rd.files()[0].c_str());
             }
-            parallel::consolidate(o->checkpoint, o->out);
+            parallel::consolidate(dir, o->out);
             const SafetensorsHeader h = read_safetensors_header(o->out);  // summary from what was written
             const uint64_t bytes = h.entries.empty() ? 0 : h.entries.back().end;
             std::printf("consolidated %zu tensors (%.3f MB) from %s shard files (zero stage %s) into %s\n",

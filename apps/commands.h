@@ -26,6 +26,8 @@ Command add_info_command(CLI::App& parent);
 Command add_bench_command(CLI::App& parent);
 /// strata ckpt consolidate --checkpoint DIR --out FILE (apps/ckpt_command.cpp)
 Command add_ckpt_command(CLI::App& parent);
+/// strata config show --config X.yaml [--set k=v]... | config reference (apps/config_command.cpp)
+Command add_config_command(CLI::App& parent);
 /// `strata plot RUN_DIR... [--out plot.svg]`: loss, eval and learning-rate curves as SVG.
 Command add_plot_command(CLI::App& parent);
 

@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("strata ") + version_string());
   const std::vector<Command> commands = {add_train_command(app), add_eval_command(app), add_sample_command(app),
                                          add_bench_command(app), add_info_command(app), add_plan_command(app),
-                                         add_ckpt_command(app), add_plot_command(app)};
+                                         add_ckpt_command(app), add_plot_command(app),
+                                         add_config_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

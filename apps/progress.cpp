@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include <strata/core/error.h>
+#include <strata/tensor/file_io.h>
 
 namespace strata::apps {
 
@@ -40,6 +42,26 @@ std::string format_count(double v) {
   else
     std::snprintf(buf, sizeof buf, "%.0f", v);
   return buf;
+}
+
+void prune_metrics_for_resume(const std::string& path, int64_t step, int64_t total_steps) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  std::string kept, line;
+  bool pruned = false;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) {
+      const int64_t s = j["step"].get<int64_t>();
+      const bool final_eval = j.value("type", "") == "eval" && s == step && step == total_steps;
+      if (s > step || final_eval) {
+        pruned = true;
+        continue;
+      }
+    }
+    kept += line + "\n";
+  }
+  if (pruned) write_file_atomic(path, kept);
 }
 
 Progress::Progress(bool verbose, ProgressStyle style, const std::string& metrics_path, bool append)

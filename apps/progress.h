@@ -52,6 +52,14 @@ struct EvalLog {
   std::optional<double> bigram_entropy;
 };
 
+/// Before a run resumed at optimizer step `step` (of `total_steps`) appends to
+/// metrics.jsonl at `path`: removes the records it will write again, so that every step and
+/// evaluation appears once. Those are every record after `step` (an interrupted run got
+/// past its last checkpoint) and, when `step` is the last step, the final evaluation at
+/// `step` (resuming a finished run evaluates again). Other lines, unparsable ones included,
+/// are kept in order. The file is replaced atomically; a missing file is left alone.
+void prune_metrics_for_resume(const std::string& path, int64_t step, int64_t total_steps);
+
 /// Stdout progress and metrics.jsonl of one run. Not thread-safe.
 class Progress {
  public:

@@ -107,6 +107,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     fs::create_directories(cfg_.run.dir, ec);
     if (ec) STRATA_THROW(DataError, "cannot create run directory '", cfg_.run.dir, "': ", ec.message());
     metrics_path = (fs::path(cfg_.run.dir) / "metrics.jsonl").string();
+    if (!cfg_.train.resume.empty()) prune_metrics_for_resume(metrics_path, step_, total_steps_);
   }
   progress_ = std::make_unique<Progress>(opts_.verbose, style, metrics_path, !cfg_.train.resume.empty());
   flops_per_step_ = train_flops_per_sample(cfg_, *model_) * double(cfg_.train.batch_size * cfg_.train.grad_accum_steps);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -24,6 +25,8 @@ struct ConfigNode::Shared {
   std::map<std::string, std::string> overrides;  // key path -> "--set" text
   std::string source;                            // file name, for messages
   YAML::Node root;                               // the whole tree, for misspelling hints
+  std::vector<ConfigKeyRead> reads;              // keys_read(), first-read order
+  std::map<std::string, size_t> read_index;      // key path -> index in reads
 };
 
 namespace {
@@ -172,6 +175,48 @@ template <> struct TypeName<std::string> { static constexpr const char* value = 
 
 template <class T> struct IsVector : std::false_type {};
 template <class T> struct IsVector<std::vector<T>> : std::true_type { using Elem = T; };
+
+// The short type names of ConfigKeyRead::type (and of docs/config.md).
+template <class T>
+std::string short_type_name() {
+  if constexpr (IsVector<T>::value) {
+    return "list of " + short_type_name<typename IsVector<T>::Elem>() + "s";
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return "boolean";
+  } else if constexpr (std::is_integral_v<T>) {
+    return "integer";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return "number";
+  } else {
+    return "string";
+  }
+}
+
+// A value as a YAML node: numbers in their shortest round-trip form (0.1, not
+// 0.10000000000000001), lists in flow style.
+template <class T>
+YAML::Node value_node(const T& v) {
+  if constexpr (IsVector<T>::value) {
+    YAML::Node seq(YAML::NodeType::Sequence);
+    for (const auto& e : v) seq.push_back(value_node(e));
+    seq.SetStyle(YAML::EmitterStyle::Flow);
+    return seq;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return YAML::Node(v ? "true" : "false");
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return YAML::Node(std::string(buf, r.ptr));
+  } else {
+    return YAML::Node(v);
+  }
+}
+
+std::string flow_text(const YAML::Node& n) {
+  YAML::Emitter out;
+  out << YAML::Flow << n;
+  return out.c_str();
+}
 
 }  // namespace
 
@@ -360,13 +405,45 @@ void ConfigNode::type_fail(const std::string& key, const YAML::Node& v, const ch
   fail(key, std::string("expected ") + expected + ", got " + describe(v));
 }
 
+void ConfigNode::record(const std::string& key, const char* type, std::optional<std::string> def, YAML::Node value,
+                        bool given) const {
+  const std::string full = key_path(key);
+  const auto [it, fresh] = shared_->read_index.emplace(full, shared_->reads.size());
+  if (fresh) shared_->reads.emplace_back();
+  ConfigKeyRead& r = shared_->reads[it->second];
+  if (!fresh && !r.type.empty()) return;  // the first typed read wins
+  std::vector<std::string> choices = std::move(r.choices);
+  r = {full, type, std::move(def), std::move(value), given, std::move(choices)};
+}
+
+void ConfigNode::note_read(const std::string& key, const std::string& type, const std::string& default_text,
+                           const YAML::Node& value) const {
+  const YAML::Node v = lookup(key);
+  record(key, "", std::nullopt, YAML::Node(), false);  // make sure the entry exists (keeps its position)
+  ConfigKeyRead& r = shared_->reads[shared_->read_index.at(key_path(key))];
+  r.type = type;
+  r.default_text = default_text;
+  r.value = YAML::Clone(value);
+  r.given = v.IsDefined() && !v.IsNull();
+}
+
 bool ConfigNode::has(const std::string& key) const {
   const YAML::Node v = lookup(key);
-  return v.IsDefined() && !v.IsNull();
+  const bool present = v.IsDefined() && !v.IsNull();
+  if (present) record(key, "", std::nullopt, YAML::Clone(v), true);  // untyped until get/require reads it
+  return present;
 }
 
 template <class T>
 T ConfigNode::get(const std::string& key, const T& def) const {
+  const T out = get_unrecorded(key, def);
+  const YAML::Node v = lookup(key);
+  record(key, short_type_name<T>().c_str(), flow_text(value_node(def)), value_node(out), v.IsDefined() && !v.IsNull());
+  return out;
+}
+
+template <class T>
+T ConfigNode::get_unrecorded(const std::string& key, const T& def) const {
   const YAML::Node v = lookup(key);
   if (!v.IsDefined() || v.IsNull()) return def;
   if constexpr (IsVector<T>::value) {
@@ -400,7 +477,9 @@ T ConfigNode::require(const std::string& key) const {
     const int l = line();
     config_fail(key_path(key), "required key is missing from " + where, l);
   }
-  return get<T>(key, T{});
+  const T out = get_unrecorded<T>(key, T{});
+  record(key, short_type_name<T>().c_str(), std::nullopt, value_node(out), true);
+  return out;
 }
 
 #define STRATA_CONFIG_INSTANTIATE(T)                                 \
@@ -438,6 +517,9 @@ void ConfigNode::check_range(const std::string& key, double value, double lo, do
 
 void ConfigNode::one_of(const std::string& key, const std::string& value,
                         std::initializer_list<const char*> allowed) const {
+  record(key, "", std::nullopt, YAML::Node(value), true);  // no-op when get() recorded it
+  std::vector<std::string>& choices = shared_->reads[shared_->read_index.at(key_path(key))].choices;
+  choices.assign(allowed.begin(), allowed.end());
   std::string list;
   for (const char* a : allowed) {
     if (value == a) return;
@@ -488,6 +570,36 @@ std::string ConfigNode::dump() const {
   YAML::Emitter out;
   out << node_;
   return out.c_str();
+}
+
+std::vector<ConfigKeyRead> ConfigNode::keys_read() const {
+  std::vector<ConfigKeyRead> typed;
+  for (const ConfigKeyRead& r : shared_->reads)
+    if (!r.type.empty()) typed.push_back(r);
+  return typed;
+}
+
+std::string ConfigNode::dump_resolved() const {
+  YAML::Node root(YAML::NodeType::Map);
+  for (const ConfigKeyRead& r : shared_->reads) {
+    YAML::Node cur;
+    cur.reset(root);
+    for (size_t b = 0;;) {
+      const size_t e = r.path.find('.', b);
+      const std::string comp = r.path.substr(b, e == std::string::npos ? std::string::npos : e - b);
+      if (e == std::string::npos) {
+        cur[comp] = r.value;
+        break;
+      }
+      if (!cur[comp].IsMap()) cur[comp] = YAML::Node(YAML::NodeType::Map);
+      YAML::Node next = cur[comp];
+      cur.reset(next);
+      b = e + 1;
+    }
+  }
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
 }
 
 }  // namespace strata

@@ -7,6 +7,7 @@
 
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,18 @@ void apply_config_override(YAML::Node& root, const std::string& assignment);
 
 /// Levenshtein distance (for "did you mean" suggestions).
 size_t edit_distance(const std::string& a, const std::string& b);
+
+/// One key a reader asked for through ConfigNode::get/require (see ConfigNode::keys_read):
+/// what the schema accepts, recorded as it is read, so that documentation and
+/// `strata config show` come from the readers themselves.
+struct ConfigKeyRead {
+  std::string path;  ///< full key path, "optim.lr"
+  std::string type;  ///< "boolean", "integer", "number", "string", "list of integers", ...
+  std::optional<std::string> default_text;  ///< the reader's default as YAML text; nullopt: required
+  YAML::Node value;  ///< the value the reader got (the default when absent), a scalar or flow list
+  bool given = false;  ///< present in the file or a --set
+  std::vector<std::string> choices;  ///< the values one_of() allowed, when it checked this key
+};
 
 /// A view of one mapping in a config tree: its key path ("train.optim"), its YAML node
 /// and the shared record of which keys have been asked for. Cheap to copy. Reading
@@ -80,6 +93,20 @@ class ConfigNode {
   /// The effective tree (after overrides) as YAML text, for echoing into checkpoints.
   std::string dump() const;
 
+  /// Records `key` for keys_read() as read with `type`, `default_text` and the resolved
+  /// `value` (replacing what get() recorded), for a key its reader parses beyond get():
+  /// parallel.dp is "integer or auto", resolved to auto when absent; a null `value` says
+  /// "absent means unset" and survives dump_resolved() as `~`.
+  void note_read(const std::string& key, const std::string& type, const std::string& default_text,
+                 const YAML::Node& value) const;
+  /// Every key of this tree that get/require asked for so far, in first-read order
+  /// (has() alone and child() mappings are not listed; a key read twice keeps its first
+  /// read). Shared by all views of one loaded tree.
+  std::vector<ConfigKeyRead> keys_read() const;
+  /// The resolved config as YAML: every key of keys_read() with the value its reader
+  /// used (defaults included), plus keys that were only tested with has() and are present.
+  std::string dump_resolved() const;
+
  private:
   struct Shared;
   ConfigNode(YAML::Node node, std::string path, std::shared_ptr<Shared> shared);
@@ -91,6 +118,12 @@ class ConfigNode {
   void fail_if_misspelt(const std::string& key) const;
   void check_unknown(const YAML::Node& node, const std::string& path) const;
   [[noreturn]] void type_fail(const std::string& key, const YAML::Node& v, const char* expected) const;
+  // get() without adding to keys_read() (require() records its own kind of read).
+  template <class T>
+  T get_unrecorded(const std::string& key, const T& def) const;
+  // Adds `key` to the shared record of keys_read() unless it is there already.
+  void record(const std::string& key, const char* type, std::optional<std::string> def, YAML::Node value,
+              bool given) const;
 
   YAML::Node node_;
   std::string path_;

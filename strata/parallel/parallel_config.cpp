@@ -49,6 +49,7 @@ ParallelConfig ParallelConfig::from_node(const ConfigNode& n) {
     c.dims.dp = n.get("dp", c.dims.dp);
     if (n.has("dp")) n.check_range("dp", c.dims.dp, 1, 1 << 20);
   }
+  n.note_read("dp", "integer or auto", "auto", YAML::Node(c.dims.dp == ParallelDims::kAuto ? "auto" : std::to_string(c.dims.dp)));
   c.dims.tp = n.get("tp", c.dims.tp);
   n.check_range("tp", c.dims.tp, 1, 1 << 20);
   c.dims.pp = n.get("pp", c.dims.pp);
@@ -58,6 +59,8 @@ ParallelConfig ParallelConfig::from_node(const ConfigNode& n) {
   const bool replicas_given = n.has("replicas");
   c.replicas = n.get("replicas", c.replicas);
   if (replicas_given) n.check_range("replicas", c.replicas, 1, 1024);
+  // Absent means off (or one replica per parallel.devices): shown as null, not as 0, which is refused.
+  n.note_read("replicas", "integer", "null", replicas_given ? YAML::Node(c.replicas) : YAML::Node());
   const auto device_names = n.get("devices", std::vector<std::string>{});
   for (size_t k = 0; k < device_names.size(); ++k) {
     const auto d = try_parse_device(device_names[k]);

@@ -1,0 +1,285 @@
+// The config key table behind docs/config.md. A key added to a reader in apps/config.cpp
+// (or parallel/parallel_config.cpp) needs a line here: tests/apps/config_reference_test.cpp
+// loads configs of every model and dataset kind and names each key that lacks one.
+#include "apps/config_reference.h"
+
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace strata::apps {
+namespace {
+
+struct SectionDoc {
+  const char* name;
+  const char* intro;
+};
+
+const SectionDoc kSections[] = {
+    {"run", "Where the run writes, its seed, threads, device and precision."},
+    {"model", "The network. `type` selects the keys that apply: an `mlp` config with `n_head` is an unknown-key "
+              "error."},
+    {"data", "The dataset. `dataset` selects the keys that apply."},
+    {"optim", "The optimizer (PyTorch's `torch.optim` semantics). `name` selects the keys that apply."},
+    {"schedule", "The learning-rate schedule. Every key is read whatever `name` is, so switching `name` with "
+                 "`--set` leaves the others valid."},
+    {"train", "The training loop: length, batch, evaluation, logging and checkpoints."},
+    {"parallel", "The layout, given by degrees whose product is the world size (see docs/parallelism.md)."},
+    {"comm", "The collectives under every multi-rank layout."},
+};
+
+const std::vector<ConfigKeyDoc> kDocs = {
+    // run
+    {"run.dir", "string", "runs/default",
+     "Run directory: `metrics.jsonl`, `checkpoints/step_N` (+ `LATEST`), `logs/rank<R>.log`. `strata train` refuses "
+     "one holding an earlier run unless it resumes or `--overwrite` is given."},
+    {"run.seed", "integer", "0", "Seed of parameter initialisation, data order and dropout."},
+    {"run.threads", "integer", "0", "Compute threads per process; 0 = all cores. Under mpirun keep ranks x threads "
+                                    "within the cores of a node."},
+    {"run.device", "string", "cpu",
+     "`cpu`, `cuda` or `cuda:N`. `cuda` under mpirun is the local rank's GPU (like torchrun's `LOCAL_RANK`), "
+     "else `cuda:0`. Needs a CUDA build."},
+    {"run.precision", "string", "f32",
+     "`f32`, `bf16` or `f16`: forward and loss under autocast with f32 master weights; `f16` adds dynamic loss "
+     "scaling. On the CPU 16-bit types are emulated (rounded, f32 arithmetic)."},
+    {"run.log_level", "string", "\"\"",
+     "`trace`, `debug`, `info`, `warn`, `error`, `critical` or `off`; empty = `info` on rank 0, `warn` elsewhere. "
+     "`$STRATA_LOG_LEVEL` overrides it."},
+    {"run.peak_flops", "number", "0",
+     "FLOP/s that MFU is reported against (e.g. a GPU's datasheet figure); 0 = this machine's GEMM throughput, "
+     "measured when training starts."},
+    // model
+    {"model.type", "string", "mlp", "`mlp`, `cnn` or `gpt` (`gpt` needs token data: `text`, or `synthetic` with "
+                                    "`kind: tokens`)."},
+    {"model.dropout", "number", "0", "Dropout probability in [0, 1)."},
+    {"model.hidden", "list of integers (mlp) or integer (cnn)", "[256, 128] (mlp); 128 (cnn)",
+     "mlp: the hidden layer widths. cnn: the width of the fully connected layer after the conv blocks."},
+    {"model.activation", "string", "relu", "mlp: `relu`, `gelu`, `gelu_tanh` or `tanh`."},
+    {"model.channels", "list of integers", "[32, 64]",
+     "cnn: output channels of each conv block (3x3 conv, optional batch norm, ReLU, 2x2 max pool). 28x28 "
+     "images allow at most 2 blocks."},
+    {"model.batch_norm", "boolean", "true", "cnn: batch norm after each convolution."},
+    {"model.block_size", "integer", "64", "gpt: context length in tokens."},
+    {"model.n_layer", "integer", "4", "gpt: transformer blocks."},
+    {"model.n_head", "integer", "4", "gpt: attention heads; must divide `n_embd`."},
+    {"model.n_embd", "integer", "128", "gpt: embedding width."},
+    {"model.bias", "boolean", "true", "gpt: biases in the linear layers and layer norms."},
+    {"model.tie_weights", "boolean", "true", "gpt: the output projection shares the token embedding's weights."},
+    {"model.checkpoint_activations", "boolean", "false",
+     "gpt: recompute each block's activations in backward instead of storing them."},
+    // data
+    {"data.dataset", "string", "fashion_mnist",
+     "`fashion_mnist` (IDX files), `text` (byte-level corpus) or `synthetic` (generated in memory)."},
+    {"data.prefetch", "integer", "2", "Batches built ahead on the loader thread; 0 = build on the training thread."},
+    {"data.path", "string", "\"\"",
+     "fashion_mnist: directory of the four IDX files (default /usr/share/datasets/fashion-mnist). text: a text file "
+     "or a directory of them (default /usr/share/games/fortunes)."},
+    {"data.val_fraction", "number", "0.1",
+     "text, synthetic: the tail held out as the validation split, in (0, 1)."},
+    {"data.stride", "integer", "1", "text: distance in bytes between the starts of training windows."},
+    {"data.kind", "string", "classification", "synthetic: `classification` (vectors or images) or `tokens` (for gpt)."},
+    {"data.size", "integer", "1024", "synthetic: number of samples."},
+    {"data.seed", "integer", "0", "synthetic: seed of the generated data."},
+    {"data.sample_shape", "list of integers", "[32]",
+     "synthetic classification: shape of one sample; `[C, H, W]` with square sides divisible by 2^blocks for cnn."},
+    {"data.num_classes", "integer", "10", "synthetic classification: number of classes."},
+    {"data.vocab_size", "integer", "64", "synthetic tokens: vocabulary size."},
+    {"data.noise", "number", "0.1", "synthetic tokens: probability that a token is random instead of following the "
+                                    "generating rule."},
+    // optim
+    {"optim.name", "string", "adam", "`sgd`, `adam` or `adamw`."},
+    {"optim.lr", "number", "required", "Learning rate (the peak, when a schedule warms up or decays)."},
+    {"optim.weight_decay", "number", "0 (sgd, adam); 0.01 (adamw)",
+     "L2 penalty added to the gradient (sgd, adam) or decoupled decay (adamw)."},
+    {"optim.momentum", "number", "0", "sgd: momentum in [0, 1)."},
+    {"optim.dampening", "number", "0", "sgd: dampening of the momentum."},
+    {"optim.nesterov", "boolean", "false", "sgd: Nesterov momentum (needs momentum > 0 and dampening 0)."},
+    {"optim.betas", "list of numbers", "[0.9, 0.999]", "adam, adamw: `[beta1, beta2]`, each in [0, 1)."},
+    {"optim.eps", "number", "1e-08", "adam, adamw: term added to the denominator."},
+    // schedule
+    {"schedule.name", "string", "constant",
+     "`constant`, `step` (multiply by `gamma` every `step_size` steps) or `cosine` (decay to `min_lr` at the last "
+     "step)."},
+    {"schedule.warmup_steps", "integer", "0", "Linear warm-up from 0 to `optim.lr` over this many steps."},
+    {"schedule.step_size", "integer", "1000", "step: steps between decays."},
+    {"schedule.gamma", "number", "0.1", "step: decay factor in (0, 1]."},
+    {"schedule.min_lr", "number", "0", "cosine: the final learning rate (at most `optim.lr`)."},
+    // train
+    {"train.epochs", "integer", "1", "Passes over the training set; used when `max_steps` is 0."},
+    {"train.max_steps", "integer", "0", "Optimizer steps; 0 = `epochs` x steps per epoch."},
+    {"train.batch_size", "integer", "64",
+     "Global batch of one forward and backward: each of N data-parallel ranks reads `batch_size / N` samples (must "
+     "divide)."},
+    {"train.grad_clip", "number", "0", "Clip gradients to this global norm; 0 = off."},
+    {"train.eval_every", "integer", "0", "Evaluate every N steps; 0 = only at the end."},
+    {"train.eval_batches", "integer", "0", "Cap on evaluation batches; 0 = the whole evaluation split."},
+    {"train.log_every", "integer", "50", "Steps between progress lines and `metrics.jsonl` step records."},
+    {"train.checkpoint_every", "integer", "0", "Checkpoint every N steps; 0 = only the final checkpoint."},
+    {"train.keep_checkpoints", "integer", "0", "Newest `step_*` checkpoints kept; 0 = all."},
+    {"train.save_final", "boolean", "true", "Write a checkpoint at the end of training."},
+    {"train.resume", "string", "\"\"",
+     "Checkpoint dir, or run dir (its `LATEST`), to continue from; `auto` = `run.dir`'s newest checkpoint if it has "
+     "one, else a fresh start. Same as `--resume`."},
+    {"train.grad_accum_steps", "integer", "1",
+     "Batches of `batch_size` per optimizer step (their gradients add up; DDP all-reduces only the last one's, "
+     "the others run under `no_sync`)."},
+    // parallel
+    {"parallel.dp", "integer or auto", "auto",
+     "Data-parallel degree; `auto` = world size / (tp x pp): every rank under mpirun, 1 without it."},
+    {"parallel.tp", "integer", "1",
+     "Tensor-parallel degree (mlp and gpt): consecutive ranks, Megatron-style column/row-parallel linears."},
+    {"parallel.pp", "integer", "1", "Pipeline stages."},
+    {"parallel.zero_stage", "integer", "0",
+     "0 = DDP on the dp ranks; 1, 2, 3 = ZeRO sharding of optimizer state, + gradients, + parameters (FSDP)."},
+    {"parallel.replicas", "integer", "null (off, or the length of `devices` when that is given)",
+     "K >= 1 thread replicas of the model in one process (DataParallel)."},
+    {"parallel.devices", "list of strings", "[]",
+     "DataParallel over devices (`[cuda:0, cuda:1]`): replica k runs on `devices[k]`; `devices[0]` must be "
+     "`run.device`."},
+    {"parallel.bucket_cap_mb", "number", "25", "DDP and ZeRO-1/2: MiB per gradient bucket (PyTorch's default)."},
+    {"parallel.first_bucket_mb", "number", "1", "DDP and ZeRO-1/2: size of the first (earliest ready) bucket."},
+    {"parallel.last_bucket_mb", "number", "1", "DDP and ZeRO-1/2: size of the last bucket, reduced after backward."},
+    {"parallel.find_unused_parameters", "boolean", "false",
+     "DDP: mark parameters that got no gradient as ready, so a forward that skips some still completes."},
+    {"parallel.broadcast_buffers", "boolean", "true", "DDP: rank 0's buffers (batch norm statistics) are broadcast "
+                                                      "before each forward."},
+    {"parallel.gradient_as_bucket_view", "boolean", "false",
+     "DDP: parameters' `.grad` alias the buckets (saves one gradient copy, 4 bytes per parameter at f32)."},
+    {"parallel.fsdp_prefetch", "boolean", "true", "ZeRO-3: gather the next block's parameters while this one runs."},
+    // comm
+    {"comm.backend", "string", "auto", "`auto`, `mpi` or `nccl` under mpirun; `auto` = nccl for a CUDA `run.device`, "
+                                       "mpi otherwise."},
+    {"comm.algorithm", "string", "auto",
+     "`native` (the backend's own), `ring`, `tree`, `recursive` or `auto` (native where the backend has it, else "
+     "recursive doubling below `small_message_bytes` and ring above)."},
+    {"comm.timeout_s", "number", "300",
+     "Limit on every wait; on expiry the op fails naming op, group and rank and the process exits 3."},
+    {"comm.debug", "boolean", "false",
+     "Check that every rank calls the same collective with the same shapes (or `STRATA_COMM_DEBUG=1`)."},
+    {"comm.chunk_bytes", "integer", "1048576", "Pipelining unit of the ring and tree algorithms."},
+    {"comm.small_message_bytes", "integer", "65536", "Threshold below which `auto` and `recursive` use recursive "
+                                                     "doubling."},
+};
+
+std::string section_of(const std::string& path) { return path.substr(0, path.find('.')); }
+
+// Markdown table cells may not hold a bare '|'.
+std::string cell(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+// The alternatives a documented type or default lists, as (value, note): "[256, 128]
+// (mlp); 128 (cnn)" -> {("[256, 128]", " (mlp)"), ("128", " (cnn)")}, "integer or auto" ->
+// {("integer", ""), ("auto", "")}. A parenthesised note ends an alternative.
+std::vector<std::pair<std::string, std::string>> split_alternatives(const std::string& text, const std::string& sep) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t b = 0;;) {
+    const size_t e = text.find(sep, b);
+    const std::string alt = text.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    const size_t p = alt.find(" (");
+    if (p != std::string::npos && alt.back() == ')') out.emplace_back(alt.substr(0, p), alt.substr(p));
+    else out.emplace_back(alt, "");
+    if (e == std::string::npos) return out;
+    b = e + sep.size();
+  }
+}
+
+std::set<std::string> alternatives(const std::string& text, const std::string& sep) {
+  std::set<std::string> values;
+  for (const auto& [value, note] : split_alternatives(text, sep)) values.insert(value);
+  return values;
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+// A default for the table: each alternative's value in code style, its note as prose
+// ("`0` (sgd, adam); `0.01` (adamw)"); "required" stays a word.
+std::string render_default(const std::string& text) {
+  if (text == "required") return text;
+  std::string out;
+  for (const auto& [value, note] : split_alternatives(text, "; ")) out += (out.empty() ? "`" : "; `") + value + "`" + note;
+  return out;
+}
+
+}  // namespace
+
+const std::vector<ConfigKeyDoc>& config_key_docs() { return kDocs; }
+
+std::string config_reference_markdown() {
+  std::ostringstream md;
+  md << "# Config reference\n\n"
+        "Every key `strata train`, `eval`, `plan` and `bench` read, generated from the schema: this file is the "
+        "output of `strata config reference`, and a test fails when a reader and this table disagree. A key "
+        "that does not apply to the config's `model.type`, `data.dataset`, `data.kind` or `optim.name` is an "
+        "unknown-key error. `strata config show --config X.yaml [--set k=v]...` prints a config with every "
+        "default filled in.\n\n"
+        "Any key can be set on the command line: `--set optim.lr=3e-4` (the value is parsed as YAML, so "
+        "`--set optim.betas=[0.9,0.95]` is a list).\n";
+  std::set<std::string> listed;
+  for (const SectionDoc& s : kSections) {
+    md << "\n## " << s.name << "\n\n" << s.intro << "\n\n| key | type | default | meaning |\n| --- | --- | --- | --- |\n";
+    for (const ConfigKeyDoc& d : kDocs) {
+      if (section_of(d.path) != s.name) continue;
+      listed.insert(d.path);
+      md << "| `" << d.path << "` | " << cell(d.type) << " | " << cell(render_default(d.default_text)) << " | "
+         << cell(d.meaning) << " |\n";
+    }
+  }
+  for (const ConfigKeyDoc& d : kDocs)  // a section missing from kSections must not hide its keys
+    if (!listed.count(d.path)) md << "\n(no section) `" << d.path << "` | " << d.type << " | " << d.meaning << "\n";
+  return md.str();
+}
+
+std::map<std::string, std::set<std::string>> choices_of(const std::vector<ConfigKeyRead>& reads) {
+  std::map<std::string, std::set<std::string>> out;
+  for (const ConfigKeyRead& r : reads)
+    if (!r.choices.empty()) out[r.path].insert(r.choices.begin(), r.choices.end());
+  return out;
+}
+
+std::vector<std::string> check_config_reads(const std::vector<ConfigKeyRead>& reads, bool all_read) {
+  std::map<std::string, const ConfigKeyDoc*> docs;
+  std::vector<std::string> problems;
+  for (const ConfigKeyDoc& d : kDocs)
+    if (!docs.emplace(d.path, &d).second) problems.push_back(std::string(d.path) + ": documented twice");
+  std::set<std::string> read, reported;
+  for (const ConfigKeyRead& r : reads) {
+    read.insert(r.path);
+    const std::string def = r.default_text ? *r.default_text : "required";
+    const auto it = docs.find(r.path);
+    if (it == docs.end()) {
+      if (reported.insert(r.path).second)
+        problems.push_back(r.path + ": read by the config loader but not documented; add to kDocs in "
+                           "apps/config_reference.cpp: {\"" + r.path + "\", \"" + r.type + "\", \"" + def +
+                           "\", \"<meaning>\"}, then regenerate docs/config.md");
+      continue;
+    }
+    const ConfigKeyDoc& d = *it->second;
+    const std::set<std::string> documented = alternatives(d.type, " or ");
+    bool type_ok = true;
+    for (const std::string& t : alternatives(r.type, " or ")) type_ok = type_ok && documented.count(t);
+    if (!type_ok)
+      problems.push_back(r.path + ": read as " + r.type + " but documented as '" + d.type + "'");
+    if (!alternatives(d.default_text, "; ").count(def))
+      problems.push_back(r.path + ": a reader's default is " + def + " but the documented default is '" +
+                         d.default_text + "'");
+  }
+  for (const auto& [path, choices] : choices_of(reads)) {
+    const auto it = docs.find(path);
+    if (it == docs.end()) continue;
+    for (const std::string& c : choices)
+      if (!contains(it->second->meaning, "`" + c + "`"))
+        problems.push_back(path + ": accepts '" + c + "' but its meaning in apps/config_reference.cpp does not name `" +
+                           c + "`");
+  }
+  if (all_read)
+    for (const ConfigKeyDoc& d : kDocs)
+      if (!read.count(d.path))
+        problems.push_back(std::string(d.path) + ": documented but no loaded config read it (a removed key, or a "
+                           "variant missing from the test's configs)");
+  return problems;
+}
+
+}  // namespace strata::apps
