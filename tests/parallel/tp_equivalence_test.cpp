@@ -1,6 +1,8 @@
 // Tensor parallelism trains the same model as one process: the MLP and the GPT at tp 2
-// and 4, and dp 2 x tp 2 with DDP and ZeRO, after k AdamW steps with global-norm
-// clipping (gathered parameters, losses and norms to 1e-5), all on local ranks.
+// and 4 (vocabulary-parallel wte and head, tied and untied, with and without sequence
+// parallelism and activation checkpointing), and dp 2 x tp 2 with DDP and ZeRO, after k
+// AdamW steps with global-norm clipping (gathered parameters, losses and norms to 1e-5),
+// all on local ranks.
 #include <gtest/gtest.h>
 
 #include "tp_harness.h"
@@ -21,13 +23,49 @@ TEST(TensorParallel, MlpDp2Tp2WithDdpAndZero) {
 }
 
 TEST(TensorParallel, GptEqualsOneProcess) {
-  check({.model = "gpt", .tp = 2});
+  check({.model = "gpt", .tp = 2});  // the tied wte/head vocabulary-parallel
   check({.model = "gpt", .tp = 4});
+  check({.model = "gpt", .vocab = false, .tp = 2});  // blocks only, embeddings replicated
 }
 
-TEST(TensorParallel, GptWithActivationCheckpointing) { check({.model = "gpt_ckpt", .tp = 2}); }
+TEST(TensorParallel, GptUntiedVocabParallelHead) {
+  check({.model = "gpt_untied", .tp = 2});
+  check({.model = "gpt_untied", .tp = 4});
+}
 
-TEST(TensorParallel, GptDp2Tp2WithZero1) { check({.model = "gpt", .dp = 2, .tp = 2, .stage = 1}); }
+TEST(TensorParallel, GptWithActivationCheckpointing) {
+  check({.model = "gpt_ckpt", .tp = 2});
+  check({.model = "gpt_ckpt", .tp = 4});
+}
+
+TEST(TensorParallel, GptSequenceParallel) {
+  check({.model = "gpt", .sp = true, .tp = 2});
+  check({.model = "gpt", .sp = true, .tp = 4});
+  check({.model = "gpt_untied", .sp = true, .tp = 2});
+  check({.model = "gpt_untied", .sp = true, .tp = 4});
+}
+
+TEST(TensorParallel, GptSequenceParallelWithActivationCheckpointing) {
+  check({.model = "gpt_ckpt", .sp = true, .tp = 2});
+  check({.model = "gpt_untied_ckpt", .sp = true, .tp = 4});
+}
+
+TEST(TensorParallel, GptDp2Tp2WithZero1) {
+  check({.model = "gpt", .dp = 2, .tp = 2, .stage = 1});
+  check({.model = "gpt", .sp = true, .dp = 2, .tp = 2, .stage = 1});
+}
+
+TEST(TensorParallel, SequenceParallelNeedsAVocabParallelHead) {
+  comm::run_local(2, [](comm::ProcessGroup& w) {
+    std::shared_ptr<comm::ProcessGroup> tp(&w, [](comm::ProcessGroup*) {});
+    auto m = tp_model("gpt_untied", 1);
+    TpPlan plan = tp_plan("gpt_untied", true, true);
+    plan.erase("lm_head");
+    EXPECT_THROW(apply_tp(*m, plan, tp), Error);
+    EXPECT_EQ(m->child("ln_f")->type_name(), "LayerNorm");  // untouched
+    EXPECT_THROW(apply_tp(*st::make_model("mlp", 1), {{"net.1", TpStyle::sequence_norm}}, tp), Error);
+  });
+}
 
 // Megatron's RNG rule: dropout inside a tp region (attention probabilities of this rank's
 // heads) draws different masks on each tp rank, dropout on the replicated residual stream
@@ -57,7 +95,7 @@ TEST(TensorParallel, DropoutMasksDifferInsideRegionsAndAgreeOutside) {
       pm->step();
       pm->zero_grad();
     }
-    for (const char* name : {"ln_f.weight", "wte.weight", "h.1.attn.c_proj.bias", "h.1.ln_2.bias"})
+    for (const char* name : {"ln_f.weight", "wpe.weight", "h.1.attn.c_proj.bias", "h.1.ln_2.bias"})
       EXPECT_TRUE(same_over_tp(model->parameter(name))) << name;
     EXPECT_FALSE(same_over_tp(model->parameter("h.1.mlp.c_fc.weight")));  // a shard: different
   });
