@@ -23,7 +23,15 @@ struct MemoryPlanInput {
   /// Element counts of the flat buffers ZeRO shards; each is padded separately to a
   /// multiple of N. Empty = one unit holding all Ψ elements. Must sum to Ψ.
   std::vector<int64_t> flat_units;
+  int tp = 1;  ///< tensor-parallel degree, >= 1
+  /// Of Ψ, the elements tensor parallelism splits over tp (tp_sharded_elements of the
+  /// model and its plan; a multiple of tp). A rank holds tp_rank_elements() of them all.
+  int64_t tp_sharded_elements = 0;
 };
+
+/// Elements of the model one tp rank holds: sharded / tp + (Ψ - sharded) (replicated).
+/// strata::Error when the sharded part exceeds Ψ or does not divide by tp.
+int64_t tp_rank_elements(const MemoryPlanInput& in);
 
 /// Predicted bytes one rank holds, by category (the MemCategory names).
 struct MemoryPlan {
@@ -45,7 +53,9 @@ int64_t sharded_elements(std::span<const int64_t> units, int world);
 int optimizer_state_count(const std::string& optim_name, double momentum = 0.0);
 
 /// Per-rank bytes for in.zero_stage at in.world_size ranks, with B = bytes_per_element,
-/// S = optimizer_states and Ψ' = sharded_elements(flat_units, N) (≈ Ψ/N):
+/// S = optimizer_states and Ψ' = sharded_elements(flat_units, N) (≈ Ψ/N); under tensor
+/// parallelism (tp > 1) Ψ below is this tp rank's tp_rank_elements(), which ZeRO shards
+/// over the dp ranks (flat_units then sum to it):
 ///   stage 0: params BΨ,  grads BΨ,  optimizer S·BΨ,  comm ddp_bucket_bytes
 ///   stage 1: params BΨ,  grads BΨ,  optimizer S·BΨ'
 ///   stage 2: params BΨ,  grads BΨ', optimizer S·BΨ'

@@ -27,7 +27,11 @@ Tensor tp_shard(const Tensor& t, TpSplit s, int rank, int n) {
                "[tp] cannot split ", shape_str(t.shape()), " along dimension ", s.dim, " into ", s.parts,
                " part(s) x ", n, " tensor-parallel rank(s)");
   Tensor v = ops::reshape(ops::contiguous(t), split_view(t.shape(), s, n));
-  return ops::reshape(ops::contiguous(ops::narrow(v, 2, rank, 1)), shard_shape(t.shape(), s, n));
+  // Always new storage: a contiguous chunk (the rows of a column split) would otherwise be
+  // a view keeping the whole tensor alive.
+  Tensor chunk = ops::narrow(v, 2, rank, 1);
+  chunk = chunk.is_contiguous() ? ops::clone(chunk) : ops::contiguous(chunk);
+  return ops::reshape(chunk, shard_shape(t.shape(), s, n));
 }
 
 Tensor tp_unshard(const Tensor& shard, TpSplit s, comm::ProcessGroup& tp) {

@@ -18,7 +18,8 @@ struct TpSplit {
   int64_t parts = 1;
 };
 
-/// Rank `rank` of `n`'s shard of the global tensor t (a new contiguous tensor).
+/// Rank `rank` of `n`'s shard of the global tensor t (a new contiguous tensor with storage of
+/// its own, never a view keeping t alive).
 /// Error unless t.size(dim) divides into parts * n.
 Tensor tp_shard(const Tensor& t, TpSplit s, int rank, int n);
 /// The global tensor from every rank's shard (collective over tp; inverse of tp_shard).

@@ -170,6 +170,24 @@ TpWholeModules::~TpWholeModules() {
   if (auto* lm = dynamic_cast<nn::LanguageModel*>(&model_)) lm->set_lm_hooks(std::move(hooks_));
 }
 
+int64_t tp_sharded_elements(const nn::Module& model, const TpPlan& plan) {
+  int64_t n = 0;
+  for (const auto& [path, style] : plan) {
+    if (style == TpStyle::parallel_rng || style == TpStyle::sequence_norm) continue;  // replicated
+    for (const auto& [name, t] : model.child(path)->named_parameters())
+      if (style != TpStyle::rowwise || name == "weight") n += t.numel();  // a row layer's bias is whole
+  }
+  return n;
+}
+
+int64_t tp_global_parameters(const nn::Module& model, const TpLayout* layout) {
+  int64_t n = model.num_parameters();
+  if (layout == nullptr) return n;
+  const int64_t tp = layout->tp->size();
+  for (const TpShardedParam& p : layout->sharded) n += shape_numel(p.global_shape) / tp * (tp - 1);
+  return n;
+}
+
 double tp_grad_norm_sq(const nn::NamedTensors& params, const TpLayout& layout) {
   std::vector<Tensor> sharded, replicated;
   for (const auto& [name, t] : params) (layout.find(name) ? sharded : replicated).push_back(t);

@@ -88,6 +88,14 @@ class TpWholeModules {
   nn::LmHooks hooks_;
 };
 
+/// Elements of `model`'s parameters that apply_tp(model, plan, ...) would split over tp
+/// (the weights and column biases of the Linears, the vocab_parallel tables); the rest is
+/// replicated. No communication; the model is the whole single-rank one.
+int64_t tp_sharded_elements(const nn::Module& model, const TpPlan& plan);
+/// The whole model's parameter count from a tp rank's: every sharded parameter counted at
+/// its global size (`layout` null: tp 1, num_parameters()).
+int64_t tp_global_parameters(const nn::Module& model, const TpLayout* layout);
+
 /// The squared gradient norm of `params` (named as the model names them) counting every
 /// parameter once over tp: the sharded ones' squares summed over tp, the replicated ones'
 /// taken once (they are equal on every tp rank). Collective over tp.
