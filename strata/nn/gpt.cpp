@@ -34,8 +34,8 @@ const Tensor& CausalSelfAttention::causal_mask(int64_t t) {
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   STRATA_CHECK(x.dim() == 3, "[CausalSelfAttention] expects (B, T, C), got ", shape_str(x.shape()));
-  const int64_t b = x.size(0), t = x.size(1), hd = head_dim_;
-  Tensor qkv = (*child("c_attn"))(x);  // (B, T, 3*Hl*hd)
+  Tensor qkv = (*child("c_attn"))(x);  // (B, T, 3*Hl*hd); x may be a sequence shard (B, T/tp, C)
+  const int64_t b = qkv.size(0), t = qkv.size(1), hd = head_dim_;
   const int64_t cl = qkv.size(-1) / 3;
   STRATA_CHECK(qkv.size(-1) == 3 * cl && cl % hd == 0, "[CausalSelfAttention] c_attn output width ",
                qkv.size(-1), " is not 3 * heads * head_dim (head_dim ", hd, ")");

@@ -64,4 +64,16 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   return p;
 }
 
+int64_t sequence_region_activation_bytes(const SequenceRegionInput& in) {
+  STRATA_CHECK(in.batch > 0 && in.seq > 0 && in.embd > 0 && in.layers > 0 && in.tp >= 1,
+               "[plan_memory] batch, seq, embd, layers and tp must be positive");
+  const bool sp = in.sequence_parallel && in.tp > 1;
+  STRATA_CHECK(!sp || in.seq % in.tp == 0, "[plan_memory] a sequence of ", in.seq, " does not split into tp = ",
+               in.tp);
+  const int64_t rows = in.batch * (sp ? in.seq / in.tp : in.seq), regions = 2 * in.layers + 1;
+  const int64_t norm = rows * in.embd * in.bytes_per_element + 2 * rows * 4;
+  const int64_t mask = in.dropout ? rows * in.embd : 0;
+  return regions * (norm + mask);
+}
+
 }  // namespace strata::parallel

@@ -65,4 +65,20 @@ int optimizer_state_count(const std::string& optim_name, double momentum = 0.0);
 /// on a bad input (negative counts, N < 1, stage outside 0..3, units not summing to Ψ).
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
+/// The LayerNorm/dropout regions of a pre-LN transformer (outside the tensor-parallel
+/// regions, Megatron-SP's "10 sbh" part), the activations one rank keeps from forward to
+/// backward there.
+struct SequenceRegionInput {
+  int64_t batch = 1, seq = 1, embd = 1, layers = 1;
+  int64_t bytes_per_element = 4;  ///< of the residual stream (f32: 4)
+  bool dropout = false;           ///< residual-stream dropout p > 0 (masks are kept)
+  int tp = 1;
+  bool sequence_parallel = false;
+};
+/// Per LayerNorm (2 per layer and the final one) its input (B·T·C elements) and its
+/// f32 mean and rstd (2·B·T); with dropout, per residual-stream dropout (2 per layer and
+/// the embeddings') a u8 mask of B·T·C. Every tp rank holds all of it without sequence
+/// parallelism, and T/tp of the sequence with it (T must divide by tp).
+int64_t sequence_region_activation_bytes(const SequenceRegionInput& in);
+
 }  // namespace strata::parallel

@@ -69,36 +69,41 @@ TEST(TensorParallel, SequenceParallelNeedsAVocabParallelHead) {
 
 // Megatron's RNG rule: dropout inside a tp region (attention probabilities of this rank's
 // heads) draws different masks on each tp rank, dropout on the replicated residual stream
-// identical ones, so the replicated parameters stay equal over tp while training.
+// identical ones, so the replicated parameters stay equal over tp while training. Under
+// sequence parallelism the residual stream is split along T, and its dropouts (drop,
+// resid_dropout, mlp.dropout) draw masks of their own per rank too (Megatron forks the
+// tracker there); the replicated parameters still stay equal (their gradients are summed).
 TEST(TensorParallel, DropoutMasksDifferInsideRegionsAndAgreeOutside) {
-  comm::run_local(2, [](comm::ProcessGroup& w) {
-    std::shared_ptr<comm::ProcessGroup> world(&w, [](comm::ProcessGroup*) {});
-    Generator gen(100 + uint64_t(w.rank()));  // different generators on each rank before apply_tp
-    auto model = std::make_shared<nn::GPT>(
-        nn::GPTConfig{.vocab = 16, .block_size = 8, .n_layer = 2, .n_head = 4, .n_embd = 16, .dropout = 0.3}, gen);
-    const ParallelDims dims = ParallelDims{.tp = 2}.resolve(2);
-    auto pm = parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
-                          {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {}, .tp_plan = tp_plan("gpt"),
-                           .make_optimizer = adamw});
-    const auto same_over_tp = [&](const Tensor& t) {
-      const auto all = comm::all_gather_host(w, ops::contiguous(t)).to_vector<float>();
-      return std::equal(all.begin(), all.begin() + long(all.size() / 2), all.begin() + long(all.size() / 2));
-    };
-    const Tensor ones = ops::full({4, 64}, 1.0);
-    EXPECT_FALSE(same_over_tp(model->child("h.0.attn.attn_dropout")->forward(ones)));
-    EXPECT_TRUE(same_over_tp(model->child("h.0.attn.resid_dropout")->forward(ones)));
-    EXPECT_TRUE(same_over_tp(model->child("drop")->forward(ones)));
-    for (int s = 0; s < 2; ++s) {
-      auto [x, y] = st::make_batch("gpt", 4, s);
-      backward(pm->forward_with([&] { return model->loss(x, y); }));
-      pm->finalize();
-      pm->step();
-      pm->zero_grad();
-    }
-    for (const char* name : {"ln_f.weight", "wpe.weight", "h.1.attn.c_proj.bias", "h.1.ln_2.bias"})
-      EXPECT_TRUE(same_over_tp(model->parameter(name))) << name;
-    EXPECT_FALSE(same_over_tp(model->parameter("h.1.mlp.c_fc.weight")));  // a shard: different
-  });
+  for (bool sp : {false, true})
+    comm::run_local(2, [sp](comm::ProcessGroup& w) {
+      std::shared_ptr<comm::ProcessGroup> world(&w, [](comm::ProcessGroup*) {});
+      Generator gen(100 + uint64_t(w.rank()));  // different generators on each rank before apply_tp
+      auto model = std::make_shared<nn::GPT>(
+          nn::GPTConfig{.vocab = 16, .block_size = 8, .n_layer = 2, .n_head = 4, .n_embd = 16, .dropout = 0.3}, gen);
+      const ParallelDims dims = ParallelDims{.tp = 2}.resolve(2);
+      auto pm = parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
+                            {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {},
+                             .tp_plan = tp_plan("gpt", true, sp), .make_optimizer = adamw});
+      const auto same_over_tp = [&](const Tensor& t) {
+        const auto all = comm::all_gather_host(w, ops::contiguous(t)).to_vector<float>();
+        return std::equal(all.begin(), all.begin() + long(all.size() / 2), all.begin() + long(all.size() / 2));
+      };
+      const Tensor ones = ops::full({4, 64}, 1.0);
+      EXPECT_FALSE(same_over_tp(model->child("h.0.attn.attn_dropout")->forward(ones)));
+      EXPECT_EQ(same_over_tp(model->child("h.0.attn.resid_dropout")->forward(ones)), !sp);
+      EXPECT_EQ(same_over_tp(model->child("h.1.mlp.dropout")->forward(ones)), !sp);
+      EXPECT_EQ(same_over_tp(model->child("drop")->forward(ones)), !sp);
+      for (int s = 0; s < 2; ++s) {
+        auto [x, y] = st::make_batch("gpt", 4, s);
+        backward(pm->forward_with([&] { return model->loss(x, y); }));
+        pm->finalize();
+        pm->step();
+        pm->zero_grad();
+      }
+      for (const char* name : {"ln_f.weight", "wpe.weight", "h.1.attn.c_proj.bias", "h.1.ln_2.bias"})
+        EXPECT_TRUE(same_over_tp(model->parameter(name))) << name << (sp ? " (sp)" : "");
+      EXPECT_FALSE(same_over_tp(model->parameter("h.1.mlp.c_fc.weight")));  // a shard: different
+    });
 }
 
 TEST(TensorParallel, AModelWithoutAPlanIsAConfigError) {

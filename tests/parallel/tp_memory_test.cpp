@@ -17,7 +17,7 @@ using namespace strata::testing::tp;  // NOLINT: test harness
 // Bytes of `cat` the n local ranks of one process hold together after each ran `build`
 // (kept alive until every rank has been counted), minus what they held before.
 template <class Build>
-inline int64_t held_by_ranks(int n, MemCategory cat, Build build) {
+int64_t held_by_ranks(int n, MemCategory cat, Build build) {
   int64_t delta = 0;
   comm::run_local(n, [&](comm::ProcessGroup& w) {
     w.barrier().wait();
@@ -31,7 +31,7 @@ inline int64_t held_by_ranks(int n, MemCategory cat, Build build) {
   return delta;
 }
 
-inline std::unique_ptr<ParallelModel> tp_parallel(comm::ProcessGroup& w, const std::string& kind, bool sp) {
+std::unique_ptr<ParallelModel> tp_parallel(comm::ProcessGroup& w, const std::string& kind, bool sp) {
   std::shared_ptr<comm::ProcessGroup> world(&w, [](comm::ProcessGroup*) {});
   const ParallelDims dims = ParallelDims{.tp = w.size()}.resolve(w.size());
   return parallelize(tp_model(kind, 3), comm::DeviceMesh(world, dims.mesh_shape()),
@@ -44,7 +44,8 @@ TEST(TpMemory, ParameterBytesPerRankEqualThePlan) {
     for (int n : {2, 4}) {
       if (kind == "mlp" && n == 4) continue;  // 784-... hidden pairs split by 2 and 4 alike
       const auto whole = tp_model(kind, 3);
-      MemoryPlanInput in{.param_elements = whole->num_parameters(), .optimizer_states = 2, .world_size = 1};
+      MemoryPlanInput in{};
+      in.param_elements = whole->num_parameters();
       in.tp = n;
       in.tp_sharded_elements = tp_sharded_elements(*whole, tp_plan(kind));
       const int64_t predicted = plan_memory(in).params;
@@ -65,35 +66,39 @@ TEST(TpMemory, ParameterBytesPerRankEqualThePlan) {
     }
 }
 
+// The activations kept from forward to backward, measured with the allocator (the ranks'
+// total / tp), with and without SP: they differ by exactly the planner's LayerNorm/dropout
+// regions at T and at T/tp (everything else each rank keeps is the same: the gathered
+// inputs of the column-parallel linears, this rank's heads, its vocabulary logits).
 TEST(TpMemory, SequenceParallelShrinksNormAndDropoutActivations) {
+  constexpr int64_t kB = 4, kT = 8;
   for (int n : {2, 4}) {
     int64_t held[2] = {0, 0};
     for (bool sp : {false, true}) {
       held[sp] = held_by_ranks(n, MemCategory::activations, [&](comm::ProcessGroup& w) {
-        auto pm = tp_parallel(w, "gpt", sp);
-        auto [x, y] = strata::testing::make_batch("gpt", 4, 0);
-        Tensor loss = pm->forward_with([&] { return pm->module().forward(x); });
+        std::shared_ptr<comm::ProcessGroup> world(&w, [](comm::ProcessGroup*) {});
+        Generator gen(3);
+        auto model = std::make_shared<nn::GPT>(
+            nn::GPTConfig{.vocab = 16, .block_size = kT, .n_layer = 2, .n_head = 4, .n_embd = 16, .dropout = 0.1}, gen);
+        const ParallelDims dims = ParallelDims{.tp = n}.resolve(n);
+        auto pm = parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
+                              {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {},
+                               .tp_plan = tp_plan("gpt", true, sp), .make_optimizer = adamw});
+        auto [x, y] = strata::testing::make_batch("gpt", kB, 0);
+        Tensor loss = pm->forward_with([&] { return model->loss(x, y); });
         return std::make_pair(std::move(pm), loss);
       }) / n;
     }
-    std::printf("[tp memory] tp %d: activations held after forward per rank: %lld plain, %lld sequence parallel\n", n,
-                (long long)held[0], (long long)held[1]);
+    SequenceRegionInput r{.batch = kB, .seq = kT, .embd = 16, .layers = 2, .bytes_per_element = 4, .dropout = true, .tp = n};
+    const int64_t plain = sequence_region_activation_bytes(r);
+    r.sequence_parallel = true;
+    const int64_t sharded = sequence_region_activation_bytes(r);
+    EXPECT_EQ(plain, n * sharded);
+    EXPECT_EQ(held[0] - held[1], plain - sharded) << "tp " << n;
+    std::printf("[tp memory] tp %d: activations kept per rank %lld plain, %lld with SP; LN/dropout regions %lld -> %lld\n",
+                n, (long long)held[0], (long long)held[1], (long long)plain, (long long)sharded);
   }
 }
 
 }  // namespace
 }  // namespace strata::parallel
-namespace strata::parallel {
-TEST(TpMemoryDbg, Whole) {
-  for (const std::string kind : {"mlp", "gpt"}) {
-    const int64_t b0 = cpu_memory().stats(MemCategory::params).current;
-    { auto m = tp_model(kind, 3); printf("%s single: %lld vs %lld\n", kind.c_str(), (long long)(cpu_memory().stats(MemCategory::params).current - b0), (long long)m->num_parameters()*4); }
-    const int64_t d = held_by_ranks(2, MemCategory::params, [&](comm::ProcessGroup&) { return tp_model(kind, 3); });
-    printf("%s 2 ranks whole: %lld\n", kind.c_str(), (long long)d);
-    const int64_t d2 = held_by_ranks(2, MemCategory::params, [&](comm::ProcessGroup& w) {
-      std::shared_ptr<comm::ProcessGroup> tp(&w, [](comm::ProcessGroup*) {});
-      auto m = tp_model(kind, 3); apply_tp(*m, tp_plan(kind), tp); return m; });
-    printf("%s 2 ranks apply_tp: %lld\n", kind.c_str(), (long long)d2);
-  }
-}
-}
