@@ -18,11 +18,6 @@ namespace strata::bench {
 using namespace strata::parallel;
 namespace {
 
-using Clock = detail::BenchClock;
-using detail::max_over_ranks;
-using detail::median;
-using detail::since;
-
 double comm_seconds(const comm::CommStats& s) {
   double t = 0;
   for (const comm::OpStats& op : s.ops) t += op.seconds;
@@ -66,14 +61,14 @@ TpBenchResult run_layout(comm::ProcessGroup& g, const TpBenchOptions& o, bool sp
     tp.reset_stats();
     std::vector<double> t;
     for (int i = 0; i < o.steps; ++i) {
-      const auto t0 = Clock::now();
+      const auto t0 = detail::BenchClock::now();
       step();
-      t.push_back(since(t0));
+      t.push_back(detail::since(t0));
     }
     const comm::CommStats st = tp.stats();
     r.bytes_sent = st.total_bytes_sent() / o.steps;
-    r.comm_s = max_over_ranks(g, comm_seconds(st) / o.steps);
-    r.step_s = max_over_ranks(g, median(t));
+    r.comm_s = detail::max_over_ranks(g, comm_seconds(st) / o.steps);
+    r.step_s = detail::max_over_ranks(g, detail::median(t));
     g.barrier().wait();
     r.params = (cpu_memory().stats(MemCategory::params).current - params0) / n;
     r.peak_activations = (cpu_memory().stats(MemCategory::activations).peak - act0) / n;
