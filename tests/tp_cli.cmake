@@ -6,7 +6,8 @@
 # registered only with -DSTRATA_LONG_TESTS=ON (./test.sh never runs them); the figures of
 # the last run are in docs/tensor_parallel.md.
 #   cmake -B build -DSTRATA_LONG_TESTS=ON && ctest --test-dir build -L long
-# Run as `cmake -DCASE=<tp_cli|tp_cli_sp> -DSTRATA=... -DMPIRUN=... -DSRC=... -DWORK=... -P tp_cli.cmake`.
+# Run as `cmake -DCASE=<tp_cli|tp_cli_sp> -DSTRATA=... -DMPIRUN=... -DSRC=... -DWORK=... -P tp_cli.cmake`
+# (-DSTEPS=N shortens both runs for a smoke test of the script; ctest runs the full 800).
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   option(STRATA_LONG_TESTS "Register the long end-to-end tests (tests/tp_cli.cmake)" OFF)
@@ -39,21 +40,25 @@ function(final_val_loss file out)
   list(GET evals -1 last)
   string(JSON split GET "${last}" split)
   string(JSON step GET "${last}" step)
-  if(NOT split STREQUAL "val" OR NOT step EQUAL 800)
-    message(FATAL_ERROR "${file}: the last eval is on ${split} at step ${step}, expected val at 800")
+  if(NOT split STREQUAL "val" OR NOT step EQUAL STEPS)
+    message(FATAL_ERROR "${file}: the last eval is on ${split} at step ${step}, expected val at ${STEPS}")
   endif()
   string(JSON loss GET "${last}" loss)
   set(${out} ${loss} PARENT_SCOPE)
 endfunction()
 
-set(extra "")
+if(NOT STEPS)
+  set(STEPS 800)
+endif()
+set(common --set train.max_steps=${STEPS} --set train.save_final=true)
+set(extra ${common})
 if(CASE STREQUAL "tp_cli_sp")
-  set(extra --set parallel.sequence_parallel=true)
+  list(APPEND extra --set parallel.sequence_parallel=true)
 elseif(NOT CASE STREQUAL "tp_cli")
   message(FATAL_ERROR "unknown case '${CASE}'")
 endif()
 string(TIMESTAMP t0 "%s")
-run(0 train --config ${SRC}/configs/gpt_char.yaml --set run.dir=one --set run.threads=1)
+run(0 train --config ${SRC}/configs/gpt_char.yaml --set run.dir=one --set run.threads=1 ${common})
 string(TIMESTAMP t1 "%s")
 execute_process(COMMAND ${MPIRUN} -np 2 --oversubscribe ${STRATA} train --config ${SRC}/configs/gpt_char_tp.yaml
                         --set run.dir=tp ${extra}
