@@ -1,4 +1,4 @@
-# The issue-14 CLI proof (labels accuracy, dist, long): `mpirun -np 2 strata train --config
+# The issue-14 CLI proof (labels accuracy, dist, long), and a smoke test of `strata bench tp`: `mpirun -np 2 strata train --config
 # configs/gpt_char_tp.yaml` (and with parallel.sequence_parallel) reaches the validation
 # loss of the single-process configs/gpt_char.yaml run within 1e-3 after the full 800
 # steps, and `strata sample` reads its checkpoint in one process. Two 800-step runs take
@@ -10,6 +10,11 @@
 # (-DSTEPS=N shortens both runs for a smoke test of the script; ctest runs the full 800).
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
+  # Always: `strata bench tp` runs every layout and prints its table (a smoke test; the
+  # figures are in docs/benchmarks.md).
+  add_test(NAME tp_bench_smoke COMMAND $<TARGET_FILE:strata_cli> bench tp --steps 1 --batch 2)
+  set_tests_properties(tp_bench_smoke PROPERTIES LABELS unit TIMEOUT 120
+                       PASS_REGULAR_EXPRESSION "\\| 1 \\| no \\|.*\\| 2 \\| yes \\|.*\\| 4 \\| yes \\|")
   option(STRATA_LONG_TESTS "Register the long end-to-end tests (tests/tp_cli.cmake)" OFF)
   find_program(strata_tp_mpirun NAMES mpirun mpiexec)
   if(NOT STRATA_LONG_TESTS OR NOT strata_tp_mpirun)
