@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "apps/commands.h"
+#include "apps/layout.h"
 #include "apps/trainer.h"
 #include "bench/comm_bench.h"
 #include "bench/ddp_bench.h"
+#include "bench/tp_bench.h"
 #include "bench/zero_bench.h"
 #include <strata/comm/mpi.h>
 #include <strata/core/threads.h>
@@ -228,7 +230,7 @@ Command add_bench_command(CLI::App& parent) {
     int rounds = 5;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, comm, ddp, zero");
+  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, comm, ddp, zero, tp");
   cmd->require_subcommand(1);
   CLI::App* gemm = cmd->add_subcommand("gemm", "GEMM GFLOP/s: ops::matmul vs cblas_sgemm");
   gemm->add_option("--size", o->size, "Matrix size n (n x n x n)")->check(CLI::PositiveNumber);
@@ -268,7 +270,18 @@ Command add_bench_command(CLI::App& parent) {
   zero->add_option("--backend", zo->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
   zero->add_option("--ranks", zo->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
   zero->add_option("--steps", zo->steps, "Timed steps per stage")->check(CLI::PositiveNumber);
-  return {cmd, [o, co, dd, zo, gemm, train, alloc, comm, ddp, zero]() -> int {
+  CLI::App* tp = cmd->add_subcommand("tp", "Tensor parallel at tp 1, 2, 4 (and SP) on gpt_char: step, comm, memory per rank");
+  auto to = std::make_shared<bench::TpBenchOptions>();
+  tp->add_option("--steps", to->steps, "Timed steps per layout")->check(CLI::PositiveNumber);
+  tp->add_option("--batch", to->batch, "Sequences per step")->check(CLI::PositiveNumber);
+  return {cmd, [o, co, dd, zo, to, gemm, train, alloc, comm, ddp, zero, tp]() -> int {
+            if (tp->parsed()) {
+              to->make_plan = [](const nn::Module& m, bool sp) { return model_tp_plan(m, sp); };
+              const bench::TpBenchReport r = bench::bench_tp(*to);
+              std::printf("GPT, Ψ = %lld, local ranks (threads), one compute thread per rank\n%s", (long long)r.psi,
+                          r.to_string().c_str());
+              return 0;
+            }
             if (ddp->parsed())
               return bench_dp<bench::DDPBenchOptions>(
                   "ddp", *dd, [](int n, const auto& op) { return bench::bench_ddp_local(n, op); },

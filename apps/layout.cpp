@@ -49,16 +49,27 @@ parallel::ModelLimits model_limits(const TrainConfig& cfg) {
   return {.heads = cfg.model.n_head, .vocab = gpt_vocab(cfg), .layers = cfg.model.n_layer};
 }
 
-parallel::TpPlan model_tp_plan(const nn::Module& model) {
+parallel::TpPlan model_tp_plan(const nn::Module& model, bool sequence_parallel) {
+  using parallel::TpStyle;
   parallel::TpPlan plan;
   if (const auto* gpt = dynamic_cast<const nn::GPT*>(&model)) {
     for (int64_t i = 0; i < gpt->config().n_layer; ++i) {
       const std::string h = "h." + std::to_string(i) + ".";
-      plan[h + "attn.c_attn"] = parallel::TpStyle::colwise_qkv;
-      plan[h + "attn.c_proj"] = parallel::TpStyle::rowwise;
-      plan[h + "mlp.c_fc"] = parallel::TpStyle::colwise;
-      plan[h + "mlp.c_proj"] = parallel::TpStyle::rowwise;
-      plan[h + "attn.attn_dropout"] = parallel::TpStyle::parallel_rng;  // on this rank's heads
+      plan[h + "attn.c_attn"] = TpStyle::colwise_qkv;
+      plan[h + "attn.c_proj"] = TpStyle::rowwise;
+      plan[h + "mlp.c_fc"] = TpStyle::colwise;
+      plan[h + "mlp.c_proj"] = TpStyle::rowwise;
+      plan[h + "attn.attn_dropout"] = TpStyle::parallel_rng;  // on this rank's heads
+      if (!sequence_parallel) continue;
+      for (const char* ln : {"ln_1", "ln_2"}) plan[h + ln] = TpStyle::sequence_norm;
+      // On this rank's sequence shard: masks of its own (Megatron forks the tracker there).
+      for (const char* d : {"attn.resid_dropout", "mlp.dropout"}) plan[h + d] = TpStyle::parallel_rng;
+    }
+    plan["wte"] = TpStyle::vocab_parallel;  // with the tied head
+    if (!gpt->config().tie_weights) plan["lm_head"] = TpStyle::vocab_parallel;
+    if (sequence_parallel) {
+      plan["ln_f"] = TpStyle::sequence_norm;
+      plan["drop"] = TpStyle::parallel_rng;
     }
   } else if (dynamic_cast<const nn::MLP*>(&model)) {
     // net.<i> in order: Linears (the last is the output layer) and the modules with their
@@ -74,10 +85,10 @@ parallel::TpPlan model_tp_plan(const nn::Module& model) {
       }
     }
     for (size_t i = 0; i + 2 < linears.size(); i += 2) {
-      plan[linears[i]] = parallel::TpStyle::colwise;
-      plan[linears[i + 1]] = parallel::TpStyle::rowwise;
+      plan[linears[i]] = TpStyle::colwise;
+      plan[linears[i + 1]] = TpStyle::rowwise;
       // Dropout between the pair acts on this rank's columns: masks of its own.
-      for (const std::string& d : rng_after[i]) plan[d] = parallel::TpStyle::parallel_rng;
+      for (const std::string& d : rng_after[i]) plan[d] = TpStyle::parallel_rng;
     }
   }
   return plan;
@@ -102,7 +113,14 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
                                                               const parallel::ParallelDims& dims,
                                                               std::shared_ptr<nn::Module> model) {
   const comm::DeviceMesh mesh(std::move(world), dims.mesh_shape());
-  parallel::TpPlan plan = model_tp_plan(*model);
+  const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
+  if (sp && !dynamic_cast<const nn::GPT*>(model.get()))
+    config_fail("parallel.sequence_parallel", "is true but the model (" + model->type_name() +
+                                                  ") has no sequence dimension (only the GPT's)");
+  if (sp && cfg.model.block_size % dims.tp != 0)
+    config_fail("parallel.sequence_parallel", "is true but model.block_size = " + std::to_string(cfg.model.block_size) +
+                                                  " is not divisible by parallel.tp = " + std::to_string(dims.tp));
+  parallel::TpPlan plan = model_tp_plan(*model, sp);
   return parallel::parallelize(
       std::move(model), mesh,
       {.dims = dims,

@@ -32,9 +32,10 @@ parallel::ModelLimits model_limits(const TrainConfig& cfg);
 ///        between them parallel_rng (an odd last hidden layer and the output layer stay
 ///        replicated);
 ///   GPT: per block attn.c_attn colwise by whole q|k|v heads, attn.c_proj rowwise,
-///        mlp.c_fc colwise, mlp.c_proj rowwise (embeddings, LayerNorms and the tied head
-///        stay replicated).
-parallel::TpPlan model_tp_plan(const nn::Module& model);
+///        mlp.c_fc colwise, mlp.c_proj rowwise, the attention dropout parallel_rng; wte
+///        (the tied head) and an untied lm_head vocab_parallel; with sequence_parallel
+///        every LayerNorm sequence_norm and the dropouts on the residual stream parallel_rng.
+parallel::TpPlan model_tp_plan(const nn::Module& model, bool sequence_parallel = false);
 
 /// parallel.{dp, tp, pp, zero_stage} resolved for `world` ranks and checked against the
 /// model and the batch (train.batch_size divisible by dp). ConfigError naming the key.

@@ -34,7 +34,13 @@ Command add_plan_command(CLI::App& parent) {
             const parallel::ParallelDims dims = resolve_dims(cfg, o->ranks);
             Generator gen(cfg.run.seed);
             const auto model = build_model(cfg, gen);  // only to count Ψ
-            const parallel::MemoryPlanInput in = memory_plan_input(cfg, *model, dims.dp, dims.zero_stage);
+            parallel::MemoryPlanInput in = memory_plan_input(cfg, *model, dims.dp, dims.zero_stage);
+            const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
+            in.tp = dims.tp;
+            if (dims.tp > 1) {
+              in.tp_sharded_elements = parallel::tp_sharded_elements(*model, model_tp_plan(*model, sp));
+              if (in.ddp_bucket_bytes > 0) in.ddp_bucket_bytes = parallel::tp_rank_elements(in) * in.bytes_per_element;
+            }
             const int64_t psi = in.param_elements;
             std::printf("config: %s | model: %s, Ψ = %lld parameters x %lld bytes = %s | optim: %s, %d state "
                         "tensor(s) per parameter\n",
@@ -44,6 +50,23 @@ Command add_plan_command(CLI::App& parent) {
             std::printf("layout at %d rank(s): %s | mesh %s | on dp: %s | %lld samples per dp rank per step\n",
                         o->ranks, dims.str().c_str(), dims.mesh_shape().str().c_str(), dims.dp_strategy().c_str(),
                         (long long)(cfg.train.batch_size / dims.dp));
+            if (dims.tp > 1)
+              std::printf("tensor parallel over %d: %lld of Ψ sharded, %lld replicated -> %lld parameters per rank%s\n",
+                          dims.tp, (long long)in.tp_sharded_elements, (long long)(psi - in.tp_sharded_elements),
+                          (long long)parallel::tp_rank_elements(in), sp ? " | sequence parallel" : "");
+            if (cfg.model.type == "gpt" && dims.tp > 1 && cfg.model.block_size % dims.tp == 0) {  // a sequence to split
+              parallel::SequenceRegionInput r{.batch = cfg.train.batch_size / dims.dp, .seq = cfg.model.block_size,
+                                              .embd = cfg.model.n_embd, .layers = cfg.model.n_layer,
+                                              .bytes_per_element = in.bytes_per_element,
+                                              .dropout = cfg.model.dropout > 0, .tp = dims.tp};
+              const int64_t plain = parallel::sequence_region_activation_bytes(r);
+              r.sequence_parallel = true;
+              std::printf("LayerNorm/dropout activations per rank per step: %s without sequence parallelism, %s "
+                          "with it%s\n",
+                          format_bytes_psi(plain, 0).c_str(),
+                          format_bytes_psi(parallel::sequence_region_activation_bytes(r), 0).c_str(),
+                          sp ? " (configured)" : "");
+            }
             std::printf("predicted static bytes per rank at %d rank(s) (MiB and multiples of Ψ; DDP buckets %s; "
                         "shards padded to a multiple of %d; activations not included):\n",
                         dims.dp,

@@ -371,7 +371,8 @@ EvalResult Trainer::train() {
   if (opts_.verbose) {
     std::printf("model: %s, %lld parameters | data: %s (%lld train / %lld %s samples) | optim: %s lr %g | "
                 "steps: %lld (%lld per epoch) | threads: %d\n",
-                cfg_.model.type.c_str(), (long long)model_->num_parameters(), cfg_.data.dataset.c_str(),
+                cfg_.model.type.c_str(), (long long)parallel::tp_global_parameters(*model_, pm_ ? pm_->tp() : nullptr),
+                cfg_.data.dataset.c_str(),
                 (long long)data_.train->size(), (long long)data_.eval->size(), data_.eval_split.c_str(),
                 cfg_.optim.name.c_str(), cfg_.optim.lr, (long long)total_steps_, (long long)steps_per_epoch_,
                 get_num_threads());

@@ -34,8 +34,8 @@ const Tensor& CausalSelfAttention::causal_mask(int64_t t) {
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   STRATA_CHECK(x.dim() == 3, "[CausalSelfAttention] expects (B, T, C), got ", shape_str(x.shape()));
-  const int64_t b = x.size(0), t = x.size(1), hd = head_dim_;
-  Tensor qkv = (*child("c_attn"))(x);  // (B, T, 3*Hl*hd)
+  Tensor qkv = (*child("c_attn"))(x);  // (B, T, 3*Hl*hd); x may be a sequence shard (B, T/tp, C)
+  const int64_t b = qkv.size(0), t = qkv.size(1), hd = head_dim_;
   const int64_t cl = qkv.size(-1) / 3;
   STRATA_CHECK(qkv.size(-1) == 3 * cl && cl % hd == 0, "[CausalSelfAttention] c_attn output width ",
                qkv.size(-1), " is not 3 * heads * head_dim (head_dim ", hd, ")");
@@ -142,7 +142,7 @@ Tensor GPT::run_block(const std::shared_ptr<Module>& blk, const Tensor& x) {
   return checkpoint(fn, {x})[0];
 }
 
-Tensor GPT::forward(const Tensor& idx) {
+Tensor GPT::features(const Tensor& idx) {
   STRATA_CHECK(idx.dim() == 2 && (idx.dtype() == DType::i64 || idx.dtype() == DType::i32),
                "[GPT] expects idx (B, T) of i64, got ", idx.str());
   const int64_t t = idx.size(1);
@@ -150,11 +150,18 @@ Tensor GPT::forward(const Tensor& idx) {
                cfg_.block_size);
   Tensor pos = ops::arange(0, double(t), 1.0, DType::i64).to(idx.device());  // (T)
   Tensor x = (*child("wte"))(idx) + (*child("wpe"))(pos);  // (B,T,C) + (T,C)
+  if (hooks_.enter_blocks) x = hooks_.enter_blocks(x);
   x = (*child("drop"))(x);
   // In the order registered, whatever the blocks are named (h.0, h.1, ... in a full model).
   const std::shared_ptr<ModuleList> h = blocks();
   for (const auto& [name, blk] : h->named_children()) x = run_block(blk, x);
   x = (*child("ln_f"))(x);
+  return hooks_.leave_blocks ? hooks_.leave_blocks(x) : x;
+}
+
+Tensor GPT::forward(const Tensor& idx) {
+  Tensor x = features(idx);
+  if (hooks_.logits) return hooks_.logits(x, parameter(head_weight_name()));
   if (cfg_.tie_weights) return linear(x, parameter("wte.weight"), Tensor());  // (B,T,C) @ (V,C)^T
   return (*child("lm_head"))(x);
 }
@@ -162,6 +169,9 @@ Tensor GPT::forward(const Tensor& idx) {
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index) {
   STRATA_CHECK(targets.shape() == idx.shape(), "[GPT::loss] targets ", shape_str(targets.shape()),
                " do not match idx ", shape_str(idx.shape()));
+  if (hooks_.loss)  // e.g. from vocabulary-sharded logits, never the whole (B*T, V)
+    return hooks_.loss(reshape(features(idx), {-1, cfg_.n_embd}), parameter(head_weight_name()),
+                       ops::reshape(targets, {-1}), ignore_index);
   Tensor logits = forward(idx);
   return cross_entropy(reshape(logits, {-1, cfg_.vocab}), ops::reshape(targets, {-1}), ignore_index);
 }

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include <strata/nn/container.h>
+#include <strata/nn/lm_hooks.h>
 
 namespace strata::nn {
 
@@ -58,7 +59,7 @@ class GPTBlock : public Module {
 /// reached by name (child("h")), never by position.
 /// Init (GPT-2): linears and embeddings N(0, 0.02), biases 0, residual projections
 /// (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)).
-class GPT : public Module {
+class GPT : public Module, public LanguageModel {
  public:
   GPT(const GPTConfig& cfg, Generator& gen);
   /// idx (B, T) i64 with T <= block_size -> logits (B, T, vocab)
@@ -73,11 +74,19 @@ class GPT : public Module {
   /// so parameters read "h.5.attn.c_attn.weight"). Forward runs them in registration order.
   /// Shared with the model; resolved at call time, so it sees replace_child("h", ...).
   std::shared_ptr<ModuleList> blocks() const;
+  /// LanguageModel: the head multiplies by wte.weight (tied) or lm_head.weight; forward
+  /// and loss run lm_hooks() where set (tensor parallelism installs them).
+  std::string head_weight_name() const override { return cfg_.tie_weights ? "wte.weight" : "lm_head.weight"; }
+  const LmHooks& lm_hooks() const override { return hooks_; }
+  void set_lm_hooks(LmHooks h) override { hooks_ = std::move(h); }
 
  private:
+  /// Embeddings, blocks and ln_f: idx (B, T) -> (B, T, C).
+  Tensor features(const Tensor& idx);
   /// One block's forward, recomputed in backward when cfg_.checkpoint is on.
   Tensor run_block(const std::shared_ptr<Module>& blk, const Tensor& x);
   GPTConfig cfg_;
+  LmHooks hooks_;
 };
 
 }  // namespace strata::nn

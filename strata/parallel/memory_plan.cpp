@@ -25,6 +25,15 @@ int optimizer_state_count(const std::string& optim_name, double momentum) {
   return 0;
 }
 
+int64_t tp_rank_elements(const MemoryPlanInput& in) {
+  STRATA_CHECK(in.tp >= 1, "[plan_memory] tp must be >= 1, got ", in.tp);
+  STRATA_CHECK(in.tp_sharded_elements >= 0 && in.tp_sharded_elements <= in.param_elements &&
+                   in.tp_sharded_elements % in.tp == 0,
+               "[plan_memory] ", in.tp_sharded_elements, " tensor-parallel elements of ", in.param_elements,
+               " do not split into tp = ", in.tp);
+  return in.tp_sharded_elements / in.tp + (in.param_elements - in.tp_sharded_elements);
+}
+
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
   STRATA_CHECK(in.param_elements >= 0, "[plan_memory] param_elements must be >= 0, got ", in.param_elements);
   STRATA_CHECK(in.bytes_per_element >= 1, "[plan_memory] bytes_per_element must be >= 1, got ", in.bytes_per_element);
@@ -33,18 +42,19 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   STRATA_CHECK(in.zero_stage >= 0 && in.zero_stage <= 3, "[plan_memory] zero_stage must be 0..3, got ",
                in.zero_stage);
   STRATA_CHECK(in.ddp_bucket_bytes >= 0, "[plan_memory] ddp_bucket_bytes must be >= 0, got ", in.ddp_bucket_bytes);
-  int64_t sharded = 0;  // Ψ': elements per rank of the padded flat shards
+  const int64_t psi = tp_rank_elements(in);  // Ψ of this tp rank (all of it at tp 1)
+  int64_t sharded = 0;                       // Ψ': elements per rank of the padded flat shards
   if (in.flat_units.empty()) {
-    sharded = shard_elements(in.param_elements, in.world_size);
+    sharded = shard_elements(psi, in.world_size);
   } else {
     int64_t sum = 0;
     for (int64_t n : in.flat_units) sum += n;
-    STRATA_CHECK(sum == in.param_elements, "[plan_memory] flat units hold ", sum, " elements but the model has ",
-                 in.param_elements, " parameters");
+    STRATA_CHECK(sum == psi, "[plan_memory] flat units hold ", sum, " elements but the model has ", psi,
+                 " parameters (per tp rank)");
     sharded = sharded_elements(in.flat_units, in.world_size);
   }
   const int64_t b = in.bytes_per_element;
-  const int64_t full = b * in.param_elements;  // BΨ
+  const int64_t full = b * psi;  // BΨ
   const int64_t shard = b * sharded;           // BΨ'
   MemoryPlan p;
   p.params = in.zero_stage >= 3 ? shard : full;
@@ -52,6 +62,18 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   p.optimizer = int64_t(in.optimizer_states) * (in.zero_stage >= 1 ? shard : full);
   p.comm = in.zero_stage == 0 ? in.ddp_bucket_bytes : 0;
   return p;
+}
+
+int64_t sequence_region_activation_bytes(const SequenceRegionInput& in) {
+  STRATA_CHECK(in.batch > 0 && in.seq > 0 && in.embd > 0 && in.layers > 0 && in.tp >= 1,
+               "[plan_memory] batch, seq, embd, layers and tp must be positive");
+  const bool sp = in.sequence_parallel && in.tp > 1;
+  STRATA_CHECK(!sp || in.seq % in.tp == 0, "[plan_memory] a sequence of ", in.seq, " does not split into tp = ",
+               in.tp);
+  const int64_t rows = in.batch * (sp ? in.seq / in.tp : in.seq), regions = 2 * in.layers + 1;
+  const int64_t norm = rows * in.embd * in.bytes_per_element + 2 * rows * 4;
+  const int64_t mask = in.dropout ? rows * in.embd : 0;
+  return regions * (norm + mask);
 }
 
 }  // namespace strata::parallel

@@ -23,7 +23,15 @@ struct MemoryPlanInput {
   /// Element counts of the flat buffers ZeRO shards; each is padded separately to a
   /// multiple of N. Empty = one unit holding all Ψ elements. Must sum to Ψ.
   std::vector<int64_t> flat_units;
+  int tp = 1;  ///< tensor-parallel degree, >= 1
+  /// Of Ψ, the elements tensor parallelism splits over tp (tp_sharded_elements of the
+  /// model and its plan; a multiple of tp). A rank holds tp_rank_elements() of them all.
+  int64_t tp_sharded_elements = 0;
 };
+
+/// Elements of the model one tp rank holds: sharded / tp + (Ψ - sharded) (replicated).
+/// strata::Error when the sharded part exceeds Ψ or does not divide by tp.
+int64_t tp_rank_elements(const MemoryPlanInput& in);
 
 /// Predicted bytes one rank holds, by category (the MemCategory names).
 struct MemoryPlan {
@@ -45,7 +53,9 @@ int64_t sharded_elements(std::span<const int64_t> units, int world);
 int optimizer_state_count(const std::string& optim_name, double momentum = 0.0);
 
 /// Per-rank bytes for in.zero_stage at in.world_size ranks, with B = bytes_per_element,
-/// S = optimizer_states and Ψ' = sharded_elements(flat_units, N) (≈ Ψ/N):
+/// S = optimizer_states and Ψ' = sharded_elements(flat_units, N) (≈ Ψ/N); under tensor
+/// parallelism (tp > 1) Ψ below is this tp rank's tp_rank_elements(), which ZeRO shards
+/// over the dp ranks (flat_units then sum to it):
 ///   stage 0: params BΨ,  grads BΨ,  optimizer S·BΨ,  comm ddp_bucket_bytes
 ///   stage 1: params BΨ,  grads BΨ,  optimizer S·BΨ'
 ///   stage 2: params BΨ,  grads BΨ', optimizer S·BΨ'
@@ -54,5 +64,21 @@ int optimizer_state_count(const std::string& optim_name, double momentum = 0.0);
 /// transient gathers and collective scratch are not counted. strata::Error (STRATA_CHECK)
 /// on a bad input (negative counts, N < 1, stage outside 0..3, units not summing to Ψ).
 MemoryPlan plan_memory(const MemoryPlanInput& in);
+
+/// The LayerNorm/dropout regions of a pre-LN transformer (outside the tensor-parallel
+/// regions, Megatron-SP's "10 sbh" part), the activations one rank keeps from forward to
+/// backward there.
+struct SequenceRegionInput {
+  int64_t batch = 1, seq = 1, embd = 1, layers = 1;
+  int64_t bytes_per_element = 4;  ///< of the residual stream (f32: 4)
+  bool dropout = false;           ///< residual-stream dropout p > 0 (masks are kept)
+  int tp = 1;
+  bool sequence_parallel = false;
+};
+/// Per LayerNorm (2 per layer and the final one) its input (B·T·C elements) and its
+/// f32 mean and rstd (2·B·T); with dropout, per residual-stream dropout (2 per layer and
+/// the embeddings') a u8 mask of B·T·C. Every tp rank holds all of it without sequence
+/// parallelism, and T/tp of the sequence with it (T must divide by tp).
+int64_t sequence_region_activation_bytes(const SequenceRegionInput& in);
 
 }  // namespace strata::parallel

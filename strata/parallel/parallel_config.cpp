@@ -85,6 +85,7 @@ ParallelConfig ParallelConfig::from_node(const ConfigNode& n) {
   c.ddp.broadcast_buffers = n.get("broadcast_buffers", c.ddp.broadcast_buffers);
   c.ddp.gradient_as_bucket_view = n.get("gradient_as_bucket_view", c.ddp.gradient_as_bucket_view);
   c.fsdp_prefetch = n.get("fsdp_prefetch", c.fsdp_prefetch);
+  c.sequence_parallel = n.get("sequence_parallel", c.sequence_parallel);
   c.validate();
   return c;
 }

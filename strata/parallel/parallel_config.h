@@ -23,6 +23,8 @@ struct ParallelConfig {
                               ///<   broadcast_buffers, gradient_as_bucket_view}
   bool fsdp_prefetch = true;  ///< parallel.fsdp_prefetch: stage 3 gathers the next layer's
                               ///<   parameters while the current one computes
+  bool sequence_parallel = false;  ///< parallel.sequence_parallel: at tp > 1, LayerNorm and dropout
+                                   ///<   on sequence shards (Megatron-SP); ignored at tp 1
 
   /// True when the run uses DataParallel thread replicas (parallel.replicas or .devices).
   bool thread_replicas() const { return replicas > 0; }

@@ -27,7 +27,11 @@ Tensor tp_shard(const Tensor& t, TpSplit s, int rank, int n) {
                "[tp] cannot split ", shape_str(t.shape()), " along dimension ", s.dim, " into ", s.parts,
                " part(s) x ", n, " tensor-parallel rank(s)");
   Tensor v = ops::reshape(ops::contiguous(t), split_view(t.shape(), s, n));
-  return ops::reshape(ops::contiguous(ops::narrow(v, 2, rank, 1)), shard_shape(t.shape(), s, n));
+  // Always new storage: a contiguous chunk (the rows of a column split) would otherwise be
+  // a view keeping the whole tensor alive.
+  Tensor chunk = ops::narrow(v, 2, rank, 1);
+  chunk = chunk.is_contiguous() ? ops::clone(chunk) : ops::contiguous(chunk);
+  return ops::reshape(chunk, shard_shape(t.shape(), s, n));
 }
 
 Tensor tp_unshard(const Tensor& shard, TpSplit s, comm::ProcessGroup& tp) {
@@ -42,8 +46,8 @@ Tensor tp_unshard(const Tensor& shard, TpSplit s, comm::ProcessGroup& tp) {
 }
 
 ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& src, std::shared_ptr<comm::ProcessGroup> tp,
-                                           int64_t parts, bool gather_output)
-    : tp_(std::move(tp)), gather_output_(gather_output) {
+                                           int64_t parts, bool gather_output, bool sequence_parallel)
+    : tp_(std::move(tp)), parts_(parts), gather_output_(gather_output), sequence_parallel_(sequence_parallel) {
   STRATA_CHECK(!gather_output || parts == 1, "[ColumnParallelLinear] gather_output needs an unfused weight");
   const TpSplit s{0, parts};
   weight_ = &register_parameter("weight", tp_shard(src.weight(), s, tp_->rank(), tp_->size()));
@@ -51,21 +55,54 @@ ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& src, std::shared_pt
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  Tensor y = linear(copy_to_tp(x, *tp_), *weight_, bias_ ? *bias_ : Tensor());
+  Tensor in = sequence_parallel_ ? all_gather_seq(x, *tp_) : copy_to_tp(x, *tp_);
+  Tensor y = linear(in, *weight_, bias_ ? *bias_ : Tensor());
   return gather_output_ ? gather_from_tp(y, *tp_) : y;
 }
 
+std::shared_ptr<nn::Module> ColumnParallelLinear::whole() const {
+  const TpSplit s{0, parts_};
+  return std::make_shared<nn::Linear>(tp_unshard(*weight_, s, *tp_), bias_ ? tp_unshard(*bias_, s, *tp_) : Tensor());
+}
+
 RowParallelLinear::RowParallelLinear(const nn::Linear& src, std::shared_ptr<comm::ProcessGroup> tp,
-                                     bool input_is_parallel)
-    : tp_(std::move(tp)), input_is_parallel_(input_is_parallel) {
+                                     bool input_is_parallel, bool sequence_parallel)
+    : tp_(std::move(tp)), input_is_parallel_(input_is_parallel), sequence_parallel_(sequence_parallel) {
   weight_ = &register_parameter("weight", tp_shard(src.weight(), {1, 1}, tp_->rank(), tp_->size()));
   if (src.has_bias()) bias_ = &register_parameter("bias", ops::clone(src.bias()));
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
   Tensor in = input_is_parallel_ ? x : scatter_to_tp(x, *tp_);
-  Tensor y = reduce_from_tp(linear(in, *weight_, Tensor()), *tp_);
+  Tensor partial = linear(in, *weight_, Tensor());
+  if (sequence_parallel_) {
+    Tensor y = reduce_scatter_seq(partial, *tp_);
+    return bias_ ? y + copy_to_tp(*bias_, *tp_) : y;  // on this rank's rows: gradient summed over tp
+  }
+  Tensor y = reduce_from_tp(partial, *tp_);
   return bias_ ? y + *bias_ : y;  // once, after the reduce
+}
+
+std::shared_ptr<nn::Module> RowParallelLinear::whole() const {
+  return std::make_shared<nn::Linear>(tp_unshard(*weight_, {1, 1}, *tp_), bias_ ? ops::clone(*bias_) : Tensor());
+}
+
+SequenceParallelNorm::SequenceParallelNorm(const nn::LayerNorm& src, std::shared_ptr<comm::ProcessGroup> tp)
+    : tp_(std::move(tp)), eps_(src.eps()) {
+  weight_ = &register_parameter("weight", ops::clone(src.weight()));
+  if (src.bias().defined()) bias_ = &register_parameter("bias", ops::clone(src.bias()));
+}
+
+Tensor SequenceParallelNorm::forward(const Tensor& x) {
+  return layer_norm(x, copy_to_tp(*weight_, *tp_), bias_ ? copy_to_tp(*bias_, *tp_) : Tensor(), eps_);
+}
+
+std::shared_ptr<nn::Module> SequenceParallelNorm::whole() const {
+  auto ln = std::make_shared<nn::LayerNorm>(weight_->size(0), eps_, bias_ != nullptr);
+  nn::NamedTensors sd{{"weight", weight_->detach()}};
+  if (bias_) sd.emplace_back("bias", bias_->detach());
+  ln->load_state_dict(sd);
+  return ln;
 }
 
 }  // namespace strata::parallel

@@ -99,6 +99,13 @@ Tensor all_gather_seq(const Tensor& x, comm::ProcessGroup& tp) {
                    [g](const Tensor& grad) { return std::vector<Tensor>{reduce_scatter_dim(grad, 1, *g)}; });
 }
 
+Tensor scatter_to_seq(const Tensor& x, comm::ProcessGroup& tp) {
+  if (tp.size() == 1) return x;
+  comm::ProcessGroup* g = &tp;
+  return record_fn("ScatterToSeqBackward", dim_chunk(x.detach(), 1, tp), {x},
+                   [g](const Tensor& grad) { return std::vector<Tensor>{all_gather_dim(grad, 1, *g)}; });
+}
+
 Tensor reduce_scatter_seq(const Tensor& x, comm::ProcessGroup& tp) {
   if (tp.size() == 1) return x;
   comm::ProcessGroup* g = &tp;

@@ -26,6 +26,9 @@ Tensor gather_from_tp(const Tensor& x, comm::ProcessGroup& tp);
 /// forward gathers every rank's (B, T/tp, C) sequence shard into (B, T, C) in rank order;
 /// backward reduce-scatters the gradient (sums over tp, keeps this rank's T/tp rows).
 Tensor all_gather_seq(const Tensor& x, comm::ProcessGroup& tp);
+/// Forward: this rank's (B, T/tp, C) rows of a replicated (B, T, C) (where the residual
+/// stream enters the sequence-parallel region). Backward: the gradient shards are gathered.
+Tensor scatter_to_seq(const Tensor& x, comm::ProcessGroup& tp);
 /// Forward: (B, T, C) summed over tp, this rank keeping rows [rank T/tp, (rank+1) T/tp)
 /// of dimension 1. Backward: the gradient shards are gathered. T must divide by tp.
 Tensor reduce_scatter_seq(const Tensor& x, comm::ProcessGroup& tp);

@@ -36,6 +36,14 @@ Tensor VocabParallelEmbedding::forward(const Tensor& idx) {
   return reduce_from_tp(embedding(*weight_, ids) * keep, *tp_);  // (..., D), zero rows outside
 }
 
+std::shared_ptr<nn::Module> VocabParallelEmbedding::whole() const {
+  Tensor table = tp_unshard(*weight_, {0, 1}, *tp_);
+  Generator unused(0);  // the init is overwritten by the gathered table
+  auto e = std::make_shared<nn::Embedding>(table.size(0), table.size(1), unused);
+  e->load_state_dict({{"weight", table}});
+  return e;
+}
+
 Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& targets, comm::ProcessGroup& tp,
                                     int64_t ignore_index) {
   STRATA_CHECK(local_logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == local_logits.size(0),

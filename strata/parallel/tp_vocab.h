@@ -6,13 +6,14 @@
 
 #include <strata/comm/process_group.h>
 #include <strata/nn/embedding.h>
+#include <strata/parallel/tp_layers.h>
 
 namespace strata::parallel {
 
 /// Rows [rank * V/tp, (rank+1) * V/tp) of an embedding table ("weight" (V/tp, D), global
 /// name kept). Ids outside the range give zero rows; the results are all-reduced over tp
 /// (reduce_from_tp), so every rank gets the whole (..., D) lookup.
-class VocabParallelEmbedding : public nn::Module {
+class VocabParallelEmbedding : public TpModule {
  public:
   /// Takes rank tp->rank()'s range of src's table. V must divide by tp.
   VocabParallelEmbedding(const nn::Embedding& src, std::shared_ptr<comm::ProcessGroup> tp);
@@ -20,6 +21,8 @@ class VocabParallelEmbedding : public nn::Module {
   Tensor forward(const Tensor& idx) override;
   std::string type_name() const override { return "VocabParallelEmbedding"; }
   int64_t vocab_start() const { return start_; }
+  /// An nn::Embedding holding the gathered table (collective over tp).
+  std::shared_ptr<nn::Module> whole() const override;
 
  private:
   std::shared_ptr<comm::ProcessGroup> tp_;

@@ -34,13 +34,14 @@ TEST(ParallelConfig, DefaultsMatchPyTorch) {
   EXPECT_TRUE(c.ddp.broadcast_buffers);
   EXPECT_FALSE(c.ddp.gradient_as_bucket_view);
   EXPECT_TRUE(c.fsdp_prefetch);
+  EXPECT_FALSE(c.sequence_parallel);
 }
 
 TEST(ParallelConfig, ReadsEveryKey) {
   ParallelConfig c = load(
       "parallel: {dp: 4, tp: 1, pp: 1, bucket_cap_mb: 5, first_bucket_mb: 0.5, last_bucket_mb: 0.25,\n"
       "           find_unused_parameters: true, broadcast_buffers: false, gradient_as_bucket_view: true,\n"
-      "           zero_stage: 2, fsdp_prefetch: false}\n");
+      "           zero_stage: 2, fsdp_prefetch: false, sequence_parallel: true}\n");
   EXPECT_EQ(c.dims, (ParallelDims{.dp = 4, .tp = 1, .pp = 1, .zero_stage = 2}));
   EXPECT_EQ(c.ddp.bucket_cap_mb, 5.0);
   EXPECT_EQ(c.ddp.first_bucket_mb, 0.5);
@@ -49,6 +50,7 @@ TEST(ParallelConfig, ReadsEveryKey) {
   EXPECT_FALSE(c.ddp.broadcast_buffers);
   EXPECT_TRUE(c.ddp.gradient_as_bucket_view);
   EXPECT_FALSE(c.fsdp_prefetch);
+  EXPECT_TRUE(c.sequence_parallel);
   EXPECT_EQ(load("parallel: {dp: auto}\n").dims.dp, ParallelDims::kAuto);
   c = load("parallel: {replicas: 3}\n");
   EXPECT_TRUE(c.thread_replicas());

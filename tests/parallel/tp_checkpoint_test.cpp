@@ -32,6 +32,12 @@ TEST_F(TpCheckpoint, GptSavedAtTp2ResumesAtTp1AndTp4) {
   check({.model = "gpt", .tp = 2, .save = ck, .save_after = 1});
   check({.model = "gpt", .tp = 1, .first = 2, .load = ck});
   check({.model = "gpt", .tp = 4, .first = 2, .load = ck});
+  // The vocabulary-parallel wte and untied head, saved with sequence parallelism, resume
+  // at dp 2 x tp 2 with ZeRO-1 and ZeRO-3 and in one process.
+  const std::string ck2 = path("gpt_untied");
+  check({.model = "gpt_untied", .sp = true, .tp = 2, .save = ck2, .save_after = 1});
+  check({.model = "gpt_untied", .tp = 1, .first = 2, .load = ck2});
+  for (int stage : {1, 3}) check({.model = "gpt_untied", .sp = true, .dp = 2, .tp = 2, .stage = stage, .first = 2, .load = ck2});
 }
 
 TEST_F(TpCheckpoint, PiecesAreGlobalRangesUnderGlobalNames) {

@@ -123,6 +123,22 @@ TEST(TpRegions, ReduceScatterSeqGathersTheGradient) {
     });
 }
 
+// The replicated x enters the sequence-parallel region: rank r keeps rows r, and the
+// single-process loss sum_r W_r . x[rows r] has gradient W (rows r from rank r), which
+// the backward's gather gives every rank.
+TEST(TpRegions, ScatterToSeqGathersTheGradient) {
+  for (int n : {2, 4})
+    comm::run_local(n, [n](comm::ProcessGroup& tp) {
+      const Shape s{2, 2 * n, 3};
+      const int64_t rows = 2;
+      Tensor x = leaf(rnd(s, 70)), w = rnd(s, 80);
+      Tensor y = scatter_to_seq(x, tp);
+      expect_close(y, ops::narrow(rnd(s, 70), 1, tp.rank() * rows, rows), 0, "scatter_to_seq forward");
+      backward(sum(y * ops::contiguous(ops::narrow(w, 1, tp.rank() * rows, rows))));
+      expect_close(x.grad(), w, kTol, "scatter_to_seq backward");
+    });
+}
+
 TEST(TpRegions, ShardAndUnshardAreInverse) {
   comm::run_local(4, [](comm::ProcessGroup& tp) {
     const Tensor t = rnd({24, 8}, 11);

@@ -1,0 +1,39 @@
+// The replaceable steps of a language model's forward (the head, the loss, and where the
+// residual stream enters and leaves the blocks), so tensor parallelism can make a model
+// vocabulary- and sequence-parallel without knowing its class (parallel/ sees only this).
+#pragma once
+#include <functional>
+#include <string>
+
+#include <strata/tensor/tensor.h>
+
+namespace strata::nn {
+
+/// Each hook is optional: an empty one leaves the model's own step in place.
+struct LmHooks {
+  /// The embeddings' sum (B, T, C) -> what the blocks see (a sequence shard under SP).
+  std::function<Tensor(const Tensor& x)> enter_blocks;
+  /// The final norm's output -> (B, T, C) again.
+  std::function<Tensor(const Tensor& x)> leave_blocks;
+  /// Features (B, T, C) and the head weight as the model holds it -> logits (B, T, V).
+  std::function<Tensor(const Tensor& x, const Tensor& head_weight)> logits;
+  /// Features (N, C), head weight, targets (N) -> mean cross-entropy over targets != ignore_index.
+  std::function<Tensor(const Tensor& x, const Tensor& head_weight, const Tensor& targets, int64_t ignore_index)> loss;
+};
+
+/// A model (also an nn::Module) whose head and loss steps are LmHooks. Not thread-safe.
+class LanguageModel {
+ public:
+  virtual ~LanguageModel() = default;
+  /// Full name of the parameter the head multiplies by ("wte.weight" when tied).
+  virtual std::string head_weight_name() const = 0;
+  /// The head weight's module path ("wte" when tied, "lm_head" otherwise).
+  std::string head_module() const {
+    const std::string n = head_weight_name();
+    return n.substr(0, n.rfind('.'));
+  }
+  virtual const LmHooks& lm_hooks() const = 0;
+  virtual void set_lm_hooks(LmHooks h) = 0;
+};
+
+}  // namespace strata::nn
