@@ -16,6 +16,7 @@
 #include <strata/comm/reduce_kernels.h>
 #include <strata/core/error.h>
 #include <strata/core/memory.h>
+#include <strata/core/trace.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::comm {
@@ -24,6 +25,7 @@ struct ProcessGroup::Task {
   OpInfo info;
   Body body;
   std::shared_ptr<detail::WorkState> state;
+  trace::OpTag tag;  // the bucket or unit the caller named (trace::tag_next_op)
 };
 
 namespace {
@@ -85,6 +87,7 @@ Work ProcessGroup::enqueue(OpInfo info, Body body) {
   // A little longer than the op's own limit, so the op's more precise error wins.
   task->state->timeout_s = opts_.timeout_s * 1.1 + 2.0;
   task->body = std::move(body);
+  task->tag = trace::take_op_tag();
   Work work(task->state);
   std::unique_lock<std::mutex> lk(qmu_);
   info.seq = next_seq_++;
@@ -103,6 +106,7 @@ Work ProcessGroup::enqueue(OpInfo info, Body body) {
 }
 
 void ProcessGroup::comm_loop() {
+  trace::set_thread_name("comm " + name_);
   for (;;) {
     std::unique_ptr<Task> task;
     {
@@ -153,7 +157,12 @@ void ProcessGroup::run_task(Task& t) {
   }
   SentBytes bytes;
   try {
+    trace::Scope slice;  // tracing: the op on this (comm) thread's track
+    if (trace::enabled())
+      slice.begin(op, {{"group", name_}, {"bytes", info.bytes}, {"seq", info.seq}, {t.tag.key, t.tag.value}},
+                  trace::Cat::comm);
     t.body(info, bytes);
+    slice.end();
     {
       std::lock_guard<std::mutex> lk(stats_mu_);
       OpStats& s = stats_[info.kind];
