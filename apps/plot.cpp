@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "apps/trace_command.h"
 #include <strata/core/error.h>
 
 namespace strata::apps {
@@ -180,6 +181,68 @@ std::string plot_runs_svg(const std::vector<RunCurves>& runs, int width, int hei
   }
   s += "<text x=\"" + fmt(left + 8) + "\" y=\"" + fmt(bottom - 8) +
        "\" fill=\"#444\">solid: loss (EMA 0.1), faint: raw, circles: eval loss</text>\n";
+  s += "</svg>\n";
+  return s;
+}
+
+std::string plot_trace_svg(const nlohmann::json& trace, int width) {
+  const std::vector<RankTimeline> ranks = rank_timelines(trace);
+  double t0 = INFINITY, t1 = -INFINITY;
+  for (const RankTimeline& r : ranks)
+    if (!r.steps.empty()) t0 = std::min(t0, r.steps.front().first), t1 = std::max(t1, r.steps.back().second);
+  if (!std::isfinite(t0)) STRATA_THROW(DataError, "strata plot --trace: the trace holds no training step");
+  const double left = 130, right = width - 20, top = 46, row_h = 26, gap = 14;
+  const double bottom = top + double(ranks.size()) * (2 * row_h + gap);
+  const int height = int(bottom + 70);
+  const Axis x{0, (t1 - t0) * 1e-3, left, right};  // ms since the first traced step
+  auto at = [&](double us) { return x.at((us - t0) * 1e-3); };
+  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) + "\" height=\"" +
+                  std::to_string(height) + "\" viewBox=\"0 0 " + std::to_string(width) + " " + std::to_string(height) +
+                  "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += "<text x=\"" + fmt(width / 2.0) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">timeline: " +
+       std::to_string(ranks.size()) + " rank(s), compute, communication and idle per traced step</text>\n";
+  s += "<g class=\"x-axis\" stroke=\"#ccc\">\n";
+  for (double t : nice_ticks(x.lo, x.hi, 8))
+    s += "<line x1=\"" + fmt(x.at(t)) + "\" y1=\"" + fmt(top - 4) + "\" x2=\"" + fmt(x.at(t)) + "\" y2=\"" +
+         fmt(bottom) + "\"/><text stroke=\"none\" fill=\"black\" x=\"" + fmt(x.at(t)) + "\" y=\"" + fmt(bottom + 16) +
+         "\" text-anchor=\"middle\">" + tick_label(t) + "</text>\n";
+  s += "</g>\n<text x=\"" + fmt((left + right) / 2) + "\" y=\"" + fmt(bottom + 36) +
+       "\" text-anchor=\"middle\">time since the first traced step (ms)</text>\n";
+  auto bars = [&](const Intervals& v, double y, const char* cls, const char* colour) {
+    std::string g = "<g class=\"" + std::string(cls) + "\" fill=\"" + colour + "\">";
+    for (const auto& [b, e] : v)  // at least 0.3 px wide, so a short op still shows
+      g += "<rect x=\"" + fmt(at(b)) + "\" y=\"" + fmt(y) + "\" width=\"" + fmt(std::max(0.3, at(e) - at(b))) +
+           "\" height=\"" + fmt(row_h - 6) + "\"/>";
+    return g + "</g>\n";
+  };
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    const RankTimeline& r = ranks[k];
+    const double y = top + double(k) * (2 * row_h + gap);
+    const std::string comm_name = r.comm_tracks.empty() ? "comm" : r.comm_tracks.front();
+    s += "<g class=\"row\" data-rank=\"" + std::to_string(r.rank) + "\">\n";
+    s += "<text x=\"" + fmt(left - 8) + "\" y=\"" + fmt(y + row_h / 2 + 1) + "\" text-anchor=\"end\">rank " +
+         std::to_string(r.rank) + " main</text>\n";
+    s += "<text x=\"" + fmt(left - 8) + "\" y=\"" + fmt(y + row_h * 1.5 + 1) + "\" text-anchor=\"end\" fill=\"#555\">" +
+         escape_xml(comm_name) + "</text>\n";
+    s += bars(r.idle, y, "idle", "#d0d0d0");
+    s += bars(r.compute, y, "compute", "#4c72b0");
+    s += bars(minus(r.comm, r.compute), y, "exposed", "#dd8452");
+    s += bars(r.comm, y + row_h, "comm", "#dd8452");
+    for (const auto& [b, e] : r.steps)
+      s += "<line class=\"step\" x1=\"" + fmt(at(b)) + "\" y1=\"" + fmt(y - 3) + "\" x2=\"" + fmt(at(b)) + "\" y2=\"" +
+           fmt(y + 2 * row_h - 3) + "\" stroke=\"black\"/>";
+    s += "\n</g>\n";
+  }
+  const double ly = double(height) - 14;
+  const char* legend[][2] = {{"#4c72b0", "compute"}, {"#dd8452", "communication (main row: exposed)"},
+                             {"#d0d0d0", "idle"}};
+  double lx = left;
+  for (const auto& [colour, what] : legend) {
+    s += "<rect x=\"" + fmt(lx) + "\" y=\"" + fmt(ly - 10) + "\" width=\"12\" height=\"12\" fill=\"" + colour +
+         "\"/><text class=\"legend\" x=\"" + fmt(lx + 16) + "\" y=\"" + fmt(ly) + "\">" + what + "</text>\n";
+    lx += 40 + 7.0 * double(std::string(what).size());
+  }
+  s += "<text x=\"" + fmt(right) + "\" y=\"" + fmt(ly) + "\" text-anchor=\"end\" fill=\"#444\">black ticks: step starts</text>\n";
   s += "</svg>\n";
   return s;
 }

@@ -2,6 +2,7 @@
 // loss (smoothed) against steps, evaluation points, and the learning rate on a second
 // axis. Several run dirs overlay (e.g. one process against DDP against ZeRO-3).
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -28,5 +29,10 @@ std::vector<double> nice_ticks(double lo, double hi, int target = 6);
 /// points faint, eval losses as circles, the learning rate dashed on the right axis,
 /// axes with ticks and labels, a legend naming each run.
 std::string plot_runs_svg(const std::vector<RunCurves>& runs, int width = 960, int height = 540);
+
+/// `strata plot --trace`: a Gantt chart of a merged trace (apps/trace_command.h): per rank a
+/// row of its threads' compute, exposed communication and idle time, and a row of its
+/// collectives running, across the traced steps (x in ms, step starts marked).
+std::string plot_trace_svg(const nlohmann::json& trace, int width = 1200);
 
 }  // namespace strata::apps

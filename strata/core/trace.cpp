@@ -229,7 +229,7 @@ void write_json(const std::string& path, int rank) {
       append_escaped(out, b->name);
       out += "\"}}";
       out += ",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\"" + ids + ",\"args\":{\"sort_index\":" +
-             std::to_string(b->tid) + "}}";
+             std::to_string(b->name == "main" ? 0 : b->tid + 1) + "}}";  // the main thread on top
       for (const Event& e : b->events) {
         if (e.dur_ns < 0) continue;  // still open when recording stopped
         out += ",\n{\"ph\":\"X\",\"name\":\"";
