@@ -256,7 +256,6 @@ Command add_plot_command(CLI::App& parent) {
   struct Opts {
     std::vector<std::string> runs;
     std::string out = "plot.svg", trace;
-    std::string x = "step";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = parent.add_subcommand("plot", "Plot runs' loss, eval and learning-rate curves (one SVG; runs overlay)");

@@ -329,6 +329,7 @@ void Trainer::log_window(double lr) {
             .lr = lr,
             .throughput = dt > 0 ? double(window_steps_ * units_per_step()) / dt : 0.0,
             .unit = throughput_unit(),
+            .units = step_ * units_per_step(),
             .elapsed_s = elapsed_before_ + seconds_since(run_start_),
             .eta_s = done > 0 ? seconds_since(run_start_) / double(done) * double(total_steps_ - step_) : NAN,
             .flops_per_s = dt > 0 ? double(window_steps_) * flops_per_step_ / dt : 0.0,
