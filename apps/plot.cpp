@@ -1,5 +1,5 @@
-// strata plot: metrics.jsonl -> SVG (see plot.h). Hand-written SVG: a few paths, text and
-// circles are all a loss curve needs.
+// strata plot: metrics.jsonl -> SVG, and a merged trace -> Gantt SVG (see plot.h).
+// Hand-written SVG: a few paths, rects, text and circles are all these charts need.
 #include "apps/plot.h"
 
 #include <algorithm>
@@ -41,6 +41,13 @@ std::string escape_xml(const std::string& s) {
     else out += c;
   }
   return out;
+}
+
+// The opening <svg> element of a width x height image on a white background.
+std::string svg_open(int width, int height) {
+  const std::string w = std::to_string(width), h = std::to_string(height);
+  return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + w + "\" height=\"" + h + "\" viewBox=\"0 0 " + w + " " + h +
+         "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
 }
 
 // Maps data coordinates into the plot rectangle.
@@ -206,10 +213,7 @@ std::string plot_runs_svg(const std::vector<RunCurves>& runs, int width, int hei
     for (double s : r.eval_step) eval_units.back().push_back(s * per_step);
   }
   const int total = by_units ? 2 * height : height;
-  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) + "\" height=\"" +
-                  std::to_string(total) + "\" viewBox=\"0 0 " + std::to_string(width) + " " + std::to_string(total) +
-                  "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string s = svg_open(width, total);
   s += loss_panel(runs, steps, eval_steps, "step", true, width, height, 0);
   if (by_units) s += loss_panel(runs, units, eval_units, runs[0].unit_name, false, width, height, height);
   s += "</svg>\n";
@@ -227,9 +231,7 @@ std::string plot_trace_svg(const nlohmann::json& trace, int width) {
   const int height = int(bottom + 70);
   const Axis x{0, (t1 - t0) * 1e-3, left, right};  // ms since the first traced step
   auto at = [&](double us) { return x.at((us - t0) * 1e-3); };
-  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) + "\" height=\"" +
-                  std::to_string(height) + "\" viewBox=\"0 0 " + std::to_string(width) + " " + std::to_string(height) +
-                  "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string s = svg_open(width, height);
   s += "<text x=\"" + fmt(width / 2.0) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">timeline: " +
        std::to_string(ranks.size()) + " rank(s), compute, communication and idle per traced step</text>\n";
   s += "<g class=\"x-axis\" stroke=\"#ccc\">\n";

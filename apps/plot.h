@@ -1,6 +1,7 @@
 // `strata plot`: the curves of one or more runs as one SVG a person can look at: training
 // loss (smoothed) against steps, evaluation points, and the learning rate on a second
-// axis. Several run dirs overlay (e.g. one process against DDP against ZeRO-3).
+// axis. Several run dirs overlay (e.g. one process against DDP against ZeRO-3). With
+// --trace, a Gantt chart of a merged timeline (apps/trace_command.h).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
