@@ -29,7 +29,9 @@ TraceWindow::TraceWindow(int64_t start_step, int64_t steps, int rank, std::strin
 }
 
 void TraceWindow::before_step(int64_t done) {
-  if (steps_ <= 0 || recording_ || done != start_) return;
+  // Once per run; a run resumed inside the window records the rest of it.
+  if (steps_ <= 0 || started_ || done < start_ || done >= start_ + steps_) return;
+  started_ = true;
   // Modules' slices carry their dotted names ("h.0.attn"); the root is the model's type.
   for (const auto& [name, m] : model_.named_modules())
     if (!name.empty()) trace::name_object(m.get(), name);

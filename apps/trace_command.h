@@ -16,9 +16,10 @@ class Module;
 
 namespace strata::apps {
 
-/// The trainer's run.trace window: recording starts before step `start_step` + 1 and stops
-/// after step `start_step` + `steps`, then this rank writes <dir>/trace/rank<R>.json (no
-/// file when `dir` is empty). Single-threaded use by the training loop.
+/// The trainer's run.trace window: recording starts before step `start_step` + 1 (or the
+/// first step of a run resumed inside the window) and stops after step `start_step` +
+/// `steps`, then this rank writes <dir>/trace/rank<R>.json (no file when `dir` is empty).
+/// Single-threaded use by the training loop.
 class TraceWindow {
  public:
   TraceWindow(int64_t start_step, int64_t steps, int rank, std::string dir, nn::Module& model);
@@ -34,7 +35,7 @@ class TraceWindow {
   int rank_;
   std::string dir_;
   nn::Module& model_;
-  bool recording_ = false;
+  bool recording_ = false, started_ = false;
 };
 
 /// Half-open time intervals [begin, end) in microseconds.
