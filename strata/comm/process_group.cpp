@@ -87,7 +87,7 @@ Work ProcessGroup::enqueue(OpInfo info, Body body) {
   // A little longer than the op's own limit, so the op's more precise error wins.
   task->state->timeout_s = opts_.timeout_s * 1.1 + 2.0;
   task->body = std::move(body);
-  task->tag = trace::take_op_tag();
+  if (trace::enabled()) task->tag = trace::take_op_tag();
   Work work(task->state);
   std::unique_lock<std::mutex> lk(qmu_);
   info.seq = next_seq_++;

@@ -185,7 +185,7 @@ std::string object_name(const void* obj) {
   return it == r.objects.end() ? std::string() : it->second;
 }
 
-void tag_next_op(const char* key, int64_t value) { t_tag = {key, value}; }
+void detail::set_op_tag(const char* key, int64_t value) { t_tag = {key, value}; }
 
 OpTag take_op_tag() { return std::exchange(t_tag, OpTag{}); }
 

@@ -104,8 +104,15 @@ struct OpTag {
   const char* key = nullptr;
   int64_t value = 0;
 };
-void tag_next_op(const char* key, int64_t value);
-/// The pending tag of this thread, cleared. {nullptr, 0} when none.
+namespace detail {
+void set_op_tag(const char* key, int64_t value);
+}  // namespace detail
+/// No-op while tracing is off. `key` must outlive the recording (a string literal).
+inline void tag_next_op(const char* key, int64_t value) {
+  if (enabled()) detail::set_op_tag(key, value);
+}
+/// The pending tag of this thread, cleared. {nullptr, 0} when none. The comm layer calls
+/// it (while tracing) for every op it queues.
 OpTag take_op_tag();
 
 /// Clears every buffer and starts recording. Thread-safe.

@@ -121,6 +121,9 @@ TEST_F(TraceTest, StartClearsAndOpenSlicesAreDropped) {
 
 TEST_F(TraceTest, OpTagsAndLabels) {
   EXPECT_EQ(trace::take_op_tag().key, nullptr);
+  trace::tag_next_op("bucket", 2);  // off: ignored
+  EXPECT_EQ(trace::take_op_tag().key, nullptr);
+  trace::start();
   trace::tag_next_op("bucket", 3);
   const trace::OpTag t = trace::take_op_tag();
   EXPECT_STREQ(t.key, "bucket");
