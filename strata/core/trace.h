@@ -31,6 +31,7 @@ inline bool enabled() noexcept { return detail::g_on.load(std::memory_order_rela
 struct Arg {
   Arg(const char* k, int64_t v) : key(k), num(v) {}
   Arg(const char* k, int v) : key(k), num(v) {}
+  Arg(const char* k, uint64_t v) : key(k), num(int64_t(v)) {}  // sizes and indices
   Arg(const char* k, std::string_view v) : key(k), str(v), is_str(true) {}
   Arg(const char* k, const char* v) : key(k), str(v), is_str(true) {}
   Arg(const char* k, const std::string& v) : key(k), str(v), is_str(true) {}

@@ -59,7 +59,7 @@ TEST_F(TraceTest, NestedSlicesWithArgumentsAndThreadTracks) {
   {
     trace::Scope step("step", trace::Cat::step, {{"step", 7}});
     {
-      trace::Scope f("F", {{"mb", 3}, {"stage", 1}, {"note", "a \"quoted\"\nname"}}, trace::Cat::pipeline);
+      trace::Scope f("F", {{"mb", 3}, {"stage", size_t(1)}, {"note", "a \"quoted\"\nname"}}, trace::Cat::pipeline);
       spin_for(std::chrono::microseconds(300));
     }
     std::thread comm([] {
