@@ -215,7 +215,7 @@ int64_t event_count() {
   return n;
 }
 
-void write_json(const std::string& path, int rank) {
+std::string to_json(int rank) {
   Registry& r = reg();
   std::string out = "{\"traceEvents\":[\n";
   out += "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(rank) + ",\"tid\":0,\"args\":{\"name\":\"rank " +
@@ -243,6 +243,11 @@ void write_json(const std::string& path, int rank) {
     }
   }
   out += "\n],\"displayTimeUnit\":\"ms\"}\n";
+  return out;
+}
+
+void write_json(const std::string& path, int rank) {
+  const std::string out = to_json(rank);
   const std::string tmp = path + ".tmp";
   std::error_code ec;
   const auto parent = std::filesystem::path(path).parent_path();

@@ -126,6 +126,8 @@ void stop();
 /// appears whole (written to <path>.tmp, then renamed); DataError naming it on failure.
 /// Call after stop().
 void write_json(const std::string& path, int rank);
+/// The same JSON as a string.
+std::string to_json(int rank);
 /// Number of slices recorded since start() (for tests).
 int64_t event_count();
 

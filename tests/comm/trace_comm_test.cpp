@@ -3,11 +3,10 @@
 // the bucket the caller tagged; nothing is recorded while tracing is off.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
-#include <unistd.h>
 
 #include <strata/comm/local.h>
 #include <strata/core/trace.h>
@@ -35,12 +34,7 @@ TEST(TraceComm, CollectivesOnTheCommThreadTrack) {
   trace::start();
   all_reduce_on_every_rank(world);
   trace::stop();
-  const std::string file =
-      (std::filesystem::temp_directory_path() / ("strata_trace_comm_" + std::to_string(::getpid()) + ".json")).string();
-  trace::write_json(file, 0);
-  std::ifstream in(file);
-  const nlohmann::json j = nlohmann::json::parse(in);
-  std::filesystem::remove(file);
+  const nlohmann::json j = nlohmann::json::parse(trace::to_json(0));
   std::map<int64_t, std::string> thread_names;
   for (const auto& e : j.at("traceEvents"))
     if (e.at("ph") == "M" && e.at("name") == "thread_name") thread_names[e.at("tid")] = e.at("args").at("name");

@@ -3,10 +3,8 @@
 // module's forward created ("backward <name>"), nested in the "backward" pass slice.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
@@ -28,12 +26,7 @@ TEST(TraceModules, ForwardAndBackwardSlicesPerModule) {
   trace::start();
   backward(sum((*mlp)(x)));
   trace::stop();
-  const std::string file =
-      (std::filesystem::temp_directory_path() / ("strata_trace_modules_" + std::to_string(::getpid()) + ".json")).string();
-  trace::write_json(file, 0);
-  std::ifstream in(file);
-  const nlohmann::json j = nlohmann::json::parse(in);
-  std::filesystem::remove(file);
+  const nlohmann::json j = nlohmann::json::parse(trace::to_json(0));
   std::map<std::string, std::pair<double, double>> slices;  // name -> [ts, ts + dur]
   for (const auto& e : j.at("traceEvents"))
     if (e.at("ph") == "X") {
