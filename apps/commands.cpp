@@ -14,6 +14,7 @@
 #include "apps/config.h"
 #include "apps/factory.h"
 #include "apps/plot.h"
+#include "apps/trace_command.h"
 #include "apps/trainer.h"
 #include "apps/utf8_writer.h"
 #include <strata/autograd/grad_mode.h>
@@ -254,13 +255,21 @@ Command add_sample_command(CLI::App& parent) {
 Command add_plot_command(CLI::App& parent) {
   struct Opts {
     std::vector<std::string> runs;
-    std::string out = "plot.svg";
+    std::string out = "plot.svg", trace;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = parent.add_subcommand("plot", "Plot runs' loss, eval and learning-rate curves (one SVG; runs overlay)");
-  cmd->add_option("runs", o->runs, "Run dirs (each holds metrics.jsonl)")->required();
+  cmd->add_option("runs", o->runs, "Run dirs (each holds metrics.jsonl)");
+  cmd->add_option("--trace", o->trace, "A merged trace (strata trace merge): draw its timeline as a Gantt chart");
   cmd->add_option("-o,--out", o->out, "SVG file to write");
   return {cmd, [o] {
+            if (o->trace.empty() == o->runs.empty())
+              STRATA_THROW(ConfigError, "strata plot: give run dirs or --trace MERGED.json (one of them)");
+            if (!o->trace.empty()) {
+              write_file_atomic(o->out, plot_trace_svg(read_trace(o->trace)));
+              std::printf("wrote %s (timeline of %s)\n", o->out.c_str(), o->trace.c_str());
+              return 0;
+            }
             std::vector<RunCurves> runs;
             for (const std::string& d : o->runs) runs.push_back(read_run_curves(d));
             write_file_atomic(o->out, plot_runs_svg(runs));

@@ -29,6 +29,11 @@ void read_run(const ConfigNode& n, RunSection& s) {
   if (!s.log_level.empty()) (void)parse_log_level(s.log_level, n.key_path("log_level"));
   s.peak_flops = n.get("peak_flops", s.peak_flops);
   n.check_range("peak_flops", s.peak_flops, 0, 1e21);
+  const ConfigNode trace = n.child("trace");
+  s.trace_start_step = trace.get("start_step", s.trace_start_step);
+  s.trace_steps = trace.get("steps", s.trace_steps);
+  trace.check_range("start_step", double(s.trace_start_step), 0, 1e12);
+  trace.check_range("steps", double(s.trace_steps), 0, 1e6);
 }
 
 void read_model(const ConfigNode& n, ModelSection& s) {

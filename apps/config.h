@@ -29,6 +29,11 @@ struct RunSection {
   /// FLOP/s that MFU is reported against (e.g. a GPU's datasheet figure); 0 = this
   /// machine's GEMM throughput, measured when training starts.
   double peak_flops = 0;
+  /// run.trace: {start_step: S, steps: K}: every rank records a timeline of the K steps
+  /// after the first S (steps S+1 .. S+K) into <dir>/trace/rank<R>.json (docs/observe.md).
+  /// steps 0 (the default) records nothing.
+  int64_t trace_start_step = 1;
+  int64_t trace_steps = 0;
 };
 
 struct ModelSection {

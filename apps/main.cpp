@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "apps/commands.h"
+#include "apps/trace_command.h"
 #include <strata/comm/mpi.h>
 #include <strata/core/config.h>
 #include <strata/core/error.h>
@@ -21,7 +22,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {add_train_command(app), add_eval_command(app), add_sample_command(app),
                                          add_bench_command(app), add_info_command(app), add_plan_command(app),
                                          add_ckpt_command(app), add_plot_command(app),
-                                         add_config_command(app)};
+                                         add_config_command(app), add_trace_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,7 +1,9 @@
 // `strata plot`: the curves of one or more runs as one SVG a person can look at: training
 // loss (smoothed) against steps, evaluation points, and the learning rate on a second
-// axis. Several run dirs overlay (e.g. one process against DDP against ZeRO-3).
+// axis. Several run dirs overlay (e.g. one process against DDP against ZeRO-3). With
+// --trace, a Gantt chart of a merged timeline (apps/trace_command.h).
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,9 @@ namespace strata::apps {
 struct RunCurves {
   std::string name;  ///< the run dir as given
   std::vector<double> step, loss, lr;        ///< train records
+  /// Samples or tokens trained on at each train record (empty when metrics.jsonl has none).
+  std::vector<double> units;
+  std::string unit_name;  ///< "samples" or "tokens"
   std::vector<double> eval_step, eval_loss;  ///< eval records
 };
 
@@ -24,9 +29,15 @@ std::vector<double> ema(const std::vector<double>& v, double alpha);
 /// "Nice" axis ticks covering [lo, hi]: 1, 2 or 5 x 10^k apart, about `target` of them.
 std::vector<double> nice_ticks(double lo, double hi, int target = 6);
 
-/// The SVG (width x height px): loss panel with one smoothed line per run plus its raw
-/// points faint, eval losses as circles, the learning rate dashed on the right axis,
-/// axes with ticks and labels, a legend naming each run.
+/// The SVG (width x height px per panel): loss panel with one smoothed line per run plus
+/// its raw points faint, eval losses as circles, the learning rate dashed on the right
+/// axis, axes with ticks and labels, a legend naming each run. When every run records
+/// samples or tokens (the same kind), a second panel below shows the loss against them.
 std::string plot_runs_svg(const std::vector<RunCurves>& runs, int width = 960, int height = 540);
+
+/// `strata plot --trace`: a Gantt chart of a merged trace (apps/trace_command.h): per rank a
+/// row of its threads' compute, exposed communication and idle time, and a row of its
+/// collectives running, across the traced steps (x in ms, step starts marked).
+std::string plot_trace_svg(const nlohmann::json& trace, int width = 1200);
 
 }  // namespace strata::apps

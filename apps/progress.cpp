@@ -82,6 +82,7 @@ void Progress::log_step(const StepLog& s) {
                       {"epoch", s.epoch},         {"loss", s.loss},
                       {"lr", s.lr},               {"throughput", s.throughput},
                       {"throughput_unit", s.unit}, {"elapsed_s", s.elapsed_s}};
+  if (s.units > 0) j[std::string(s.unit).substr(0, std::string(s.unit).find('/'))] = s.units;  // "samples"/"tokens"
   if (s.flops_per_s > 0) j["flops_per_s"] = s.flops_per_s;
   if (s.mfu > 0) j["mfu"] = s.mfu;
   if (s.loss_scale) j["loss_scale"] = *s.loss_scale;

@@ -34,6 +34,7 @@ struct StepLog {
   double epoch = 0, loss = 0, lr = 0;
   double throughput = 0;  ///< units per second over the window
   const char* unit = "samples/s";
+  int64_t units = 0;      ///< samples (or tokens, as `unit` says) trained on since step 0, all ranks
   double elapsed_s = 0;   ///< since the run (not this process) started
   double eta_s = 0;
   double flops_per_s = 0;  ///< model FLOPs per second over the window, all ranks together

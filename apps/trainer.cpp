@@ -15,6 +15,7 @@
 #include "apps/flops.h"
 #include "apps/layout.h"
 #include "apps/memory_report.h"
+#include "apps/trace_command.h"
 #include <strata/autograd/autocast.h>
 #include <strata/autograd/engine.h>
 #include <strata/autograd/grad_mode.h>
@@ -22,6 +23,7 @@
 #include <strata/core/log.h>
 #include <strata/core/memory.h>
 #include <strata/core/threads.h>
+#include <strata/core/trace.h>
 #include <strata/tensor/file_io.h>
 
 namespace strata::apps {
@@ -199,6 +201,7 @@ double Trainer::step() {
     if (a + 1 < accum) no_sync.emplace(pm_->no_sync());
     Tensor loss;
     {
+      trace::Scope slice("forward");
       AutocastGuard amp(autocast_);  // forward and loss only; backward runs in the ops' own dtypes
       loss = pm_->forward_with([&] { return loss_of(b); });
     }
@@ -208,14 +211,20 @@ double Trainer::step() {
                    " (lower optim.lr or set train.grad_clip)");
     if (accum > 1) loss = loss * (1.0 / double(accum));
     backward(scaler_ ? scaler_->scale(loss) : loss);
-    pm_->finalize();  // no-op inside no_sync
+    {
+      trace::Scope slice("finalize");
+      pm_->finalize();  // no-op inside no_sync
+    }
     sum += lv;
   }
   if (scaler_) scaler_->unscale_(pm_->optimizer());  // clipping sees the true gradients
   const bool finite = !scaler_ || scaler_->non_finite(pm_->optimizer()).empty();
   if (cfg_.train.grad_clip > 0 && finite) pm_->clip_grad_norm(cfg_.train.grad_clip);
-  pm_->step(scaler_ ? &*scaler_ : nullptr);
-  pm_->zero_grad();
+  {
+    trace::Scope slice("optimizer");
+    pm_->step(scaler_ ? &*scaler_ : nullptr);
+    pm_->zero_grad();
+  }
   ++step_;
   if (replicas_) last_replica_memory_ = replicas_->memory_report();  // K small records; optimizer added when printed
   return sum / double(accum);
@@ -323,6 +332,7 @@ void Trainer::log_window(double lr) {
             .lr = lr,
             .throughput = dt > 0 ? double(window_steps_ * units_per_step()) / dt : 0.0,
             .unit = throughput_unit(),
+            .units = step_ * units_per_step(),
             .elapsed_s = elapsed_before_ + seconds_since(run_start_),
             .eta_s = done > 0 ? seconds_since(run_start_) / double(done) * double(total_steps_ - step_) : NAN,
             .flops_per_s = dt > 0 ? double(window_steps_) * flops_per_step_ / dt : 0.0,
@@ -397,9 +407,17 @@ EvalResult Trainer::train() {
   run_start_step_ = step_;
   window_loss_ = 0.0;
   window_steps_ = 0;
+  TraceWindow tracing(cfg_.run.trace_start_step, cfg_.run.trace_steps, rank_,
+                      write_files_any_rank_ ? cfg_.run.dir : "", *model_);
   while (step_ < total_steps_) {
     const double lr = lr_at(step_);
-    const double loss = step();
+    tracing.before_step(step_);
+    double loss;
+    {
+      trace::Scope slice("step", trace::Cat::step, {{"step", step_ + 1}});
+      loss = step();
+    }
+    tracing.after_step(step_);
     window_loss_ += loss;
     ++window_steps_;
     ema_loss_ = (step_ - run_start_step_ == 1) ? loss : 0.95 * ema_loss_ + 0.05 * loss;
@@ -424,6 +442,7 @@ EvalResult Trainer::train() {
     if (cfg_.train.checkpoint_every > 0 && step_ % cfg_.train.checkpoint_every == 0) maybe_checkpoint();
   }
   progress_->close_bar();
+  tracing.finish();
   if (cfg_.train.save_final) maybe_checkpoint();
   const EvalResult r = evaluate_collective();  // rank 0 evaluates
   // A test split beside a val split: evaluated once, here, never during training.

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include <strata/autograd/node.h>
+#include <strata/core/trace.h>
 #include <strata/tensor/ops.h>
 
 namespace strata {
@@ -83,9 +84,18 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
       deps[n.get()] = -1;
       ready.push(n.get());
     }
+  // Tracing: one slice for the pass, and one per run of nodes created by the same module.
+  trace::Scope pass("backward");
+  trace::Scope in_module;
+  uint32_t module = UINT32_MAX;
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
+    if (trace::enabled() && n->trace_label() != module && !dynamic_cast<AccumulateGrad*>(n)) {
+      in_module.end();
+      module = n->trace_label();
+      in_module.begin("backward " + (module ? trace::label(module) : std::string("(no module)")));
+    }
     Tensor g = std::move(pending[n]);
     pending.erase(n);
     STRATA_CHECK(!n->released(), "[backward] ", n->name(),

@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include <strata/core/trace.h>
 #include <strata/tensor/ops.h>
 
 namespace strata {
@@ -16,7 +17,9 @@ bool reusable_as(const Tensor& t, const Tensor& like) {
 }
 }  // namespace detail
 
-Node::Node() : seq_(g_next_seq.fetch_add(1, std::memory_order_relaxed)) {}
+Node::Node()
+    : seq_(g_next_seq.fetch_add(1, std::memory_order_relaxed)),
+      trace_label_(trace::enabled() ? trace::current_label() : 0) {}
 
 std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   auto leaf_impl = leaf_.lock();

@@ -31,11 +31,14 @@ class Node {
   std::vector<Edge>& next_edges() { return next_; }
   uint64_t sequence_nr() const { return seq_; }
   bool released() const { return released_; }
+  /// The module whose forward created this node, while tracing (trace::intern id; 0 = none).
+  uint32_t trace_label() const { return trace_label_; }
 
  protected:
   std::vector<Edge> next_;
   uint64_t seq_;
   bool released_ = false;
+  uint32_t trace_label_ = 0;
 };
 
 /// The sink of a leaf tensor: adds the incoming gradient to .grad and then runs the

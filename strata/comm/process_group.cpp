@@ -16,6 +16,7 @@
 #include <strata/comm/reduce_kernels.h>
 #include <strata/core/error.h>
 #include <strata/core/memory.h>
+#include <strata/core/trace.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::comm {
@@ -24,6 +25,7 @@ struct ProcessGroup::Task {
   OpInfo info;
   Body body;
   std::shared_ptr<detail::WorkState> state;
+  trace::OpTag tag;  // the bucket or unit the caller named (trace::tag_next_op)
 };
 
 namespace {
@@ -86,6 +88,7 @@ Work ProcessGroup::enqueue(OpInfo info, Body body) {
   // more precise error wins.
   task->state->timeout_s = opts_.timeout_s * 1.1 + 2.0 + detail::hang_grace_s(opts_.timeout_s);
   task->body = std::move(body);
+  if (trace::enabled()) task->tag = trace::take_op_tag();
   Work work(task->state);
   std::unique_lock<std::mutex> lk(qmu_);
   info.seq = is_p2p(info.kind) ? next_p2p_seq_++ : next_seq_++;
@@ -104,6 +107,7 @@ Work ProcessGroup::enqueue(OpInfo info, Body body) {
 }
 
 void ProcessGroup::comm_loop() {
+  trace::set_thread_name("comm " + name_);
   for (;;) {
     std::unique_ptr<Task> task;
     {
@@ -153,7 +157,12 @@ void ProcessGroup::run_task(Task& t) {
   }
   SentBytes bytes;
   try {
+    trace::Scope slice;  // tracing: the op on this (comm) thread's track
+    if (trace::enabled())
+      slice.begin(op, {{"group", name_}, {"bytes", info.bytes}, {"seq", info.seq}, {t.tag.key, t.tag.value}},
+                  trace::Cat::comm);
     t.body(info, bytes);
+    slice.end();
     {
       std::lock_guard<std::mutex> lk(stats_mu_);
       OpStats& s = stats_[info.kind];

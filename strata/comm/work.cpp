@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include <strata/core/error.h>
+#include <strata/core/trace.h>
 
 namespace strata::comm {
 
@@ -36,6 +37,8 @@ void Work::wait() const {
 void Work::wait(std::chrono::duration<double> timeout) const {
   if (!s_) return;
   std::unique_lock<std::mutex> lk(s_->mu);
+  trace::Scope blocked;  // tracing: time spent blocked on an op not yet done
+  if (trace::enabled() && !s_->done) blocked.begin("wait", {{"op", s_->what}}, trace::Cat::wait);
   const auto limit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
   if (!s_->cv.wait_for(lk, limit, [&] { return s_->done; })) {
     char secs[32];

@@ -4,9 +4,11 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_set>
 
 #include <strata/autograd/grad_mode.h>
+#include <strata/core/trace.h>
 
 namespace strata::nn {
 namespace {
@@ -30,6 +32,13 @@ Tensor Module::forward(const Tensor&) {
 }
 
 Tensor Module::operator()(const Tensor& x) {
+  trace::Scope slice;  // tracing: this module's forward, and its name on the nodes it creates
+  std::optional<trace::LabelScope> in_module;
+  if (trace::enabled()) {
+    std::string name = trace::object_name(this);
+    in_module.emplace(trace::intern(name.empty() ? type_name() : name));
+    slice.begin("forward " + trace::label(trace::current_label()));
+  }
   if (hooks_.empty()) return forward(x);
   for (auto& h : hooks_)
     if (h.pre) h.pre(*this);

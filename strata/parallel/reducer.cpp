@@ -6,6 +6,7 @@
 
 #include <strata/autograd/node.h>
 #include <strata/core/memory.h>
+#include <strata/core/trace.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::parallel {
@@ -74,6 +75,7 @@ struct ReducerState {
 
   void launch_ready() {
     while (next_launch < plan.buckets.size() && pending[next_launch] == 0) {
+      trace::tag_next_op("bucket", int64_t(next_launch));
       works[next_launch] = group.all_reduce(bucket_views[next_launch], comm::ReduceOp::avg);
       stats.launched_at_s[next_launch] = seconds_since(t_begin);
       ++stats.buckets;

@@ -7,6 +7,7 @@
 #include <strata/autograd/grad_mode.h>
 #include <strata/autograd/lambda_node.h>
 #include <strata/core/memory.h>
+#include <strata/core/trace.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::parallel::detail {
@@ -25,7 +26,10 @@ Tensor ZeroState::entry_view(const Tensor& flat, const ZeroUnit& u, size_t e) co
 int64_t ZeroState::all_gather_params(double& wait_s) {
   std::vector<comm::Work> works;
   for (auto& u : units)
-    if (u.layout.numel > 0) works.push_back(group.all_gather(u.param_shard, u.param_flat));
+    if (u.layout.numel > 0) {
+      trace::tag_next_op("unit", &u - units.data());
+      works.push_back(group.all_gather(u.param_shard, u.param_flat));
+    }
   const auto t = ZeroClock::now();
   for (auto& w : works) w.wait();
   wait_s += seconds_since(t);
@@ -40,6 +44,7 @@ void ZeroState::start_gather(ZeroUnit& u) {
     return;
   }
   u.param_flat.storage()->reallocate(MemCategory::comm);
+  trace::tag_next_op("unit", &u - units.data());
   u.ag_work = group.all_gather(u.param_shard, u.param_flat);
   u.gathered = true;
   ++stats.all_gathers;
@@ -187,6 +192,7 @@ void ZeroState::launch(ZeroUnit& u) {
     MemoryScope scope(MemCategory::comm);
     u.rs_out = direct ? u.grad_shard : ops::empty({u.layout.shard}, u.dtype, device);
   }
+  trace::tag_next_op("unit", &u - units.data());
   u.rs_work = group.reduce_scatter(rs_in, u.rs_out, comm::ReduceOp::avg);
   in_flight = &u;
   ++stats.reduce_scatters;

@@ -14,12 +14,16 @@ namespace {
 
 class PlotTest : public strata::testing::TempDirTest {};
 
-void write_run(const std::string& dir, double scale) {
+// 50 train records (with the samples seen when `per_step` > 0) and 2 eval records.
+void write_run(const std::string& dir, double scale, int per_step = 0) {
   std::filesystem::create_directories(dir);
   std::ofstream f(dir + "/metrics.jsonl");
-  for (int s = 1; s <= 50; ++s)
+  for (int s = 1; s <= 50; ++s) {
     f << R"({"type":"train","step":)" << s << R"(,"loss":)" << scale * (2.0 + 1.0 / s) << R"(,"lr":)"
-      << 0.001 * (1.0 - s / 60.0) << "}\n";
+      << 0.001 * (1.0 - s / 60.0);
+    if (per_step > 0) f << R"(,"samples":)" << s * per_step;
+    f << "}\n";
+  }
   for (int s : {25, 50}) f << R"({"type":"eval","step":)" << s << R"(,"loss":)" << scale * 2.1 << "}\n";
 }
 
@@ -64,6 +68,32 @@ TEST_F(PlotTest, TwoRunsOverlayWithAxesAndLegend) {
   const size_t at = svg.find("class=\"loss\"");
   const std::string line = svg.substr(at, svg.find("/>", at) - at);
   EXPECT_EQ(count(line, ","), 50u);
+}
+
+// Runs that record samples get a second panel: loss against samples, eval points at
+// their step's samples (runs with different batch sizes line up by data seen).
+TEST_F(PlotTest, SecondPanelAgainstSamples) {
+  write_run(path("b32"), 1.0, 32);
+  write_run(path("b64"), 1.1, 64);
+  const std::string svg = plot_runs_svg({read_run_curves(path("b32")), read_run_curves(path("b64"))}, 900, 500);
+  EXPECT_TRUE(balanced(svg));
+  EXPECT_NE(svg.find("height=\"1000\""), std::string::npos);
+  EXPECT_EQ(count(svg, "<g class=\"panel\""), 2u);
+  EXPECT_EQ(count(svg, "class=\"loss\""), 4u);
+  EXPECT_EQ(count(svg, "class=\"lr\""), 2u);  // the learning rate is drawn against steps only
+  EXPECT_EQ(count(svg, "class=\"eval\""), 8u);
+  EXPECT_NE(svg.find(">samples</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">3000</text>"), std::string::npos);  // b64 ends at 3200 samples: a 500-apart tick
+  const size_t second = svg.find("data-x=\"samples\"");
+  ASSERT_NE(second, std::string::npos);
+  const size_t b64 = svg.find("data-run=\"" + path("b64") + "\"", second);
+  const size_t line = svg.find("class=\"loss\"", b64);
+  const std::string pts = svg.substr(line, svg.find("/>", line) - line);
+  EXPECT_NE(pts.find(" 830.0,"), std::string::npos) << pts;  // right = 900 - 70
+  // A run without the samples field: steps only.
+  write_run(path("old"), 1.0);
+  const std::string one = plot_runs_svg({read_run_curves(path("b32")), read_run_curves(path("old"))});
+  EXPECT_EQ(count(one, "<g class=\"panel\""), 1u);
 }
 
 TEST_F(PlotTest, HelpersAndErrors) {
