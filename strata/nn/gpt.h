@@ -73,6 +73,11 @@ class GPT : public Module {
   /// so parameters read "h.5.attn.c_attn.weight"). Forward runs them in registration order.
   /// Shared with the model; resolved at call time, so it sees replace_child("h", ...).
   std::shared_ptr<ModuleList> blocks() const;
+  /// One pipeline stage: blocks h.begin .. h.(end-1) on `in`, after the embeddings when
+  /// `first` (in: idx (B, T) i64) and followed by ln_f and the head when `last` (-> logits
+  /// (B, T, vocab)); else (B, T, C) -> (B, T, C). Only the children the stage uses need to
+  /// be present (a pipeline rank drops the others).
+  Tensor forward_stage(const Tensor& in, int64_t begin, int64_t end, bool first, bool last);
 
  private:
   /// One block's forward, recomputed in backward when cfg_.checkpoint is on.
