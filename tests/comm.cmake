@@ -30,8 +30,27 @@ add_test(NAME comm_mpi_rank_death_detected
   COMMAND ${CMAKE_COMMAND} ${_comm_fault} -DMODE=kill -DLIMIT=30 -DFLAGS=--enable-recovery -DANY_RC=ON
     "-DEXPECT=rank 0 exits with status 3 after: .*lost peer: rank 1 \\(pid [0-9]+ on"
     -P ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/run_fault.cmake)
-set_tests_properties(comm_mpi_timeout comm_mpi_rank_death comm_mpi_rank_death_detected
+# A rank stopped by SIGSTOP before a collective: the others time out and name it as the
+# rank that never joined; the job ends within comm.timeout_s (2 s) + margin.
+add_test(NAME comm_mpi_stopped_rank_named
+  COMMAND ${CMAKE_COMMAND} ${_comm_fault} -DMODE=stop -DLIMIT=20
+    "-DEXPECT=rank [02] exits with status 3 after: .*timed out after 2 s \\(comm.timeout_s\\): all_reduce seq 1 in group 'world'.*; rank 1 \\(pid [0-9]+ on [^)]+\\) never joined all_reduce seq 1 in group 'world' .*; ranks 0,2 reached it"
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/run_fault.cmake)
+# batch_isend_irecv whose peer never posts its half, or dies: the error names the label,
+# the pending op and its tag, and the peer.
+add_test(NAME comm_mpi_p2p_timeout
+  COMMAND ${CMAKE_COMMAND} ${_comm_fault} -DMODE=p2p -DLIMIT=20
+    "-DEXPECT=rank 0 exits with status 3 after: \\[batch_isend_irecv\\] timed out after 2 s \\(comm.timeout_s\\): batch_isend_irecv p2p seq 0 in group 'world' \\(mpi, 3 ranks\\) on rank 0 \\[pp stage 0 mb 2\\].*still pending: recv f32 x 1000 from rank 1 tag 5; waiting for rank 1 \\(pid [0-9]+ on"
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/run_fault.cmake)
+add_test(NAME comm_mpi_p2p_peer_death
+  COMMAND ${CMAKE_COMMAND} ${_comm_fault} -DMODE=p2p_kill -DLIMIT=30 -DFLAGS=--enable-recovery -DANY_RC=ON
+    "-DEXPECT=rank 0 exits with status 3 after: \\[batch_isend_irecv\\] batch_isend_irecv p2p seq 0 in group 'world' \\(mpi, 3 ranks\\) on rank 0 \\[pp stage 0 mb 2\\]: 2 ops .*recv f32 x 1000 from rank 1 tag 5.*lost peer: rank 1 \\(pid [0-9]+ on"
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpi/run_fault.cmake)
+set_tests_properties(comm_mpi_timeout comm_mpi_rank_death comm_mpi_rank_death_detected comm_mpi_stopped_rank_named
+  comm_mpi_p2p_timeout comm_mpi_p2p_peer_death
   PROPERTIES LABELS dist TIMEOUT 60 ENVIRONMENT "${_comm_env}")
+set_tests_properties(comm_mpi_stopped_rank_named comm_mpi_p2p_timeout comm_mpi_p2p_peer_death
+  PROPERTIES LABELS "dist;fault")
 
 # `strata bench comm` (bench/comm_bench.h) end to end, on both backends.
 add_test(NAME comm_bench_local_smoke

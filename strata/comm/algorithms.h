@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <string>
 
 #include <strata/comm/backend.h>
 
@@ -14,8 +15,9 @@ namespace strata::comm::detail {
 /// Thrown by P2P::wait when the op's deadline passes; ProcessGroup turns it into a
 /// CommError naming op, group, rank, sequence number and size.
 struct TimedOut : std::exception {
-  explicit TimedOut(int p) : peer(p) {}
-  int peer;  ///< group rank waited on, or -1
+  explicit TimedOut(int p, std::string d = {}) : peer(p), detail(std::move(d)) {}
+  int peer;            ///< group rank waited on, or -1
+  std::string detail;  ///< what was still pending, naming the peers (replaces `peer` in the message)
   const char* what() const noexcept override { return "comm timeout"; }
 };
 

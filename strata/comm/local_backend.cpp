@@ -219,6 +219,8 @@ class LocalBackend final : public Backend {
   std::unique_ptr<Request> post(bool is_send, void* data, int64_t bytes, int peer, int tag) {
     STRATA_CHECK(peer >= 0 && peer < sh_->n && peer != rank_, "[", is_send ? "send" : "recv", "] bad peer rank ",
                  peer, " for rank ", rank_, " of a local group of ", sh_->n);
+    // After an abort nothing new is matched: a peer's posted buffers may be gone.
+    if (sh_->aborted.load()) sh_->throw_aborted();
     Channel& ch = is_send ? sh_->channel(rank_, peer) : sh_->channel(peer, rank_);
     auto mine = std::make_shared<Slot>();
     mine->ptr = data;

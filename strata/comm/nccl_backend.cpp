@@ -48,14 +48,14 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 // Sends and receives posted since the last launch. NCCL needs a send and the receive it
 // depends on in one group (two ranks exchanging would deadlock otherwise), so they are
 // launched together when the first of them is waited on, or before the next collective.
-struct P2POp {
+struct PendingP2P {
   bool send;
   void* ptr;
   int64_t bytes;
   int peer;
 };
 struct P2PBatch {
-  std::vector<P2POp> ops;
+  std::vector<PendingP2P> ops;
   std::shared_ptr<Launch> launch;  // set once launched
 };
 
@@ -158,7 +158,7 @@ void NcclBackend::flush_p2p() {
   st_->with_comm(op, [&](ncclComm_t comm) {
     GroupScope group(op, comm);
     for (size_t i = 0; i < batch->ops.size(); ++i) {
-      const P2POp& o = batch->ops[i];
+      const PendingP2P& o = batch->ops[i];
       if (o.send)
         STRATA_NCCL_CHECK(op, comm, ncclSend(ptrs[i], size_t(o.bytes), ncclUint8, o.peer, comm, s));
       else

@@ -82,12 +82,13 @@ ProcessGroup::~ProcessGroup() {
 Work ProcessGroup::enqueue(OpInfo info, Body body) {
   auto task = std::make_unique<Task>();
   task->state = std::make_shared<detail::WorkState>();
-  // A little longer than the op's own limit, so the op's more precise error wins.
-  task->state->timeout_s = opts_.timeout_s * 1.1 + 2.0;
+  // A little longer than the op's own limit and the hang report after it, so the op's
+  // more precise error wins.
+  task->state->timeout_s = opts_.timeout_s * 1.1 + 2.0 + detail::hang_grace_s(opts_.timeout_s);
   task->body = std::move(body);
   Work work(task->state);
   std::unique_lock<std::mutex> lk(qmu_);
-  info.seq = next_seq_++;
+  info.seq = is_p2p(info.kind) ? next_p2p_seq_++ : next_seq_++;
   task->info = info;
   task->state->what = describe(info);
   if (size_ == 1) {  // nothing to wait for: run inline, in order with everything before
@@ -138,12 +139,11 @@ void ProcessGroup::run_task(Task& t) {
     backend_->abort(msg);
   };
   try {
-    const bool collective = info.kind != OpKind::send && info.kind != OpKind::recv &&
-                            info.kind != OpKind::send_recv && info.kind != OpKind::split;
-    if (debug_ && size_ > 1 && collective) debug_check(info);
+    if (debug_ && size_ > 1 && !is_p2p(info.kind) && info.kind != OpKind::split) debug_check(info);
   } catch (const detail::TimedOut&) {
     const std::string msg = strata::detail::str_cat("[", op, "] debug check timed out after ", opts_.timeout_s,
-                                            " s: ", describe(info), " (some rank never issued this op)");
+                                            " s: ", describe(info), " (some rank never issued this op)",
+                                            hang_report(info));
     fail_group(msg);
     t.state->finish(std::make_exception_ptr(CommError(msg)));
     return;
@@ -170,7 +170,11 @@ void ProcessGroup::run_task(Task& t) {
   } catch (const detail::TimedOut& e) {
     std::string msg = strata::detail::str_cat("[", op, "] timed out after ", opts_.timeout_s, " s (comm.timeout_s): ",
                                       describe(info));
-    if (e.peer >= 0) msg += "; waiting for " + backend_->describe_peer(e.peer);
+    if (!e.detail.empty())
+      msg += "; " + e.detail;
+    else if (e.peer >= 0)
+      msg += "; waiting for " + backend_->describe_peer(e.peer);
+    msg += hang_report(info);
     fail_group(msg);
     t.state->finish(std::make_exception_ptr(CommError(msg)));
   } catch (const CommError& e) {
@@ -188,8 +192,11 @@ void ProcessGroup::run_task(Task& t) {
 }
 
 std::string ProcessGroup::describe(const OpInfo& i) const {
-  std::string s = strata::detail::str_cat(op_kind_name(i.kind), " seq ", i.seq, " in group '", name_, "' (",
-                                  backend_->kind(), ", ", size_, " ranks) on rank ", rank_);
+  std::string s = strata::detail::str_cat(op_kind_name(i.kind), is_p2p(i.kind) ? " p2p seq " : " seq ", i.seq,
+                                          " in group '", name_, "' (", backend_->kind(), ", ", size_,
+                                          " ranks) on rank ", rank_);
+  if (!i.label.empty()) s += " [" + i.label + "]";
+  if (i.kind == OpKind::batch_isend_irecv) return s + ": " + i.ops;
   if (i.kind == OpKind::barrier || i.kind == OpKind::split) return s;
   s += strata::detail::str_cat(": ", dtype_name(i.dtype), " x ", i.count, " (", format_bytes(i.bytes), ")");
   if (i.reduction) s += strata::detail::str_cat(", op ", reduce_op_name(i.op));

@@ -21,6 +21,18 @@
 
 namespace strata::comm {
 
+/// One send or receive of a batch_isend_irecv list. `tensor` lives on the group's
+/// device; a recv tensor is written (any dtype and shape: only its byte size must equal
+/// the matching send's). `peer` is a rank of the group other than this one; `tag` is in
+/// [0, ProcessGroup::kMaxUserTag). Ops between two ranks with the same tag match in the
+/// order they were posted.
+struct P2POp {
+  enum class Kind { send, recv } kind;
+  Tensor tensor;
+  int peer;
+  int tag = 0;
+};
+
 /// One rank's handle on a group. Build the world with init_mpi_world() (comm/mpi.h) or
 /// make_local_world()/run_local() (comm/local.h); derive sub-groups with split() /
 /// new_group() or a DeviceMesh. There is no global group: pass groups explicitly.
@@ -86,6 +98,15 @@ class ProcessGroup {
   Work recv(const Tensor& t, int src, int tag = 0);
   /// Sends `send_t` to dst and receives `recv_t` from src at once (pipeline exchanges).
   Work send_recv(const Tensor& send_t, int dst, const Tensor& recv_t, int src, int tag = 0);
+  /// Posts every op at once and progresses them together (like torch's batch_isend_irecv):
+  /// a stage can send activations while receiving gradients without deadlock. The Work
+  /// completes when all ops have; `label` (e.g. "pp stage 1 mb 3") appears in errors.
+  /// Checked on the calling thread (peers, tags, devices); an empty list returns a
+  /// completed Work. Bounded by comm.timeout_s: when ops are still pending then, the
+  /// CommError names the label, each pending op with its tag and the peer(s) it waited
+  /// for. Bytes sent are counted under OpKind::batch_isend_irecv (payload_bytes: every
+  /// op's tensor, sent or received). Only the ranks named as peers take part.
+  Work batch_isend_irecv(std::vector<P2POp> ops, std::string label = "");
   Work barrier();
 
   /// Collective over this group (every rank calls it): ranks with the same color >= 0
@@ -125,6 +146,10 @@ class ProcessGroup {
   void execute_generic(const OpInfo& info, const Collective& c, int64_t& bytes_counted);
   void debug_check(const OpInfo& info);
   std::string describe(const OpInfo& info) const;
+  /// After a collective timed out: "; rank 2 never joined all_reduce seq 57 ...; ranks
+  /// 0,1,3 reached it", from a bounded exchange with the ranks that timed out too
+  /// (process_group_hang.cpp). Empty for p2p ops and device backends.
+  std::string hang_report(const OpInfo& info);
   void check_tensor(const char* op, const Tensor& t, bool written) const;
 
   std::unique_ptr<Backend> backend_;
@@ -139,9 +164,12 @@ class ProcessGroup {
   std::condition_variable qcv_;
   std::deque<std::unique_ptr<Task>> queue_;
   bool stop_ = false;
-  int64_t next_seq_ = 0;
+  int64_t next_seq_ = 0;      // next collective's seq
+  int64_t next_p2p_seq_ = 0;  // next point-to-point op's seq
   std::thread thread_;
   std::string failure_;  // set once on the first fatal error (under qmu_)
+  // hang_report's buffers: messages may still land in them after it returns (comm thread only).
+  std::vector<int64_t> hang_status_;
 
   mutable std::mutex stats_mu_;
   CommStats stats_;

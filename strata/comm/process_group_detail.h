@@ -1,6 +1,8 @@
 // Internals shared by process_group.cpp (the comm thread, running ops) and
 // process_group_ops.cpp (the public ops: checks and staging on the caller's thread).
 #pragma once
+#include <algorithm>
+
 #include <strata/comm/process_group.h>
 #include <strata/core/memory.h>
 #include <strata/tensor/ops.h>
@@ -18,13 +20,20 @@ struct ProcessGroup::OpInfo {
   ReduceOp op = ReduceOp::sum;
   bool reduction = false;
   Algorithm algo = Algorithm::automatic;
-  int64_t seq = -1;
+  int64_t seq = -1;  // collectives and p2p ops are numbered apart (is_p2p)
   Deadline deadline{};
+  std::string label{};  // batch_isend_irecv: the caller's label ("pp stage 1 mb 3")
+  std::string ops{};    // batch_isend_irecv: "send f32 x 100 to rank 2 tag 0; ..."
 };
 
 namespace detail {
 
 inline bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
+
+/// How long a rank whose collective timed out waits for the others' status after it
+/// (ProcessGroup::hang_report): they time out within about the skew of their entry into
+/// the op. Bounded so that a job still ends soon after comm.timeout_s.
+inline double hang_grace_s(double timeout_s) { return std::clamp(0.5 * timeout_s, 0.2, 5.0); }
 
 inline Tensor comm_buffer(int64_t numel, DType dt, Device device = kCPU) {
   MemoryScope scope(MemCategory::comm);

@@ -3,6 +3,8 @@
 #include <strata/comm/algorithms.h>
 #include <strata/comm/process_group_detail.h>
 
+#include <algorithm>
+
 namespace strata::comm {
 
 using detail::comm_buffer;
@@ -253,6 +255,83 @@ Work ProcessGroup::send_recv(const Tensor& send_t, int dst, const Tensor& recv_t
     detail::P2P p(*backend_, i.deadline, tag, &bytes.counted);
     p.sendrecv(sbuf.raw_data(), sbuf.nbytes(), dst, rbuf.raw_data(), rbuf.nbytes(), src);
     copy_back(recv_t, rbuf);
+  });
+}
+
+// ------------------------------------------------------------------ batched point-to-point
+
+namespace {
+// One op of a batch as the comm thread runs it: `buf` is the contiguous stand-in of `user`.
+struct BatchOp {
+  bool send;
+  Tensor user, buf;
+  int peer, tag;
+  std::string text;  // "recv f32 x 100 from rank 0 tag 3"
+};
+}  // namespace
+
+Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) {
+  if (ops.empty()) return Work();
+  std::vector<BatchOp> batch;
+  batch.reserve(ops.size());
+  int64_t payload = 0;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const P2POp& o = ops[k];
+    const bool send = o.kind == P2POp::Kind::send;
+    const std::string where = strata::detail::str_cat("batch_isend_irecv op ", k, " (", send ? "send" : "recv",
+                                                      label.empty() ? "" : ", " + label, ")");
+    check_tensor(where.c_str(), o.tensor, !send);
+    check_peer(where.c_str(), o.peer, rank_, size_, o.tag);
+    BatchOp b{send, o.tensor, staged(o.tensor, send), o.peer, o.tag,
+              strata::detail::str_cat(send ? "send " : "recv ", dtype_name(o.tensor.dtype()), " x ",
+                                      o.tensor.numel(), send ? " to rank " : " from rank ", o.peer, " tag ", o.tag)};
+    payload += o.tensor.nbytes();
+    batch.push_back(std::move(b));
+  }
+  // A send must not read what a receive of the same batch writes: it sends a copy.
+  for (BatchOp& s : batch)
+    if (s.send && std::any_of(batch.begin(), batch.end(), [&](const BatchOp& r) { return !r.send && overlaps(s.buf, r.buf); }))
+      s.buf = ops::clone(s.buf);
+  OpInfo info{.kind = OpKind::batch_isend_irecv, .dtype = ops[0].tensor.dtype(), .count = int64_t(ops.size()),
+              .bytes = payload, .peer = ops[0].peer, .tag = ops[0].tag};
+  info.label = std::move(label);
+  info.ops = strata::detail::str_cat(ops.size(), ops.size() == 1 ? " op (" : " ops (", format_bytes(payload), "): ");
+  for (size_t k = 0; k < batch.size(); ++k) {
+    if (k == 16) {
+      info.ops += strata::detail::str_cat("; ... (", batch.size() - k, " more)");
+      break;
+    }
+    info.ops += (k ? "; " : "") + batch[k].text;
+  }
+  return enqueue(std::move(info), [this, batch = std::move(batch)](const OpInfo& i, SentBytes& bytes) {
+    // Post everything first, then wait: no op waits on another of the batch.
+    std::vector<std::unique_ptr<Request>> reqs;
+    reqs.reserve(batch.size());
+    for (const BatchOp& o : batch) {
+      if (o.send) {
+        bytes.counted += o.buf.nbytes();
+        reqs.push_back(backend_->isend(o.buf.raw_data(), o.buf.nbytes(), o.peer, o.tag));
+      } else {
+        reqs.push_back(backend_->irecv(o.buf.raw_data(), o.buf.nbytes(), o.peer, o.tag));
+      }
+    }
+    for (size_t k = 0; k < reqs.size(); ++k) {
+      if (reqs[k]->wait_until(i.deadline)) continue;
+      // Name every op still pending (the later ones are polled once) and its peer.
+      std::string pending, peers;
+      std::vector<int> named;
+      for (size_t j = k; j < reqs.size(); ++j) {
+        if (j > k && reqs[j]->wait_until(Clock::now())) continue;
+        pending += (pending.empty() ? "" : "; ") + batch[j].text;
+        if (std::find(named.begin(), named.end(), batch[j].peer) != named.end()) continue;
+        named.push_back(batch[j].peer);
+        peers += (peers.empty() ? "" : ", ") + backend_->describe_peer(batch[j].peer);
+      }
+      throw detail::TimedOut(batch[k].peer, strata::detail::str_cat("still pending: ", pending, "; waiting for ",
+                                                                    peers, " (never posted the matching half)"));
+    }
+    for (const BatchOp& o : batch)
+      if (!o.send) copy_back(o.user, o.buf);
   });
 }
 

@@ -41,6 +41,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::send_recv: return "send_recv";
     case OpKind::barrier: return "barrier";
     case OpKind::split: return "split";
+    case OpKind::batch_isend_irecv: return "batch_isend_irecv";
     case OpKind::kCount: break;
   }
   return "?";

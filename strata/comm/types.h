@@ -34,10 +34,16 @@ enum class OpKind : uint8_t {
   send_recv,
   barrier,
   split,
+  batch_isend_irecv,  ///< ProcessGroup::batch_isend_irecv: a list of sends and receives progressed together
   kCount
 };
 constexpr int kNumOpKinds = int(OpKind::kCount);
 const char* op_kind_name(OpKind k);
+/// True for the point-to-point kinds (send, recv, send_recv, batch_isend_irecv): they are
+/// numbered apart from collectives ("p2p seq"), since ranks issue different ones.
+constexpr bool is_p2p(OpKind k) {
+  return k == OpKind::send || k == OpKind::recv || k == OpKind::send_recv || k == OpKind::batch_isend_irecv;
+}
 /// Parses the collective names used by the CLI ("all_reduce", "broadcast", ...).
 OpKind parse_op_kind(const std::string& s);
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -12,6 +13,10 @@
 #include <strata/tensor/ops.h>
 
 namespace strata::comm::testing {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 inline Tensor make_tensor(DType dt, const std::vector<double>& v) {
   Tensor t = Tensor::empty({int64_t(v.size())}, dt);

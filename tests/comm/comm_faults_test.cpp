@@ -15,10 +15,6 @@ using namespace strata::comm::testing;
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 TEST(CommFaults, TimeoutNamesOpGroupRankSeqAndSize) {
   CommOptions o;
   o.timeout_s = 0.3;

@@ -1,10 +1,11 @@
 // Multi-process tests of the mpi backend, run by ctest under
 // `mpirun --oversubscribe -np N` (N = 2, 3, 4): every collective x algorithm x dtype x
-// size against the sequential reference, sub-groups, DeviceMesh, byte counts and debug
-// mode. All ranks run every test; the job fails if any rank fails.
+// size against the sequential reference, batch_isend_irecv, sub-groups, DeviceMesh, byte
+// counts and debug mode. All ranks run every test; the job fails if any rank fails.
 #include <gtest/gtest.h>
 
 #include "../collective_checks.h"
+#include "../p2p_checks.h"
 #include <strata/comm/device_mesh.h>
 #include <strata/comm/mpi.h>
 #include <strata/core/threads.h>
@@ -26,6 +27,14 @@ CommOptions test_options() {
 }
 
 TEST(MpiCollectives, MatchSequentialReference) { check_all_collectives(*g_world); }
+
+// batch_isend_irecv: small (eager) and 12 MiB (rendezvous) rings, and a mixed batch.
+TEST(MpiBatchP2P, RingExchange) {
+  check_ring_exchange(*g_world, 1000);
+  check_ring_exchange(*g_world, int64_t(3) << 20);
+}
+
+TEST(MpiBatchP2P, MixedSizesDtypesTagsAndLayouts) { check_mixed_batch(*g_world); }
 
 TEST(MpiCollectives, LargeMessagesAllAlgorithms) {
   ProcessGroup& g = *g_world;

@@ -3,6 +3,11 @@
 //            message naming op, group, rank, sequence number and size, and exit non-zero.
 //   kill:    rank 1 SIGKILLs itself in the middle of an all_reduce; the survivors must
 //            say so themselves, naming rank 1, and exit 3, well within the timeout.
+//   stop:    rank 1 SIGSTOPs itself before a collective; the others time out and name
+//            it as the rank that never joined (issue #13 item 5).
+//   p2p:     rank 1 never posts its half of rank 0's batch_isend_irecv; rank 0 times out
+//            naming the label, the pending op with its tag and rank 1.
+//   p2p_kill: rank 1 SIGKILLs itself instead; rank 0 names it as a lost peer.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -19,7 +24,9 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   set_num_threads(1);
   CommOptions o;
-  o.timeout_s = std::strcmp(mode, "timeout") == 0 ? 2.0 : 20.0;
+  const bool times_out = std::strcmp(mode, "timeout") == 0 || std::strcmp(mode, "stop") == 0 ||
+                         std::strcmp(mode, "p2p") == 0;
+  o.timeout_s = times_out ? 2.0 : 20.0;
   auto world = init_mpi_world(o, &argc, &argv);
   const int r = world->rank();
   try {
@@ -41,8 +48,27 @@ int main(int argc, char** argv) {
         std::raise(SIGKILL);
       }
       w.wait();
+    } else if (std::strcmp(mode, "stop") == 0) {
+      if (r == 1) std::raise(SIGSTOP);  // stays stopped until the launcher kills it
+      Tensor t = ops::ones({1000}, DType::f32);
+      world->all_reduce(t).wait();  // seq 1
+    } else if (std::strcmp(mode, "p2p") == 0 || std::strcmp(mode, "p2p_kill") == 0) {
+      // Rank 0 receives from rank 1 and sends to rank 2 in one batch; rank 2 does its half.
+      Tensor a = ops::zeros({1000}, DType::f32), b = ops::ones({500}, DType::i64);
+      if (r == 0) {
+        world->batch_isend_irecv({{P2POp::Kind::recv, a, 1, 5}, {P2POp::Kind::send, b, 2, 6}}, "pp stage 0 mb 2")
+            .wait();
+      } else if (r == 2) {
+        world->batch_isend_irecv({{P2POp::Kind::recv, b, 0, 6}}, "pp stage 2 mb 2").wait();
+        std::this_thread::sleep_for(std::chrono::seconds(8));
+        return 0;
+      } else {
+        if (std::strcmp(mode, "p2p_kill") == 0) std::raise(SIGKILL);
+        std::this_thread::sleep_for(std::chrono::seconds(8));  // never posts its send
+        return 0;
+      }
     } else {
-      std::fprintf(stderr, "usage: %s timeout|kill\n", argv[0]);
+      std::fprintf(stderr, "usage: %s timeout|kill|stop|p2p|p2p_kill\n", argv[0]);
       return 2;
     }
   } catch (const CommError& e) {

@@ -1,0 +1,197 @@
+// batch_isend_irecv on the local backend: ring exchanges that plain send-then-recv
+// deadlocks on, mixed batches, argument checks, and a peer that never posts its half;
+// and the missing-rank report of a collective that one rank never joins.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "p2p_checks.h"
+#include <strata/comm/local.h>
+
+using namespace strata;
+using namespace strata::comm;
+using namespace strata::comm::testing;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(BatchP2P, RingExchange) {
+  for (int n : {2, 4}) {
+    SCOPED_TRACE("ranks " + std::to_string(n));
+    run_local(n, [](ProcessGroup& g) {
+      check_ring_exchange(g, 1000);
+      check_ring_exchange(g, 0);  // empty tensors still match
+    });
+  }
+}
+
+// The same ring as plain send then recv: every send waits for a receive that its
+// receiver posts only after its own send, so all ranks time out. This is what the
+// batch above avoids.
+TEST(BatchP2P, PlainSendThenRecvRingDeadlocks) {
+  CommOptions o;
+  o.timeout_s = 0.3;
+  std::vector<std::string> msgs(3);
+  run_local(3, [&](ProcessGroup& g) {
+    const int n = g.size(), r = g.rank();
+    Tensor out = ops::ones({10}, DType::f32), in = ops::zeros({10}, DType::f32);
+    try {
+      g.send(out, (r + 1) % n).wait();
+      g.recv(in, (r + n - 1) % n).wait();
+    } catch (const CommError& e) {
+      msgs[size_t(r)] = e.what();
+    }
+  }, o);
+  for (const std::string& m : msgs) EXPECT_TRUE(contains(m, "[send]")) << m;
+}
+
+TEST(BatchP2P, MixedSizesDtypesTagsAndLayouts) {
+  for (int n : {2, 3, 4}) {
+    SCOPED_TRACE("ranks " + std::to_string(n));
+    run_local(n, [](ProcessGroup& g) { check_mixed_batch(g); });
+  }
+}
+
+TEST(BatchP2P, ChecksArgumentsOnTheCallersThread) {
+  run_local(2, [](ProcessGroup& g) {
+    const int other = 1 - g.rank();
+    Tensor t = ops::zeros({4}, DType::f32);
+    EXPECT_TRUE(g.batch_isend_irecv({}, "nothing").is_completed());
+    auto error_of = [&](std::vector<P2POp> ops) -> std::string {
+      try {
+        g.batch_isend_irecv(std::move(ops), "pp stage 0 mb 1");
+      } catch (const Error& e) {
+        return e.what();
+      }
+      return "(no error)";
+    };
+    std::string m = error_of({{P2POp::Kind::send, t, other}, {P2POp::Kind::recv, t, g.rank()}});
+    EXPECT_TRUE(contains(m, "batch_isend_irecv op 1 (recv, pp stage 0 mb 1)")) << m;
+    EXPECT_TRUE(contains(m, "is not another rank")) << m;
+    m = error_of({{P2POp::Kind::send, t, 2}});
+    EXPECT_TRUE(contains(m, "peer rank 2 is not another rank")) << m;
+    m = error_of({{P2POp::Kind::send, t, other, ProcessGroup::kMaxUserTag}});
+    EXPECT_TRUE(contains(m, "tag 30000 out of range")) << m;
+    m = error_of({{P2POp::Kind::recv, ops::expand(ops::zeros({1}, DType::f32), {4}), other}});
+    EXPECT_TRUE(contains(m, "expanded view")) << m;
+    m = error_of({{P2POp::Kind::send, Tensor(), other}});
+    EXPECT_TRUE(contains(m, "undefined")) << m;
+    // Nothing was queued by the refused calls: the group still works.
+    check_ring_exchange(g, 8);
+  });
+}
+
+TEST(BatchP2P, SendOverlappingARecvSendsTheOldValues) {
+  run_local(2, [](ProcessGroup& g) {
+    const int other = 1 - g.rank();
+    Tensor t = make_tensor(DType::f32, {double(g.rank()), 5.0});
+    g.batch_isend_irecv({{P2POp::Kind::recv, t, other}, {P2POp::Kind::send, t, other}}).wait();
+    expect_values(read_tensor(t), {double(other), 5.0}, 0, "swap in place");
+  });
+}
+
+TEST(BatchP2P, PeerThatNeverPostsTimesOutNamingPeerLabelAndTag) {
+  CommOptions o;
+  o.timeout_s = 0.5;
+  std::string msg, later;
+  double took = 0;
+  run_local(3, [&](ProcessGroup& g) {
+    if (g.rank() != 0) return;  // ranks 1 and 2 never post their halves
+    Tensor a = ops::ones({16}, DType::f32), b = ops::zeros({8}, DType::i64);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      g.batch_isend_irecv({{P2POp::Kind::send, a, 1, 7}, {P2POp::Kind::recv, b, 2, 9}}, "pp stage 0 mb 3").wait();
+    } catch (const CommError& e) {
+      msg = e.what();
+    }
+    took = seconds_since(t0);
+    try {
+      g.barrier().wait();
+    } catch (const CommError& e) {
+      later = e.what();
+    }
+  }, o);
+  EXPECT_GE(took, 0.5);
+  EXPECT_LT(took, 0.5 + 3.0);
+  EXPECT_TRUE(contains(msg, "[batch_isend_irecv] timed out after 0.5 s (comm.timeout_s)")) << msg;
+  EXPECT_TRUE(contains(msg, "batch_isend_irecv p2p seq 0 in group 'world' (local, 3 ranks) on rank 0 "
+                            "[pp stage 0 mb 3]")) << msg;
+  EXPECT_TRUE(contains(msg, "still pending: send f32 x 16 to rank 1 tag 7; recv i64 x 8 from rank 2 tag 9")) << msg;
+  EXPECT_TRUE(contains(msg, "waiting for rank 1, rank 2")) << msg;
+  // A p2p timeout is a failure of the group like any other.
+  EXPECT_TRUE(contains(later, "unusable after an earlier failure")) << later;
+}
+
+TEST(BatchP2P, CollectivesAndP2PAreNumberedApart) {
+  // Ranks issue different p2p ops (rank 0 one batch, rank 1 two recvs), then the same
+  // collective: its seq must agree, or debug mode would call the calls mismatched.
+  CommOptions o;
+  o.debug = true;
+  o.timeout_s = 20;
+  run_local(2, [](ProcessGroup& g) {
+    Tensor a = ops::ones({3}, DType::f32), b = ops::ones({3}, DType::f32);
+    if (g.rank() == 0) {
+      g.batch_isend_irecv({{P2POp::Kind::send, a, 1}, {P2POp::Kind::send, b, 1}}).wait();
+    } else {
+      g.recv(a, 0).wait();
+      g.recv(b, 0).wait();
+    }
+    Tensor t = ops::ones({4}, DType::f32);
+    g.all_reduce(t).wait();
+    expect_values(read_tensor(t), std::vector<double>(4, 2.0), 0, "all_reduce after p2p");
+  }, o);
+}
+
+// Issue #13 item 5: the ranks that time out name the one that never arrived.
+TEST(HangReport, NamesTheRankThatNeverJoined) {
+  for (Algorithm algo : {Algorithm::native, Algorithm::ring}) {
+    SCOPED_TRACE(algorithm_name(algo));
+    CommOptions o;
+    o.timeout_s = 0.5;
+    o.algorithm = algo;
+    std::vector<std::string> msgs(4);
+    const auto t0 = std::chrono::steady_clock::now();
+    run_local(4, [&](ProcessGroup& g) {
+      Tensor t = ops::ones({1000}, DType::f32);
+      g.all_reduce(t).wait();  // seq 0: everyone is up
+      if (g.rank() == 2) return;  // never joins seq 1
+      try {
+        g.all_reduce(t).wait();
+      } catch (const CommError& e) {
+        msgs[size_t(g.rank())] = e.what();
+      }
+    }, o);
+    // comm.timeout_s, then at most max(0.2, timeout/2) s of status exchange.
+    EXPECT_LT(seconds_since(t0), 0.5 + 0.25 + 2.0);
+    for (int r : {0, 1, 3}) {
+      const std::string& m = msgs[size_t(r)];
+      EXPECT_TRUE(contains(m, "timed out after 0.5 s")) << m;
+      EXPECT_TRUE(contains(m, "rank 2 never joined all_reduce seq 1 in group 'world'")) << m;
+      EXPECT_TRUE(contains(m, "ranks 0,1,3 reached it")) << m;
+    }
+  }
+}
+
+TEST(HangReport, EveryRankReachedIt) {
+  // A collective that every rank joins but that cannot complete: two ranks use ring,
+  // two native, so they wait on different things. No rank is blamed.
+  CommOptions o;
+  o.timeout_s = 0.4;
+  std::vector<std::string> msgs(2);
+  run_local(2, [&](ProcessGroup& g) {
+    g.set_algorithm(g.rank() == 0 ? Algorithm::ring : Algorithm::native);
+    Tensor t = ops::ones({10}, DType::f32);
+    try {
+      g.all_reduce(t).wait();
+    } catch (const CommError& e) {
+      msgs[size_t(g.rank())] = e.what();
+    }
+  }, o);
+  for (const std::string& m : msgs) {
+    EXPECT_TRUE(contains(m, "every rank reached all_reduce seq 0 in group 'world'")) << m;
+    EXPECT_FALSE(contains(m, "never joined")) << m;
+  }
+}
+
+}  // namespace
