@@ -10,6 +10,7 @@
 #include <strata/parallel/data_parallel.h>
 #include <strata/parallel/ddp.h>
 #include <strata/parallel/parallel_dims.h>
+#include <strata/parallel/pipeline_executor.h>
 
 namespace strata::parallel {
 
@@ -23,6 +24,9 @@ struct ParallelConfig {
                               ///<   broadcast_buffers, gradient_as_bucket_view}
   bool fsdp_prefetch = true;  ///< parallel.fsdp_prefetch: stage 3 gathers the next layer's
                               ///<   parameters while the current one computes
+  PipelineOptions pipeline;   ///< parallel.{pp_schedule: gpipe|1f1b|interleaved (1f1b),
+                              ///<   microbatches (default: pp), pp_virtual (1)}
+  std::vector<int64_t> pp_layers;  ///< parallel.pp_layers: blocks per stage; empty: balanced
 
   /// True when the run uses DataParallel thread replicas (parallel.replicas or .devices).
   bool thread_replicas() const { return replicas > 0; }

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
+#include <strata/autograd/grad_mode.h>
 #include <strata/core/error.h>
 #include <strata/core/memory.h>
 #include <strata/tensor/ops.h>
@@ -21,30 +23,14 @@ struct P2P {
   Tensor t;
 };
 
-// One comm batch: every op is posted at once and the batch completes when all have.
-void run_batch(comm::ProcessGroup& pp, std::vector<P2P>& ops, int stages, const std::string& label) {
-#ifdef STRATA_HAVE_BATCH_P2P
+// One comm batch: every op is posted at once and progressed together; the batch
+// completes when all have (a send and a receive with the same peer cannot deadlock).
+void run_batch(comm::ProcessGroup& pp, const std::vector<P2P>& ops, int stages, const std::string& label) {
   std::vector<comm::P2POp> list;
   for (const P2P& p : ops)
     list.push_back({p.op.dir == CommOp::Dir::send ? comm::P2POp::Kind::send : comm::P2POp::Kind::recv, p.t, p.op.peer,
                     p.op.tag(stages, comm::ProcessGroup::kMaxUserTag)});
   pp.batch_isend_irecv(std::move(list), label).wait();
-#else
-  // Until ProcessGroup::batch_isend_irecv exists: the ops one at a time, every rank in the
-  // same global order (message kind, stage, micro-batch). The smallest unfinished op of a
-  // round is the current op of both of its ranks, so the round always progresses.
-  (void)label;
-  std::sort(ops.begin(), ops.end(), [](const P2P& a, const P2P& b) {
-    return std::tuple(int(a.op.msg), a.op.stage, a.op.mb) < std::tuple(int(b.op.msg), b.op.stage, b.op.mb);
-  });
-  for (P2P& p : ops) {
-    const int tag = p.op.tag(stages, comm::ProcessGroup::kMaxUserTag);
-    if (p.op.dir == CommOp::Dir::send)
-      pp.send(p.t, p.op.peer, tag).wait();
-    else
-      pp.recv(p.t, p.op.peer, tag).wait();
-  }
-#endif
 }
 
 }  // namespace
@@ -155,11 +141,42 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
     stats_.compute_s += since(t0);
   }
   slots_.clear();
-  // The mean loss lives on the last stage's rank: every pp rank gets it.
+  return share_loss(loss_sum / double(m));
+}
+
+double PipelineExecutor::share_loss(double local_on_last) {
+  // The loss lives on the last stage's rank: every pp rank gets it.
   const bool holds_loss = shape_.owner(shape_.stages() - 1) == pp_.rank();
-  Tensor l = ops::full({1}, holds_loss ? loss_sum / double(m) : 0.0, DType::f64).to(pp_.device());
+  Tensor l = ops::full({1}, holds_loss ? local_on_last : 0.0, DType::f64).to(pp_.device());
   pp_.all_reduce(l, comm::ReduceOp::sum).wait();
   return ops::to_cpu(l).item<double>();
+}
+
+double PipelineExecutor::eval_loss(const Tensor& input, const Tensor& target, const Shape& batch_shape) {
+  NoGradGuard no_grad;
+  const int S = shape_.stages();
+  slots_.assign(size_t(S), std::vector<Slot>(1));
+  double loss = 0;
+  for (int s = 0; s < S; ++s) {  // stage order: a chain, each exchange one send or receive
+    const int me = pp_.rank();
+    if (s > 0 && shape_.owner(s) == me)
+      exchange(Action{.kind = Action::Kind::comm, .mb = -1, .stage = -1,
+                      .ops = {{CommOp::Dir::recv, CommOp::Msg::act, 0, s - 1, shape_.owner(s - 1)}}},
+               batch_shape);
+    if (shape_.owner(s) != me) continue;
+    Slot& sl = slots_[size_t(s)][0];
+    const PipelineStageSpec& st = stages_[size_t(s)];
+    if (st.first()) sl.in = input;
+    sl.out = plan_.forward(*model_, st, sl.in);
+    if (st.last()) loss = plan_.loss(sl.out, target).item<double>();
+    if (s + 1 < S)
+      exchange(Action{.kind = Action::Kind::comm, .mb = -1, .stage = -1,
+                      .ops = {{CommOp::Dir::send, CommOp::Msg::act, 0, s, shape_.owner(s + 1)}}},
+               batch_shape);
+    sl = Slot{};
+  }
+  slots_.clear();
+  return share_loss(loss);
 }
 
 }  // namespace strata::parallel

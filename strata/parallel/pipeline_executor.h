@@ -43,6 +43,11 @@ class PipelineExecutor {
   /// the micro-batch and the peer.
   double run(const Tensor& input, const Tensor& target, const Shape& batch_shape);
 
+  /// Forward only, no autograd (evaluation): the whole batch as one micro-batch through
+  /// every stage in order. Collective over the pp group; returns the mean loss on every
+  /// pp rank. Shapes and errors as run().
+  double eval_loss(const Tensor& input, const Tensor& target, const Shape& batch_shape);
+
   const std::vector<Action>& actions() const { return actions_; }
   const ScheduleShape& shape() const { return shape_; }
   const PipelinePlan& plan() const { return plan_; }
@@ -53,6 +58,7 @@ class PipelineExecutor {
 
  private:
   void exchange(const Action& a, const Shape& mb_shape);
+  double share_loss(double local_on_last);
 
   std::shared_ptr<nn::Module> model_;
   PipelinePlan plan_;
