@@ -307,6 +307,7 @@ TrainingState Trainer::capture_state() const {
 void Trainer::save(const std::string& dir) {
   // One path for every layout, collective over the world: each rank passes its pieces
   // (replicated tensors from rank 0, ZeRO slices from everyone) and the index records the mesh.
+  pm_->sync_pipeline_generators();  // pp > 1: rank 0's state lists every stage's dropout streams
   std::vector<std::string> names;
   for (const auto& [n, t] : model_->state_dict()) names.push_back(n);
   parallel::CheckpointLayout layout{.mesh = {}, .zero_stage = pm_->dims().zero_stage};

@@ -192,6 +192,24 @@ double ParallelModel::pipeline_step(const Tensor& input, const Tensor& target, c
   return loss;
 }
 
+void ParallelModel::sync_pipeline_generators() {
+  if (!pipeline_) return;
+  const std::vector<Generator*> gens = model_->generators();
+  const std::vector<char> owned = owned_generators(*model_);
+  // Each generator runs on exactly one stage: the sum over pp of (owner's state, zeros
+  // elsewhere) is the owner's state, exactly (integers).
+  std::vector<int64_t> st(2 * gens.size(), 0);
+  for (size_t i = 0; i < gens.size(); ++i)
+    if (owned[i]) {
+      st[2 * i] = int64_t(gens[i]->seed());
+      st[2 * i + 1] = int64_t(gens[i]->offset());
+    }
+  const std::vector<int64_t> all =
+      comm::all_reduce_host(*mesh_["pp"], ops::from_vector(st, {int64_t(st.size())}), comm::ReduceOp::sum)
+          .to_vector<int64_t>();
+  for (size_t i = 0; i < gens.size(); ++i) gens[i]->set_state(uint64_t(all[2 * i]), uint64_t(all[2 * i + 1]));
+}
+
 optim::Optimizer& ParallelModel::optimizer() { return zero_ ? zero_->optimizer() : *optimizer_; }
 
 std::vector<int64_t> ParallelModel::flat_unit_sizes() const {

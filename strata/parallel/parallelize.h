@@ -135,6 +135,10 @@ class ParallelModel {
   /// reduction started. Call finalize(), clip_grad_norm(), step() after it as usual.
   /// Returns the batch's mean loss on every rank of the pipeline.
   double pipeline_step(const Tensor& input, const Tensor& target, const Shape& batch_shape);
+  /// pp > 1: every rank's model generators take the state of the rank that runs them
+  /// (collective over pp; before saving, so that rank 0's checkpoint state is the
+  /// whole model's). No-op at pp 1.
+  void sync_pipeline_generators();
   /// Used by parallelize(): this rank's pipeline and, with tied parameters, the group of
   /// the first and last stage's ranks (null on the others).
   void set_pipeline(std::unique_ptr<PipelineExecutor> exec, std::shared_ptr<comm::ProcessGroup> embed_group);

@@ -12,9 +12,17 @@
 namespace strata::parallel {
 namespace {
 
-// What stays where a rank dropped a block or child: no parameters, never run.
+// What stays where a rank dropped a block or child: no parameters, never run. It keeps
+// the dropped part's random generators (Dropout modules, no parameters) as children, so
+// every rank lists the whole model's generators in the same order (checkpoints hold
+// them all; ParallelModel takes each one's state from the rank that runs it).
 class DroppedStage : public nn::Module {
  public:
+  explicit DroppedStage(nn::Module& dropped) {
+    int k = 0;
+    for (const auto& [name, m] : dropped.named_modules())
+      if (m->own_generator() && m->parameters().empty()) register_module("rng" + std::to_string(k++), m);
+  }
   Tensor forward(const Tensor&) override {
     STRATA_THROW(Error, "[pipeline] this module lives on another pipeline stage");
   }
@@ -115,18 +123,28 @@ void keep_stages(nn::Module& model, const PipelinePlan& plan, const std::vector<
                          std::count(plan.last.begin(), plan.last.end(), name);
     STRATA_CHECK(planned || params_of(*child) == 0, "[pipeline] the model's child '", name,
                  "' has parameters but is in no part of the pipeline plan (first, blocks, last)");
-    if (planned && name != top_blocks && !keep.count(name)) model.replace_child(name, std::make_shared<DroppedStage>());
+    if (planned && name != top_blocks && !keep.count(name)) model.replace_child(name, std::make_shared<DroppedStage>(*child));
   }
   const auto blocks = model.child(plan.blocks);
   int64_t i = 0;
-  std::vector<std::string> drop;
+  std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> drop;
   for (const auto& [name, b] : blocks->named_children()) {
     bool held = false;
     for (const auto& s : mine) held = held || (i >= s.begin && i < s.end);
-    if (!held) drop.push_back(plan.blocks + "." + name);
+    if (!held) drop.emplace_back(plan.blocks + "." + name, b);
     ++i;
   }
-  for (const auto& d : drop) model.replace_child(d, std::make_shared<DroppedStage>());
+  for (const auto& [d, b] : drop) model.replace_child(d, std::make_shared<DroppedStage>(*b));
+}
+
+std::vector<char> owned_generators(nn::Module& model) {
+  std::set<const Generator*> dropped;
+  for (const auto& [name, m] : model.named_modules())
+    if (m->type_name() == "DroppedStage")
+      for (const Generator* g : m->generators()) dropped.insert(g);
+  std::vector<char> out;
+  for (const Generator* g : model.generators()) out.push_back(dropped.count(g) ? 0 : 1);
+  return out;
 }
 
 }  // namespace strata::parallel

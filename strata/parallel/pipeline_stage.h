@@ -66,9 +66,14 @@ std::vector<PipelineStageSpec> split_stages(const std::vector<int64_t>& block_pa
 std::vector<PipelineStageSpec> plan_stages(const nn::Module& model, const PipelinePlan& plan, int stages);
 
 /// Drops from `model` every block and first/last child that none of `mine` runs
-/// (replaced by an empty placeholder, so the names of what stays are unchanged: a rank
-/// holding blocks 5-7 lists "h.5.attn.c_attn.weight"). Throws when a top-level child with
+/// (replaced by a placeholder without parameters, so the names of what stays are
+/// unchanged: a rank holding blocks 5-7 lists "h.5.attn.c_attn.weight"; the placeholder
+/// keeps the dropped part's parameterless generator modules). Throws when a top-level child with
 /// parameters belongs to no part of the plan.
 void keep_stages(nn::Module& model, const PipelinePlan& plan, const std::vector<PipelineStageSpec>& mine);
+
+/// Per entry of model.generators(): 1 when this rank runs it, 0 when it belongs to a part
+/// keep_stages dropped (kept only so every rank lists the same generators).
+std::vector<char> owned_generators(nn::Module& model);
 
 }  // namespace strata::parallel
