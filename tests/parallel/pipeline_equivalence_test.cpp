@@ -1,12 +1,18 @@
 // Pipeline parallelism trains the same model as one process: every schedule x pp {2, 4}
 // x m {1, pp, 2pp+1} (where valid) on local ranks, with tied embeddings, activation
 // checkpointing, clipping and dp 2 x pp 2 under ZeRO-1; the stage split keeps global
-// names; a peer that fails makes the others fail naming stage, micro-batch and peer.
+// names; a peer that fails makes the others fail naming stage, micro-batch and peer; a
+// pp 2 checkpoint resumes at pp 1 and pp 4.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
 
+#include <unistd.h>
+
 #include <strata/comm/local.h>
+#include <strata/parallel/checkpoint_io.h>
+#include <strata/parallel/sharded_checkpoint.h>
 #include <strata/parallel/pipeline_stage.h>
 #include "pipeline_harness.h"
 
@@ -175,4 +181,53 @@ TEST(PipelineEquivalence, AFailedPeerNamesStageMicroBatchAndPeer) {
   EXPECT_NE(errors[0].find("stage 0"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("micro-batch 0"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("peer rank 1"), std::string::npos) << errors[0];
+}
+
+TEST(PipelineCheckpoint, Pp2SavesGlobalNamesAndResumesAtPp1AndPp4) {
+  // Train 2 steps at pp 2, save; resume at pp 1 (one process) and pp 4 and take step 3:
+  // both equal the reference's 3 steps.
+  const PpCase c2{.kind = ScheduleKind::one_f_one_b, .pp = 2, .m = 2, .steps = 2};
+  PpCase c3 = c2;
+  c3.steps = 3;
+  const PpRun ref = pp_reference(c3);
+  const std::string dir = (std::filesystem::temp_directory_path() / ("strata_pp_ckpt_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  comm::run_local(2, [&](comm::ProcessGroup& g) {
+    std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+    auto pm = pp_parallelize(w, c2, pp_gpt(c2));
+    pp_train(*pm, c2);
+    const nlohmann::json meta = {{kOptimizerMetaKey, pm->optimizer().state_dict().scalars}};
+    save_sharded(dir, g, pm->state_pieces(), 0, meta);
+  });
+  {  // pp 1: one process loads every tensor and steps on the whole batch
+    auto model = pp_gpt(c3);
+    auto opt = tp::adamw(model->named_parameters());
+    ShardedCheckpointReader ck(dir);
+    load_replicated(ck, *model, opt.get());
+    auto [x, y] = make_batch("gpt", c3.batch(), 2);
+    Tensor loss = model->loss(x, y);
+    EXPECT_NEAR(loss.item<double>(), ref.losses[2], kTol);
+    backward(loss);
+    opt->step();
+    expect_params_match(model->named_parameters(), ref.params, kTol, "resumed at pp 1");
+  }
+  std::vector<PpRun> runs(4);
+  comm::run_local(4, [&](comm::ProcessGroup& g) {  // pp 4: each rank reads its stages' tensors
+    std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+    PpCase c4 = c3;
+    c4.pp = 4;
+    c4.m = 2;
+    auto pm = pp_parallelize(w, c4, pp_gpt(c4));
+    pm->load_state(ShardedCheckpointReader(dir), true);
+    auto [x, y] = pp_batch(c4, 2, 0);
+    runs[size_t(g.rank())].losses.push_back(pm->pipeline_step(x, y, x.shape()));
+    pm->finalize();
+    pm->step();
+    runs[size_t(g.rank())].params = pm->module().named_parameters();
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NEAR(runs[size_t(r)].losses[0], ref.losses[2], kTol) << "rank " << r;
+    expect_params_match(runs[size_t(r)].params, ref.params, kTol, "resumed at pp 4, rank " + std::to_string(r));
+  }
+  std::filesystem::remove_all(dir);
 }
