@@ -117,6 +117,8 @@ static void check_pipeline(const TrainConfig& cfg, const parallel::ParallelDims&
   if (per_rank % pl.microbatches != 0)
     config_fail("parallel.microbatches", "is " + std::to_string(pl.microbatches) + " but each data-parallel rank's batch of " +
                                              std::to_string(per_rank) + " is not divisible by it");
+  if (cfg.run.precision == "f16")
+    config_fail("run.precision", "is f16 but the pipeline does not scale its micro-batch losses (use bf16 or f32 with pp > 1)");
   if (cfg.train.grad_accum_steps != 1)
     config_fail("train.grad_accum_steps", "is " + std::to_string(cfg.train.grad_accum_steps) +
                                               " but the pipeline accumulates over its micro-batches: use "
