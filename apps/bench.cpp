@@ -14,6 +14,9 @@
 #include "apps/trainer.h"
 #include "bench/comm_bench.h"
 #include "bench/ddp_bench.h"
+#include "bench/pp_bench.h"
+#include "apps/factory.h"
+#include "apps/layout.h"
 #include "bench/zero_bench.h"
 #include <strata/comm/mpi.h>
 #include <strata/core/threads.h>
@@ -190,6 +193,34 @@ int bench_comm(const CommBenchArgs& a) {
   return 0;
 }
 
+struct PpBenchArgs {
+  std::string config = "configs/gpt_char.yaml";
+  std::vector<std::string> sets;
+  int steps = 3;
+  std::vector<int> microbatches{1, 2, 4, 8, 16};
+};
+
+// Pipeline schedules on the mpirun world (pp = ranks, one compute thread each): the
+// config's model (it needs a pipeline plan: gpt) with 4-sequence micro-batches.
+int bench_pp(const PpBenchArgs& a) {
+  if (!comm::launched_by_mpi()) STRATA_THROW(ConfigError, "bench pp: start it under mpirun (one process per stage)");
+  const TrainConfig cfg = TrainConfig::load(a.config, a.sets);
+  set_num_threads(1);
+  auto world = comm::init_mpi_world(cfg.comm);
+  const auto make_model = [&] {
+    Generator gen(cfg.run.seed);
+    return build_model(cfg, gen);
+  };
+  const auto make_plan = [](const nn::Module& m) { return model_pp_plan(m, {}); };
+  if (make_plan(*make_model()).empty())
+    STRATA_THROW(ConfigError, "bench pp: model.type ", cfg.model.type, " has no pipeline plan (use a gpt config)");
+  bench::PpBenchOptions o{.microbatches = a.microbatches, .steps = a.steps, .per_mb = 4, .seq = cfg.model.block_size,
+                          .vocab = 256};
+  const auto rows = bench::bench_pp(world, make_model, make_plan, o);
+  if (world->rank() == 0) std::printf("%s", bench::format_pp_bench(rows, world->size()).c_str());
+  return 0;
+}
+
 struct DpBenchArgs {
   std::string backend = "local";
   int ranks = 2, steps = 20;
@@ -228,7 +259,7 @@ Command add_bench_command(CLI::App& parent) {
     int rounds = 5;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, comm, ddp, zero");
+  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, comm, ddp, zero, pp");
   cmd->require_subcommand(1);
   CLI::App* gemm = cmd->add_subcommand("gemm", "GEMM GFLOP/s: ops::matmul vs cblas_sgemm");
   gemm->add_option("--size", o->size, "Matrix size n (n x n x n)")->check(CLI::PositiveNumber);
@@ -268,7 +299,14 @@ Command add_bench_command(CLI::App& parent) {
   zero->add_option("--backend", zo->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
   zero->add_option("--ranks", zo->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
   zero->add_option("--steps", zo->steps, "Timed steps per stage")->check(CLI::PositiveNumber);
-  return {cmd, [o, co, dd, zo, gemm, train, alloc, comm, ddp, zero]() -> int {
+  CLI::App* pp = cmd->add_subcommand("pp", "Pipeline schedules under mpirun: step, busy time, bubble vs formula");
+  auto po = std::make_shared<PpBenchArgs>();
+  pp->add_option("-c,--config", po->config, "A GPT config (the model is benchmarked)");
+  pp->add_option("--set", po->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
+  pp->add_option("--steps", po->steps, "Timed steps per row")->check(CLI::PositiveNumber);
+  pp->add_option("--microbatches", po->microbatches, "Micro-batch counts m")->check(CLI::PositiveNumber);
+  return {cmd, [o, co, dd, zo, po, gemm, train, alloc, comm, ddp, zero, pp]() -> int {
+            if (pp->parsed()) return bench_pp(*po);
             if (ddp->parsed())
               return bench_dp<bench::DDPBenchOptions>(
                   "ddp", *dd, [](int n, const auto& op) { return bench::bench_ddp_local(n, op); },
