@@ -16,6 +16,9 @@
 #include "bench/comm_bench.h"
 #include "bench/ddp_bench.h"
 #include "bench/tp_bench.h"
+#include "bench/pp_bench.h"
+#include "apps/factory.h"
+#include "apps/layout.h"
 #include "bench/zero_bench.h"
 #include <strata/comm/mpi.h>
 #include <strata/core/threads.h>
@@ -192,6 +195,34 @@ int bench_comm(const CommBenchArgs& a) {
   return 0;
 }
 
+struct PpBenchArgs {
+  std::string config = "configs/gpt_char.yaml";
+  std::vector<std::string> sets;
+  int steps = 3;
+  std::vector<int> microbatches{1, 2, 4, 8, 16};
+};
+
+// Pipeline schedules on the mpirun world (pp = ranks, one compute thread each): the
+// config's model (it needs a pipeline plan: gpt) with 4-sequence micro-batches.
+int bench_pp(const PpBenchArgs& a) {
+  if (!comm::launched_by_mpi()) STRATA_THROW(ConfigError, "bench pp: start it under mpirun (one process per stage)");
+  const TrainConfig cfg = TrainConfig::load(a.config, a.sets);
+  set_num_threads(1);
+  auto world = comm::init_mpi_world(cfg.comm);
+  const auto make_model = [&] {
+    Generator gen(cfg.run.seed);
+    return build_model(cfg, gen);
+  };
+  const auto make_plan = [](const nn::Module& m) { return model_pp_plan(m, {}); };
+  if (make_plan(*make_model()).empty())
+    STRATA_THROW(ConfigError, "bench pp: model.type ", cfg.model.type, " has no pipeline plan (use a gpt config)");
+  bench::PpBenchOptions o{.microbatches = a.microbatches, .steps = a.steps, .per_mb = 4, .seq = cfg.model.block_size,
+                          .vocab = 256};
+  const auto rows = bench::bench_pp(world, make_model, make_plan, o);
+  if (world->rank() == 0) std::printf("%s", bench::format_pp_bench(rows, world->size()).c_str());
+  return 0;
+}
+
 struct DpBenchArgs {
   std::string backend = "local";
   int ranks = 2, steps = 20;
@@ -230,7 +261,7 @@ Command add_bench_command(CLI::App& parent) {
     int rounds = 5;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, comm, ddp, zero, tp");
+  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, comm, ddp, zero, tp, pp");
   cmd->require_subcommand(1);
   CLI::App* gemm = cmd->add_subcommand("gemm", "GEMM GFLOP/s: ops::matmul vs cblas_sgemm");
   gemm->add_option("--size", o->size, "Matrix size n (n x n x n)")->check(CLI::PositiveNumber);
@@ -274,7 +305,8 @@ Command add_bench_command(CLI::App& parent) {
   auto to = std::make_shared<bench::TpBenchOptions>();
   tp->add_option("--steps", to->steps, "Timed steps per layout")->check(CLI::PositiveNumber);
   tp->add_option("--batch", to->batch, "Sequences per step")->check(CLI::PositiveNumber);
-  return {cmd, [o, co, dd, zo, to, gemm, train, alloc, comm, ddp, zero, tp]() -> int {
+  return {cmd, [o, co, dd, zo, to, po, gemm, train, alloc, comm, ddp, zero, tp, pp]() -> int {
+            if (pp->parsed()) return bench_pp(*po);
             if (tp->parsed()) {
               to->make_plan = [](const nn::Module& m, bool sp) { return model_tp_plan(m, sp); };
               const bench::TpBenchReport r = bench::bench_tp(*to);
@@ -282,6 +314,12 @@ Command add_bench_command(CLI::App& parent) {
                           r.to_string().c_str());
               return 0;
             }
+  CLI::App* pp = cmd->add_subcommand("pp", "Pipeline schedules under mpirun: step, busy time, bubble vs formula");
+  auto po = std::make_shared<PpBenchArgs>();
+  pp->add_option("-c,--config", po->config, "A GPT config (the model is benchmarked)");
+  pp->add_option("--set", po->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
+  pp->add_option("--steps", po->steps, "Timed steps per row")->check(CLI::PositiveNumber);
+  pp->add_option("--microbatches", po->microbatches, "Micro-batch counts m")->check(CLI::PositiveNumber);
             if (ddp->parsed())
               return bench_dp<bench::DDPBenchOptions>(
                   "ddp", *dd, [](int n, const auto& op) { return bench::bench_ddp_local(n, op); },

@@ -94,6 +94,48 @@ parallel::TpPlan model_tp_plan(const nn::Module& model, bool sequence_parallel) 
   return plan;
 }
 
+parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers) {
+  parallel::PipelinePlan p;
+  const auto* gpt = dynamic_cast<const nn::GPT*>(&model);
+  if (!gpt) return p;
+  const nn::GPTConfig& c = gpt->config();
+  p.blocks = "h";
+  p.first = {"wte", "wpe", "drop"};
+  p.last = {"ln_f", c.tie_weights ? "wte" : "lm_head"};
+  if (c.tie_weights) p.tied = {"wte.weight"};
+  p.layers = layers;
+  p.forward = [](nn::Module& m, const parallel::PipelineStageSpec& s, const Tensor& in) {
+    return dynamic_cast<nn::GPT&>(m).forward_stage(in, s.begin, s.end, s.first(), s.last());
+  };
+  p.loss = [](const Tensor& out, const Tensor& y) {  // as GPT::loss: mean over the B*T positions
+    return cross_entropy(reshape(out, {-1, out.size(out.dim() - 1)}), ops::reshape(y, {-1}), -1);
+  };
+  p.activation = [n = c.n_embd](const parallel::PipelineStageSpec&, const Shape& in) {
+    return parallel::ActivationSpec{{in[0], in[1], n}, DType::f32};
+  };
+  return p;
+}
+
+// The pipeline keys against the model and the batch.
+static void check_pipeline(const TrainConfig& cfg, const parallel::ParallelDims& dims) {
+  if (dims.pp == 1) return;
+  const auto& pl = cfg.parallel.pipeline;
+  if (cfg.model.type == "gpt" && cfg.model.n_layer < int64_t(dims.pp) * pl.virtual_stages)
+    config_fail("parallel.pp_virtual", "gives pp x pp_virtual = " + std::to_string(dims.pp * pl.virtual_stages) +
+                                           " stages but model.n_layer = " + std::to_string(cfg.model.n_layer) +
+                                           " (each stage needs at least one block)");
+  const int64_t per_rank = cfg.train.batch_size / dims.dp;
+  if (per_rank % pl.microbatches != 0)
+    config_fail("parallel.microbatches", "is " + std::to_string(pl.microbatches) + " but each data-parallel rank's batch of " +
+                                             std::to_string(per_rank) + " is not divisible by it");
+  if (cfg.run.precision == "f16")
+    config_fail("run.precision", "is f16 but the pipeline does not scale its micro-batch losses (use bf16 or f32 with pp > 1)");
+  if (cfg.train.grad_accum_steps != 1)
+    config_fail("train.grad_accum_steps", "is " + std::to_string(cfg.train.grad_accum_steps) +
+                                              " but the pipeline accumulates over its micro-batches: use "
+                                              "parallel.microbatches instead (grad_accum_steps: 1)");
+}
+
 parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world) {
   if (cfg.parallel.thread_replicas() && world > 1)
     config_fail("parallel.replicas", "runs thread replicas inside one process (DataParallel), but this process is "
@@ -105,6 +147,7 @@ parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world) {
     config_fail("train.batch_size", "is " + std::to_string(cfg.train.batch_size) + " but must be divisible by the " +
                                         std::to_string(dims.dp) +
                                         " data-parallel ranks (the global batch is split evenly)");
+  check_pipeline(cfg, dims);
   return dims;
 }
 
@@ -121,6 +164,7 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
     config_fail("parallel.sequence_parallel", "is true but model.block_size = " + std::to_string(cfg.model.block_size) +
                                                   " is not divisible by parallel.tp = " + std::to_string(dims.tp));
   parallel::TpPlan plan = model_tp_plan(*model, sp);
+  parallel::PipelinePlan pp_plan = model_pp_plan(*model, cfg.parallel.pp_layers);
   return parallel::parallelize(
       std::move(model), mesh,
       {.dims = dims,
@@ -128,13 +172,12 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
        .fsdp_prefetch = cfg.parallel.fsdp_prefetch,
        .fsdp_wrap = {},
        .tp_plan = std::move(plan),
+       .pipeline = cfg.parallel.pipeline,
+       .pp_plan = std::move(pp_plan),
        .make_optimizer = [&cfg](optim::NamedTensors p) { return build_optimizer(cfg, std::move(p)); }});
 }
 
-bool needs_data(const parallel::ParallelModel& pm) {
-  const comm::DeviceMesh& m = pm.mesh();
-  return m.rank("pp") == 0 || m.rank("pp") == m.size("pp") - 1;
-}
+bool needs_data(const parallel::ParallelModel&) { return true; }
 
 std::shared_ptr<data::Sampler> build_sampler(const parallel::ParallelModel& pm, int64_t train_size, uint64_t seed) {
   const comm::DeviceMesh& m = pm.mesh();

@@ -37,6 +37,12 @@ parallel::ModelLimits model_limits(const TrainConfig& cfg);
 ///        every LayerNorm sequence_norm and the dropouts on the residual stream parallel_rng.
 parallel::TpPlan model_tp_plan(const nn::Module& model, bool sequence_parallel = false);
 
+/// The pipeline split of a built model (empty for a model without one: MLP, CNN):
+///   GPT: blocks "h"; wte, wpe, drop on the first stage; ln_f and the head (wte itself
+///        when tied, summed over the embedding group) on the last; a stage sends
+///        (B, T, n_embd) f32 activations. `layers` is parallel.pp_layers.
+parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers);
+
 /// parallel.{dp, tp, pp, zero_stage} resolved for `world` ranks and checked against the
 /// model and the batch (train.batch_size divisible by dp). ConfigError naming the key.
 parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world);
@@ -48,8 +54,9 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
                                                               const parallel::ParallelDims& dims,
                                                               std::shared_ptr<nn::Module> model);
 
-/// True when this rank consumes batches (under pipeline parallelism only the first and
-/// last stages do).
+/// True when this rank consumes batches. Every rank does: under pipeline parallelism
+/// the middle stages read the same batches as the first (for the shapes and the epoch
+/// counters; the token batches are small beside the activations they receive).
 bool needs_data(const parallel::ParallelModel& pm);
 
 /// This rank's training sampler: its dp share of the shuffled training set (every rank

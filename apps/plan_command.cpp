@@ -12,8 +12,33 @@
 #include "apps/layout.h"
 #include "apps/memory_report.h"
 #include <strata/core/error.h>
+#include <strata/parallel/pipeline_schedule.h>
+#include <strata/parallel/pipeline_stage.h>
 
 namespace strata::apps {
+namespace {
+
+// pp > 1: the stages, the schedule as a chart (one row per pp rank, F/B cells with the
+// micro-batch number, from the simulator with unit-cost forwards and backwards), the
+// bubble formula and the peak in-flight micro-batches per rank.
+void print_pipeline_plan(const TrainConfig& cfg, const parallel::ParallelDims& dims, const nn::Module& model) {
+  const auto& pl = cfg.parallel.pipeline;
+  const parallel::ScheduleShape shape{pl.schedule, dims.pp, pl.microbatches, pl.virtual_stages};
+  const parallel::PipelinePlan plan = model_pp_plan(model, cfg.parallel.pp_layers);
+  if (!plan.empty()) {
+    std::printf("pipeline stages (%d, blocks of %s):", shape.stages(), plan.blocks.c_str());
+    for (const auto& st : parallel::plan_stages(model, plan, shape.stages()))
+      std::printf(" %d: [%lld, %lld) on rank %d%s", st.stage, (long long)st.begin, (long long)st.end, shape.owner(st.stage),
+                  st.stage + 1 < shape.stages() ? "," : "\n");
+  }
+  const parallel::ScheduleSim sim = parallel::simulate(shape, parallel::build_schedules(shape));
+  STRATA_CHECK(sim.error.empty(), "[plan] the schedule does not run: ", sim.error);
+  std::printf("pipeline schedule %s, %d micro-batch(es) of %lld sample(s):\n%s", parallel::schedule_name(shape.kind),
+              shape.microbatches, (long long)(cfg.train.batch_size / dims.dp / shape.microbatches),
+              parallel::schedule_chart(shape, sim).c_str());
+}
+
+}  // namespace
 
 Command add_plan_command(CLI::App& parent) {
   struct Opts {
@@ -74,6 +99,7 @@ Command add_plan_command(CLI::App& parent) {
                                                                  : "one flat copy of the grads",
                         dims.dp);
             std::printf("%s", format_plan_table(in, dims.zero_stage).c_str());
+            if (dims.pp > 1) print_pipeline_plan(cfg, dims, *model);
             return 0;
           }};
 }

@@ -176,6 +176,16 @@ double Trainer::lr_at(int64_t step) const {
   return lr;
 }
 
+// One pipeline step on this rank's batch (accum is 1 under pp): gradients accumulated
+// over the micro-batches and their dp reduction started; the batch's mean loss.
+double Trainer::pipeline_loss(const data::Batch& b) {
+  AutocastGuard amp(autocast_);
+  const double lv = pm_->pipeline_step(b.input, b.target, b.input.shape());
+  if (!std::isfinite(lv)) STRATA_THROW(Error, "training diverged at step ", step_ + 1, ": loss is ", lv);
+  pm_->finalize();
+  return lv;
+}
+
 Tensor Trainer::loss_of(const data::Batch& b) {
   if (replicas_) return replicated_batch_loss(*replicas_, b);
   return batch_loss(*model_, cfg_, b);
@@ -197,6 +207,10 @@ double Trainer::step() {
     const data::Batch b = on_device(std::move(*next));
     // The first accum-1 micro-batches only accumulate locally; the last one's backward
     // reduces the accumulated sum.
+    if (pm_->pipeline()) {  // pp > 1: the schedule runs every micro-batch's forward and backward
+      sum += pipeline_loss(b);
+      continue;
+    }
     std::optional<parallel::NoSync> no_sync;
     if (a + 1 < accum) no_sync.emplace(pm_->no_sync());
     Tensor loss;
@@ -255,7 +269,9 @@ EvalResult Trainer::evaluate(bool test) {
     const data::Batch b = on_device(std::move(*next));
     const int64_t n = b.size();
     if (data_.tokens) {
-      loss_sum += loss_of(b).item<double>() * double(n);
+      const auto* pipe = pm_->pipeline();  // pp > 1: every rank evaluates, stage by stage
+      loss_sum += (pipe ? pm_->pipeline()->eval_loss(b.input, b.target, b.input.shape()) : loss_of(b).item<double>()) *
+                  double(n);
     } else {
       Tensor logits = replicas_ ? replicas_->forward(b.input) : model_->forward(b.input);
       loss_sum += cross_entropy(logits, b.target).item<double>() * double(n);
@@ -303,6 +319,7 @@ TrainingState Trainer::capture_state() const {
 void Trainer::save(const std::string& dir) {
   // One path for every layout, collective over the world: each rank passes its pieces
   // (replicated tensors from rank 0, ZeRO slices from everyone) and the index records the mesh.
+  pm_->sync_pipeline_generators();  // pp > 1: rank 0's state lists every stage's dropout streams
   std::vector<std::string> names;
   for (const auto& [n, t] : model_->state_dict()) names.push_back(n);
   parallel::CheckpointLayout layout{.mesh = {}, .zero_stage = pm_->dims().zero_stage};
@@ -312,6 +329,10 @@ void Trainer::save(const std::string& dir) {
 }
 
 EvalResult Trainer::evaluate_collective(bool test) {
+  if (pm_->pipeline()) {  // the stages evaluate together
+    const EvalResult r = evaluate(test);
+    return rank_ == 0 ? r : EvalResult{};
+  }
   const parallel::ParallelModel::FullParams full = pm_->summon_full_params();
   return rank_ == 0 ? evaluate(test) : EvalResult{};
 }

@@ -129,6 +129,8 @@ class Trainer {
   EvalResult evaluate_collective(bool test = false);
   /// The mean loss of one batch through the layout (grad mode as set by the caller).
   Tensor loss_of(const data::Batch& b);
+  /// pp > 1: one pipeline step over the batch (see ParallelModel::pipeline_step); its mean loss.
+  double pipeline_loss(const data::Batch& b);
   /// The batch's tensors on device_ (the loader builds them on the CPU).
   data::Batch on_device(data::Batch b) const;
 

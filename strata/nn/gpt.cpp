@@ -176,4 +176,17 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index)
   return cross_entropy(reshape(logits, {-1, cfg_.vocab}), ops::reshape(targets, {-1}), ignore_index);
 }
 
+Tensor GPT::forward_stage(const Tensor& in, int64_t begin, int64_t end, bool first, bool last) {
+  Tensor x = in;
+  if (first) {
+    Tensor pos = ops::arange(0, double(in.size(1)), 1.0, DType::i64).to(in.device());
+    x = (*child("drop"))((*child("wte"))(in) + (*child("wpe"))(pos));
+  }
+  const std::shared_ptr<ModuleList> h = blocks();
+  for (int64_t i = begin; i < end; ++i) x = run_block(h->child(std::to_string(i)), x);
+  if (!last) return x;
+  x = (*child("ln_f"))(x);
+  return cfg_.tie_weights ? linear(x, parameter("wte.weight"), Tensor()) : (*child("lm_head"))(x);
+}
+
 }  // namespace strata::nn

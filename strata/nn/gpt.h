@@ -79,6 +79,11 @@ class GPT : public Module, public LanguageModel {
   std::string head_weight_name() const override { return cfg_.tie_weights ? "wte.weight" : "lm_head.weight"; }
   const LmHooks& lm_hooks() const override { return hooks_; }
   void set_lm_hooks(LmHooks h) override { hooks_ = std::move(h); }
+  /// One pipeline stage: blocks h.begin .. h.(end-1) on `in`, after the embeddings when
+  /// `first` (in: idx (B, T) i64) and followed by ln_f and the head when `last` (-> logits
+  /// (B, T, vocab)); else (B, T, C) -> (B, T, C). Only the children the stage uses need to
+  /// be present (a pipeline rank drops the others).
+  Tensor forward_stage(const Tensor& in, int64_t begin, int64_t end, bool first, bool last);
 
  private:
   /// Embeddings, blocks and ln_f: idx (B, T) -> (B, T, C).

@@ -38,6 +38,29 @@ void check_devices(const ParallelConfig& c, int line) {
   n.fail("mode", "was removed ('" + mode + "'): " + instead);
 }
 
+// parallel.{pp_schedule, microbatches, pp_virtual, pp_layers}.
+void read_pipeline(const ConfigNode& n, ParallelConfig& c) {
+  const std::string sched = n.get("pp_schedule", std::string(schedule_name(c.pipeline.schedule)));
+  if (!parse_schedule(sched, c.pipeline.schedule))
+    n.fail("pp_schedule", "expected one of gpipe|1f1b|interleaved, got '" + sched + "'");
+  c.pipeline.microbatches = n.get("microbatches", c.dims.pp);  // default: one per stage
+  n.check_range("microbatches", c.pipeline.microbatches, 1, 1 << 20);
+  c.pipeline.virtual_stages = n.get("pp_virtual", c.pipeline.virtual_stages);
+  n.check_range("pp_virtual", c.pipeline.virtual_stages, 1, 1 << 10);
+  c.pp_layers = n.get("pp_layers", c.pp_layers);
+  if (c.dims.pp > 1) {
+    const std::string bad =
+        ScheduleShape{c.pipeline.schedule, c.dims.pp, c.pipeline.microbatches, c.pipeline.virtual_stages}.invalid();
+    if (!bad.empty()) {
+      const std::string key = bad.substr(0, bad.find(' '));
+      n.fail(key.substr(key.find('.') + 1), bad.substr(bad.find(' ') + 1));
+    }
+    if (!c.pp_layers.empty() && int64_t(c.pp_layers.size()) != int64_t(c.dims.pp) * c.pipeline.virtual_stages)
+      n.fail("pp_layers", "has " + std::to_string(c.pp_layers.size()) + " entries but there are " +
+                              std::to_string(c.dims.pp * c.pipeline.virtual_stages) + " stages (pp x pp_virtual)");
+  }
+}
+
 }  // namespace
 
 ParallelConfig ParallelConfig::from_node(const ConfigNode& n) {
@@ -86,6 +109,7 @@ ParallelConfig ParallelConfig::from_node(const ConfigNode& n) {
   c.ddp.gradient_as_bucket_view = n.get("gradient_as_bucket_view", c.ddp.gradient_as_bucket_view);
   c.fsdp_prefetch = n.get("fsdp_prefetch", c.fsdp_prefetch);
   c.sequence_parallel = n.get("sequence_parallel", c.sequence_parallel);
+  read_pipeline(n, c);
   c.validate();
   return c;
 }

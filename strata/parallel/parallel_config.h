@@ -10,6 +10,7 @@
 #include <strata/parallel/data_parallel.h>
 #include <strata/parallel/ddp.h>
 #include <strata/parallel/parallel_dims.h>
+#include <strata/parallel/pipeline_executor.h>
 
 namespace strata::parallel {
 
@@ -25,6 +26,9 @@ struct ParallelConfig {
                               ///<   parameters while the current one computes
   bool sequence_parallel = false;  ///< parallel.sequence_parallel: at tp > 1, LayerNorm and dropout
                                    ///<   on sequence shards (Megatron-SP); ignored at tp 1
+  PipelineOptions pipeline;   ///< parallel.{pp_schedule: gpipe|1f1b|interleaved (1f1b),
+                              ///<   microbatches (default: pp), pp_virtual (1)}
+  std::vector<int64_t> pp_layers;  ///< parallel.pp_layers: blocks per stage; empty: balanced
 
   /// True when the run uses DataParallel thread replicas (parallel.replicas or .devices).
   bool thread_replicas() const { return replicas > 0; }

@@ -15,9 +15,6 @@ ParallelDims ParallelDims::resolve(int world) const {
   if (dp != kAuto) positive("dp", dp);
   if (zero_stage < 0 || zero_stage > 3)
     config_fail("parallel.zero_stage", "expected a value in [0, 3], got " + std::to_string(zero_stage));
-  if (pp > 1)
-    config_fail("parallel.pp", "is " + std::to_string(pp) +
-                                   " but pipeline parallelism is not available in this version (use pp: 1)");
   if (dp == kAuto) {
     if (world % (tp * pp) != 0)
       config_fail("parallel.dp", "is auto but the world of " + std::to_string(world) +

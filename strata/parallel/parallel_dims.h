@@ -27,8 +27,8 @@ struct ParallelDims {
 
   /// The same degrees with dp resolved for `world` ranks. ConfigError naming the
   /// parallel.* key: a degree < 1, a product that is not the world size (with the
-  /// mpirun hint), or pp > 1 (not available in this version). tp > 1 is
-  /// accepted here; parallelize() refuses a model without a tensor-parallel plan.
+  /// mpirun hint). tp > 1 and pp > 1 are accepted here; parallelize() refuses a model
+  /// without a tensor-parallel or pipeline plan.
   ParallelDims resolve(int world) const;
   /// ConfigError naming parallel.tp / parallel.pp and the model key when the model cannot
   /// be split this way (heads or vocab not divisible by tp, fewer layers than pp).

@@ -2,8 +2,11 @@
 // ParallelModel forwards each step's calls to whichever strategies were applied.
 #include <strata/parallel/parallelize.h>
 
+#include <algorithm>
 #include <cmath>
 
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
 #include <strata/core/config.h>
 #include <strata/optim/clip.h>
 #include <strata/parallel/tp_checkpoint.h>
@@ -39,7 +42,26 @@ void ParallelModel::finalize() {
   if (zero_) zero_->finalize();
 }
 
+double ParallelModel::pp_norm_sq(double local) const {
+  return comm::all_reduce_host(*mesh_["pp"], ops::full({1}, local, DType::f64), comm::ReduceOp::sum).item<double>();
+}
+
 double ParallelModel::clip_grad_norm(double max_norm) {
+  if (pipeline_) {
+    // Every stage's share (under ZeRO its dp slices, summed over dp), summed over pp; the
+    // last stage's copy of a tied parameter is not counted again.
+    STRATA_CHECK(max_norm > 0, "[clip_grad_norm] max_norm must be > 0, got ", max_norm);
+    std::vector<Tensor> ps, own;
+    for (const auto& [n, p] : optimizer().named_parameters()) {
+      ps.push_back(p);
+      if (std::find(copies_.begin(), copies_.end(), n) == copies_.end()) own.push_back(p);
+    }
+    double sq = optim::grad_norm_sq(own);
+    if (zero_) sq = comm::all_reduce_host(*mesh_["dp"], ops::full({1}, sq, DType::f64), comm::ReduceOp::sum).item<double>();
+    const double total = std::sqrt(pp_norm_sq(sq)), f = optim::clip_factor(total, max_norm);
+    if (f < 1.0) optim::scale_grads(ps, f);
+    return total;
+  }
   if (!tp_) {
     if (zero_) return zero_->clip_grad_norm(max_norm);  // the shards' norms summed over dp
     return optim::clip_grad_norm(params_, max_norm);   // gradients are whole (and equal over dp)
@@ -98,6 +120,17 @@ ParallelModel::FullParams ParallelModel::summon_full_params() {
 }
 
 std::vector<ShardPiece> ParallelModel::state_pieces() const {
+  if (pipeline_) {  // each stage's own tensors under their global names (a tied copy once)
+    std::vector<ShardPiece> all = zero_ ? zero_->state_pieces() : replicated_pieces(*model_, optimizer_.get(), mesh_.rank("dp"));
+    std::vector<ShardPiece> out;
+    for (auto& p : all) {
+      const std::string bare = p.name.substr(p.name.find('.') + 1);  // "exp_avg.wte.weight" -> "wte.weight"
+      const bool copy = std::find(copies_.begin(), copies_.end(), p.name) != copies_.end() ||
+                        std::find(copies_.begin(), copies_.end(), bare) != copies_.end();
+      if (!copy) out.push_back(std::move(p));
+    }
+    return out;
+  }
   if (tp_)  // each tp rank's shard, from dp rank 0 (or every dp rank's ZeRO slices of it)
     return tp_global_pieces(zero_ ? zero_->state_pieces() : replicated_pieces(*model_, optimizer_.get(), mesh_.rank("dp")),
                             *tp_);
@@ -116,6 +149,67 @@ void ParallelModel::load_state(const ShardedCheckpointReader& ck, bool with_opti
     load_replicated(ck, *model_, with_optimizer ? optimizer_.get() : nullptr);
 }
 
+void ParallelModel::set_pipeline(std::unique_ptr<PipelineExecutor> exec, std::shared_ptr<comm::ProcessGroup> embed_group) {
+  pipeline_ = std::move(exec);
+  embed_group_ = std::move(embed_group);
+  copies_.clear();
+  bool first = false, last = false;
+  for (const auto& s : pipeline_->my_stages()) {
+    first = first || s.first();
+    last = last || s.last();
+  }
+  if (last && !first) copies_ = pipeline_->plan().tied;
+}
+
+double ParallelModel::pipeline_step(const Tensor& input, const Tensor& target, const Shape& batch_shape) {
+  STRATA_CHECK(pipeline_ != nullptr, "[parallelize] pipeline_step() needs pp > 1");
+  double loss = 0;
+  {
+    // The dp reduction waits until every micro-batch is in (and the tied sum is done).
+    NoSync ns = no_sync();
+    loss = pipeline_->run(input, target, batch_shape);
+  }
+  if (embed_group_) {  // the embedding group: the tied copies' gradients summed, as one model has them
+    for (const std::string& n : pipeline_->plan().tied) {
+      Tensor p = model_->parameter(n);
+      Tensor g = p.grad();
+      if (!g.defined()) {
+        g = ops::zeros(p.shape(), p.dtype(), p.device());
+        p.set_grad(g);
+      }
+      embed_group_->all_reduce(g, comm::ReduceOp::sum).wait();
+    }
+  }
+  if (ddp_ || zero_) {
+    // Starts the dp reduction of the accumulated gradients: a synchronized backward that
+    // adds zero to every gradient fires every parameter's hook once (DDP buckets, ZeRO
+    // reduce-scatters) whatever order the schedule left them in.
+    Tensor z;
+    for (const Tensor& p : model_->parameters())
+      if (p.requires_grad()) z = z.defined() ? z + sum(p) * 0.0 : sum(p) * 0.0;
+    if (z.defined()) backward(z);
+  }
+  return loss;
+}
+
+void ParallelModel::sync_pipeline_generators() {
+  if (!pipeline_) return;
+  const std::vector<Generator*> gens = model_->generators();
+  const std::vector<char> owned = owned_generators(*model_);
+  // Each generator runs on exactly one stage: the sum over pp of (owner's state, zeros
+  // elsewhere) is the owner's state, exactly (integers).
+  std::vector<int64_t> st(2 * gens.size(), 0);
+  for (size_t i = 0; i < gens.size(); ++i)
+    if (owned[i]) {
+      st[2 * i] = int64_t(gens[i]->seed());
+      st[2 * i + 1] = int64_t(gens[i]->offset());
+    }
+  const std::vector<int64_t> all =
+      comm::all_reduce_host(*mesh_["pp"], ops::from_vector(st, {int64_t(st.size())}), comm::ReduceOp::sum)
+          .to_vector<int64_t>();
+  for (size_t i = 0; i < gens.size(); ++i) gens[i]->set_state(uint64_t(all[2 * i]), uint64_t(all[2 * i + 1]));
+}
+
 optim::Optimizer& ParallelModel::optimizer() { return zero_ ? zero_->optimizer() : *optimizer_; }
 
 std::vector<int64_t> ParallelModel::flat_unit_sizes() const {
@@ -130,6 +224,10 @@ std::string ParallelModel::describe() const {
   std::string s = dims_.dp_strategy() + " over " + std::to_string(dp.size()) + " dp rank(s)";
   if (ddp_ || zero_)
     s += std::string(" (") + dp.backend_kind() + " backend, comm.algorithm " + comm::algorithm_name(dp.algorithm()) + ")";
+  if (pipeline_)
+    s += std::string(", pipeline over ") + std::to_string(pipeline_->shape().pp) + " pp rank(s) (" +
+         schedule_name(pipeline_->shape().kind) + ", " + std::to_string(pipeline_->shape().microbatches) +
+         " micro-batches, " + std::to_string(pipeline_->shape().stages()) + " stages)";
   if (tp_)
     s += ", tensor parallel over " + std::to_string(tp_->tp->size()) + " tp rank(s) (" +
          std::to_string(tp_->sharded.size()) + " sharded parameters)";
@@ -151,8 +249,32 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
                                      ") has no tensor-parallel plan (use tp: 1)");
     tp = apply_tp(*model, opts.tp_plan, mesh["tp"]);
   }
-  // 2. The pipeline split: resolve() refuses pp > 1 until it exists.
-  STRATA_CHECK(d.pp == 1, "[parallelize] pp must be 1 in this version, got ", d.str());
+  // 2. The pipeline split on mesh["pp"]: this rank keeps its stages' modules.
+  std::unique_ptr<PipelineExecutor> pipe;
+  std::shared_ptr<comm::ProcessGroup> embed_group;
+  if (d.pp > 1) {
+    if (opts.pp_plan.empty())
+      config_fail("parallel.pp", "is " + std::to_string(d.pp) + " but the model (" + model->type_name() +
+                                     ") has no pipeline plan (use pp: 1)");
+    if (d.tp > 1) config_fail("parallel.tp", "is " + std::to_string(d.tp) + " but pp > 1 does not compose with tp in this version");
+    if (d.zero_stage == 3)
+      config_fail("parallel.zero_stage", "is 3 but pp > 1 composes with DDP and ZeRO-1/2 only in this version");
+    const ScheduleShape shape{opts.pipeline.schedule, d.pp, opts.pipeline.microbatches, opts.pipeline.virtual_stages};
+    const std::string bad = shape.invalid();
+    if (!bad.empty()) config_fail(bad.substr(0, bad.find(' ')), bad.substr(bad.find(' ') + 1));
+    comm::ProcessGroup& ppg = *mesh["pp"];
+    std::vector<PipelineStageSpec> stages = plan_stages(*model, opts.pp_plan, shape.stages());
+    std::vector<PipelineStageSpec> mine;
+    for (const auto& st : stages)
+      if (shape.owner(st.stage) == ppg.rank()) mine.push_back(st);
+    keep_stages(*model, opts.pp_plan, mine);
+    if (!opts.pp_plan.tied.empty()) embed_group = ppg.new_group({0, d.pp - 1}, "embedding");
+    pipe = std::make_unique<PipelineExecutor>(model, opts.pp_plan, shape, std::move(stages), ppg);
+  }
+  const auto finish = [&](std::unique_ptr<ParallelModel> pm) {
+    if (pipe) pm->set_pipeline(std::move(pipe), std::move(embed_group));
+    return pm;
+  };
   // 3. Data parallel on mesh["dp"].
   comm::ProcessGroup& dp = *mesh["dp"];
   if (d.zero_stage > 0) {
@@ -165,13 +287,14 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
     zo.first_unit_mb = opts.ddp.first_bucket_mb;
     zo.last_unit_mb = opts.ddp.last_bucket_mb;
     auto zero = apply_zero(model, dp, zo, opts.make_optimizer);
-    return std::make_unique<ParallelModel>(std::move(model), mesh, d, nullptr, std::move(zero), nullptr, std::move(tp));
+    return finish(
+        std::make_unique<ParallelModel>(std::move(model), mesh, d, nullptr, std::move(zero), nullptr, std::move(tp)));
   }
   std::unique_ptr<DistributedDataParallel> ddp;
   if (dp.size() > 1) ddp = apply_ddp(model, dp, opts.ddp);  // broadcasts rank 0's weights
   auto optimizer = opts.make_optimizer(model->named_parameters());
-  return std::make_unique<ParallelModel>(std::move(model), mesh, d, std::move(ddp), nullptr, std::move(optimizer),
-                                         std::move(tp));
+  return finish(std::make_unique<ParallelModel>(std::move(model), mesh, d, std::move(ddp), nullptr,
+                                                std::move(optimizer), std::move(tp)));
 }
 
 }  // namespace strata::parallel

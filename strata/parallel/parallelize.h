@@ -17,6 +17,7 @@
 #include <strata/parallel/checkpoint_io.h>
 #include <strata/parallel/ddp.h>
 #include <strata/parallel/parallel_dims.h>
+#include <strata/parallel/pipeline_executor.h>
 #include <strata/parallel/tp_plan.h>
 #include <strata/parallel/zero.h>
 
@@ -31,6 +32,11 @@ struct ParallelizeOptions {
   /// The model's tensor-parallel plan (built where the model is known, e.g. apps/);
   /// needed when dims.tp > 1, ignored at tp 1.
   TpPlan tp_plan{};
+  /// The pipeline's schedule (parallel.{pp_schedule, microbatches, pp_virtual}); used when dims.pp > 1.
+  PipelineOptions pipeline{};
+  /// The model's pipeline split (built where the model is known, e.g. apps/; its
+  /// `layers` is parallel.pp_layers); needed when dims.pp > 1, ignored at pp 1.
+  PipelinePlan pp_plan{};
   /// Builds the optimizer over the parameters it is given (the model's, or ZeRO's 1-D
   /// slices of this rank's shard, with the same names).
   OptimizerFactory make_optimizer;
@@ -108,9 +114,9 @@ class ParallelModel {
   optim::Optimizer& optimizer();
   const comm::DeviceMesh& mesh() const { return mesh_; }
   const ParallelDims& dims() const { return dims_; }
-  /// True when parameters, gradients or optimizer state are sharded (ZeRO): checkpoints
-  /// are written by every rank.
-  bool sharded() const { return zero_ != nullptr; }
+  /// True when parameters, gradients or optimizer state are sharded (ZeRO) or split into
+  /// pipeline stages: checkpoints are written by every rank.
+  bool sharded() const { return zero_ != nullptr || pipeline_ != nullptr; }
   /// Element counts of the flat units (ZeRO), for the memory planner; empty otherwise.
   std::vector<int64_t> flat_unit_sizes() const;
   /// "DDP over 2 dp rank(s) (mpi backend, comm.algorithm ring)": for logs.
@@ -121,6 +127,22 @@ class ParallelModel {
   /// What tensor parallelism sharded (null at tp 1).
   const TpLayout* tp() const { return tp_ ? &*tp_ : nullptr; }
 
+  /// Pipeline parallelism (pp > 1): the executor of this rank's stages (null at pp 1).
+  PipelineExecutor* pipeline() const { return pipeline_.get(); }
+  /// One pipeline step's forwards and backwards (replaces forward_with + backward at
+  /// pp > 1; collective over the mesh): the schedule over this rank's stages, the tied
+  /// parameters' gradients summed between the first and last stage, then the dp
+  /// reduction started. Call finalize(), clip_grad_norm(), step() after it as usual.
+  /// Returns the batch's mean loss on every rank of the pipeline.
+  double pipeline_step(const Tensor& input, const Tensor& target, const Shape& batch_shape);
+  /// pp > 1: every rank's model generators take the state of the rank that runs them
+  /// (collective over pp; before saving, so that rank 0's checkpoint state is the
+  /// whole model's). No-op at pp 1.
+  void sync_pipeline_generators();
+  /// Used by parallelize(): this rank's pipeline and, with tied parameters, the group of
+  /// the first and last stage's ranks (null on the others).
+  void set_pipeline(std::unique_ptr<PipelineExecutor> exec, std::shared_ptr<comm::ProcessGroup> embed_group);
+
  private:
   std::shared_ptr<nn::Module> model_;
   comm::DeviceMesh mesh_;
@@ -130,13 +152,21 @@ class ParallelModel {
   std::unique_ptr<optim::Optimizer> optimizer_;  // null under ZeRO (it owns its sharded one)
   std::vector<Tensor> params_;                   // for clipping outside ZeRO
   std::optional<TpLayout> tp_;
+  std::unique_ptr<PipelineExecutor> pipeline_;
+  std::shared_ptr<comm::ProcessGroup> embed_group_;  // first + last stage (tied parameters)
+  /// Parameter names this rank holds but does not own for norms and checkpoints (the
+  /// last stage's copy of a tied parameter).
+  std::vector<std::string> copies_;
+  double pp_norm_sq(double local) const;
 };
 
 /// Composes the layout `opts.dims` over `mesh` (dimensions pp, dp, tp; collective over
 /// the mesh's world: every rank calls it with the same architecture):
 ///   1. tensor parallel on mesh["tp"] when tp > 1: apply_tp(model, opts.tp_plan) (ConfigError
 ///      naming parallel.tp when the plan is empty: the model has none),
-///   2. the pipeline split on mesh["pp"] (pp must be 1 in this version),
+///   2. the pipeline split on mesh["pp"] when pp > 1: the stages of opts.pp_plan, this
+///      rank's kept (keep_stages) and run by a PipelineExecutor (ConfigError naming
+///      parallel.pp without a plan; pp > 1 does not compose with tp > 1 or ZeRO-3 here),
 ///   3. on mesh["dp"]: ZeRO stage dims.zero_stage when > 0, else DDP when dp > 1, else
 ///      nothing (one process).
 /// Rank 0's parameters and buffers are broadcast over dp. The optimizer is built by

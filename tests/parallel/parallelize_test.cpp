@@ -29,7 +29,7 @@ TEST(ParallelDims, ResolvesDpAutoAndChecksTheWorld) {
             "parallel: dp x tp x pp = 2 x 1 x 1 = 2 rank(s), but the world has 3 (start with mpirun -np 2, or set "
             "parallel.dp: auto)");
   EXPECT_EQ(ParallelDims{.tp = 2}.resolve(4), (ParallelDims{.dp = 2, .tp = 2}));
-  EXPECT_NE(error_of([] { ParallelDims{.pp = 2}.resolve(4); }).find("parallel.pp"), std::string::npos);
+  EXPECT_NE(error_of([] { ParallelDims{.pp = 0}.resolve(4); }).find("parallel.pp"), std::string::npos);
   EXPECT_NE(error_of([] { ParallelDims{.zero_stage = 4}.resolve(1); }).find("parallel.zero_stage"), std::string::npos);
   EXPECT_NE(error_of([] { ParallelDims{.dp = -1}.resolve(1); }).find("parallel.dp: must be >= 1"), std::string::npos);
 }

@@ -1,0 +1,44 @@
+// `strata bench pp`: pipeline step time, per-rank busy time and the measured bubble
+// (1 - busy / step) beside the formula, per schedule and micro-batch count, on the
+// mpirun world (one pp rank per process); rank 0 formats the table.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <strata/comm/process_group.h>
+#include <strata/nn/module.h>
+#include <strata/parallel/pipeline_stage.h>
+
+namespace strata::bench {
+
+struct PpBenchOptions {
+  std::vector<int> microbatches{1, 2, 4, 8, 16};
+  int steps = 3;        ///< timed steps per row (after one warm-up step)
+  int64_t per_mb = 4;   ///< sequences per micro-batch
+  int64_t seq = 64;     ///< tokens per sequence
+  int64_t vocab = 256;  ///< token ids drawn in [0, vocab)
+};
+
+struct PpBenchRow {
+  std::string schedule;
+  int m = 0, v = 1;
+  double step_s = 0;     ///< slowest rank's mean step (pipeline_step + dp finalize)
+  double busy_s = 0;     ///< mean over ranks of the forward/backward time per step
+  double bubble = 0;     ///< mean over ranks of 1 - busy / step
+  double formula = 0;    ///< (p-1)/(m+p-1), interleaved (p-1)/(v m+p-1)
+  int64_t peak_act = 0;  ///< rank 0's (stage 0's) peak activation bytes in a step
+};
+
+/// Every schedule (GPipe, 1F1B; interleaved with v 2 where m % pp == 0 and the model has
+/// the blocks) x m at pp = world size. make_model builds the same model on every rank;
+/// make_plan gives its pipeline plan. Collective over `world`.
+std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
+                                 const std::function<std::shared_ptr<nn::Module>()>& make_model,
+                                 const std::function<parallel::PipelinePlan(const nn::Module&)>& make_plan,
+                                 const PpBenchOptions& o);
+
+std::string format_pp_bench(const std::vector<PpBenchRow>& rows, int pp);
+
+}  // namespace strata::bench

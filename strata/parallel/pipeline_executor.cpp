@@ -1,0 +1,182 @@
+// Running a pipeline rank's action list (see pipeline_executor.h).
+#include <strata/parallel/pipeline_executor.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/autograd/grad_mode.h>
+#include <strata/core/error.h>
+#include <strata/core/memory.h>
+#include <strata/tensor/ops.h>
+
+namespace strata::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct P2P {
+  CommOp op;
+  Tensor t;
+};
+
+// One comm batch: every op is posted at once and progressed together; the batch
+// completes when all have (a send and a receive with the same peer cannot deadlock).
+void run_batch(comm::ProcessGroup& pp, const std::vector<P2P>& ops, int stages, const std::string& label) {
+  std::vector<comm::P2POp> list;
+  for (const P2P& p : ops)
+    list.push_back({p.op.dir == CommOp::Dir::send ? comm::P2POp::Kind::send : comm::P2POp::Kind::recv, p.t, p.op.peer,
+                    p.op.tag(stages, comm::ProcessGroup::kMaxUserTag)});
+  pp.batch_isend_irecv(std::move(list), label).wait();
+}
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(std::shared_ptr<nn::Module> model, PipelinePlan plan, ScheduleShape shape,
+                                   std::vector<PipelineStageSpec> stages, comm::ProcessGroup& pp)
+    : model_(std::move(model)), plan_(std::move(plan)), shape_(shape), stages_(std::move(stages)), pp_(pp) {
+  STRATA_CHECK(!plan_.empty(), "[pipeline] the model has no pipeline plan");
+  STRATA_CHECK(pp_.size() == shape_.pp, "[pipeline] the pp group has ", pp_.size(), " ranks but the schedule ",
+               shape_.pp);
+  STRATA_CHECK(int(stages_.size()) == shape_.stages(), "[pipeline] ", stages_.size(), " stage specs for ",
+               shape_.stages(), " stages");
+  actions_ = build_schedule(shape_, pp_.rank());
+}
+
+std::vector<PipelineStageSpec> PipelineExecutor::my_stages() const {
+  std::vector<PipelineStageSpec> out;
+  for (const auto& s : stages_)
+    if (shape_.owner(s.stage) == pp_.rank()) out.push_back(s);
+  return out;
+}
+
+void PipelineExecutor::exchange(const Action& a, const Shape& mb_shape) {
+  std::vector<P2P> ops;
+  for (const CommOp& o : a.ops) {
+    Slot& sl = slots_[size_t(o.stage)][size_t(o.mb)];
+    Tensor t;
+    if (o.dir == CommOp::Dir::send) {
+      t = o.msg == CommOp::Msg::act ? sl.out.detach() : sl.in_grad;
+    } else {
+      // act(mb, s) is stage s's output; grad(mb, s) the gradient of stage s's input, shaped
+      // as stage s-1's output. Known from the specs: nothing is exchanged about shapes.
+      const ActivationSpec spec =
+          plan_.activation(stages_[size_t(o.msg == CommOp::Msg::act ? o.stage : o.stage - 1)], mb_shape);
+      MemoryScope scope(MemCategory::activations);
+      t = ops::empty(spec.shape, spec.dtype, pp_.device());
+    }
+    ops.push_back({o, t});
+  }
+  const auto t0 = Clock::now();
+  try {
+    run_batch(pp_, ops, shape_.stages(), "pipeline " + a.str());
+  } catch (const Error& e) {
+    const CommOp& o = a.ops.front();
+    STRATA_THROW(CommError, "[pipeline] rank ", pp_.rank(), ": the exchange for stage ", o.stage, ", micro-batch ",
+                 o.mb, " with peer rank ", o.peer, " (", a.str(), ") failed: ", e.what());
+  }
+  stats_.comm_s += since(t0);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CommOp& o = ops[i].op;
+    Slot& sl = slots_[size_t(o.stage)][size_t(o.mb)];
+    if (o.dir == CommOp::Dir::send) {
+      if (o.msg == CommOp::Msg::grad) sl.in_grad = Tensor();  // sent: the previous stage has it now
+      continue;
+    }
+    // Received: act(mb, s) is stage s+1's input, grad(mb, s) stage s-1's output gradient.
+    if (o.msg == CommOp::Msg::act)
+      slots_[size_t(o.stage) + 1][size_t(o.mb)].in = ops[i].t;
+    else
+      slots_[size_t(o.stage) - 1][size_t(o.mb)].out_grad = ops[i].t;
+  }
+}
+
+double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Shape& batch_shape) {
+  const int m = shape_.microbatches;
+  STRATA_CHECK(!batch_shape.empty() && batch_shape[0] % m == 0, "[pipeline] the batch of ", batch_shape.empty() ? 0 : batch_shape[0],
+               " rows is not divisible into ", m, " micro-batches (parallel.microbatches)");
+  const int64_t b = batch_shape[0] / m;
+  Shape mb_shape = batch_shape;
+  mb_shape[0] = b;
+  stats_ = {};
+  slots_.assign(size_t(shape_.stages()), std::vector<Slot>(size_t(m)));
+  double loss_sum = 0;
+  int in_flight = 0;
+  for (const Action& a : actions_) {
+    if (a.kind == Action::Kind::comm) {
+      exchange(a, mb_shape);
+      continue;
+    }
+    const PipelineStageSpec& st = stages_[size_t(a.stage)];
+    Slot& sl = slots_[size_t(a.stage)][size_t(a.mb)];
+    const auto t0 = Clock::now();
+    if (a.kind == Action::Kind::forward) {
+      if (st.first()) {
+        STRATA_CHECK(input.defined(), "[pipeline] the first stage's rank got no input batch");
+        sl.in = ops::narrow(input, 0, a.mb * b, b);
+      } else {
+        STRATA_CHECK(sl.in.defined(), "[pipeline] stage ", a.stage, " has no input for micro-batch ", a.mb);
+        sl.in.set_requires_grad(true);
+      }
+      MemoryScope scope(MemCategory::activations);
+      sl.out = plan_.forward(*model_, st, sl.in);
+      if (st.last()) {
+        STRATA_CHECK(target.defined(), "[pipeline] the last stage's rank got no targets");
+        sl.loss = plan_.loss(sl.out, ops::narrow(target, 0, a.mb * b, b));
+        loss_sum += sl.loss.item<double>();
+      }
+      stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
+    } else {
+      if (st.last())
+        backward(sl.loss * (1.0 / double(m)));
+      else
+        backward(sl.out, sl.out_grad);
+      if (!st.first()) sl.in_grad = sl.in.grad();
+      sl.in = sl.out = sl.loss = sl.out_grad = Tensor();  // the micro-batch's activations go
+      --in_flight;
+    }
+    stats_.compute_s += since(t0);
+  }
+  slots_.clear();
+  return share_loss(loss_sum / double(m));
+}
+
+double PipelineExecutor::share_loss(double local_on_last) {
+  // The loss lives on the last stage's rank: every pp rank gets it.
+  const bool holds_loss = shape_.owner(shape_.stages() - 1) == pp_.rank();
+  Tensor l = ops::full({1}, holds_loss ? local_on_last : 0.0, DType::f64).to(pp_.device());
+  pp_.all_reduce(l, comm::ReduceOp::sum).wait();
+  return ops::to_cpu(l).item<double>();
+}
+
+double PipelineExecutor::eval_loss(const Tensor& input, const Tensor& target, const Shape& batch_shape) {
+  NoGradGuard no_grad;
+  const int S = shape_.stages();
+  slots_.assign(size_t(S), std::vector<Slot>(1));
+  double loss = 0;
+  for (int s = 0; s < S; ++s) {  // stage order: a chain, each exchange one send or receive
+    const int me = pp_.rank();
+    if (s > 0 && shape_.owner(s) == me)
+      exchange(Action{.kind = Action::Kind::comm, .mb = -1, .stage = -1,
+                      .ops = {{CommOp::Dir::recv, CommOp::Msg::act, 0, s - 1, shape_.owner(s - 1)}}},
+               batch_shape);
+    if (shape_.owner(s) != me) continue;
+    Slot& sl = slots_[size_t(s)][0];
+    const PipelineStageSpec& st = stages_[size_t(s)];
+    if (st.first()) sl.in = input;
+    sl.out = plan_.forward(*model_, st, sl.in);
+    if (st.last()) loss = plan_.loss(sl.out, target).item<double>();
+    if (s + 1 < S)
+      exchange(Action{.kind = Action::Kind::comm, .mb = -1, .stage = -1,
+                      .ops = {{CommOp::Dir::send, CommOp::Msg::act, 0, s, shape_.owner(s + 1)}}},
+               batch_shape);
+    sl = Slot{};
+  }
+  slots_.clear();
+  return share_loss(loss);
+}
+
+}  // namespace strata::parallel

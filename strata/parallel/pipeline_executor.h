@@ -1,0 +1,77 @@
+// The pipeline executor: runs any rank's action list (pipeline_schedule.h) over the
+// rank's stages (pipeline_stage.h) and the pp group's point-to-point ops, so GPipe, 1F1B
+// and interleaved 1F1B share one implementation and differ only in the list.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include <strata/comm/process_group.h>
+#include <strata/parallel/pipeline_schedule.h>
+#include <strata/parallel/pipeline_stage.h>
+
+namespace strata::parallel {
+
+/// parallel.{pp_schedule, microbatches, pp_virtual}.
+struct PipelineOptions {
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int microbatches = 1;    ///< m: micro-batches per step (the batch is cut into m)
+  int virtual_stages = 1;  ///< v: model chunks per rank (interleaved)
+};
+
+/// What the last step did on this rank.
+struct PipelineStepStats {
+  double compute_s = 0;    ///< wall time inside forward/backward actions
+  double comm_s = 0;       ///< wall time inside comm batches (waiting included)
+  int peak_in_flight = 0;  ///< most micro-batches (per stage) forwarded and not yet backwarded
+};
+
+/// One pipeline rank. Holds the rank's action list and its stages; the model (pruned by
+/// keep_stages) and the pp group must outlive it. Not thread-safe.
+class PipelineExecutor {
+ public:
+  /// `stages`: every stage of the split (index = stage); this rank runs those with
+  /// shape.owner(stage) == pp.rank().
+  PipelineExecutor(std::shared_ptr<nn::Module> model, PipelinePlan plan, ScheduleShape shape,
+                   std::vector<PipelineStageSpec> stages, comm::ProcessGroup& pp);
+
+  /// One step's forwards and backwards: the batch (batch_shape[0] rows, a multiple of m)
+  /// is cut into m micro-batches along dim 0. `input` is needed on the first stage's rank,
+  /// `target` on the last's (others may pass undefined tensors). Each micro-batch's
+  /// loss is scaled by 1/m before its backward, so the accumulated gradients equal one
+  /// backward of the whole batch's mean loss. Returns that mean loss on every pp rank
+  /// (sent from the last stage). A failed exchange throws CommError naming the stage,
+  /// the micro-batch and the peer.
+  double run(const Tensor& input, const Tensor& target, const Shape& batch_shape);
+
+  /// Forward only, no autograd (evaluation): the whole batch as one micro-batch through
+  /// every stage in order. Collective over the pp group; returns the mean loss on every
+  /// pp rank. Shapes and errors as run().
+  double eval_loss(const Tensor& input, const Tensor& target, const Shape& batch_shape);
+
+  const std::vector<Action>& actions() const { return actions_; }
+  const ScheduleShape& shape() const { return shape_; }
+  const PipelinePlan& plan() const { return plan_; }
+  const std::vector<PipelineStageSpec>& stages() const { return stages_; }
+  /// The stages this rank runs, in chunk order.
+  std::vector<PipelineStageSpec> my_stages() const;
+  const PipelineStepStats& last_stats() const { return stats_; }
+
+ private:
+  void exchange(const Action& a, const Shape& mb_shape);
+  double share_loss(double local_on_last);
+
+  std::shared_ptr<nn::Module> model_;
+  PipelinePlan plan_;
+  ScheduleShape shape_;
+  std::vector<PipelineStageSpec> stages_;
+  comm::ProcessGroup& pp_;
+  std::vector<Action> actions_;
+  PipelineStepStats stats_;
+  // Per (stage, micro-batch) of the running step.
+  struct Slot {
+    Tensor in, out, loss, in_grad, out_grad;
+  };
+  std::vector<std::vector<Slot>> slots_;
+};
+
+}  // namespace strata::parallel

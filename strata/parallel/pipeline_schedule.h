@@ -1,0 +1,101 @@
+// Pipeline schedules as data: for (pp, micro-batches m, virtual stages v, rank) the ordered
+// list of actions one rank runs (forward/backward of a micro-batch on a stage and the
+// batched sends/receives between them), plus a simulator that runs every rank's list
+// against the others, so deadlock freedom, dependencies and memory are checked as data.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::parallel {
+
+/// parallel.pp_schedule: GPipe (all forwards, then all backwards), 1F1B (warm-up, one
+/// forward one backward, cool-down) and interleaved 1F1B (v model chunks per rank,
+/// Megatron-LM's order).
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
+
+/// "gpipe", "1f1b", "interleaved"
+const char* schedule_name(ScheduleKind k);
+/// The kind named by `s`; false when `s` names none.
+bool parse_schedule(const std::string& s, ScheduleKind& out);
+
+/// The degrees a schedule is built for. Stage s (of stages() = pp * v) lives on rank
+/// s % pp, as its chunk s / pp (chunk c of rank r is stage c * pp + r).
+struct ScheduleShape {
+  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  int pp = 2;           ///< ranks in the pipeline
+  int microbatches = 1; ///< m
+  int virtual_stages = 1;  ///< v: chunks per rank (interleaved only; 1 otherwise)
+  int stages() const { return pp * virtual_stages; }
+  int owner(int stage) const { return stage % pp; }
+  /// Empty when the shape is valid, else why not (m % pp for interleaved, v > 1 only for
+  /// interleaved, pp >= 2, m >= 1).
+  std::string invalid() const;
+};
+
+/// One message between adjacent stages. act(mb, s) is forward(mb, s)'s output, sent by
+/// owner(s) to owner(s + 1); grad(mb, s) is the gradient of forward(mb, s)'s input, sent
+/// by owner(s) to owner(s - 1).
+struct CommOp {
+  enum class Dir { send, recv } dir;
+  enum class Msg { act, grad } msg;
+  int mb;
+  int stage;  ///< the stage that produced the message
+  int peer;   ///< the other rank
+  /// The tag both sides use (distinct per message modulo the comm layer's tag range).
+  int tag(int stages, int max_tag) const;
+  bool operator==(const CommOp&) const = default;
+};
+
+/// One step of a rank's list. A comm action is one batch: every op in it is posted at
+/// once and the batch completes when all of them have (batch_isend_irecv); the executor
+/// waits for it before the next action.
+struct Action {
+  enum class Kind { forward, backward, comm } kind;
+  int mb = -1;     ///< forward / backward
+  int stage = -1;  ///< forward / backward
+  std::vector<CommOp> ops;  ///< comm
+  /// "F3@1", "B0@2", "comm[send act(2,0)->1, recv grad(1,1)<-1]"
+  std::string str() const;
+};
+
+/// Every rank's actions (index = rank). The compute order is the schedule's; the comms
+/// are derived from it in lock-step rounds: in step t each rank runs its next compute if
+/// its input has arrived, then round t moves exactly the messages step t produced, each
+/// rank's share as one batch (send of the output, receives from both neighbours, as
+/// Megatron's send_forward_backward_recv_forward_backward). Every op of a round's batch
+/// is matched inside the same round, so no batch waits on a later one. ConfigError
+/// naming the key on an invalid shape.
+std::vector<std::vector<Action>> build_schedules(const ScheduleShape& shape);
+/// build_schedules(shape)[rank].
+std::vector<Action> build_schedule(const ScheduleShape& shape, int rank);
+
+/// What simulate() found running every rank's list against the others with rendezvous
+/// point-to-point (an op completes only once its peer has posted the matching op).
+struct ScheduleSim {
+  std::string error;  ///< empty: every check passed; else the first violation or the deadlock
+  /// Time slots with unit-cost forwards and backwards and free communication.
+  int64_t makespan = 0;
+  std::vector<int64_t> busy;      ///< per rank: slots spent computing
+  std::vector<int> peak_in_flight;  ///< per rank: most (mb, stage) forwarded but not yet backwarded
+  /// Per rank, per slot: "" (idle) or "F3" / "B3" (micro-batch 3; interleaved adds the chunk, "F3.1").
+  std::vector<std::vector<std::string>> cells;
+  /// 1 - busy / makespan, averaged over ranks.
+  double bubble() const;
+};
+
+/// Runs `lists` (one per rank, lists[r] = build_schedule(shape, r) or any other list)
+/// and checks: no deadlock, every forward(mb, s) and backward(mb, s) exactly once on
+/// owner(s), forward before backward, inputs received before use, outputs computed
+/// before sent, every message sent once and received once with matching peers.
+ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<Action>>& lists);
+
+/// The bubble fraction the formula predicts: (p-1)/(m+p-1), or (p-1)/(v*m+p-1) interleaved.
+double bubble_formula(const ScheduleShape& shape);
+/// "(p-1)/(m+p-1) = 1/5 = 0.200"
+std::string bubble_formula_str(const ScheduleShape& shape);
+
+/// A text chart of a simulation: one row per rank, one cell per slot.
+std::string schedule_chart(const ScheduleShape& shape, const ScheduleSim& sim);
+
+}  // namespace strata::parallel

@@ -1,0 +1,233 @@
+// Pipeline parallelism trains the same model as one process: every schedule x pp {2, 4}
+// x m {1, pp, 2pp+1} (where valid) on local ranks, with tied embeddings, activation
+// checkpointing, clipping and dp 2 x pp 2 under ZeRO-1; the stage split keeps global
+// names; a peer that fails makes the others fail naming stage, micro-batch and peer; a
+// pp 2 checkpoint resumes at pp 1 and pp 4.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include <unistd.h>
+
+#include <strata/comm/local.h>
+#include <strata/parallel/checkpoint_io.h>
+#include <strata/parallel/sharded_checkpoint.h>
+#include <strata/parallel/pipeline_stage.h>
+#include "pipeline_harness.h"
+
+using namespace strata;
+using namespace strata::parallel;
+using namespace strata::testing;
+
+namespace {
+
+constexpr double kTol = 1e-5;
+
+std::string label(const PpCase& c) {
+  return std::string(schedule_name(c.kind)) + " pp " + std::to_string(c.pp) + " m " + std::to_string(c.m) + " v " +
+         std::to_string(c.v) + " dp " + std::to_string(c.dp) + (c.tied ? " tied" : " untied") +
+         (c.checkpoint ? " ckpt" : "");
+}
+
+void check_case(const PpCase& c) {
+  const PpRun ref = pp_reference(c);
+  const int world = c.pp * c.dp;
+  std::vector<PpRun> runs(static_cast<size_t>(world));
+  comm::run_local(world, [&](comm::ProcessGroup& g) {
+    std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+    auto pm = pp_parallelize(w, c, pp_gpt(c));
+    runs[size_t(g.rank())] = pp_train(*pm, c);
+  });
+  for (int r = 0; r < world; ++r) {
+    const PpRun& run = runs[size_t(r)];
+    ASSERT_EQ(run.losses.size(), ref.losses.size());
+    for (size_t s = 0; s < ref.losses.size(); ++s)
+      EXPECT_NEAR(run.losses[s], ref.losses[s], kTol) << label(c) << " rank " << r << " step " << s;
+    for (size_t s = 0; s < ref.norms.size(); ++s)
+      EXPECT_NEAR(run.norms[s], ref.norms[s], kTol * (1 + ref.norms[s])) << label(c) << " rank " << r << " step " << s;
+    expect_params_match(run.params, ref.params, kTol, label(c) + " rank " + std::to_string(r));
+  }
+  // Together the ranks hold every parameter of the model.
+  std::set<std::string> held;
+  for (const auto& run : runs)
+    for (const auto& [n, t] : run.params) held.insert(n);
+  EXPECT_EQ(held.size(), ref.params.size()) << label(c);
+}
+
+}  // namespace
+
+TEST(PipelineEquivalence, EveryScheduleAndMicroBatchCountEqualsOneProcess) {
+  int n = 0;
+  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved})
+    for (int pp : {2, 4})
+      for (int m : {1, pp, 2 * pp + 1}) {
+        PpCase c{.kind = k, .pp = pp, .m = m, .v = k == ScheduleKind::interleaved ? 2 : 1};
+        if (!ScheduleShape{k, pp, m, c.v}.invalid().empty()) continue;
+        SCOPED_TRACE(label(c));
+        check_case(c);
+        ++n;
+      }
+  EXPECT_EQ(n, 14);  // 3 m values x 2 pp for gpipe and 1f1b; m = pp only for interleaved
+}
+
+TEST(PipelineEquivalence, UntiedHeadAndActivationCheckpointing) {
+  check_case({.kind = ScheduleKind::one_f_one_b, .pp = 2, .m = 3, .tied = false});
+  check_case({.kind = ScheduleKind::one_f_one_b, .pp = 4, .m = 4, .checkpoint = true});
+  check_case({.kind = ScheduleKind::interleaved, .pp = 2, .m = 4, .v = 2, .checkpoint = true});
+}
+
+TEST(PipelineEquivalence, ClippingCountsEveryParameterOnce) {
+  // A small max_norm so every step clips: the norm must be the whole model's.
+  check_case({.kind = ScheduleKind::gpipe, .pp = 2, .m = 2, .clip = 0.05});
+  check_case({.kind = ScheduleKind::interleaved, .pp = 2, .m = 2, .v = 2, .clip = 0.05});
+}
+
+TEST(PipelineEquivalence, DataParallelTimesPipelineWithZero1) {
+  check_case({.kind = ScheduleKind::one_f_one_b, .pp = 2, .m = 2, .dp = 2, .zero_stage = 1});
+  check_case({.kind = ScheduleKind::gpipe, .pp = 2, .m = 3, .dp = 2, .zero_stage = 0});  // DDP
+}
+
+TEST(PipelineEquivalence, TiedCopiesStayIdentical) {
+  const PpCase c{.kind = ScheduleKind::one_f_one_b, .pp = 4, .m = 4, .steps = 4};
+  std::vector<Tensor> wte(4);
+  comm::run_local(4, [&](comm::ProcessGroup& g) {
+    std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+    auto pm = pp_parallelize(w, c, pp_gpt(c));
+    pp_train(*pm, c);
+    for (const auto& [n, t] : pm->module().named_parameters())
+      if (n == "wte.weight") wte[size_t(g.rank())] = t;
+  });
+  ASSERT_TRUE(wte[0].defined());
+  ASSERT_TRUE(wte[3].defined());
+  EXPECT_FALSE(wte[1].defined());
+  EXPECT_FALSE(wte[2].defined());
+  EXPECT_EQ(wte[0].to_vector<float>(), wte[3].to_vector<float>());  // bit for bit
+}
+
+TEST(PipelineStages, GlobalNamesAndBalancedSplit) {
+  const PpCase c{.pp = 2, .layers = 4};
+  auto model = pp_gpt(c);
+  const PipelinePlan plan = pp_gpt_plan(model->config());
+  const auto st = plan_stages(*model, plan, 2);
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_EQ(st[0].begin, 0);
+  EXPECT_EQ(st[1].end, 4);
+  keep_stages(*model, plan, {st[1]});
+  std::vector<std::string> names;
+  for (const auto& [n, t] : model->named_parameters()) names.push_back(n);
+  EXPECT_EQ(names.front().rfind("wte.", 0), 0u);  // tied: the head's copy of wte stays
+  EXPECT_NE(std::find(names.begin(), names.end(), "h.3.attn.c_attn.weight"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "h.0.attn.c_attn.weight"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "wpe.weight"), names.end());
+}
+
+TEST(PipelineStages, SplitByParameterCountOrGivenLayers) {
+  // Blocks of 10, stage 0 also holds 25 (embeddings), the last 5: balanced = [1, 3] of 4.
+  auto s = split_stages({10, 10, 10, 10}, 25, 5, 2);
+  EXPECT_EQ(s[0].end - s[0].begin, 1);
+  EXPECT_EQ(s[1].end - s[1].begin, 3);
+  s = split_stages({10, 10, 10, 10}, 0, 0, 2, {3, 1});
+  EXPECT_EQ(s[0].end, 3);
+  EXPECT_THROW(split_stages({10, 10, 10}, 0, 0, 2, {3, 1}), ConfigError);   // sums to 4
+  EXPECT_THROW(split_stages({10, 10, 10}, 0, 0, 2, {3}), ConfigError);      // one entry per stage
+  EXPECT_THROW(split_stages({10, 10, 10}, 0, 0, 4), ConfigError);           // fewer blocks than stages
+  try {
+    split_stages({10, 10, 10}, 0, 0, 2, {3, 0});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.pp_layers[1]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PipelineEquivalence, ExplicitLayersTrainTheSameModel) {
+  PpCase c{.kind = ScheduleKind::one_f_one_b, .pp = 2, .m = 2, .layers = 4, .pp_layers = {3, 1}};
+  const PpRun ref = pp_reference(c);
+  std::vector<PpRun> runs(2);
+  comm::run_local(2, [&](comm::ProcessGroup& g) {
+    std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+    auto pm = pp_parallelize(w, c, pp_gpt(c));
+    EXPECT_EQ(pm->pipeline()->my_stages()[0].end - pm->pipeline()->my_stages()[0].begin, g.rank() == 0 ? 3 : 1);
+    runs[size_t(g.rank())] = pp_train(*pm, c);
+  });
+  for (const auto& run : runs) {
+    for (size_t s = 0; s < ref.losses.size(); ++s) EXPECT_NEAR(run.losses[s], ref.losses[s], kTol);
+    expect_params_match(run.params, ref.params, kTol, "pp_layers [3, 1]");
+  }
+}
+
+TEST(PipelineEquivalence, AFailedPeerNamesStageMicroBatchAndPeer) {
+  const PpCase c{.kind = ScheduleKind::one_f_one_b, .pp = 2, .m = 2, .steps = 1};
+  std::vector<std::string> errors(2);
+  comm::CommOptions opts;
+  opts.timeout_s = 5;
+  comm::run_local(
+      2,
+      [&](comm::ProcessGroup& g) {
+        std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+        auto pm = pp_parallelize(w, c, pp_gpt(c));
+        if (g.rank() == 1) {
+          pm->mesh()["pp"]->abort("rank 1 stopped");  // dies before its first exchange
+          return;
+        }
+        try {
+          auto [x, y] = pp_batch(c, 0, 0);
+          pm->pipeline_step(x, y, x.shape());
+        } catch (const CommError& e) {
+          errors[0] = e.what();
+        }
+      },
+      opts);
+  EXPECT_NE(errors[0].find("stage 0"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("micro-batch 0"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("peer rank 1"), std::string::npos) << errors[0];
+}
+
+TEST(PipelineCheckpoint, Pp2SavesGlobalNamesAndResumesAtPp1AndPp4) {
+  // Train 2 steps at pp 2, save; resume at pp 1 (one process) and pp 4 and take step 3:
+  // both equal the reference's 3 steps.
+  const PpCase c2{.kind = ScheduleKind::one_f_one_b, .pp = 2, .m = 2, .steps = 2};
+  PpCase c3 = c2;
+  c3.steps = 3;
+  const PpRun ref = pp_reference(c3);
+  const std::string dir = (std::filesystem::temp_directory_path() / ("strata_pp_ckpt_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  comm::run_local(2, [&](comm::ProcessGroup& g) {
+    std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+    auto pm = pp_parallelize(w, c2, pp_gpt(c2));
+    pp_train(*pm, c2);
+    const nlohmann::json meta = {{kOptimizerMetaKey, pm->optimizer().state_dict().scalars}};
+    save_sharded(dir, g, pm->state_pieces(), 0, meta);
+  });
+  {  // pp 1: one process loads every tensor and steps on the whole batch
+    auto model = pp_gpt(c3);
+    auto opt = tp::adamw(model->named_parameters());
+    ShardedCheckpointReader ck(dir);
+    load_replicated(ck, *model, opt.get());
+    auto [x, y] = make_batch("gpt", c3.batch(), 2);
+    Tensor loss = model->loss(x, y);
+    EXPECT_NEAR(loss.item<double>(), ref.losses[2], kTol);
+    backward(loss);
+    opt->step();
+    expect_params_match(model->named_parameters(), ref.params, kTol, "resumed at pp 1");
+  }
+  std::vector<PpRun> runs(4);
+  comm::run_local(4, [&](comm::ProcessGroup& g) {  // pp 4: each rank reads its stages' tensors
+    std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+    PpCase c4 = c3;
+    c4.pp = 4;
+    c4.m = 2;
+    auto pm = pp_parallelize(w, c4, pp_gpt(c4));
+    pm->load_state(ShardedCheckpointReader(dir), true);
+    auto [x, y] = pp_batch(c4, 2, 0);
+    runs[size_t(g.rank())].losses.push_back(pm->pipeline_step(x, y, x.shape()));
+    pm->finalize();
+    pm->step();
+    runs[size_t(g.rank())].params = pm->module().named_parameters();
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NEAR(runs[size_t(r)].losses[0], ref.losses[2], kTol) << "rank " << r;
+    expect_params_match(runs[size_t(r)].params, ref.params, kTol, "resumed at pp 4, rank " + std::to_string(r));
+  }
+  std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,141 @@
+// The pipeline equivalence harness (local-backend gtests and the mpirun test): a GPT's
+// pipeline plan (as apps/layout.cpp builds it), one process's reference on the whole
+// batch, and a pipeline rank trained through parallelize() on the same batches.
+#pragma once
+#include <strata/comm/device_mesh.h>
+#include <strata/nn/gpt.h>
+#include <strata/optim/clip.h>
+#include <strata/parallel/parallelize.h>
+#include "tp_harness.h"
+
+namespace strata::testing {
+
+struct PpCase {
+  parallel::ScheduleKind kind = parallel::ScheduleKind::one_f_one_b;
+  int pp = 2;
+  int m = 2;
+  int v = 1;
+  int dp = 1;
+  int zero_stage = 0;
+  bool tied = true;
+  bool checkpoint = false;
+  int steps = 3;
+  int64_t per_mb = 2;   // sequences per micro-batch per dp rank
+  int64_t layers = 8;
+  double clip = 0.0;    // > 0: clip the global gradient norm every step
+  std::vector<int64_t> pp_layers{};  // parallel.pp_layers; empty: balanced
+  int64_t batch() const { return per_mb * m * dp; }
+};
+
+inline nn::GPTConfig pp_gpt_config(const PpCase& c) {
+  return {.vocab = 16, .block_size = 8, .n_layer = c.layers, .n_head = 2, .n_embd = 8, .tie_weights = c.tied,
+          .checkpoint = c.checkpoint};
+}
+
+inline std::shared_ptr<nn::GPT> pp_gpt(const PpCase& c) {
+  Generator gen(kModelSeed);
+  return std::make_shared<nn::GPT>(pp_gpt_config(c), gen);
+}
+
+/// The GPT's split: embeddings first, ln_f and the head (wte when tied) last.
+inline parallel::PipelinePlan pp_gpt_plan(const nn::GPTConfig& cfg) {
+  parallel::PipelinePlan p;
+  p.blocks = "h";
+  p.first = {"wte", "wpe", "drop"};
+  p.last = {"ln_f", cfg.tie_weights ? "wte" : "lm_head"};
+  if (cfg.tie_weights) p.tied = {"wte.weight"};
+  p.forward = [](nn::Module& m, const parallel::PipelineStageSpec& s, const Tensor& in) {
+    return dynamic_cast<nn::GPT&>(m).forward_stage(in, s.begin, s.end, s.first(), s.last());
+  };
+  p.loss = [](const Tensor& out, const Tensor& y) {
+    return cross_entropy(reshape(out, {-1, out.size(out.dim() - 1)}), ops::reshape(y, {-1}), -1);
+  };
+  const int64_t c = cfg.n_embd;
+  p.activation = [c](const parallel::PipelineStageSpec&, const Shape& in) {
+    return parallel::ActivationSpec{{in[0], in[1], c}, DType::f32};
+  };
+  return p;
+}
+
+struct PpRun {
+  std::vector<double> losses;
+  std::vector<double> norms;
+  nn::NamedTensors params;  // this rank's (its stages'), after the steps
+};
+
+/// One process on the whole batch: `c.steps` AdamW steps.
+inline PpRun pp_reference(const PpCase& c) {
+  PpRun r;
+  auto model = pp_gpt(c);
+  auto opt = tp::adamw(model->named_parameters());
+  for (int s = 0; s < c.steps; ++s) {
+    auto [x, y] = make_batch("gpt", c.batch(), s);
+    Tensor loss = model->loss(x, y);
+    r.losses.push_back(loss.item<double>());
+    backward(loss);
+    if (c.clip > 0) r.norms.push_back(optim::clip_grad_norm(model->parameters(), c.clip));
+    opt->step();
+    opt->zero_grad();
+  }
+  r.params = model->named_parameters();
+  return r;
+}
+
+/// The layout dp x pp (mesh pp x dp) over `world` built by parallelize().
+inline std::unique_ptr<parallel::ParallelModel> pp_parallelize(std::shared_ptr<comm::ProcessGroup> world,
+                                                               const PpCase& c, std::shared_ptr<nn::GPT> model) {
+  const parallel::ParallelDims dims = parallel::ParallelDims{.dp = c.dp, .tp = 1, .pp = c.pp, .zero_stage = c.zero_stage}
+                                          .resolve(world->size());
+  parallel::PipelinePlan plan = pp_gpt_plan(model->config());
+  plan.layers = c.pp_layers;
+  return parallel::parallelize(std::move(model), comm::DeviceMesh(std::move(world), dims.mesh_shape()),
+                               {.dims = dims,
+                                .ddp = {},
+                                .fsdp_prefetch = true,
+                                .fsdp_wrap = {},
+                                .tp_plan = {},
+                                .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
+                                .pp_plan = std::move(plan),
+                                .make_optimizer = tp::adamw});
+}
+
+/// This rank's dp share of step s's batch (rows [dp_rank * B/dp, ...)).
+inline std::pair<Tensor, Tensor> pp_batch(const PpCase& c, int step, int dp_rank) {
+  auto [x, y] = make_batch("gpt", c.batch(), step);
+  const int64_t b = c.batch() / c.dp;
+  return {ops::contiguous(ops::narrow(x, 0, dp_rank * b, b)), ops::contiguous(ops::narrow(y, 0, dp_rank * b, b))};
+}
+
+/// One rank of the pipeline: `c.steps` steps through pm (losses: the batch mean, the same
+/// on every rank).
+inline PpRun pp_train(parallel::ParallelModel& pm, const PpCase& c) {
+  PpRun r;
+  const int dp_rank = pm.mesh().rank("dp");
+  for (int s = 0; s < c.steps; ++s) {
+    auto [x, y] = pp_batch(c, s, dp_rank);
+    double loss = pm.pipeline_step(x, y, x.shape());
+    pm.finalize();
+    if (c.dp > 1) loss = rank_mean(*pm.mesh()["dp"], loss);
+    r.losses.push_back(loss);
+    if (c.clip > 0) r.norms.push_back(pm.clip_grad_norm(c.clip));
+    pm.step();
+    pm.zero_grad();
+  }
+  r.params = pm.module().named_parameters();
+  return r;
+}
+
+/// Every parameter this rank holds equals the reference's of the same name.
+inline void expect_params_match(const nn::NamedTensors& mine, const nn::NamedTensors& ref, double tol,
+                                const std::string& what) {
+  ASSERT_FALSE(mine.empty()) << what;
+  for (const auto& [n, t] : mine) {
+    const Tensor* r = nullptr;
+    for (const auto& [rn, rt] : ref)
+      if (rn == n) r = &rt;
+    ASSERT_NE(r, nullptr) << what << ": " << n << " is not a parameter of the whole model";
+    expect_close(t, *r, tol, (what + ": " + n).c_str());
+  }
+}
+
+}  // namespace strata::testing
