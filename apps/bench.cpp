@@ -305,6 +305,12 @@ Command add_bench_command(CLI::App& parent) {
   auto to = std::make_shared<bench::TpBenchOptions>();
   tp->add_option("--steps", to->steps, "Timed steps per layout")->check(CLI::PositiveNumber);
   tp->add_option("--batch", to->batch, "Sequences per step")->check(CLI::PositiveNumber);
+  CLI::App* pp = cmd->add_subcommand("pp", "Pipeline schedules under mpirun: step, busy time, bubble vs formula");
+  auto po = std::make_shared<PpBenchArgs>();
+  pp->add_option("-c,--config", po->config, "A GPT config (the model is benchmarked)");
+  pp->add_option("--set", po->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
+  pp->add_option("--steps", po->steps, "Timed steps per row")->check(CLI::PositiveNumber);
+  pp->add_option("--microbatches", po->microbatches, "Micro-batch counts m")->check(CLI::PositiveNumber);
   return {cmd, [o, co, dd, zo, to, po, gemm, train, alloc, comm, ddp, zero, tp, pp]() -> int {
             if (pp->parsed()) return bench_pp(*po);
             if (tp->parsed()) {
@@ -314,12 +320,6 @@ Command add_bench_command(CLI::App& parent) {
                           r.to_string().c_str());
               return 0;
             }
-  CLI::App* pp = cmd->add_subcommand("pp", "Pipeline schedules under mpirun: step, busy time, bubble vs formula");
-  auto po = std::make_shared<PpBenchArgs>();
-  pp->add_option("-c,--config", po->config, "A GPT config (the model is benchmarked)");
-  pp->add_option("--set", po->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
-  pp->add_option("--steps", po->steps, "Timed steps per row")->check(CLI::PositiveNumber);
-  pp->add_option("--microbatches", po->microbatches, "Micro-batch counts m")->check(CLI::PositiveNumber);
             if (ddp->parsed())
               return bench_dp<bench::DDPBenchOptions>(
                   "ddp", *dd, [](int n, const auto& op) { return bench::bench_ddp_local(n, op); },

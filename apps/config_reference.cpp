@@ -48,6 +48,9 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"run.peak_flops", "number", "0",
      "FLOP/s that MFU is reported against (e.g. a GPU's datasheet figure); 0 = this machine's GEMM throughput, "
      "measured when training starts."},
+    {"run.trace.start_step", "integer", "1",
+     "Timeline trace: first step recorded (per-rank Chrome trace JSON in `<run.dir>/trace/`, docs/observe.md)."},
+    {"run.trace.steps", "integer", "0", "Timeline trace: steps recorded from `start_step`; 0 = tracing off (free)."},
     // model
     {"model.type", "string", "mlp", "`mlp`, `cnn` or `gpt` (`gpt` needs token data: `text`, or `synthetic` with "
                                     "`kind: tokens`)."},
@@ -60,6 +63,9 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "images allow at most 2 blocks."},
     {"model.batch_norm", "boolean", "true", "cnn: batch norm after each convolution."},
     {"model.block_size", "integer", "64", "gpt: context length in tokens."},
+    {"model.vocab_size", "integer", "0",
+     "gpt: token ids the model embeds; 0 = from the data. Required for `data.dataset: tokens`, whose largest id "
+     "is checked against it."},
     {"model.n_layer", "integer", "4", "gpt: transformer blocks."},
     {"model.n_head", "integer", "4", "gpt: attention heads; must divide `n_embd`."},
     {"model.n_embd", "integer", "128", "gpt: embedding width."},
@@ -69,13 +75,17 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "gpt: recompute each block's activations in backward instead of storing them."},
     // data
     {"data.dataset", "string", "fashion_mnist",
-     "`fashion_mnist` (IDX files), `text` (byte-level corpus) or `synthetic` (generated in memory)."},
+     "`fashion_mnist` (IDX files), `text` (byte-level corpus), `tokens` (nanoGPT/llm.c .bin token files), `idx` "
+     "and `npy` (your own images or vectors and labels), `synthetic` (generated in memory), or a name registered "
+     "from C++ (docs/data.md lists every format and its keys)."},
     {"data.prefetch", "integer", "2", "Batches built ahead on the loader thread; 0 = build on the training thread."},
     {"data.path", "string", "\"\"",
      "fashion_mnist: directory of the four IDX files (default /usr/share/datasets/fashion-mnist). text: a text file "
      "or a directory of them (default /usr/share/games/fortunes)."},
-    {"data.val_fraction", "number", "0.1",
-     "text, synthetic: the tail held out as the validation split, in (0, 1)."},
+    {"data.val_fraction", "number", "0.1; 0",
+     "Share of the training data held out (seeded) as the validation split for evaluation during training: text "
+     "and synthetic hold out the tail. Default 0.1, or 0 where the dataset has a test split (fashion_mnist, idx "
+     "and npy with test files), which is then evaluated instead."},
     {"data.stride", "integer", "1", "text: distance in bytes between the starts of training windows."},
     {"data.kind", "string", "classification", "synthetic: `classification` (vectors or images) or `tokens` (for gpt)."},
     {"data.size", "integer", "1024", "synthetic: number of samples."},
@@ -128,7 +138,17 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "Data-parallel degree; `auto` = world size / (tp x pp): every rank under mpirun, 1 without it."},
     {"parallel.tp", "integer", "1",
      "Tensor-parallel degree (mlp and gpt): consecutive ranks, Megatron-style column/row-parallel linears."},
+    {"parallel.sequence_parallel", "boolean", "false",
+     "At tp > 1 (gpt): LayerNorm and dropout run on sequence shards, all-gather/reduce-scatter replace the "
+     "all-reduces (Megatron-SP); block_size must divide by tp."},
     {"parallel.pp", "integer", "1", "Pipeline stages."},
+    {"parallel.pp_schedule", "string", "1f1b",
+     "Pipeline schedule at pp > 1: `gpipe`, `1f1b` or `interleaved` (interleaved 1F1B, `pp_virtual` chunks per rank)."},
+    {"parallel.microbatches", "integer", "0",
+     "Micro-batches per step at pp > 1; 0 = pp (one per stage). Each data-parallel rank's batch must divide by it."},
+    {"parallel.pp_virtual", "integer", "1", "Model chunks per rank for the `interleaved` schedule (v)."},
+    {"parallel.pp_layers", "list of integers", "[]",
+     "Blocks per pipeline stage, e.g. [3, 1]; empty = balanced by parameter count."},
     {"parallel.zero_stage", "integer", "0",
      "0 = DDP on the dp ranks; 1, 2, 3 = ZeRO sharding of optimizer state, + gradients, + parameters (FSDP)."},
     {"parallel.replicas", "integer", "null (off, or the length of `devices` when that is given)",

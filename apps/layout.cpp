@@ -121,19 +121,19 @@ static void check_pipeline(const TrainConfig& cfg, const parallel::ParallelDims&
   if (dims.pp == 1) return;
   const auto& pl = cfg.parallel.pipeline;
   if (cfg.model.type == "gpt" && cfg.model.n_layer < int64_t(dims.pp) * pl.virtual_stages)
-    config_fail("parallel.pp_virtual", "gives pp x pp_virtual = " + std::to_string(dims.pp * pl.virtual_stages) +
-                                           " stages but model.n_layer = " + std::to_string(cfg.model.n_layer) +
-                                           " (each stage needs at least one block)");
+    config_fail("parallel.pp_virtual", detail::str_cat("gives pp x pp_virtual = ", dims.pp * pl.virtual_stages,
+                                               " stages but model.n_layer = ", cfg.model.n_layer,
+                                               " (each stage needs at least one block)"));
   const int64_t per_rank = cfg.train.batch_size / dims.dp;
   if (per_rank % pl.microbatches != 0)
-    config_fail("parallel.microbatches", "is " + std::to_string(pl.microbatches) + " but each data-parallel rank's batch of " +
-                                             std::to_string(per_rank) + " is not divisible by it");
+    config_fail("parallel.microbatches", detail::str_cat("is ", pl.microbatches, " but each data-parallel rank's batch of ",
+                                                 per_rank, " is not divisible by it"));
   if (cfg.run.precision == "f16")
     config_fail("run.precision", "is f16 but the pipeline does not scale its micro-batch losses (use bf16 or f32 with pp > 1)");
   if (cfg.train.grad_accum_steps != 1)
-    config_fail("train.grad_accum_steps", "is " + std::to_string(cfg.train.grad_accum_steps) +
-                                              " but the pipeline accumulates over its micro-batches: use "
-                                              "parallel.microbatches instead (grad_accum_steps: 1)");
+    config_fail("train.grad_accum_steps", detail::str_cat("is ", cfg.train.grad_accum_steps,
+                                                  " but the pipeline accumulates over its micro-batches: use "
+                                                  "parallel.microbatches instead (grad_accum_steps: 1)"));
 }
 
 parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world) {
@@ -158,11 +158,11 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
   const comm::DeviceMesh mesh(std::move(world), dims.mesh_shape());
   const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
   if (sp && !dynamic_cast<const nn::GPT*>(model.get()))
-    config_fail("parallel.sequence_parallel", "is true but the model (" + model->type_name() +
-                                                  ") has no sequence dimension (only the GPT's)");
+    config_fail("parallel.sequence_parallel",
+                detail::str_cat("is true but the model (", model->type_name(), ") has no sequence dimension (only the GPT's)"));
   if (sp && cfg.model.block_size % dims.tp != 0)
-    config_fail("parallel.sequence_parallel", "is true but model.block_size = " + std::to_string(cfg.model.block_size) +
-                                                  " is not divisible by parallel.tp = " + std::to_string(dims.tp));
+    config_fail("parallel.sequence_parallel", detail::str_cat("is true but model.block_size = ", cfg.model.block_size,
+                                                      " is not divisible by parallel.tp = ", dims.tp));
   parallel::TpPlan plan = model_tp_plan(*model, sp);
   parallel::PipelinePlan pp_plan = model_pp_plan(*model, cfg.parallel.pp_layers);
   return parallel::parallelize(

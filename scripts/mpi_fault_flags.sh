@@ -10,10 +10,11 @@
 #   D must be shorter than comm.timeout_s: once a surviving rank has exited, mpirun's order
 #   to the lost host stays unacknowledged, and Linux sends no keepalive probes while data is
 #   outstanding.
-# - odls_base_sigkill_timeout W = margin + 3 + interval: the daemons wait W s before SIGTERM
-#   (and W more before SIGKILL), so the ranks on the surviving hosts reach their own
-#   comm.timeout_s and report it first. The job ends about D + 2W after the cut, within
-#   comm.timeout_s + 30 s.
+# - odls_base_sigkill_timeout W = margin + 3 + interval + grace: the daemons wait W s before
+#   SIGTERM (and W more before SIGKILL), so the ranks on the surviving hosts reach their own
+#   comm.timeout_s, spend the hang report's grace (min(max(timeout/2, 0.2), 3) s) asking
+#   which peer is missing, and report it first. The job ends about D + 2W after the cut,
+#   within comm.timeout_s + 30 s.
 set -euo pipefail
 t=${1:-300}
 t=${t%%.*}
@@ -23,6 +24,7 @@ detect=$((t - margin > 2 ? t - margin : 2))
 intvl=$(((detect + 119) / 120))  # at most 120 probes (TCP_KEEPCNT <= 127); good up to comm.timeout_s of about 400 s
 probes=$(((detect + intvl - 1) / intvl))
 probes=$((probes < 2 ? 2 : probes))
-wait_s=$((margin + 3 + intvl))
+grace=$((t / 2 < 3 ? (t / 2 < 1 ? 1 : t / 2) : 3))  # the hang report's grace, rounded up
+wait_s=$((margin + 3 + intvl + grace))
 echo "--mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl $intvl --mca oob_tcp_keepalive_probes $probes" \
   "--mca odls_base_sigkill_timeout $wait_s"

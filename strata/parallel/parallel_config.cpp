@@ -43,8 +43,10 @@ void read_pipeline(const ConfigNode& n, ParallelConfig& c) {
   const std::string sched = n.get("pp_schedule", std::string(schedule_name(c.pipeline.schedule)));
   if (!parse_schedule(sched, c.pipeline.schedule))
     n.fail("pp_schedule", "expected one of gpipe|1f1b|interleaved, got '" + sched + "'");
-  c.pipeline.microbatches = n.get("microbatches", c.dims.pp);  // default: one per stage
-  n.check_range("microbatches", c.pipeline.microbatches, 1, 1 << 20);
+  // 0 (the default) = one per stage, pp.
+  const int64_t m = n.get("microbatches", int64_t(0));
+  n.check_range("microbatches", double(m), 0, 1 << 20);
+  c.pipeline.microbatches = m == 0 ? c.dims.pp : int(m);
   c.pipeline.virtual_stages = n.get("pp_virtual", c.pipeline.virtual_stages);
   n.check_range("pp_virtual", c.pipeline.virtual_stages, 1, 1 << 10);
   c.pp_layers = n.get("pp_layers", c.pp_layers);

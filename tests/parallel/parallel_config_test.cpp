@@ -174,7 +174,7 @@ TEST(PipelineConfig, ErrorsNameTheKey) {
                 .find("parallel.microbatches"),
             std::string::npos);
   EXPECT_NE(error_of("parallel: {pp: 2, pp_virtual: 2}\n").find("parallel.pp_virtual"), std::string::npos);
-  EXPECT_NE(error_of("parallel: {pp: 2, microbatches: 0}\n").find("parallel.microbatches"), std::string::npos);
+  EXPECT_NE(error_of("parallel: {pp: 2, microbatches: -1}\n").find("parallel.microbatches"), std::string::npos);
   EXPECT_NE(error_of("parallel: {pp: 2, pp_layers: [3, 1, 1]}\n").find("parallel.pp_layers"), std::string::npos);
   EXPECT_EQ(error_of("parallel: {pp: 1, pp_virtual: 2}\n"), "");  // no pipeline: not checked
 }
