@@ -1,6 +1,6 @@
 // Training checkpoints over parallel/'s one save and load path: the training state in the
 // index meta, LATEST pointers, whole-tensor reads for eval / sample / resume.
-#include "apps/checkpoint.h"
+#include <strata/parallel/training_checkpoint.h>
 
 #include <filesystem>
 #include <map>
@@ -10,7 +10,7 @@
 #include <strata/parallel/checkpoint_io.h>
 #include <strata/tensor/file_io.h>
 
-namespace strata::apps {
+namespace strata::parallel {
 namespace fs = std::filesystem;
 
 namespace {
@@ -91,30 +91,30 @@ nlohmann::json training_meta(const std::vector<std::string>& model_tensors, cons
                              const TrainingState& st) {
   nlohmann::json state = training_state_to_json(st);
   state["optimizer"] = optimizer_scalars;
-  return {{kMetaTrainingState, state}, {parallel::kOptimizerMetaKey, optimizer_scalars}, {kMetaModelTensors, model_tensors}};
+  return {{kMetaTrainingState, state}, {kOptimizerMetaKey, optimizer_scalars}, {kMetaModelTensors, model_tensors}};
 }
 
 void save_checkpoint(const std::string& dir, const NamedTensors& model_state, const optim::OptimizerState& opt,
                      const TrainingState& st) {
-  parallel::RankPieces pieces;
+  RankPieces pieces;
   std::vector<std::string> names;
   for (const NamedTensors* list : {&model_state, &opt.tensors})
-    for (const auto& [n, t] : *list) pieces.boxes.push_back({n, t.shape(), parallel::whole_box(t.shape()), t});
+    for (const auto& [n, t] : *list) pieces.boxes.push_back({n, t.shape(), whole_box(t.shape()), t});
   for (const auto& [n, t] : model_state) names.push_back(n);
-  parallel::save_single(dir, pieces, {}, training_meta(names, opt.scalars, st));
+  save_single(dir, pieces, {}, training_meta(names, opt.scalars, st));
 }
 
 void save_sharded_checkpoint(const std::string& dir, comm::ProcessGroup& group,
-                             const std::vector<parallel::ShardPiece>& pieces, const parallel::CheckpointLayout& layout,
+                             const std::vector<ShardPiece>& pieces, const CheckpointLayout& layout,
                              const std::vector<std::string>& model_tensors, const nlohmann::json& optimizer_scalars,
                              const TrainingState& st) {
-  parallel::save_sharded(dir, group, parallel::RankPieces{pieces, {}}, layout,
+  save_sharded(dir, group, RankPieces{pieces, {}}, layout,
                          training_meta(model_tensors, optimizer_scalars, st));
 }
 
 namespace {
 bool is_checkpoint_dir(const fs::path& p) {
-  return fs::exists(p / parallel::kIndexFile) || fs::exists(p / kStateFile);
+  return fs::exists(p / kIndexFile) || fs::exists(p / kStateFile);
 }
 }  // namespace
 
@@ -132,11 +132,11 @@ std::string resolve_checkpoint_dir(const std::string& path) {
     const fs::path dir = latest.parent_path() / name;
     if (name.empty() || !is_checkpoint_dir(dir))
       STRATA_THROW(DataError, "checkpoint pointer '", latest.string(), "' names '", name,
-                   "', which is not a checkpoint directory (no ", parallel::kIndexFile, ")");
+                   "', which is not a checkpoint directory (no ", kIndexFile, ")");
     return dir.string();
   }
   if (!fs::exists(p)) STRATA_THROW(DataError, "checkpoint '", path, "' does not exist");
-  STRATA_THROW(DataError, "'", path, "' is not a checkpoint directory: missing '", join(path, parallel::kIndexFile),
+  STRATA_THROW(DataError, "'", path, "' is not a checkpoint directory: missing '", join(path, kIndexFile),
                "' (and no checkpoints/", kLatestFile, ")");
 }
 
@@ -168,7 +168,7 @@ std::vector<std::string> remove_stale_tmp(const std::string& root) {
 Checkpoint open_checkpoint(const std::string& path) {
   Checkpoint ck;
   ck.dir = resolve_checkpoint_dir(path);
-  auto reader = std::make_shared<parallel::CheckpointReader>(ck.dir);
+  auto reader = std::make_shared<CheckpointReader>(ck.dir);
   ck.state_file = reader->meta_file();
   const nlohmann::json& meta = reader->meta();
   if (!meta.is_object() || !meta.contains(kMetaTrainingState) || !meta.contains(kMetaModelTensors) ||
@@ -180,7 +180,7 @@ Checkpoint open_checkpoint(const std::string& path) {
     if (!n.is_string() || !reader->contains(n.get<std::string>()))
       STRATA_THROW(DataError, "checkpoint '", ck.state_file, "': model tensor ", json_brief(n), " has no pieces");
   const bool v1_plain = ck.state_file == join(ck.dir, kStateFile);
-  const std::string one = reader->files().size() == 1 ? reader->files()[0] : join(ck.dir, parallel::kIndexFile);
+  const std::string one = reader->files().size() == 1 ? reader->files()[0] : join(ck.dir, kIndexFile);
   ck.model_file = v1_plain ? join(ck.dir, kModelFile) : one;
   ck.optimizer_file = v1_plain ? join(ck.dir, kOptimizerFile) : one;
   ck.reader = std::move(reader);
@@ -245,4 +245,4 @@ void load_into(const Checkpoint& ck, nn::Module& model, optim::Optimizer* opt) {
   }
 }
 
-}  // namespace strata::apps
+}  // namespace strata::parallel
