@@ -96,3 +96,26 @@ run(2 train --config ${SRC}/tests/data_files/tiny_mlp.yaml --set run.trace.steps
 expect(ERR "run.trace.steps: expected a value in [0, 1e+06], got -1")
 run(2 train --config ${SRC}/tests/data_files/tiny_mlp.yaml --set run.trace.step=2)
 expect(ERR "run.trace.step: unknown key")
+
+# Pipeline actions: a traced 1F1B step over 2 stages records F and B slices with their
+# micro-batch and stage on both ranks (4 micro-batches each).
+execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train
+                        --config ${SRC}/configs/gpt_char_pp.yaml --set run.dir=pp --set run.threads=1
+                        --set train.max_steps=2 --set train.eval_every=0 --set run.trace.start_step=1
+                        --set run.trace.steps=1 --set parallel.microbatches=4
+                WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 90)
+if(NOT "${rc}" STREQUAL "0")
+  message(FATAL_ERROR "mpirun -np 2 strata train (pipeline, traced): exit code ${rc}\n${OUT}\n${ERR}")
+endif()
+foreach(rank 0 1)
+  file(READ ${WORK}/pp/trace/rank${rank}.json text)
+  foreach(kind F B)
+    foreach(mb 0 1 2 3)
+      string(FIND "${text}" "\"name\":\"${kind}\",\"cat\":\"pipeline\"" at)
+      string(REGEX MATCH "\"name\":\"${kind}\",\"cat\":\"pipeline\"[^}]*\"args\":{\"mb\":${mb},\"stage\":${rank}}" hit "${text}")
+      if(at EQUAL -1 OR NOT hit)
+        message(FATAL_ERROR "pp/trace/rank${rank}.json: no ${kind} slice for micro-batch ${mb} of stage ${rank}")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()

@@ -10,6 +10,7 @@
 #include <strata/autograd/grad_mode.h>
 #include <strata/core/error.h>
 #include <strata/core/memory.h>
+#include <strata/core/trace.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::parallel {
@@ -107,12 +108,16 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
   int in_flight = 0;
   for (const Action& a : actions_) {
     if (a.kind == Action::Kind::comm) {
+      // A label on the timeline (Cat::other: the waits inside it are recorded as waits).
+      trace::Scope ts("pp exchange", trace::Cat::other, {{"ops", int64_t(a.ops.size())}});
       exchange(a, mb_shape);
       continue;
     }
     const PipelineStageSpec& st = stages_[size_t(a.stage)];
     Slot& sl = slots_[size_t(a.stage)][size_t(a.mb)];
     const auto t0 = Clock::now();
+    trace::Scope ts(a.kind == Action::Kind::forward ? "F" : "B", trace::Cat::pipeline,
+                    {{"mb", int64_t(a.mb)}, {"stage", int64_t(a.stage)}});
     if (a.kind == Action::Kind::forward) {
       if (st.first()) {
         STRATA_CHECK(input.defined(), "[pipeline] the first stage's rank got no input batch");
