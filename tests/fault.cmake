@@ -2,10 +2,12 @@
 # outside mid-run (label dist): tests/train_fault.sh checks the survivors' own report,
 # their exit status 3, mpirun's non-zero status and the time to the end; after a kill
 # (DDP, ZeRO-3) the last checkpoint resumes bit for bit, and after a kill at 2 ranks
-# (shrink) the job restarts on 1 process and matches a 1-process run to 1e-5.
+# (shrink) the job restarts on 1 process and matches a 1-process run to 1e-5; under a
+# 3-stage pipeline (kill_pp) both neighbours of the killed stage name stage, micro-batch
+# and peer, and the last checkpoint resumes bit for bit.
 find_program(strata_fault_mpirun NAMES mpirun mpiexec)
 if(strata_fault_mpirun)
-  foreach(mode kill stop kill_zero3 shrink)
+  foreach(mode kill stop kill_zero3 shrink kill_pp)
     add_test(NAME fault_train_rank_${mode}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train_fault.sh ${mode} $<TARGET_FILE:strata_cli>
                      ${strata_fault_mpirun} ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/fault/${mode})

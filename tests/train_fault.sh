@@ -7,7 +7,8 @@
 #   train_fault.sh MODE STRATA MPIRUN SRC WORK      (registered by tests/fault.cmake)
 #   MODE: kill, stop (DDP, 3 ranks); kill_zero3 (ZeRO-3, 3 ranks); shrink (DDP, 2 ranks,
 #   rank 1 killed, then the job restarts on 1 process from the last checkpoint and must
-#   match, to float tolerance, a 1-process run that never failed)
+#   match, to float tolerance, a 1-process run that never failed); kill_pp (the tiny GPT
+#   in 3 pipeline stages, 1F1B, the middle stage killed: both neighbours must name it)
 #   train_fault.sh rank WORK CMD...   (internal: runs one rank, records its pid and status)
 set -u
 
@@ -45,12 +46,16 @@ case $mode in
   kill | stop) ;;
   kill_zero3) extra=(--set parallel.zero_stage=3) ;;
   shrink) np=2 survivors=0 ;;
+  kill_pp) ;;
   *) echo "FAIL: unknown mode $mode"; exit 1 ;;
 esac
 ranks=$(seq 0 $((np - 1)))
 # No dropout (its masks are per rank) and a constant LR (max_steps does not change the
 # schedule): a resume must log exactly the losses the killed run logged.
-common=(--config "$src/tests/data_files/tiny_mlp.yaml" --set model.dropout=0 --set schedule.name=constant
+model=(--config "$src/tests/data_files/tiny_mlp.yaml")
+[ "$mode" = kill_pp ] && model=(--config "$src/tests/data_files/tiny_gpt.yaml" --set model.n_layer=3
+                                --set data.path="$src/tests/data_files/tiny_corpus.txt" --set parallel.pp=3)
+common=("${model[@]}" --set model.dropout=0 --set schedule.name=constant
         --set train.batch_size=12 --set train.log_every=1 --set train.eval_every=0 --set train.checkpoint_every=3
         "${extra[@]}")
 fail() {
@@ -133,6 +138,12 @@ for r in $survivors; do
   [ -n "$line" ] || continue
   echo "$line" | grep -Eq "[a-z_]+ seq [0-9]+ in group '[^']+' \(mpi, $np ranks\) on rank $r" ||
     fail "rank $r's report names no op: $line"
+  # A kill that lands inside the schedule is reported by the pipeline executor; one that
+  # lands in the step's loss all-reduce or a checkpoint collective names that op instead.
+  if [ "$mode" = kill_pp ] && [[ "$line" == *"[pipeline]"* ]]; then
+    echo "$line" | grep -Eq "\[pipeline\] rank $r: the exchange for stage [0-9]+, micro-batch [0-9]+ with peer rank $victim" ||
+      fail "rank $r's report names no stage, micro-batch and peer: $line"
+  fi
   if [ "$mode" != stop ]; then
     echo "$line" | grep -q "lost peer: .*rank $victim (pid $pid on " ||
       fail "rank $r's report does not name rank $victim (pid $pid): $line"
