@@ -4,10 +4,10 @@
 # (DDP, ZeRO-3) the last checkpoint resumes bit for bit, and after a kill at 2 ranks
 # (shrink) the job restarts on 1 process and matches a 1-process run to 1e-5; under a
 # 3-stage pipeline (kill_pp) both neighbours of the killed stage name stage, micro-batch
-# and peer, and the last checkpoint resumes bit for bit.
+# and peer, and the last checkpoint resumes bit for bit; likewise at tp 2 (kill_tp).
 find_program(strata_fault_mpirun NAMES mpirun mpiexec)
 if(strata_fault_mpirun)
-  foreach(mode kill stop kill_zero3 shrink kill_pp)
+  foreach(mode kill stop kill_zero3 shrink kill_pp kill_tp)
     add_test(NAME fault_train_rank_${mode}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train_fault.sh ${mode} $<TARGET_FILE:strata_cli>
                      ${strata_fault_mpirun} ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/fault/${mode})

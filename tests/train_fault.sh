@@ -8,7 +8,8 @@
 #   MODE: kill, stop (DDP, 3 ranks); kill_zero3 (ZeRO-3, 3 ranks); shrink (DDP, 2 ranks,
 #   rank 1 killed, then the job restarts on 1 process from the last checkpoint and must
 #   match, to float tolerance, a 1-process run that never failed); kill_pp (the tiny GPT
-#   in 3 pipeline stages, 1F1B, the middle stage killed: both neighbours must name it)
+#   in 3 pipeline stages, 1F1B, the middle stage killed: both neighbours must name it);
+#   kill_tp (the MLP at tp 2, rank 1 killed)
 #   train_fault.sh rank WORK CMD...   (internal: runs one rank, records its pid and status)
 set -u
 
@@ -47,6 +48,7 @@ case $mode in
   kill_zero3) extra=(--set parallel.zero_stage=3) ;;
   shrink) np=2 survivors=0 ;;
   kill_pp) ;;
+  kill_tp) np=2 survivors=0 extra=(--set parallel.tp=2 --set "model.hidden=[32, 16]") ;;
   *) echo "FAIL: unknown mode $mode"; exit 1 ;;
 esac
 ranks=$(seq 0 $((np - 1)))
