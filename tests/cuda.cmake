@@ -10,9 +10,10 @@ if(STRATA_WITH_CUDA)
   list(APPEND strata_cuda_test_srcs ${strata_cuda_device_srcs})
 endif()
 add_executable(strata_test_cuda ${strata_cuda_test_srcs})
-# The device tests call the CUDA runtime themselves (strata links it privately).
+# The device tests call the CUDA runtime and include CPU kernel headers (OpenMP) themselves:
+# strata links both privately.
 target_link_libraries(strata_test_cuda PRIVATE strata strata_apps strata_warnings GTest::gtest GTest::gtest_main
-                      $<$<BOOL:${STRATA_WITH_CUDA}>:CUDA::cudart>)
+                      $<$<BOOL:${STRATA_WITH_CUDA}>:CUDA::cudart> OpenMP::OpenMP_CXX)
 target_compile_definitions(strata_test_cuda PRIVATE STRATA_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 gtest_discover_tests(strata_test_cuda PROPERTIES LABELS cuda DISCOVERY_TIMEOUT 60)
 

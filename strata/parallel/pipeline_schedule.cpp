@@ -100,7 +100,7 @@ int CommOp::tag(int stages, int max_tag) const {
 }
 
 std::string Action::str() const {
-  if (kind != Kind::comm) return (kind == Kind::forward ? "F" : "B") + std::to_string(mb) + "@" + std::to_string(stage);
+  if (kind != Kind::comm) return detail::str_cat(kind == Kind::forward ? "F" : "B", mb, "@", stage);
   std::string s = "comm[";
   for (size_t i = 0; i < ops.size(); ++i) s += (i ? ", " : "") + op_str(ops[i]);
   return s + "]";
@@ -315,8 +315,11 @@ std::string schedule_chart(const ScheduleShape& shape, const ScheduleSim& sim) {
     for (const auto& c : row) w = std::max(w, c.size());
   std::string out;
   for (size_t r = 0; r < sim.cells.size(); ++r) {
-    out += "rank " + std::to_string(r) + " |";
-    for (const auto& c : sim.cells[r]) out += " " + (c.empty() ? std::string(w, '.') : c + std::string(w - c.size(), ' '));
+    out += detail::str_cat("rank ", r, " |");
+    for (const auto& c : sim.cells[r]) {
+      out += ' ';
+      out += c.empty() ? std::string(w, '.') : c + std::string(w - c.size(), ' ');
+    }
     out += " | peak in flight " + std::to_string(sim.peak_in_flight[r]) + "\n";
   }
   char buf[200];
