@@ -46,17 +46,33 @@ now() { date +%s.%N; }
 flags=$(bash "$hosts" up 2) || fail "netns_hosts.sh up 2 failed"
 teardown=$(bash "$src/scripts/mpi_fault_flags.sh" $timeout_s)
 echo "mpirun flags: $flags $teardown"
-# shellcheck disable=SC2086 # the flags are words
-"$mpirun" --allow-run-as-root --oversubscribe -np 2 $flags $teardown -x STRATA_NO_REEXEC \
-  "$strata" train --config "$src/tests/data_files/tiny_mlp.yaml" --set run.dir="$work/run" \
-  --set train.max_steps=1000000 --set train.log_every=1 --set train.eval_every=0 --set run.threads=1 \
-  --set comm.timeout_s=$timeout_s < /dev/null > out.txt 2>&1 &
-mp=$!
-for _ in $(seq 600); do
-  n=$(grep -c '"type":"train"' run/metrics.jsonl 2> /dev/null)
-  [ "${n:-0}" -ge 5 ] && break
-  kill -0 "$mp" 2> /dev/null || fail "mpirun ended before training started"
-  sleep 0.1
+# OpenMPI 4.1's mpirun itself sometimes dies at start-up, before any rank runs, with a
+# segfault in hwloc's topology discovery (2 of about 10 launches of this test on a loaded
+# host): that launch is retried, at most twice; any other early end fails.
+for attempt in 1 2 3; do
+  rm -rf "$work/run"
+  # shellcheck disable=SC2086 # the flags are words
+  "$mpirun" --allow-run-as-root --oversubscribe -np 2 $flags $teardown -x STRATA_NO_REEXEC \
+    "$strata" train --config "$src/tests/data_files/tiny_mlp.yaml" --set run.dir="$work/run" \
+    --set train.max_steps=1000000 --set train.log_every=1 --set train.eval_every=0 --set run.threads=1 \
+    --set comm.timeout_s=$timeout_s < /dev/null > out.txt 2>&1 &
+  mp=$!
+  started=1
+  for _ in $(seq 600); do
+    n=$(grep -c '"type":"train"' run/metrics.jsonl 2> /dev/null)
+    [ "${n:-0}" -ge 5 ] && break
+    if ! kill -0 "$mp" 2> /dev/null; then
+      started=0
+      break
+    fi
+    sleep 0.1
+  done
+  [ "$started" = 1 ] && break
+  if [ "$attempt" -lt 3 ] && grep -q "libhwloc" out.txt && ! [ -s run/metrics.jsonl ]; then
+    echo "note: mpirun crashed in hwloc before starting the ranks (attempt $attempt); launching again"
+    continue
+  fi
+  fail "mpirun ended before training started"
 done
 [ "${n:-0}" -ge 5 ] || fail "no training steps logged after 60 s"
 bash "$hosts" cut 2 || fail "netns_hosts.sh cut 2 failed"
