@@ -1,6 +1,7 @@
 // strata train / eval / sample / info.
 #include "apps/commands.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "apps/utf8_writer.h"
 #include <strata/autograd/grad_mode.h>
 #include <strata/comm/mpi.h>
+#include <strata/core/json_limits.h>
 #include <strata/core/threads.h>
 #include <strata/nn/gpt.h>
 #include <strata/tensor/file_io.h>
@@ -160,10 +162,47 @@ Command add_eval_command(CLI::App& parent) {
           }};
 }
 
+// The tokenizer a `tokens` dataset was written with: tools/make_tokens.py leaves
+// tokenizer.json ({"tokenizer": "bytes" | "tiktoken:gpt2" | ...}) beside its .bin files.
+// "" when there is none (token files from elsewhere).
+static std::string token_files_tokenizer(const std::string& data_path) {
+  std::error_code ec;
+  fs::path dir = fs::is_directory(data_path, ec) ? fs::path(data_path) : fs::path(data_path).parent_path();
+  const fs::path meta = dir / "tokenizer.json";
+  if (!fs::is_regular_file(meta, ec)) return "";
+  const nlohmann::json j = parse_json_file_text(read_file_text(meta.string()), meta.string());
+  if (!j.is_object() || !j.contains("tokenizer") || !j["tokenizer"].is_string())
+    STRATA_THROW(DataError, meta.string(), ": expected {\"tokenizer\": \"<name>\"}");
+  return j["tokenizer"].get<std::string>();
+}
+
+// Token ids from "--prompt-ids 3,17 5" (commas or spaces).
+static std::vector<int64_t> parse_ids(const std::string& text) {
+  std::vector<int64_t> ids;
+  std::string cur;
+  for (char c : text + " ") {
+    if (c == ',' || std::isspace(static_cast<unsigned char>(c))) {
+      if (!cur.empty()) {
+        size_t used = 0;
+        try {
+          ids.push_back(std::stoll(cur, &used));
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != cur.size()) STRATA_THROW(ConfigError, "--prompt-ids: '", cur, "' is not a token id");
+      }
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return ids;
+}
+
 Command add_sample_command(CLI::App& parent) {
   struct Opts {
     std::string checkpoint;
-    std::string prompt = "\n";
+    std::string prompt = "\n", prompt_ids;
     int64_t tokens = 200;
     double temperature = 1.0;
     int64_t top_k = 0;
@@ -173,14 +212,16 @@ Command add_sample_command(CLI::App& parent) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = parent.add_subcommand("sample", "Generate text from a GPT checkpoint");
   cmd->add_option("--checkpoint", o->checkpoint, "Checkpoint dir (or run dir)")->required();
-  cmd->add_option("--prompt", o->prompt, "Text to continue (bytes)");
+  CLI::Option* prompt_opt = cmd->add_option("--prompt", o->prompt, "Text to continue (byte-level models)");
+  cmd->add_option("--prompt-ids", o->prompt_ids,
+                  "Token ids to continue (models trained on `tokens` files of another tokenizer), e.g. '464,3290'");
   cmd->add_option("--tokens", o->tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
   cmd->add_option("--temperature", o->temperature, "Softmax temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-k", o->top_k, "Sample only from the k most likely tokens; 0 = all")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "Sampling seed");
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
-  return {cmd, [o] {
+  return {cmd, [o, prompt_opt] {
             set_num_threads(o->threads);
             const Checkpoint ck = read_checkpoint(o->checkpoint, false);
             const TrainConfig cfg = config_from_checkpoint(ck, {});
@@ -193,17 +234,36 @@ Command add_sample_command(CLI::App& parent) {
             model->eval();
             NoGradGuard no_grad;
             const int64_t vocab = model->config().vocab, block = model->config().block_size;
-            const bool bytes = cfg.data.dataset == "text";
+            // Byte-level models (the text corpus, or token files make_tokens.py wrote from bytes)
+            // read and write text; other token models read and write ids.
+            const std::string tokenizer = cfg.data.dataset == "tokens" ? token_files_tokenizer(cfg.data.path) : "";
+            const bool bytes = cfg.data.dataset == "text" || tokenizer == "bytes";
             std::vector<int64_t> ctx;
-            for (unsigned char c : o->prompt) {
-              if (int64_t(c) >= vocab)
-                STRATA_THROW(ConfigError, "--prompt: byte ", int(c), " is outside the model's vocabulary of ", vocab);
-              ctx.push_back(c);
+            if (!o->prompt_ids.empty()) {
+              ctx = parse_ids(o->prompt_ids);
+              for (int64_t id : ctx)
+                if (id < 0 || id >= vocab)
+                  STRATA_THROW(ConfigError, "--prompt-ids: ", id, " is outside the model's vocabulary of ", vocab);
+            } else {
+              if (!bytes && prompt_opt->count() > 0)
+                STRATA_THROW(ConfigError, "--prompt: this model was trained on token ids",
+                             tokenizer.empty() ? std::string() : " (tokenizer " + tokenizer + ")",
+                             ", not bytes: give --prompt-ids");
+              for (unsigned char c : bytes ? o->prompt : std::string()) {
+                if (int64_t(c) >= vocab)
+                  STRATA_THROW(ConfigError, "--prompt: byte ", int(c), " is outside the model's vocabulary of ", vocab);
+                ctx.push_back(c);
+              }
             }
+            if (!bytes)
+              std::fprintf(stderr, "strata sample: printing token ids%s\n",
+                           tokenizer.empty()
+                               ? ""
+                               : (" (decode: ... | python3 tools/make_tokens.py --decode " + tokenizer + ")").c_str());
             if (ctx.empty()) ctx.push_back(0);
             Utf8Writer text(stdout);  // a byte model may emit invalid UTF-8: escaped as \xNN
             if (bytes)
-              for (unsigned char c : o->prompt) text.put(c);
+              for (int64_t c : ctx) text.put(static_cast<unsigned char>(c));
             Generator gen(o->seed);
             std::vector<float> probs(static_cast<size_t>(vocab));
             for (int64_t i = 0; i < o->tokens; ++i) {

@@ -259,7 +259,7 @@ std::string plot_trace_svg(const nlohmann::json& trace, int width) {
          escape_xml(comm_name) + "</text>\n";
     s += bars(r.idle, y, "idle", "#d0d0d0");
     s += bars(r.compute, y, "compute", "#4c72b0");
-    s += bars(minus(r.comm, r.compute), y, "exposed", "#dd8452");
+    s += bars(r.exposed(), y, "exposed", "#dd8452");
     s += bars(r.comm, y + row_h, "comm", "#dd8452");
     for (const auto& [b, e] : r.steps)
       s += "<line class=\"step\" x1=\"" + fmt(at(b)) + "\" y1=\"" + fmt(y - 3) + "\" x2=\"" + fmt(at(b)) + "\" y2=\"" +

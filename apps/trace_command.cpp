@@ -111,7 +111,7 @@ std::vector<RankTimeline> rank_timelines(const nlohmann::json& trace) {
   }
   if (!events->is_array()) STRATA_THROW(DataError, "strata trace: traceEvents is not an array");
   struct Raw {
-    Intervals steps, compute, waits, comm;
+    Intervals steps, compute, waits, hooks, comm;
     std::map<int64_t, std::string> thread_names;
     std::set<int64_t> comm_tids;
   };
@@ -130,6 +130,7 @@ std::vector<RankTimeline> rank_timelines(const nlohmann::json& trace) {
       if (cat == "step") r.steps.emplace_back(ts, te);
       else if (cat == "compute" || cat == "pipeline") r.compute.emplace_back(ts, te);
       else if (cat == "wait") r.waits.emplace_back(ts, te);
+      else if (cat == "hook") r.hooks.emplace_back(ts, te);
       else if (cat == "comm") r.comm.emplace_back(ts, te), r.comm_tids.insert(e.at("tid").get<int64_t>());
     }
   } catch (const nlohmann::json::exception& ex) {
@@ -141,14 +142,21 @@ std::vector<RankTimeline> rank_timelines(const nlohmann::json& trace) {
     t.rank = rank;
     t.steps = union_of(r.steps);
     t.waits = intersect(union_of(r.waits), t.steps);
-    t.compute = intersect(minus(union_of(r.compute), t.waits), t.steps);
+    t.hooks = intersect(union_of(r.hooks), t.steps);
+    t.compute = intersect(minus(minus(union_of(r.compute), t.waits), t.hooks), t.steps);
     t.comm = intersect(union_of(r.comm), t.steps);
-    t.idle = minus(minus(t.steps, t.compute), t.comm);
+    t.idle = minus(minus(minus(t.steps, t.compute), t.comm), t.hooks);
     for (int64_t tid : r.comm_tids)
       t.comm_tracks.push_back(r.thread_names.count(tid) ? r.thread_names[tid] : "thread " + std::to_string(tid));
     out.push_back(std::move(t));
   }
   return out;
+}
+
+Intervals RankTimeline::exposed() const {
+  Intervals both = comm;
+  both.insert(both.end(), hooks.begin(), hooks.end());
+  return minus(union_of(std::move(both)), compute);
 }
 
 RankSummary summarize(const RankTimeline& t) {
@@ -158,20 +166,24 @@ RankSummary summarize(const RankTimeline& t) {
   s.step_s = length(t.steps) * 1e-6;
   s.compute_s = length(t.compute) * 1e-6;
   s.comm_s = length(t.comm) * 1e-6;
-  s.exposed_s = length(minus(t.comm, t.compute)) * 1e-6;
+  s.hooks_s = length(t.hooks) * 1e-6;
+  s.exposed_s = length(t.exposed()) * 1e-6;
   s.idle_s = length(t.idle) * 1e-6;
   return s;
 }
 
 std::string format_summary(const std::vector<RankSummary>& rows) {
-  std::string s = "rank  steps  step ms  compute ms (%)    comm ms (%)       exposed comm ms (%)  idle ms (%)\n";
+  std::string s =
+      "rank  steps  step ms  compute ms (%)    comm ms (%)       hooks ms (%)      exposed comm ms (%)  idle ms (%)\n";
   for (const RankSummary& r : rows) {
     const double n = double(std::max<int64_t>(r.steps, 1)), ms = 1e3 / n;
     const double pct = r.step_s > 0 ? 100.0 / r.step_s : 0.0;
     char line[256];
-    std::snprintf(line, sizeof line, "%4d  %5lld  %7.2f  %7.2f (%5.1f)   %7.2f (%5.1f)   %7.2f (%5.1f)        %7.2f (%5.1f)\n",
+    std::snprintf(line, sizeof line,
+                  "%4d  %5lld  %7.2f  %7.2f (%5.1f)   %7.2f (%5.1f)   %7.2f (%5.1f)   %7.2f (%5.1f)        %7.2f (%5.1f)\n",
                   r.rank, (long long)r.steps, r.step_s * ms, r.compute_s * ms, r.compute_s * pct, r.comm_s * ms,
-                  r.comm_s * pct, r.exposed_s * ms, r.exposed_s * pct, r.idle_s * ms, r.idle_s * pct);
+                  r.comm_s * pct, r.hooks_s * ms, r.hooks_s * pct, r.exposed_s * ms, r.exposed_s * pct, r.idle_s * ms,
+                  r.idle_s * pct);
     s += line;
   }
   s += "(per traced step; compute + exposed comm + idle = step; docs/observe.md defines each)\n";

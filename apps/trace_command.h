@@ -52,11 +52,14 @@ double length(const Intervals& v);
 struct RankTimeline {
   int rank = 0;
   Intervals steps;    ///< the traced training steps (category step)
-  Intervals compute;  ///< compute and pipeline slices on any thread, minus waits
+  Intervals compute;  ///< compute and pipeline slices on any thread, minus waits and hooks
   Intervals waits;    ///< a thread blocked in Work::wait
+  Intervals hooks;    ///< DDP/ZeRO gradient hooks on the main thread (communication work)
   Intervals comm;     ///< collectives running (comm threads)
-  Intervals idle;     ///< steps minus (compute or comm)
+  Intervals idle;     ///< steps minus (compute or comm or hooks)
   std::vector<std::string> comm_tracks;  ///< names of the threads that ran collectives
+  /// Communication not hidden by compute: (comm or hooks) minus compute.
+  Intervals exposed() const;
 };
 /// Per-rank timelines of a merged trace (or of one rank's file), in rank order. DataError
 /// when the JSON is not a trace-event file.
@@ -66,7 +69,7 @@ std::vector<RankTimeline> rank_timelines(const nlohmann::json& trace);
 struct RankSummary {
   int rank = 0;
   int64_t steps = 0;
-  double step_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0, idle_s = 0;
+  double step_s = 0, compute_s = 0, comm_s = 0, hooks_s = 0, exposed_s = 0, idle_s = 0;
 };
 RankSummary summarize(const RankTimeline& t);
 /// The summary table (ms per step and % of the step), one row per rank.

@@ -13,8 +13,12 @@ then train with  data: {dataset: tokens, path: data/mytext}  and  model.vocab_si
 Writes <out-dir>/train.bin and <out-dir>/val.bin (the last --val-fraction of the tokens; 0 writes
 train.bin only). --format llmc (default) writes llm.c's 1024-byte header (magic 20240520, version 1,
 token count) then uint16 tokens, or magic 20240801 version 7 with uint32 tokens when the vocabulary
-exceeds 65536; --format raw writes headerless uint16 as nanoGPT's prepare.py does.
+exceeds 65536; --format raw writes headerless uint16 as nanoGPT's prepare.py does. It also
+writes <out-dir>/tokenizer.json naming the tokenizer, so that `strata sample` prints text for
+byte-level files and says how to decode the ids of the others:
+  strata sample --checkpoint runs/x --prompt-ids 464,3290 | python3 tools/make_tokens.py --decode tiktoken:gpt2
 """
+import json
 import argparse
 import os
 import struct
@@ -26,9 +30,9 @@ LLMC_MAGIC_U32, LLMC_VERSION_U32 = 20240801, 7
 
 
 def load_tokenizer(spec):
-    """Returns (encode(str|bytes) -> list[int], vocab_size, eot id or None, description)."""
+    """Returns (encode(bytes) -> list[int], decode(list[int]) -> bytes, vocab_size, eot id or None, description)."""
     if spec == "bytes":
-        return (lambda b: list(b)), 256, None, "bytes (vocab 256)"
+        return (lambda b: list(b)), (lambda ids: bytes(ids)), 256, None, "bytes (vocab 256)"
     kind, _, name = spec.partition(":")
     if kind == "tiktoken" and name:
         try:
@@ -36,7 +40,8 @@ def load_tokenizer(spec):
         except ImportError:
             sys.exit("make_tokens: --tokenizer tiktoken:... needs the tiktoken package (pip install tiktoken)")
         enc = tiktoken.get_encoding(name)
-        return (lambda b: enc.encode_ordinary(b.decode("utf-8", errors="replace"))), enc.n_vocab, enc.eot_token, \
+        return (lambda b: enc.encode_ordinary(b.decode("utf-8", errors="replace"))), \
+            (lambda ids: enc.decode_bytes(ids)), enc.n_vocab, enc.eot_token, \
             f"tiktoken {name} (vocab {enc.n_vocab})"
     if kind == "hf" and name:
         try:
@@ -44,7 +49,8 @@ def load_tokenizer(spec):
         except ImportError:
             sys.exit("make_tokens: --tokenizer hf:... needs the transformers package (pip install transformers)")
         tok = AutoTokenizer.from_pretrained(name)
-        return (lambda b: tok.encode(b.decode("utf-8", errors="replace"), add_special_tokens=False)), len(tok), \
+        return (lambda b: tok.encode(b.decode("utf-8", errors="replace"), add_special_tokens=False)), \
+            (lambda ids: tok.decode(ids).encode("utf-8")), len(tok), \
             tok.eos_token_id, f"transformers {name} (vocab {len(tok)})"
     sys.exit(f"make_tokens: unknown --tokenizer '{spec}' (bytes, tiktoken:<encoding>, hf:<name or path>)")
 
@@ -67,17 +73,27 @@ def write_tokens(path, tokens, vocab, fmt):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("inputs", nargs="+", help="text files, concatenated in order ('-' reads stdin)")
-    ap.add_argument("--out-dir", required=True, help="directory for train.bin and val.bin")
+    ap.add_argument("inputs", nargs="*", help="text files, concatenated in order ('-' reads stdin)")
+    ap.add_argument("--out-dir", help="directory for train.bin and val.bin")
+    ap.add_argument("--decode", metavar="TOKENIZER", help="read token ids (spaces or commas) from stdin, write text")
     ap.add_argument("--tokenizer", default="bytes", help="bytes | tiktoken:<encoding> | hf:<name or path>")
     ap.add_argument("--val-fraction", type=float, default=0.1, help="tail of the tokens written to val.bin")
     ap.add_argument("--format", choices=["llmc", "raw"], default="llmc", help="llm.c header (default) or raw uint16")
     ap.add_argument("--eot", action="store_true", help="put the tokenizer's end-of-text token before each file")
     args = ap.parse_args()
+    if args.decode:
+        _, decode, vocab, _, _ = load_tokenizer(args.decode)
+        ids = [int(t) for t in sys.stdin.read().replace(",", " ").split()]
+        if any(not 0 <= i < vocab for i in ids):
+            sys.exit(f"make_tokens: --decode: an id outside the vocabulary of {vocab}")
+        sys.stdout.buffer.write(decode(ids))
+        return
+    if not args.inputs or not args.out_dir:
+        ap.error("give the input files and --out-dir (or --decode TOKENIZER)")
     if not 0.0 <= args.val_fraction < 1.0:
         sys.exit("make_tokens: --val-fraction must be in [0, 1)")
 
-    encode, vocab, eot, desc = load_tokenizer(args.tokenizer)
+    encode, _, vocab, eot, desc = load_tokenizer(args.tokenizer)
     tokens = []
     for name in args.inputs:
         raw = sys.stdin.buffer.read() if name == "-" else open(name, "rb").read()
@@ -96,6 +112,9 @@ def main():
     write_tokens(os.path.join(args.out_dir, "train.bin"), train, vocab, args.format)
     if n_val:
         write_tokens(os.path.join(args.out_dir, "val.bin"), val, vocab, args.format)
+    with open(os.path.join(args.out_dir, "tokenizer.json"), "w") as f:
+        json.dump({"tokenizer": args.tokenizer, "vocab_size": vocab}, f)
+        f.write("\n")
     print(f"{desc}: {len(train)} train / {len(val)} val tokens in {args.out_dir} ({args.format})")
     print(f"config: data: {{dataset: tokens, path: {args.out_dir}}}   model: {{type: gpt, vocab_size: {vocab}}}")
 

@@ -103,6 +103,7 @@ const char* cat_name(Cat c) {
     case Cat::wait: return "wait";
     case Cat::pipeline: return "pipeline";
     case Cat::step: return "step";
+    case Cat::hook: return "hook";
     case Cat::other: break;
   }
   return "other";

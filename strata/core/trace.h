@@ -13,8 +13,10 @@ namespace strata::trace {
 /// What a slice is, for `strata trace summary` (docs/observe.md defines the measures):
 /// compute (forward, backward, optimizer), comm (a collective running on a comm thread),
 /// wait (a thread blocked in Work::wait), pipeline (a pipeline action: counts as compute),
-/// step (one training step: the window the summary measures), other (shown, not measured).
-enum class Cat : uint8_t { compute, comm, wait, pipeline, step, other };
+/// step (one training step: the window the summary measures), hook (a DDP/ZeRO gradient hook
+/// on the main thread: copying into buckets and launching collectives, communication work
+/// that `strata bench ddp` counts as exposed), other (shown, not measured).
+enum class Cat : uint8_t { compute, comm, wait, pipeline, step, hook, other };
 /// "compute", "comm", ... (the "cat" field of the JSON).
 const char* cat_name(Cat c);
 

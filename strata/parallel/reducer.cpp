@@ -124,6 +124,7 @@ struct ReducerState {
       if (opts.gradient_as_bucket_view) bind_view(i);
       return;
     }
+    trace::Scope ts("ddp hook", trace::Cat::hook);
     const auto t0 = Clock::now();
     if (!any_hook) {
       begin_iteration();

@@ -127,6 +127,7 @@ void ZeroState::begin_iteration() {
 void ZeroState::on_grad(int p) {
   ZeroUnit& u = units[size_t(unit_of[size_t(p)])];
   if (!sync && !policy.shards_params) return;  // no_sync: .grad accumulates locally
+  trace::Scope ts("zero hook", trace::Cat::hook);
   begin_iteration();
   const int e = entry_of[size_t(p)];
   if (u.ready[size_t(e)]) return;

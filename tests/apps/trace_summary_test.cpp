@@ -23,7 +23,8 @@ nlohmann::json slice(int pid, int tid, const char* cat, double ts, double dur, c
 
 // Rank 0: step [0,100); compute [0,60) with a wait [40,50) inside; comm [30,70).
 // compute = [0,40)+[50,60) = 50, comm = 40, exposed = [40,50)+[60,70) = 20, idle = 30.
-// Rank 1: two steps [0,50) and [60,100) (the gap is outside the window); all compute.
+// Rank 1: two steps [0,50) and [60,100) (the gap is outside the window); compute but for
+// a DDP hook [20,30) inside the backward: hooks are exposed communication, not compute.
 nlohmann::json known_trace() {
   nlohmann::json ev = nlohmann::json::array();
   ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", 1}, {"args", {{"name", "comm dp"}}}});
@@ -36,6 +37,7 @@ nlohmann::json known_trace() {
   ev.push_back(slice(1, 0, "step", 0, 50, "step"));
   ev.push_back(slice(1, 0, "step", 60, 40, "step"));
   ev.push_back(slice(1, 0, "compute", 0, 100, "forward"));
+  ev.push_back(slice(1, 0, "hook", 20, 10, "ddp hook"));
   return {{"traceEvents", ev}};
 }
 
@@ -61,9 +63,12 @@ TEST_F(TraceSummaryTest, KnownSplitOfEachRank) {
   EXPECT_EQ(ranks[0].comm_tracks, std::vector<std::string>{"comm dp"});
   EXPECT_EQ(r1.steps, 2);
   EXPECT_NEAR(r1.step_s * 1e6, 90, 1e-9);
-  EXPECT_NEAR(r1.compute_s * 1e6, 90, 1e-9);
+  EXPECT_NEAR(r1.compute_s * 1e6, 80, 1e-9);
   EXPECT_EQ(r1.comm_s, 0.0);
+  EXPECT_NEAR(r1.hooks_s * 1e6, 10, 1e-9);
+  EXPECT_NEAR(r1.exposed_s * 1e6, 10, 1e-9);
   EXPECT_EQ(r1.idle_s, 0.0);
+  EXPECT_NEAR(r1.compute_s + r1.exposed_s + r1.idle_s, r1.step_s, 1e-12);
   const std::string table = format_summary({r0, r1});
   EXPECT_NE(table.find("   0      1     0.10     0.05 ( 50.0)"), std::string::npos) << table;
   EXPECT_THROW(rank_timelines(nlohmann::json{{"nope", 1}}), DataError);
