@@ -29,6 +29,7 @@ void read_run(const ConfigNode& n, RunSection& s) {
   if (!s.log_level.empty()) (void)parse_log_level(s.log_level, n.key_path("log_level"));
   s.peak_flops = n.get("peak_flops", s.peak_flops);
   n.check_range("peak_flops", s.peak_flops, 0, 1e21);
+  s.tensorboard = n.get("tensorboard", s.tensorboard);
   const ConfigNode trace = n.child("trace");
   s.trace_start_step = trace.get("start_step", s.trace_start_step);
   s.trace_steps = trace.get("steps", s.trace_steps);

@@ -34,6 +34,8 @@ struct RunSection {
   /// steps 0 (the default) records nothing.
   int64_t trace_start_step = 1;
   int64_t trace_steps = 0;
+  /// Also write the logged scalars as TensorBoard event files into <dir>/tb/ (rank 0).
+  bool tensorboard = false;
 };
 
 struct ModelSection {

@@ -51,6 +51,9 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"run.trace.start_step", "integer", "1",
      "Timeline trace: first step recorded (per-rank Chrome trace JSON in `<run.dir>/trace/`, docs/observe.md)."},
     {"run.trace.steps", "integer", "0", "Timeline trace: steps recorded from `start_step`; 0 = tracing off (free)."},
+    {"run.tensorboard", "boolean", "false",
+     "Also write the logged scalars (train loss, lr, throughput, MFU; eval loss and accuracy) as TensorBoard "
+     "event files in `<run.dir>/tb/` (`tensorboard --logdir runs`)."},
     // model
     {"model.type", "string", "mlp", "`mlp`, `cnn` or `gpt` (`gpt` needs token data: `text`, or `synthetic` with "
                                     "`kind: tokens`)."},

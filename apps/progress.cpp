@@ -71,6 +71,8 @@ Progress::Progress(bool verbose, ProgressStyle style, const std::string& metrics
   if (!metrics_) STRATA_THROW(DataError, "cannot open '", metrics_path, "' for writing");
 }
 
+void Progress::enable_tensorboard(const std::string& dir) { tb_ = std::make_unique<TensorBoardWriter>(dir); }
+
 void Progress::write_metrics(const nlohmann::json& j) {
   if (!metrics_.is_open()) return;
   metrics_ << j.dump() << '\n';
@@ -88,6 +90,13 @@ void Progress::log_step(const StepLog& s) {
   if (s.loss_scale) j["loss_scale"] = *s.loss_scale;
   if (s.skipped_steps) j["skipped_steps"] = *s.skipped_steps;
   write_metrics(j);
+  if (tb_) {
+    std::vector<std::pair<std::string, float>> v = {
+        {"train/loss", float(s.loss)}, {"train/lr", float(s.lr)}, {std::string("train/") + s.unit, float(s.throughput)}};
+    if (s.mfu > 0) v.emplace_back("train/mfu", float(s.mfu));
+    if (s.loss_scale) v.emplace_back("train/loss_scale", float(*s.loss_scale));
+    tb_->scalars(s.step, v);
+  }
   if (!verbose_ || bar_) return;
   char mfu[32] = "";
   if (s.mfu > 0) std::snprintf(mfu, sizeof mfu, " | mfu %.1f%%", 100.0 * s.mfu);
@@ -118,6 +127,11 @@ void Progress::log_eval(const EvalLog& e) {
   if (e.accuracy) j["accuracy"] = *e.accuracy;
   if (e.bigram_entropy) j["bigram_entropy"] = *e.bigram_entropy;
   write_metrics(j);
+  if (tb_) {
+    std::vector<std::pair<std::string, float>> v = {{e.split + "/loss", float(e.loss)}};
+    if (e.accuracy) v.emplace_back(e.split + "/accuracy", float(*e.accuracy));
+    tb_->scalars(e.step, v);
+  }
   char buf[256];
   if (e.accuracy)
     std::snprintf(buf, sizeof buf, "eval step %lld: %s accuracy %.4f, %s loss %.4f", (long long)e.step,

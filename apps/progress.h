@@ -5,9 +5,12 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+
+#include "apps/tensorboard.h"
 
 namespace strata::apps {
 
@@ -68,6 +71,8 @@ class Progress {
   /// append keeps the lines of the run being resumed. DataError naming the file when it
   /// cannot be opened.
   Progress(bool verbose, ProgressStyle style, const std::string& metrics_path, bool append);
+  /// Also writes the scalars of every record as TensorBoard events into `dir`.
+  void enable_tensorboard(const std::string& dir);
 
   bool verbose() const { return verbose_; }
   bool draws_bar() const { return bar_; }
@@ -90,6 +95,7 @@ class Progress {
   bool bar_open_ = false;
   std::chrono::steady_clock::time_point last_draw_{};
   std::ofstream metrics_;
+  std::unique_ptr<TensorBoardWriter> tb_;
 };
 
 }  // namespace strata::apps

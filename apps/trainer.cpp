@@ -112,6 +112,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     if (!cfg_.train.resume.empty()) prune_metrics_for_resume(metrics_path, step_, total_steps_);
   }
   progress_ = std::make_unique<Progress>(opts_.verbose, style, metrics_path, !cfg_.train.resume.empty());
+  if (cfg_.run.tensorboard && !metrics_path.empty()) progress_->enable_tensorboard((fs::path(cfg_.run.dir) / "tb").string());
   flops_per_step_ = train_flops_per_sample(cfg_, *model_) * double(cfg_.train.batch_size * cfg_.train.grad_accum_steps);
   // MFU's denominator: given, or this process's GEMM throughput (each replica thread group
   // runs its own GEMMs), measured once on rank 0, which is the one that logs.
