@@ -47,7 +47,7 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
       const Shape shp{o.per_mb * m, o.seq};
       const Tensor x = ops::to_dtype(ops::uniform({shp[0] * shp[1]}, 0.0, double(o.vocab) - 0.5, gen), DType::i64);
       const Tensor tokens = ops::reshape(x, shp);
-      double step = 0, busy = 0;
+      double step = 0, busy = 0, wait = 0;
       int64_t peak = 0;
       for (int s = 0; s <= o.steps; ++s) {
         world->barrier().wait();
@@ -61,14 +61,18 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
         if (s == 0) continue;  // warm-up
         step += dt;
         busy += pm->pipeline()->last_stats().compute_s;
+        wait += pm->pipeline()->last_stats().comm_s;
         peak = std::max(peak, cpu_memory().stats(MemCategory::activations).peak - before);
       }
       step /= o.steps;
       busy /= o.steps;
+      wait /= o.steps;
       PpBenchRow r{.schedule = parallel::schedule_name(k), .m = m, .v = v};
       r.step_s = host_reduce(*world, step, comm::ReduceOp::max);
       r.busy_s = host_reduce(*world, busy, comm::ReduceOp::sum) / pp;
       r.bubble = host_reduce(*world, 1.0 - busy / step, comm::ReduceOp::sum) / pp;
+      r.bubble_busiest = 1.0 - host_reduce(*world, busy, comm::ReduceOp::max) / r.step_s;
+      r.wait_s = host_reduce(*world, wait, comm::ReduceOp::sum) / pp;
       r.formula = parallel::bubble_formula(shape);
       r.peak_act = peak;  // this rank's; rank 0 prints its own (stage 0)
       rows.push_back(r);
@@ -79,14 +83,18 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
 std::string format_pp_bench(const std::vector<PpBenchRow>& rows, int pp) {
   std::string out;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "pipeline over %d rank(s): step = slowest rank, busy = mean forward+backward time\n", pp);
+  std::snprintf(buf, sizeof buf,
+                "pipeline over %d rank(s): step = slowest rank, busy = mean forward+backward time, wait = mean time "
+                "blocked on exchanges;\nbubble = 1 - busy/step of the busiest rank (mean over ranks beside it)\n",
+                pp);
   out += buf;
-  std::snprintf(buf, sizeof buf, "%-12s %4s %2s %10s %10s %9s %9s %16s\n", "schedule", "m", "v", "step ms", "busy ms",
-                "bubble", "formula", "stage-0 act MiB");
+  std::snprintf(buf, sizeof buf, "%-12s %4s %2s %9s %9s %9s %8s %8s %8s %8s %16s\n", "schedule", "m", "v", "step ms",
+                "busy ms", "wait ms", "bubble", "mean", "formula", "ratio", "stage-0 act MiB");
   out += buf;
   for (const auto& r : rows) {
-    std::snprintf(buf, sizeof buf, "%-12s %4d %2d %10.2f %10.2f %9.3f %9.3f %16.2f\n", r.schedule.c_str(), r.m, r.v,
-                  r.step_s * 1e3, r.busy_s * 1e3, r.bubble, r.formula, double(r.peak_act) / (1 << 20));
+    std::snprintf(buf, sizeof buf, "%-12s %4d %2d %9.2f %9.2f %9.2f %8.3f %8.3f %8.3f %8.2f %16.2f\n", r.schedule.c_str(),
+                  r.m, r.v, r.step_s * 1e3, r.busy_s * 1e3, r.wait_s * 1e3, r.bubble_busiest, r.bubble, r.formula,
+                  r.formula > 0 ? r.bubble_busiest / r.formula : 0.0, double(r.peak_act) / (1 << 20));
     out += buf;
   }
   return out;

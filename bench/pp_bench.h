@@ -27,6 +27,10 @@ struct PpBenchRow {
   double step_s = 0;     ///< slowest rank's mean step (pipeline_step + dp finalize)
   double busy_s = 0;     ///< mean over ranks of the forward/backward time per step
   double bubble = 0;     ///< mean over ranks of 1 - busy / step
+  /// The busiest rank's (most forward+backward time) 1 - busy / step, with the slowest
+  /// rank's step: the bubble the formula describes (the others also idle for its extra work).
+  double bubble_busiest = 0;
+  double wait_s = 0;     ///< mean over ranks of the time blocked posting/waiting on exchanges
   double formula = 0;    ///< (p-1)/(m+p-1), interleaved (p-1)/(v m+p-1)
   int64_t peak_act = 0;  ///< rank 0's (stage 0's) peak activation bytes in a step
 };

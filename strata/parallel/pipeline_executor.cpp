@@ -19,21 +19,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-struct P2P {
-  CommOp op;
-  Tensor t;
-};
-
-// One comm batch: every op is posted at once and progressed together; the batch
-// completes when all have (a send and a receive with the same peer cannot deadlock).
-void run_batch(comm::ProcessGroup& pp, const std::vector<P2P>& ops, int stages, const std::string& label) {
-  std::vector<comm::P2POp> list;
-  for (const P2P& p : ops)
-    list.push_back({p.op.dir == CommOp::Dir::send ? comm::P2POp::Kind::send : comm::P2POp::Kind::recv, p.t, p.op.peer,
-                    p.op.tag(stages, comm::ProcessGroup::kMaxUserTag)});
-  pp.batch_isend_irecv(std::move(list), label).wait();
-}
-
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(std::shared_ptr<nn::Module> model, PipelinePlan plan, ScheduleShape shape,
@@ -45,6 +30,22 @@ PipelineExecutor::PipelineExecutor(std::shared_ptr<nn::Module> model, PipelinePl
   STRATA_CHECK(int(stages_.size()) == shape_.stages(), "[pipeline] ", stages_.size(), " stage specs for ",
                shape_.stages(), " stages");
   actions_ = build_schedule(shape_, pp_.rank());
+  // One group per channel (kind x sending rank), so each has its own comm thread: a
+  // receive posted ahead on one never holds up a send on another (ops of one group run
+  // in issue order). Links the schedule never uses (the wrap-around from the last rank to
+  // the first without virtual stages) get none. Collective over pp, same order on all.
+  const int P = shape_.pp;
+  for (int k = 0; k < 2; ++k) {
+    channels_[k].assign(size_t(P), nullptr);
+    for (int from = 0; from < P; ++from) {
+      const bool act = k == 0;
+      const int to = act ? (from + 1) % P : (from - 1 + P) % P;
+      const bool used = shape_.virtual_stages > 1 || (act ? from < P - 1 : from > 0);
+      if (!used) continue;
+      channels_[k][size_t(from)] = pp_.new_group(
+          {from, to}, pp_.name() + (act ? "/pp-act[" : "/pp-grad[") + std::to_string(from) + "->" + std::to_string(to) + "]");
+    }
+  }
 }
 
 std::vector<PipelineStageSpec> PipelineExecutor::my_stages() const {
@@ -54,45 +55,70 @@ std::vector<PipelineStageSpec> PipelineExecutor::my_stages() const {
   return out;
 }
 
-void PipelineExecutor::exchange(const Action& a, const Shape& mb_shape) {
-  std::vector<P2P> ops;
-  for (const CommOp& o : a.ops) {
-    Slot& sl = slots_[size_t(o.stage)][size_t(o.mb)];
-    Tensor t;
-    if (o.dir == CommOp::Dir::send) {
-      t = o.msg == CommOp::Msg::act ? sl.out.detach() : sl.in_grad;
-    } else {
-      // act(mb, s) is stage s's output; grad(mb, s) the gradient of stage s's input, shaped
-      // as stage s-1's output. Known from the specs: nothing is exchanged about shapes.
-      const ActivationSpec spec =
-          plan_.activation(stages_[size_t(o.msg == CommOp::Msg::act ? o.stage : o.stage - 1)], mb_shape);
-      MemoryScope scope(MemCategory::activations);
-      t = ops::empty(spec.shape, spec.dtype, pp_.device());
-    }
-    ops.push_back({o, t});
+comm::ProcessGroup& PipelineExecutor::channel(const CommOp& o, int& peer) const {
+  const Channel c = channel_of(shape_, o);
+  const auto& g = channels_[o.msg == CommOp::Msg::act ? 0 : 1][size_t(c.from)];
+  STRATA_CHECK(g != nullptr, "[pipeline] no channel for ", schedule_name(shape_.kind), " message from rank ", c.from);
+  peer = o.dir == CommOp::Dir::send ? 1 : 0;  // the group is {sender, receiver}
+  return *g;
+}
+
+void PipelineExecutor::fail(const CommOp& o, const std::string& why) const {
+  // Name the stage this rank runs: a send's producer, a receive's consumer.
+  const bool send = o.dir == CommOp::Dir::send, act = o.msg == CommOp::Msg::act;
+  const int mine = send ? o.stage : (act ? o.stage + 1 : o.stage - 1);
+  STRATA_THROW(CommError, "[pipeline] rank ", pp_.rank(), ": the exchange for stage ", mine, ", micro-batch ", o.mb,
+               " with peer rank ", o.peer, " (", send ? "sending " : "receiving ", act ? "the activation" : "the gradient",
+               ") failed: ", why);
+}
+
+void PipelineExecutor::post(const CommOp& o, const Shape& mb_shape) {
+  auto p = std::make_unique<Pending>();
+  p->op = o;
+  Slot& sl = slots_[size_t(o.stage)][size_t(o.mb)];
+  if (o.dir == CommOp::Dir::send) {
+    // The Work keeps the sent storage alive until it completes: the slot may let go.
+    p->buf = o.msg == CommOp::Msg::act ? sl.out.detach() : sl.in_grad;
+    if (o.msg == CommOp::Msg::grad) sl.in_grad = Tensor();
+  } else {
+    // act(mb, s) is stage s's output; grad(mb, s) the gradient of stage s's input, shaped
+    // as stage s-1's output. Known from the specs: nothing is exchanged about shapes.
+    const ActivationSpec spec =
+        plan_.activation(stages_[size_t(o.msg == CommOp::Msg::act ? o.stage : o.stage - 1)], mb_shape);
+    MemoryScope scope(MemCategory::activations);
+    p->buf = ops::empty(spec.shape, spec.dtype, pp_.device());
   }
-  const auto t0 = Clock::now();
+  int peer = 0;
+  comm::ProcessGroup& g = channel(o, peer);
+  Action label{.kind = Action::Kind::post, .mb = -1, .stage = -1, .ops = {o}};
   try {
-    run_batch(pp_, ops, shape_.stages(), "pipeline " + a.str());
+    p->work = g.batch_isend_irecv(
+        {{o.dir == CommOp::Dir::send ? comm::P2POp::Kind::send : comm::P2POp::Kind::recv, p->buf, peer,
+          o.tag(shape_.stages(), comm::ProcessGroup::kMaxUserTag)}},
+        "pipeline " + label.str());
   } catch (const Error& e) {
-    const CommOp& o = a.ops.front();
-    STRATA_THROW(CommError, "[pipeline] rank ", pp_.rank(), ": the exchange for stage ", o.stage, ", micro-batch ",
-                 o.mb, " with peer rank ", o.peer, " (", a.str(), ") failed: ", e.what());
+    fail(o, e.what());
   }
-  stats_.comm_s += since(t0);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const CommOp& o = ops[i].op;
-    Slot& sl = slots_[size_t(o.stage)][size_t(o.mb)];
-    if (o.dir == CommOp::Dir::send) {
-      if (o.msg == CommOp::Msg::grad) sl.in_grad = Tensor();  // sent: the previous stage has it now
-      continue;
-    }
-    // Received: act(mb, s) is stage s+1's input, grad(mb, s) stage s-1's output gradient.
-    if (o.msg == CommOp::Msg::act)
-      slots_[size_t(o.stage) + 1][size_t(o.mb)].in = ops[i].t;
-    else
-      slots_[size_t(o.stage) - 1][size_t(o.mb)].out_grad = ops[i].t;
+  if (o.dir == CommOp::Dir::send) p->buf = Tensor();
+  pending_.push_back(std::move(p));
+}
+
+void PipelineExecutor::wait(const CommOp& o) {
+  const auto it = std::find_if(pending_.begin(), pending_.end(), [&](const auto& p) { return p->op == o; });
+  STRATA_CHECK(it != pending_.end(), "[pipeline] waiting for an exchange that was never posted");
+  std::unique_ptr<Pending> p = std::move(*it);
+  pending_.erase(it);
+  try {
+    p->work.wait();
+  } catch (const Error& e) {
+    fail(o, e.what());
   }
+  if (o.dir == CommOp::Dir::send) return;
+  // Received: act(mb, s) is stage s+1's input, grad(mb, s) stage s-1's output gradient.
+  if (o.msg == CommOp::Msg::act)
+    slots_[size_t(o.stage) + 1][size_t(o.mb)].in = p->buf;
+  else
+    slots_[size_t(o.stage) - 1][size_t(o.mb)].out_grad = p->buf;
 }
 
 double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Shape& batch_shape) {
@@ -106,11 +132,20 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
   slots_.assign(size_t(shape_.stages()), std::vector<Slot>(size_t(m)));
   double loss_sum = 0;
   int in_flight = 0;
+  pending_.clear();
   for (const Action& a : actions_) {
-    if (a.kind == Action::Kind::comm) {
+    if (!a.is_compute()) {
       // A label on the timeline (Cat::other: the waits inside it are recorded as waits).
-      trace::Scope ts("pp exchange", trace::Cat::other, {{"ops", int64_t(a.ops.size())}});
-      exchange(a, mb_shape);
+      trace::Scope ts(a.kind == Action::Kind::post ? "pp post" : "pp wait", trace::Cat::other,
+                      {{"ops", int64_t(a.ops.size())}});
+      const auto t0 = Clock::now();
+      for (const CommOp& o : a.ops) {
+        if (a.kind == Action::Kind::post)
+          post(o, mb_shape);
+        else
+          wait(o);
+      }
+      stats_.comm_s += since(t0);
       continue;
     }
     const PipelineStageSpec& st = stages_[size_t(a.stage)];
@@ -145,6 +180,7 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
     }
     stats_.compute_s += since(t0);
   }
+  STRATA_CHECK(pending_.empty(), "[pipeline] ", pending_.size(), " exchange(s) posted but never waited for");
   slots_.clear();
   return share_loss(loss_sum / double(m));
 }
@@ -160,24 +196,27 @@ double PipelineExecutor::share_loss(double local_on_last) {
 double PipelineExecutor::eval_loss(const Tensor& input, const Tensor& target, const Shape& batch_shape) {
   NoGradGuard no_grad;
   const int S = shape_.stages();
+  pending_.clear();
   slots_.assign(size_t(S), std::vector<Slot>(1));
   double loss = 0;
   for (int s = 0; s < S; ++s) {  // stage order: a chain, each exchange one send or receive
     const int me = pp_.rank();
-    if (s > 0 && shape_.owner(s) == me)
-      exchange(Action{.kind = Action::Kind::comm, .mb = -1, .stage = -1,
-                      .ops = {{CommOp::Dir::recv, CommOp::Msg::act, 0, s - 1, shape_.owner(s - 1)}}},
-               batch_shape);
+    if (s > 0 && shape_.owner(s) == me) {
+      const CommOp in{CommOp::Dir::recv, CommOp::Msg::act, 0, s - 1, shape_.owner(s - 1)};
+      post(in, batch_shape);
+      wait(in);
+    }
     if (shape_.owner(s) != me) continue;
     Slot& sl = slots_[size_t(s)][0];
     const PipelineStageSpec& st = stages_[size_t(s)];
     if (st.first()) sl.in = input;
     sl.out = plan_.forward(*model_, st, sl.in);
     if (st.last()) loss = plan_.loss(sl.out, target).item<double>();
-    if (s + 1 < S)
-      exchange(Action{.kind = Action::Kind::comm, .mb = -1, .stage = -1,
-                      .ops = {{CommOp::Dir::send, CommOp::Msg::act, 0, s, shape_.owner(s + 1)}}},
-               batch_shape);
+    if (s + 1 < S) {
+      const CommOp out{CommOp::Dir::send, CommOp::Msg::act, 0, s, shape_.owner(s + 1)};
+      post(out, batch_shape);
+      wait(out);
+    }
     sl = Slot{};
   }
   slots_.clear();

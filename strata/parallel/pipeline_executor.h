@@ -21,12 +21,14 @@ struct PipelineOptions {
 /// What the last step did on this rank.
 struct PipelineStepStats {
   double compute_s = 0;    ///< wall time inside forward/backward actions
-  double comm_s = 0;       ///< wall time inside comm batches (waiting included)
+  double comm_s = 0;       ///< wall time posting exchanges and waiting for them (not overlapped)
   int peak_in_flight = 0;  ///< most micro-batches (per stage) forwarded and not yet backwarded
 };
 
 /// One pipeline rank. Holds the rank's action list and its stages; the model (pruned by
-/// keep_stages) and the pp group must outlive it. Not thread-safe.
+/// keep_stages) and the pp group must outlive it. Exchanges run asynchronously on
+/// channel groups (one 2-rank group per message kind and direction, see channel_of),
+/// created from the pp group by the constructor (collective over pp). Not thread-safe.
 class PipelineExecutor {
  public:
   /// `stages`: every stage of the split (index = stage); this rank runs those with
@@ -57,7 +59,17 @@ class PipelineExecutor {
   const PipelineStepStats& last_stats() const { return stats_; }
 
  private:
-  void exchange(const Action& a, const Shape& mb_shape);
+  struct Pending {  // a posted exchange: its Work and, for a receive, the buffer it fills
+    CommOp op;
+    comm::Work work;
+    Tensor buf;
+  };
+  /// Starts `o` on its channel (a receive into a new buffer sized from the stage specs).
+  void post(const CommOp& o, const Shape& mb_shape);
+  /// Waits for `o` (posted before); a receive's buffer lands in its slot.
+  void wait(const CommOp& o);
+  comm::ProcessGroup& channel(const CommOp& o, int& peer) const;
+  [[noreturn]] void fail(const CommOp& o, const std::string& why) const;
   double share_loss(double local_on_last);
 
   std::shared_ptr<nn::Module> model_;
@@ -72,6 +84,10 @@ class PipelineExecutor {
     Tensor in, out, loss, in_grad, out_grad;
   };
   std::vector<std::vector<Slot>> slots_;
+  // channels_[msg][sending rank]: the 2-rank group {sender, receiver} (null when this rank
+  // is neither or the link is unused).
+  std::vector<std::shared_ptr<comm::ProcessGroup>> channels_[2];
+  std::vector<std::unique_ptr<Pending>> pending_;
 };
 
 }  // namespace strata::parallel

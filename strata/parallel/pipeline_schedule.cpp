@@ -100,59 +100,84 @@ int CommOp::tag(int stages, int max_tag) const {
 }
 
 std::string Action::str() const {
-  if (kind != Kind::comm) return detail::str_cat(kind == Kind::forward ? "F" : "B", mb, "@", stage);
-  std::string s = "comm[";
+  if (is_compute()) return detail::str_cat(kind == Kind::forward ? "F" : "B", mb, "@", stage);
+  std::string s = kind == Kind::post ? "post[" : "wait[";
   for (size_t i = 0; i < ops.size(); ++i) s += (i ? ", " : "") + op_str(ops[i]);
   return s + "]";
 }
 
+Channel channel_of(const ScheduleShape& shape, const CommOp& op) {
+  const int from = shape.owner(op.stage), P = shape.pp;
+  return {op.msg, from, op.msg == CommOp::Msg::act ? (from + 1) % P : (from - 1 + P) % P};
+}
+
+namespace {
+
+// The message compute action `a` needs from another rank (false when it needs none):
+// forward(mb, s > 0) the activation act(mb, s - 1), backward(mb, s < S - 1) the gradient
+// grad(mb, s + 1).
+bool input_of(const ScheduleShape& shape, const Action& a, CommOp& out) {
+  const int S = shape.stages();
+  if (a.kind == Action::Kind::forward && a.stage > 0) {
+    out = {CommOp::Dir::recv, CommOp::Msg::act, a.mb, a.stage - 1, shape.owner(a.stage - 1)};
+    return true;
+  }
+  if (a.kind == Action::Kind::backward && a.stage < S - 1) {
+    out = {CommOp::Dir::recv, CommOp::Msg::grad, a.mb, a.stage + 1, shape.owner(a.stage + 1)};
+    return true;
+  }
+  return false;
+}
+
+// The message compute action `a` produces for another rank.
+bool output_of(const ScheduleShape& shape, const Action& a, CommOp& out) {
+  const int S = shape.stages();
+  if (a.kind == Action::Kind::forward && a.stage < S - 1) {
+    out = {CommOp::Dir::send, CommOp::Msg::act, a.mb, a.stage, shape.owner(a.stage + 1)};
+    return true;
+  }
+  if (a.kind == Action::Kind::backward && a.stage > 0) {
+    out = {CommOp::Dir::send, CommOp::Msg::grad, a.mb, a.stage, shape.owner(a.stage - 1)};
+    return true;
+  }
+  return false;
+}
+
+Action comm_action(Action::Kind k, std::vector<CommOp> ops) {
+  return Action{.kind = k, .mb = -1, .stage = -1, .ops = std::move(ops)};
+}
+
+}  // namespace
+
 std::vector<std::vector<Action>> build_schedules(const ScheduleShape& shape) {
   const std::string bad = shape.invalid();
   if (!bad.empty()) config_fail(bad.substr(0, bad.find(' ')), bad.substr(bad.find(' ') + 1));
-  const int P = shape.pp, S = shape.stages(), m = shape.microbatches;
-  std::vector<std::vector<Action>> order{size_t(P)}, out{size_t(P)};
-  for (int r = 0; r < P; ++r) order[size_t(r)] = compute_order(shape, r);
-  std::vector<size_t> next(size_t(P), 0);
-  // got[msg][stage][mb]: the message has been received by the rank that needs it.
-  std::vector<std::vector<std::vector<char>>> got(2, std::vector<std::vector<char>>(size_t(S), std::vector<char>(size_t(m), 0)));
-  size_t left = 0;
-  for (const auto& o : order) left += o.size();
-  // Lock-step rounds: in step t every rank runs its next compute when its input is in,
-  // then round t exchanges exactly the messages step t produced, each rank's share as one
-  // batch. All halves of a round's batches are posted in that round, so no batch waits
-  // on a later one: deadlock-free for any compute order that is itself feasible.
-  while (left > 0) {
-    std::vector<CommOp> produced;  // sends of this step
-    int ran = 0;
-    for (int r = 0; r < P; ++r) {
-      auto& o = order[size_t(r)];
-      if (next[size_t(r)] == o.size()) continue;
-      const Action& a = o[next[size_t(r)]];
-      const bool fwd = a.kind == Action::Kind::forward;
-      const int s = a.stage;
-      const bool ready = fwd ? (s == 0 || got[0][size_t(s - 1)][size_t(a.mb)])
-                             : (s == S - 1 || got[1][size_t(s + 1)][size_t(a.mb)]);
-      if (!ready) continue;
-      out[size_t(r)].push_back(a);
-      ++next[size_t(r)];
-      --left;
-      ++ran;
-      if (fwd && s < S - 1) produced.push_back({CommOp::Dir::send, CommOp::Msg::act, a.mb, s, shape.owner(s + 1)});
-      if (!fwd && s > 0) produced.push_back({CommOp::Dir::send, CommOp::Msg::grad, a.mb, s, shape.owner(s - 1)});
+  const int P = shape.pp;
+  std::vector<std::vector<Action>> out{size_t(P)};
+  for (int r = 0; r < P; ++r) {
+    const std::vector<Action> order = compute_order(shape, r);
+    std::vector<Action>& L = out[size_t(r)];
+    std::vector<CommOp> sends;
+    size_t posted = 0;  // receives of order[0, posted) are posted
+    for (size_t i = 0; i < order.size(); ++i) {
+      // Post the receives of this compute (the first one only) and of the next one, so
+      // the next input travels while this compute runs (Megatron posts its next recv
+      // with the current send; torch.distributed.pipelining's irecv ahead of use).
+      std::vector<CommOp> post;
+      for (; posted < std::min(i + 2, order.size()); ++posted) {
+        CommOp in;
+        if (input_of(shape, order[posted], in)) post.push_back(in);
+      }
+      if (!post.empty()) L.push_back(comm_action(Action::Kind::post, std::move(post)));
+      CommOp in, outmsg;
+      if (input_of(shape, order[i], in)) L.push_back(comm_action(Action::Kind::wait, {in}));
+      L.push_back(order[i]);
+      if (output_of(shape, order[i], outmsg)) {
+        L.push_back(comm_action(Action::Kind::post, {outmsg}));
+        sends.push_back(outmsg);
+      }
     }
-    std::vector<std::vector<CommOp>> batch{size_t(P)};
-    for (const CommOp& o : produced) {
-      const int from = shape.owner(o.stage);
-      batch[size_t(from)].push_back(o);
-      batch[size_t(o.peer)].push_back({CommOp::Dir::recv, o.msg, o.mb, o.stage, from});
-      got[o.msg == CommOp::Msg::act ? 0 : 1][size_t(o.stage)][size_t(o.mb)] = 1;
-    }
-    // A step where no rank could compute and nothing was sent never ends.
-    STRATA_CHECK(ran > 0, "[pipeline] the ", schedule_name(shape.kind), " compute order stalls (pp ", P, ", m ", m,
-                 ", v ", shape.virtual_stages, ")");
-    for (int r = 0; r < P; ++r)
-      if (!batch[size_t(r)].empty())
-        out[size_t(r)].push_back(Action{.kind = Action::Kind::comm, .mb = -1, .stage = -1, .ops = std::move(batch[size_t(r)])});
+    if (!sends.empty()) L.push_back(comm_action(Action::Kind::wait, std::move(sends)));
   }
   return out;
 }
@@ -180,27 +205,70 @@ ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<A
     sim.error = "expected " + std::to_string(P) + " lists, got " + std::to_string(lists.size());
     return sim;
   }
-  // Where each message's send and receive sit: (msg, mb, stage) -> (rank, action index).
-  using Key = std::tuple<int, int, int>;
-  std::map<Key, std::pair<int, size_t>> sends, recvs;
+  // Every message posted once per side, between the right ranks.
+  using Key = std::tuple<int, int, int>;  // (msg, mb, stage)
+  std::map<Key, int> sends, recvs;        // -> posting rank
   for (int r = 0; r < P; ++r)
-    for (size_t i = 0; i < lists[size_t(r)].size(); ++i)
-      for (const CommOp& o : lists[size_t(r)][i].ops) {
+    for (const Action& a : lists[size_t(r)]) {
+      if (a.kind == Action::Kind::wait || a.is_compute()) continue;
+      for (const CommOp& o : a.ops) {
         const Key k{int(o.msg), o.mb, o.stage};
+        if (o.stage < 0 || o.stage >= S || (o.msg == CommOp::Msg::act ? o.stage + 1 >= S : o.stage == 0) || o.mb < 0 ||
+            o.mb >= m)
+          return fail(r, a, "message to a stage or micro-batch that does not exist");
         auto& where = o.dir == CommOp::Dir::send ? sends : recvs;
-        if (!where.emplace(k, std::make_pair(r, i)).second) return fail(r, lists[size_t(r)][i], "message posted twice");
+        if (!where.emplace(k, r).second) return fail(r, a, "message posted twice");
         const int from = shape.owner(o.stage);
         const int to = shape.owner(o.msg == CommOp::Msg::act ? o.stage + 1 : o.stage - 1);
-        if (o.stage < 0 || o.stage >= S || (o.msg == CommOp::Msg::act ? o.stage + 1 >= S : o.stage == 0))
-          return fail(r, lists[size_t(r)][i], "message to a stage that does not exist");
         if ((o.dir == CommOp::Dir::send ? from : to) != r || (o.dir == CommOp::Dir::send ? to : from) != o.peer)
-          return fail(r, lists[size_t(r)][i], "wrong rank or peer for " + op_str(o));
+          return fail(r, a, "wrong rank or peer for " + op_str(o));
       }
-  // State per rank.
+    }
+  for (const auto& [k, r] : sends)
+    if (!recvs.count(k)) {
+      sim.error = "a message sent by rank " + std::to_string(r) + " is never received";
+      return sim;
+    }
+  for (const auto& [k, r] : recvs)
+    if (!sends.count(k)) {
+      sim.error = "rank " + std::to_string(r) + " receives a message no rank sends";
+      return sim;
+    }
+  // Channels, keyed by (msg, sender): each side's posted ops in order, with post times;
+  // pair k (the k-th send with the k-th receive) completes at the latest of both posts
+  // and pair k-1's completion (one comm thread per channel and side: FIFO).
+  struct Posted {
+    CommOp op;
+    int64_t at;
+  };
+  struct Chan {
+    std::vector<Posted> side[2];  // 0: sender's, 1: receiver's
+    std::vector<int64_t> done;    // completion time of each matched pair
+  };
+  std::map<std::pair<int, int>, Chan> chans;
+  const auto chan_key = [&](const CommOp& o) { return std::make_pair(int(o.msg), shape.owner(o.stage)); };
+  // Matches the pairs both sides have posted; "" or why the channel is stuck for good.
+  const auto match = [&](Chan& c) -> std::string {
+    while (c.done.size() < std::min(c.side[0].size(), c.side[1].size())) {
+      const size_t k = c.done.size();
+      const CommOp &s = c.side[0][k].op, &q = c.side[1][k].op;
+      if (s.msg != q.msg || s.mb != q.mb || s.stage != q.stage)
+        return "channel out of order: the sender's op " + std::to_string(k) + " is " + op_str(s) +
+               " but the receiver's is " + op_str(q) + " (both wait for their other half for good)";
+      c.done.push_back(std::max({c.side[0][k].at, c.side[1][k].at, k ? c.done[k - 1] : int64_t(0)}));
+    }
+    return "";
+  };
+  // Per rank: where each of its posted ops sits in its channel, and whether waited.
+  struct Mine {
+    size_t index;
+    bool waited = false;
+  };
+  std::vector<std::map<std::tuple<int, int, int, int>, Mine>> mine(static_cast<size_t>(P));  // (dir, msg, mb, stage)
+  const auto mine_key = [](const CommOp& o) { return std::make_tuple(int(o.dir), int(o.msg), o.mb, o.stage); };
+
   std::vector<size_t> pc(size_t(P), 0);
   std::vector<int64_t> t(size_t(P), 0);
-  std::vector<std::vector<int64_t>> post_at{size_t(P)};  // when each comm action was posted (-1: not yet)
-  for (int r = 0; r < P; ++r) post_at[size_t(r)].assign(lists[size_t(r)].size(), -1);
   std::vector<std::vector<int>> fwd(size_t(S), std::vector<int>(size_t(m), 0)), bwd = fwd;
   std::vector<std::vector<int>> got_act = fwd, got_grad = fwd;
   std::vector<int> in_flight(size_t(P), 0);
@@ -211,10 +279,10 @@ ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<A
     progress = false;
     for (int r = 0; r < P; ++r) {
       const auto& L = lists[size_t(r)];
-      while (pc[size_t(r)] < L.size()) {
-        const Action& a = L[pc[size_t(r)]];
-        const size_t R = size_t(r);
-        if (a.kind != Action::Kind::comm) {
+      const size_t R = size_t(r);
+      while (pc[R] < L.size()) {
+        const Action& a = L[pc[R]];
+        if (a.is_compute()) {
           if (a.mb < 0 || a.mb >= m || a.stage < 0 || a.stage >= S) return fail(r, a, "no such micro-batch or stage");
           if (shape.owner(a.stage) != r) return fail(r, a, "stage lives on rank " + std::to_string(shape.owner(a.stage)));
           const size_t s = size_t(a.stage), mb = size_t(a.mb);
@@ -234,36 +302,40 @@ ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<A
           sim.cells[R].push_back(cell);
           ++t[R];
           ++sim.busy[R];
-        } else {
-          int64_t& posted_at = post_at[R][pc[R]];
-          if (posted_at < 0) {  // post the batch; its sends must have their data
-            posted_at = t[R];
-            for (const CommOp& o : a.ops)
-              if (o.dir == CommOp::Dir::send) {
-                const auto& done = o.msg == CommOp::Msg::act ? fwd : bwd;
-                if (!done[size_t(o.stage)][size_t(o.mb)]) return fail(r, a, "sends data not computed yet");
-              }
-            progress = true;
+        } else if (a.kind == Action::Kind::post) {
+          for (const CommOp& o : a.ops) {
+            if (o.dir == CommOp::Dir::send) {
+              const auto& done = o.msg == CommOp::Msg::act ? fwd : bwd;
+              if (!done[size_t(o.stage)][size_t(o.mb)]) return fail(r, a, "sends data not computed yet");
+            }
+            Chan& c = chans[chan_key(o)];
+            auto& side = c.side[o.dir == CommOp::Dir::send ? 0 : 1];
+            mine[R][mine_key(o)] = Mine{side.size()};
+            side.push_back({o, t[R]});
+            const std::string why = match(c);
+            if (!why.empty()) return fail(r, a, why);
           }
-          int64_t ready = posted_at;
+        } else {  // wait: blocks until every listed op has completed
+          int64_t ready = t[R];
           bool all = true;
           for (const CommOp& o : a.ops) {
-            const Key k{int(o.msg), o.mb, o.stage};
-            const auto& other = o.dir == CommOp::Dir::send ? recvs : sends;
-            const auto it = other.find(k);
-            if (it == other.end()) return fail(r, a, "no rank posts the other half of " + op_str(o));
-            const auto [pr, pi] = it->second;
-            if (post_at[size_t(pr)][pi] < 0) {
+            const auto it = mine[R].find(mine_key(o));
+            if (it == mine[R].end()) return fail(r, a, "waits for " + op_str(o) + " before posting it");
+            if (it->second.waited) return fail(r, a, "waits twice for " + op_str(o));
+            const Chan& c = chans[chan_key(o)];
+            if (it->second.index >= c.done.size()) {
               all = false;
               break;
             }
-            ready = std::max(ready, post_at[size_t(pr)][pi]);  // both halves posted: it completes
+            ready = std::max(ready, c.done[it->second.index]);
           }
           if (!all) break;
-          for (const CommOp& o : a.ops)
+          for (const CommOp& o : a.ops) {
+            mine[R][mine_key(o)].waited = true;
             if (o.dir == CommOp::Dir::recv)
               (o.msg == CommOp::Msg::act ? got_act : got_grad)[size_t(o.stage)][size_t(o.mb)] = 1;
-          t[R] = std::max(t[R], ready);
+          }
+          t[R] = ready;
         }
         ++pc[R];
         progress = true;
@@ -286,11 +358,14 @@ ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<A
                     " on stage " + std::to_string(s);
         return sim;
       }
-  for (const auto& [k, where] : sends)
-    if (!recvs.count(k)) {
-      sim.error = "a message sent by rank " + std::to_string(where.first) + " is never received";
-      return sim;
-    }
+  for (int r = 0; r < P; ++r)
+    for (const auto& [k, my] : mine[size_t(r)])
+      if (!my.waited) {
+        sim.error = "rank " + std::to_string(r) + " never waits for an op it posted (" +
+                    (std::get<0>(k) == int(CommOp::Dir::send) ? "send" : "recv") + " of micro-batch " +
+                    std::to_string(std::get<2>(k)) + ", stage " + std::to_string(std::get<3>(k)) + ")";
+        return sim;
+      }
   sim.makespan = *std::max_element(t.begin(), t.end());
   for (auto& row : sim.cells) row.resize(size_t(sim.makespan), "");
   return sim;

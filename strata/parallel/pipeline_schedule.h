@@ -47,31 +47,48 @@ struct CommOp {
   bool operator==(const CommOp&) const = default;
 };
 
-/// One step of a rank's list. A comm action is one batch: every op in it is posted at
-/// once and the batch completes when all of them have (batch_isend_irecv); the executor
-/// waits for it before the next action.
+/// One step of a rank's list. Exchanges are asynchronous: a `post` action starts its ops
+/// (each on the channel of its message kind and direction, see channel_of) and returns at
+/// once; a `wait` action blocks until the listed ops, posted earlier by this rank, have
+/// completed. The lists post each receive one compute ahead of the compute that needs it,
+/// wait for it just before that compute, post each send right after the compute that
+/// produced it, and wait for all sends at the end of the step.
 struct Action {
-  enum class Kind { forward, backward, comm } kind;
+  enum class Kind { forward, backward, post, wait } kind;
   int mb = -1;     ///< forward / backward
   int stage = -1;  ///< forward / backward
-  std::vector<CommOp> ops;  ///< comm
-  /// "F3@1", "B0@2", "comm[send act(2,0)->1, recv grad(1,1)<-1]"
+  std::vector<CommOp> ops;  ///< post / wait
+  bool is_compute() const { return kind == Kind::forward || kind == Kind::backward; }
+  /// "F3@1", "B0@2", "post[send act(2,0)->1, recv grad(1,1)<-1]", "wait[recv grad(1,1)<-1]"
   std::string str() const;
 };
 
-/// Every rank's actions (index = rank). The compute order is the schedule's; the comms
-/// are derived from it in lock-step rounds: in step t each rank runs its next compute if
-/// its input has arrived, then round t moves exactly the messages step t produced, each
-/// rank's share as one batch (send of the output, receives from both neighbours, as
-/// Megatron's send_forward_backward_recv_forward_backward). Every op of a round's batch
-/// is matched inside the same round, so no batch waits on a later one. ConfigError
-/// naming the key on an invalid shape.
+/// The channel a message travels on: one per (kind, sending rank). act(mb, s) goes from
+/// owner(s) to owner(s + 1) = (owner(s) + 1) % pp, grad(mb, s) from owner(s) to
+/// (owner(s) - 1 + pp) % pp, so each channel carries one kind in one direction between
+/// two ranks, and (for every schedule here) in the same message order on both sides.
+/// The executor gives each channel its own 2-rank process group, hence its own comm
+/// thread: an op waiting on one channel never holds up another.
+struct Channel {
+  CommOp::Msg msg;
+  int from, to;
+  bool operator==(const Channel&) const = default;
+};
+Channel channel_of(const ScheduleShape& shape, const CommOp& op);
+
+/// Every rank's actions (index = rank): the schedule's compute order with the exchanges
+/// derived from it (receives posted one compute ahead, waited just before use; sends
+/// posted right after the compute; all sends waited at the end). Deadlock-free for any
+/// feasible compute order whose channels carry messages in the same order on both sides
+/// (checked by simulate()). ConfigError naming the key on an invalid shape.
 std::vector<std::vector<Action>> build_schedules(const ScheduleShape& shape);
 /// build_schedules(shape)[rank].
 std::vector<Action> build_schedule(const ScheduleShape& shape, int rank);
 
-/// What simulate() found running every rank's list against the others with rendezvous
-/// point-to-point (an op completes only once its peer has posted the matching op).
+/// What simulate() found running every rank's list against the others as the executor
+/// runs them: each channel is FIFO on both sides (one comm thread per channel and rank:
+/// an op starts once the previous op of its channel completed) with rendezvous matching
+/// (an op completes only once its peer has posted the matching op), free communication.
 struct ScheduleSim {
   std::string error;  ///< empty: every check passed; else the first violation or the deadlock
   /// Time slots with unit-cost forwards and backwards and free communication.

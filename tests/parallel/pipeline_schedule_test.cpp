@@ -87,38 +87,67 @@ TEST(PipelineSchedule, OneF1BOrderOnRankZero) {
   const ScheduleShape s{ScheduleKind::one_f_one_b, 4, 6, 1};
   std::string order;
   for (const Action& a : build_schedule(s, 0))
-    if (a.kind != Action::Kind::comm) order += a.str() + " ";
+    if (a.is_compute()) order += a.str() + " ";
   EXPECT_EQ(order, "F0@0 F1@0 F2@0 F3@0 B0@0 F4@0 B1@0 F5@0 B2@0 B3@0 B4@0 B5@0 ");
-  // The steady state posts the activation send with the gradient receive in one batch.
-  const auto l = build_schedule(s, 0);
-  bool paired = false;
-  for (const Action& a : l)
-    if (a.kind == Action::Kind::comm && a.ops.size() == 2 && a.ops[0].dir != a.ops[1].dir) paired = true;
-  EXPECT_TRUE(paired);
+}
+
+TEST(PipelineSchedule, ReceivesArePostedOneComputeAheadAndSendsRightAfter) {
+  // 1F1B steady state on rank 0 of pp 2: the gradient for B(i) is posted before F(i+1)
+  // runs, waited just before B(i); F(i+1)'s activation send is posted right after it.
+  const ScheduleShape s{ScheduleKind::one_f_one_b, 2, 4, 1};
+  std::string l;
+  for (const Action& a : build_schedule(s, 0)) l += a.str() + " ";
+  EXPECT_NE(l.find("post[recv grad(1,1)<-1] F2@0 post[send act(2,0)->1] wait[recv grad(1,1)<-1] B1@0"),
+            std::string::npos)
+      << l;
+  // The last rank posts the next activation's receive before its current backward.
+  std::string l1;
+  for (const Action& a : build_schedule(s, 1)) l1 += a.str() + " ";
+  EXPECT_NE(l1.find("post[recv act(1,0)<-0] B0@1 post[send grad(0,1)->0] wait[recv act(1,0)<-0] F1@1"),
+            std::string::npos)
+      << l1;
+  // Every list ends waiting for its sends.
+  EXPECT_EQ(build_schedule(s, 0).back().kind, Action::Kind::wait);
+}
+
+TEST(PipelineSchedule, ChannelsCarryOneKindOneWay) {
+  const ScheduleShape s{ScheduleKind::interleaved, 2, 4, 2};
+  // act(mb, 1) goes from rank 1 to rank 0 (stage 2: the wrap-around of interleaving),
+  // grad(mb, 2) from rank 0 to rank 1.
+  EXPECT_EQ(channel_of(s, {CommOp::Dir::send, CommOp::Msg::act, 0, 1, 0}), (Channel{CommOp::Msg::act, 1, 0}));
+  EXPECT_EQ(channel_of(s, {CommOp::Dir::recv, CommOp::Msg::grad, 0, 2, 0}), (Channel{CommOp::Msg::grad, 0, 1}));
+  EXPECT_EQ(channel_of(s, {CommOp::Dir::recv, CommOp::Msg::act, 3, 0, 0}), (Channel{CommOp::Msg::act, 0, 1}));
 }
 
 TEST(PipelineSchedule, SimulatorCatchesBrokenLists) {
   const ScheduleShape s{ScheduleKind::one_f_one_b, 2, 3, 1};
   auto l = all_lists(s);
-  // Splitting a paired batch into send-then-receive on both ranks deadlocks (rendezvous).
   {
+    // Rank 0 waits for the first gradient before sending anything: rank 1 waits for the
+    // first activation. Both wait for good.
     auto bad = l;
-    for (auto& list : bad) {
-      std::vector<Action> out;
-      for (const Action& a : list) {
-        if (a.kind == Action::Kind::comm && a.ops.size() == 2) {
-          Action first = a, second = a;
-          first.ops = {a.ops[0].dir == CommOp::Dir::send ? a.ops[0] : a.ops[1]};
-          second.ops = {a.ops[0].dir == CommOp::Dir::send ? a.ops[1] : a.ops[0]};
-          out.push_back(first);
-          out.push_back(second);
-        } else {
-          out.push_back(a);
-        }
-      }
-      list = out;
+    const CommOp g0{CommOp::Dir::recv, CommOp::Msg::grad, 0, 1, 1};
+    std::vector<Action> r0{Action{.kind = Action::Kind::post, .mb = -1, .stage = -1, .ops = {g0}},
+                           Action{.kind = Action::Kind::wait, .mb = -1, .stage = -1, .ops = {g0}}};
+    for (const Action& a : bad[0]) {
+      const bool is_g0 = !a.is_compute() && a.ops.size() == 1 && a.ops[0] == g0;
+      if (!is_g0) r0.push_back(a);
     }
-    EXPECT_NE(simulate(s, bad).error.find("deadlock"), std::string::npos) << simulate(s, bad).error;
+    bad[0] = r0;
+    const std::string e = simulate(s, bad).error;
+    EXPECT_NE(e.find("deadlock"), std::string::npos) << e;
+  }
+  {
+    // Two receives of one channel posted in the other order than their sends: the real
+    // channel's comm thread would wait on the first for good.
+    auto bad = l;
+    std::vector<size_t> recv_posts;
+    for (size_t i = 0; i < bad[1].size(); ++i)
+      if (bad[1][i].kind == Action::Kind::post && bad[1][i].ops[0].dir == CommOp::Dir::recv) recv_posts.push_back(i);
+    ASSERT_GE(recv_posts.size(), 2u);
+    std::swap(bad[1][recv_posts[0]].ops, bad[1][recv_posts[1]].ops);
+    const std::string e = simulate(s, bad).error;
+    EXPECT_NE(e.find("out of order"), std::string::npos) << e;
   }
   {
     auto bad = l;  // a backward moved before its forward
@@ -138,6 +167,22 @@ TEST(PipelineSchedule, SimulatorCatchesBrokenLists) {
         break;
       }
     EXPECT_NE(simulate(s, bad).error, "");
+  }
+  {
+    auto bad = l;  // the final wait for the sends dropped
+    bad[0].pop_back();
+    const std::string e = simulate(s, bad).error;
+    EXPECT_NE(e.find("never waits"), std::string::npos) << e;
+  }
+  {
+    auto bad = l;  // a wait for a receive before posting it
+    for (size_t i = 0; i < bad[1].size(); ++i)
+      if (bad[1][i].kind == Action::Kind::wait) {
+        bad[1].insert(bad[1].begin(), bad[1][i]);
+        break;
+      }
+    const std::string e = simulate(s, bad).error;
+    EXPECT_NE(e.find("before posting"), std::string::npos) << e;
   }
 }
 
