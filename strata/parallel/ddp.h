@@ -77,6 +77,9 @@ class DistributedDataParallel {
   /// writes the averaged gradients to .grad. Throws naming the parameters that got no
   /// gradient (find_unused_parameters off). No-op inside no_sync().
   void finalize();
+  /// Reducer::reduce_accumulated(): launches the reduction of the gradients accumulated
+  /// under no_sync without another backward (pipeline parallelism); then finalize().
+  void reduce_accumulated() { reducer_->reduce_accumulated(); }
   /// See NoSyncGuard.
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*reducer_); }
   /// Reducer::zero_grad(): keeps .grad aliasing the buckets with gradient_as_bucket_view.

@@ -180,15 +180,10 @@ double ParallelModel::pipeline_step(const Tensor& input, const Tensor& target, c
       embed_group_->all_reduce(g, comm::ReduceOp::sum).wait();
     }
   }
-  if (ddp_ || zero_) {
-    // Starts the dp reduction of the accumulated gradients: a synchronized backward that
-    // adds zero to every gradient fires every parameter's hook once (DDP buckets, ZeRO
-    // reduce-scatters) whatever order the schedule left them in.
-    Tensor z;
-    for (const Tensor& p : model_->parameters())
-      if (p.requires_grad()) z = z.defined() ? z + sum(p) * 0.0 : sum(p) * 0.0;
-    if (z.defined()) backward(z);
-  }
+  // The dp reduction of the gradients the micro-batches accumulated (DDP buckets, ZeRO
+  // reduce-scatters), started explicitly; the trainer's finalize() waits for it.
+  if (ddp_) ddp_->reduce_accumulated();
+  if (zero_) zero_->reduce_accumulated();
   return loss;
 }
 

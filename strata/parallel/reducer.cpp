@@ -144,6 +144,20 @@ struct ReducerState {
     stats.hook_s += seconds_since(t0);
   }
 
+  void reduce_accumulated() {
+    STRATA_CHECK(sync, "[ddp] reduce_accumulated() inside no_sync(): the accumulated gradients are reduced once "
+                       "sync is back on");
+    STRATA_CHECK(!any_hook, "[ddp] reduce_accumulated() while a synchronized backward is under way; call finalize() "
+                            "first");
+    trace::Scope ts("ddp reduce accumulated", trace::Cat::hook);
+    begin_iteration();  // keeps what prepare_for_backward marked (find_unused_parameters)
+    t_begin = Clock::now();
+    any_hook = true;
+    for (const Bucket& b : plan.buckets)
+      for (int i : b.params)
+        if (!marked[size_t(i)]) mark_ready(size_t(i));
+  }
+
   void prepare(const std::vector<Tensor>& outputs) {
     if (!sync) return;
     STRATA_CHECK(!any_hook, "[ddp] a new forward started before finalize() of the previous backward; call "
@@ -357,6 +371,8 @@ Reducer::~Reducer() = default;
 
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) { s_->prepare(outputs); }
 void Reducer::finalize() { s_->finalize(); }
+void Reducer::reduce_accumulated() { s_->reduce_accumulated(); }
+
 void Reducer::set_sync(bool on) { s_->sync = on; }
 
 bool Reducer::sync() const { return s_->sync; }

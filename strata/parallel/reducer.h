@@ -82,6 +82,13 @@ class Reducer {
   /// Waits for every bucket of this backward and writes the averaged gradients to .grad.
   /// A no-op when no synchronized backward ran since the last call.
   void finalize();
+  /// Reduces the gradients accumulated so far (under no_sync, e.g. by a pipeline's
+  /// micro-batches) as a synchronized backward would have: every parameter is marked
+  /// ready now, bucket by bucket in launch order, so every bucket's all-reduce is
+  /// launched; finalize() then waits and writes the averages to .grad. Call outside
+  /// no_sync with no synchronized backward under way. A parameter with no gradient
+  /// contributes zeros (with find_unused_parameters: left as it was if no rank has one).
+  void reduce_accumulated();
 
   /// Off: backward accumulates gradients locally without communicating (no_sync).
   void set_sync(bool on);

@@ -194,6 +194,8 @@ Tensor ZeroDataParallel::forward(const Tensor& x) {
 
 void ZeroDataParallel::finalize() { s_->finalize(); }
 
+void ZeroDataParallel::reduce_accumulated() { s_->reduce_accumulated(); }
+
 double ZeroDataParallel::clip_grad_norm(double max_norm) {
   STRATA_CHECK(max_norm > 0, "[zero clip_grad_norm] max_norm must be > 0, got ", max_norm);
   auto& s = *s_;

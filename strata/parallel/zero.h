@@ -95,6 +95,10 @@ class ZeroDataParallel {
   /// After backward: launches what is still pending, waits for every reduce-scatter and
   /// leaves this rank's gradient slice = average over ranks. No-op inside no_sync().
   void finalize();
+  /// Launches the reduce-scatter of every unit's gradients accumulated so far (under
+  /// no_sync, e.g. by a pipeline's micro-batches) as a synchronized backward would have,
+  /// without another backward; then finalize(). Call outside no_sync.
+  void reduce_accumulated();
   /// Scales the gradient slices so that the global norm (all ranks, all parameters, as
   /// an unsharded run computes it) is at most max_norm; returns that norm. Collective.
   double clip_grad_norm(double max_norm);

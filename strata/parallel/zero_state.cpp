@@ -199,6 +199,21 @@ void ZeroState::launch(ZeroUnit& u) {
   ++stats.reduce_scatters;
 }
 
+void ZeroState::reduce_accumulated() {
+  STRATA_CHECK(sync, "[zero] reduce_accumulated() inside no_sync(): the accumulated gradients are reduced once sync "
+                     "is back on");
+  trace::Scope ts("zero reduce accumulated", trace::Cat::hook);
+  // Hooks under no_sync may have started bookkeeping (stage 3 tracks readiness there):
+  // start afresh with nothing launched, every unit complete.
+  active = false;
+  begin_iteration();
+  for (auto& u : units) {
+    u.pending = 0;
+    std::fill(u.ready.begin(), u.ready.end(), char(1));
+  }
+  launch_ready();
+}
+
 void ZeroState::finalize() {
   if (!active) return;
   if (!sync) {  // no_sync: gradients stay in .grad; stage 3 frees what backward gathered

@@ -99,6 +99,8 @@ struct ZeroState {
   /// being filled plus the one being sent.
   void wait_in_flight();
   void finalize();
+  /// Every unit's gradients so far counted as complete and launched (ZeroDataParallel::reduce_accumulated).
+  void reduce_accumulated();
 };
 
 }  // namespace strata::parallel::detail
