@@ -94,8 +94,42 @@ parallel::TpPlan model_tp_plan(const nn::Module& model, bool sequence_parallel) 
   return plan;
 }
 
+// The MLP by layers: net's children grouped as [Flatten, Linear, act, Dropout],
+// [Linear, act, Dropout], ..., [Linear], a stage a run of whole layers; nothing outside
+// net. A stage sends its last Linear's (activated) output, (b, width).
+static parallel::PipelinePlan mlp_pp_plan(const nn::MLP& mlp, const std::vector<int64_t>& layers) {
+  parallel::PipelinePlan p;
+  p.blocks = "net";
+  p.layers = layers;
+  std::vector<int64_t> width;  // per block: the feature width of its output
+  int64_t w = mlp.config().input;
+  bool seen_linear = false;
+  for (const auto& [name, m] : mlp.child("net")->named_children()) {
+    if (const auto* lin = dynamic_cast<const nn::Linear*>(m.get())) {
+      if (seen_linear) p.layer_blocks.push_back(0);  // a Linear starts the next layer
+      seen_linear = true;
+      w = lin->out_features();
+    }
+    if (p.layer_blocks.empty()) p.layer_blocks.push_back(0);  // the Flatten joins the first layer
+    ++p.layer_blocks.back();
+    width.push_back(w);
+  }
+  p.forward = [](nn::Module& m, const parallel::PipelineStageSpec& s, const Tensor& in) {
+    const auto children = m.child("net")->named_children();
+    Tensor x = in;
+    for (int64_t i = s.begin; i < s.end; ++i) x = (*children[size_t(i)].second)(x);
+    return x;
+  };
+  p.loss = [](const Tensor& out, const Tensor& y) { return cross_entropy(out, y); };
+  p.activation = [width](const parallel::PipelineStageSpec& s, const Shape& in) {
+    return parallel::ActivationSpec{{in[0], width[size_t(s.end) - 1]}, DType::f32};
+  };
+  return p;
+}
+
 parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers) {
   parallel::PipelinePlan p;
+  if (const auto* mlp = dynamic_cast<const nn::MLP*>(&model)) return mlp_pp_plan(*mlp, layers);
   const auto* gpt = dynamic_cast<const nn::GPT*>(&model);
   if (!gpt) return p;
   const nn::GPTConfig& c = gpt->config();

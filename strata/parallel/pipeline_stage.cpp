@@ -105,7 +105,25 @@ std::vector<PipelineStageSpec> plan_stages(const nn::Module& model, const Pipeli
     for (const auto& c : names) n += params_of(*model.child(c));
     return n;
   };
-  return split_stages(bp, sum_of(plan.first), sum_of(plan.last), stages, plan.layers);
+  if (plan.layer_blocks.empty()) return split_stages(bp, sum_of(plan.first), sum_of(plan.last), stages, plan.layers);
+  // Split whole layers, then turn layer ranges into block ranges.
+  std::vector<int64_t> lp, start{0};
+  for (int64_t n : plan.layer_blocks) {
+    STRATA_CHECK(n >= 1 && start.back() + n <= int64_t(bp.size()), "[pipeline] the plan's layer_blocks do not fit the ",
+                 bp.size(), " blocks of ", plan.blocks);
+    int64_t p = 0;
+    for (int64_t i = start.back(); i < start.back() + n; ++i) p += bp[size_t(i)];
+    lp.push_back(p);
+    start.push_back(start.back() + n);
+  }
+  STRATA_CHECK(start.back() == int64_t(bp.size()), "[pipeline] the plan's layer_blocks cover ", start.back(), " of the ",
+               bp.size(), " blocks of ", plan.blocks);
+  std::vector<PipelineStageSpec> out = split_stages(lp, sum_of(plan.first), sum_of(plan.last), stages, plan.layers);
+  for (auto& s : out) {
+    s.begin = start[size_t(s.begin)];
+    s.end = start[size_t(s.end)];
+  }
+  return out;
 }
 
 void keep_stages(nn::Module& model, const PipelinePlan& plan, const std::vector<PipelineStageSpec>& mine) {

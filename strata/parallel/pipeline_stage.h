@@ -41,6 +41,10 @@ struct PipelinePlan {
   /// Blocks per stage (parallel.pp_layers, one entry per stage); empty: balanced by
   /// parameter count (the first and last stages' own children counted too).
   std::vector<int64_t> layers;
+  /// Blocks per layer, when a layer spans several blocks a stage boundary may not cut
+  /// (the MLP's Sequential: [Flatten, Linear, act, Dropout], [Linear, act, Dropout], ...,
+  /// [Linear]); `layers` then counts these layers. Empty: each block is a layer.
+  std::vector<int64_t> layer_blocks;
   /// Runs one stage on `model` (the rank's pruned model): `in` is the micro-batch input
   /// on the first stage, else the previous stage's output; returns the stage's output
   /// (the model's output on the last stage). Called with autograd on.
