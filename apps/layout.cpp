@@ -127,7 +127,7 @@ static parallel::PipelinePlan mlp_pp_plan(const nn::MLP& mlp, const std::vector<
   return p;
 }
 
-parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers) {
+parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers, int64_t seq_shards) {
   parallel::PipelinePlan p;
   if (const auto* mlp = dynamic_cast<const nn::MLP*>(&model)) return mlp_pp_plan(*mlp, layers);
   const auto* gpt = dynamic_cast<const nn::GPT*>(&model);
@@ -141,11 +141,10 @@ parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<
   p.forward = [](nn::Module& m, const parallel::PipelineStageSpec& s, const Tensor& in) {
     return dynamic_cast<nn::GPT&>(m).forward_stage(in, s.begin, s.end, s.first(), s.last());
   };
-  p.loss = [](const Tensor& out, const Tensor& y) {  // as GPT::loss: mean over the B*T positions
-    return cross_entropy(reshape(out, {-1, out.size(out.dim() - 1)}), ops::reshape(y, {-1}), -1);
-  };
-  p.activation = [n = c.n_embd](const parallel::PipelineStageSpec&, const Shape& in) {
-    return parallel::ActivationSpec{{in[0], in[1], n}, DType::f32};
+  // As GPT::loss: the mean over the B*T positions (from the vocabulary shards under tp).
+  p.loss = [gpt](const Tensor& out, const Tensor& y) { return gpt->stage_loss(out, y); };
+  p.activation = [n = c.n_embd, seq_shards](const parallel::PipelineStageSpec&, const Shape& in) {
+    return parallel::ActivationSpec{{in[0], in[1] / seq_shards, n}, DType::f32};
   };
   return p;
 }
@@ -198,7 +197,7 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
     config_fail("parallel.sequence_parallel", detail::str_cat("is true but model.block_size = ", cfg.model.block_size,
                                                       " is not divisible by parallel.tp = ", dims.tp));
   parallel::TpPlan plan = model_tp_plan(*model, sp);
-  parallel::PipelinePlan pp_plan = model_pp_plan(*model, cfg.parallel.pp_layers);
+  parallel::PipelinePlan pp_plan = model_pp_plan(*model, cfg.parallel.pp_layers, sp ? dims.tp : 1);
   return parallel::parallelize(
       std::move(model), mesh,
       {.dims = dims,

@@ -40,8 +40,12 @@ parallel::TpPlan model_tp_plan(const nn::Module& model, bool sequence_parallel =
 /// The pipeline split of a built model (empty for a model without one: MLP, CNN):
 ///   GPT: blocks "h"; wte, wpe, drop on the first stage; ln_f and the head (wte itself
 ///        when tied, summed over the embedding group) on the last; a stage sends
-///        (B, T, n_embd) f32 activations. `layers` is parallel.pp_layers.
-parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers);
+///        (B, T, n_embd) f32 activations. `layers` is parallel.pp_layers. `seq_shards`:
+///        parallel.tp under sequence parallelism (a stage sends its sequence shard
+///        (B, T/tp, n_embd)), else 1. The loss is GPT::stage_loss (vocabulary-parallel
+///        under tp): the plan refers to `model`, which must outlive it.
+parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers,
+                                     int64_t seq_shards = 1);
 
 /// parallel.{dp, tp, pp, zero_stage} resolved for `world` ranks and checked against the
 /// model and the batch (train.batch_size divisible by dp). ConfigError naming the key.

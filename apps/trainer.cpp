@@ -330,7 +330,8 @@ void Trainer::save(const std::string& dir) {
 }
 
 EvalResult Trainer::evaluate_collective(bool test) {
-  if (pm_->pipeline()) {  // the stages evaluate together
+  if (pm_->pipeline()) {  // the stages evaluate together (ZeRO-3: each with its units gathered)
+    const parallel::ParallelModel::FullParams full = pm_->summon_full_params();
     const EvalResult r = evaluate(test);
     return rank_ == 0 ? r : EvalResult{};
   }

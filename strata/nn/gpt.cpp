@@ -178,15 +178,27 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index)
 
 Tensor GPT::forward_stage(const Tensor& in, int64_t begin, int64_t end, bool first, bool last) {
   Tensor x = in;
-  if (first) {
+  if (first) {  // as features(): the embeddings, then (sequence parallel) this rank's shard
     Tensor pos = ops::arange(0, double(in.size(1)), 1.0, DType::i64).to(in.device());
-    x = (*child("drop"))((*child("wte"))(in) + (*child("wpe"))(pos));
+    x = (*child("wte"))(in) + (*child("wpe"))(pos);
+    if (hooks_.enter_blocks) x = hooks_.enter_blocks(x);
+    x = (*child("drop"))(x);
   }
   const std::shared_ptr<ModuleList> h = blocks();
   for (int64_t i = begin; i < end; ++i) x = run_block(h->child(std::to_string(i)), x);
   if (!last) return x;
   x = (*child("ln_f"))(x);
+  if (hooks_.leave_blocks) x = hooks_.leave_blocks(x);
+  if (hooks_.loss) return x;  // stage_loss() takes the features
+  if (hooks_.logits) return hooks_.logits(x, parameter(head_weight_name()));
   return cfg_.tie_weights ? linear(x, parameter("wte.weight"), Tensor()) : (*child("lm_head"))(x);
+}
+
+Tensor GPT::stage_loss(const Tensor& last_out, const Tensor& targets) const {
+  if (hooks_.loss)
+    return hooks_.loss(reshape(last_out, {-1, cfg_.n_embd}), parameter(head_weight_name()), ops::reshape(targets, {-1}),
+                       -1);
+  return cross_entropy(reshape(last_out, {-1, last_out.size(last_out.dim() - 1)}), ops::reshape(targets, {-1}), -1);
 }
 
 }  // namespace strata::nn

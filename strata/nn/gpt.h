@@ -82,8 +82,14 @@ class GPT : public Module, public LanguageModel {
   /// One pipeline stage: blocks h.begin .. h.(end-1) on `in`, after the embeddings when
   /// `first` (in: idx (B, T) i64) and followed by ln_f and the head when `last` (-> logits
   /// (B, T, vocab)); else (B, T, C) -> (B, T, C). Only the children the stage uses need to
-  /// be present (a pipeline rank drops the others).
+  /// be present (a pipeline rank drops the others). The lm_hooks() apply as in forward():
+  /// under sequence parallelism what passes between stages is this tp rank's sequence
+  /// shard (B, T/tp, C); with a loss hook (vocabulary-parallel head) the last stage
+  /// returns the features (B, T, C) instead of logits, and stage_loss() computes the loss
+  /// from the vocabulary shards (the whole (B, T, vocab) never exists on a rank).
   Tensor forward_stage(const Tensor& in, int64_t begin, int64_t end, bool first, bool last);
+  /// The mean next-token cross-entropy of the last stage's output (as GPT::loss).
+  Tensor stage_loss(const Tensor& last_out, const Tensor& targets) const;
 
  private:
   /// Embeddings, blocks and ln_f: idx (B, T) -> (B, T, C).

@@ -48,15 +48,24 @@ double ParallelModel::pp_norm_sq(double local) const {
 
 double ParallelModel::clip_grad_norm(double max_norm) {
   if (pipeline_) {
-    // Every stage's share (under ZeRO its dp slices, summed over dp), summed over pp; the
-    // last stage's copy of a tied parameter is not counted again.
+    // Every stage's share (under tp its shards summed over tp and its replicated tensors
+    // once; under ZeRO its dp slices, summed over dp), summed over pp; the last stage's
+    // copy of a tied parameter is not counted again.
     STRATA_CHECK(max_norm > 0, "[clip_grad_norm] max_norm must be > 0, got ", max_norm);
-    std::vector<Tensor> ps, own;
+    std::vector<Tensor> ps;
+    optim::NamedTensors own;
     for (const auto& [n, p] : optimizer().named_parameters()) {
       ps.push_back(p);
-      if (std::find(copies_.begin(), copies_.end(), n) == copies_.end()) own.push_back(p);
+      if (std::find(copies_.begin(), copies_.end(), n) == copies_.end()) own.emplace_back(n, p);
     }
-    double sq = optim::grad_norm_sq(own);
+    double sq = 0;
+    if (tp_) {
+      sq = tp_grad_norm_sq(own, *tp_);
+    } else {
+      std::vector<Tensor> ts;
+      for (const auto& [n, p] : own) ts.push_back(p);
+      sq = optim::grad_norm_sq(ts);
+    }
     if (zero_) sq = comm::all_reduce_host(*mesh_["dp"], ops::full({1}, sq, DType::f64), comm::ReduceOp::sum).item<double>();
     const double total = std::sqrt(pp_norm_sq(sq)), f = optim::clip_factor(total, max_norm);
     if (f < 1.0) optim::scale_grads(ps, f);
@@ -116,12 +125,15 @@ NoSync ParallelModel::no_sync() {
 ParallelModel::FullParams ParallelModel::summon_full_params() {
   std::optional<ZeroDataParallel::FullParams> z;
   if (zero_) z.emplace(zero_->summon_full_params());
-  return FullParams(std::move(z), tp_ ? std::make_unique<TpWholeModules>(*model_, *tp_) : nullptr);
+  // Under pp a rank holds only its stages: the stages evaluate together (the executor's
+  // eval_loss) with their tp shards in place, so only ZeRO-3's units are gathered.
+  return FullParams(std::move(z), tp_ && !pipeline_ ? std::make_unique<TpWholeModules>(*model_, *tp_) : nullptr);
 }
 
 std::vector<ShardPiece> ParallelModel::state_pieces() const {
   if (pipeline_) {  // each stage's own tensors under their global names (a tied copy once)
     std::vector<ShardPiece> all = zero_ ? zero_->state_pieces() : replicated_pieces(*model_, optimizer_.get(), mesh_.rank("dp"));
+    if (tp_) all = tp_global_pieces(all, *tp_);  // each tp rank's shard as ranges of the global tensors
     std::vector<ShardPiece> out;
     for (auto& p : all) {
       const std::string bare = p.name.substr(p.name.find('.') + 1);  // "exp_avg.wte.weight" -> "wte.weight"
@@ -163,6 +175,12 @@ void ParallelModel::set_pipeline(std::unique_ptr<PipelineExecutor> exec, std::sh
 
 double ParallelModel::pipeline_step(const Tensor& input, const Tensor& target, const Shape& batch_shape) {
   STRATA_CHECK(pipeline_ != nullptr, "[parallelize] pipeline_step() needs pp > 1");
+  // ZeRO-3 under pp: every unit of this rank's stages stays gathered for the whole step
+  // (the schedule interleaves micro-batches' forwards and backwards, so a unit would be
+  // gathered and freed once per micro-batch and pass); the gradients are reduce-scattered
+  // by finalize() after the schedule, as under ZeRO-2. Costs a stage's full parameters.
+  std::optional<ZeroDataParallel::FullParams> gathered;
+  if (zero_ && zero_->stage() == 3) gathered.emplace(zero_->summon_full_params());
   double loss = 0;
   {
     // The dp reduction waits until every micro-batch is in (and the tied sum is done).
@@ -251,9 +269,6 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
     if (opts.pp_plan.empty())
       config_fail("parallel.pp", "is " + std::to_string(d.pp) + " but the model (" + model->type_name() +
                                      ") has no pipeline plan (use pp: 1)");
-    if (d.tp > 1) config_fail("parallel.tp", "is " + std::to_string(d.tp) + " but pp > 1 does not compose with tp in this version");
-    if (d.zero_stage == 3)
-      config_fail("parallel.zero_stage", "is 3 but pp > 1 composes with DDP and ZeRO-1/2 only in this version");
     const ScheduleShape shape{opts.pipeline.schedule, d.pp, opts.pipeline.microbatches, opts.pipeline.virtual_stages};
     const std::string bad = shape.invalid();
     if (!bad.empty()) config_fail(bad.substr(0, bad.find(' ')), bad.substr(bad.find(' ') + 1));

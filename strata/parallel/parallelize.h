@@ -89,7 +89,9 @@ class ParallelModel {
   /// all-gathers them, tensor parallelism gathers its shards; collective); a no-op for
   /// every other layout.
   /// Under tensor parallelism the sharded Linears are swapped for whole ones (gathered
-  /// over tp) while it lives, so one rank can evaluate the model alone.
+  /// over tp) while it lives, so one rank can evaluate the model alone -- except under
+  /// pp > 1, where a rank holds only its stages: there only ZeRO-3 gathers, and the
+  /// stages evaluate together (PipelineExecutor::eval_loss) on their tp shards.
   class FullParams {
    public:
     FullParams() = default;
@@ -133,6 +135,8 @@ class ParallelModel {
   /// pp > 1; collective over the mesh): the schedule over this rank's stages, the tied
   /// parameters' gradients summed between the first and last stage, then the dp
   /// reduction started. Call finalize(), clip_grad_norm(), step() after it as usual.
+  /// Under ZeRO-3 the rank's units are gathered for the whole step (one all-gather per
+  /// unit, not one per micro-batch and pass) and reduce-scattered by finalize().
   /// Returns the batch's mean loss on every rank of the pipeline.
   double pipeline_step(const Tensor& input, const Tensor& target, const Shape& batch_shape);
   /// pp > 1: every rank's model generators take the state of the rank that runs them
@@ -166,7 +170,9 @@ class ParallelModel {
 ///      naming parallel.tp when the plan is empty: the model has none),
 ///   2. the pipeline split on mesh["pp"] when pp > 1: the stages of opts.pp_plan, this
 ///      rank's kept (keep_stages) and run by a PipelineExecutor (ConfigError naming
-///      parallel.pp without a plan; pp > 1 does not compose with tp > 1 or ZeRO-3 here),
+///      parallel.pp without a plan). With tp > 1 each stage runs its tp shards (the
+///      embedding group of a tied head is the first and last stage at one tp coordinate);
+///      with ZeRO-3 a stage's units stay gathered for the whole pipeline step (pipeline_step),
 ///   3. on mesh["dp"]: ZeRO stage dims.zero_stage when > 0, else DDP when dp > 1, else
 ///      nothing (one process).
 /// Rank 0's parameters and buffers are broadcast over dp. The optimizer is built by

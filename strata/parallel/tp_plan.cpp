@@ -184,7 +184,8 @@ int64_t tp_global_parameters(const nn::Module& model, const TpLayout* layout) {
   int64_t n = model.num_parameters();
   if (layout == nullptr) return n;
   const int64_t tp = layout->tp->size();
-  for (const TpShardedParam& p : layout->sharded) n += shape_numel(p.global_shape) / tp * (tp - 1);
+  for (const auto& [name, t] : model.named_parameters())  // those this rank holds (a pipeline stage: its own)
+    if (const TpShardedParam* p = layout->find(name)) n += shape_numel(p->global_shape) / tp * (tp - 1);
   return n;
 }
 

@@ -1,0 +1,234 @@
+// The 3D (dp x tp x pp, ZeRO on dp) harness, shared by the local-backend gtests and the
+// mpirun -np 8 test: a GPT with 4 heads and 4 blocks, its tensor-parallel and pipeline
+// plans written out as apps/layout.cpp builds them, the single-process reference, one
+// rank's run through parallelize(), and the comparison of a rank's tp shards with the
+// reference's tensors (no gather: each shard's global runs are compared in place).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <strata/comm/device_mesh.h>
+#include <strata/nn/gpt.h>
+#include <strata/optim/clip.h>
+#include <strata/parallel/checkpoint_io.h>
+#include <strata/parallel/parallelize.h>
+#include <strata/parallel/sharded_checkpoint.h>
+#include <strata/parallel/tp_checkpoint.h>
+#include "tp_harness.h"
+
+namespace strata::testing::threed {
+
+using namespace strata::parallel;  // NOLINT: test harness
+namespace st = strata::testing;
+
+/// One layout (dp, tp, pp, zero) and its schedule. The global batch is the same whatever
+/// the layout (each dp rank takes batch / dp rows, cut into m micro-batches under pp).
+struct Case {
+  int dp = 1, tp = 2, pp = 2, zero = 0;
+  bool sp = false;  ///< sequence parallelism (tp > 1)
+  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  int m = 2, v = 1;
+  bool tied = true;
+  double clip = 0.0;  ///< > 0: clip the global gradient norm every step
+  int steps = 3;      ///< the run trains steps [first, steps)
+  int first = 0;
+  int64_t batch = 16;
+  int world() const { return dp * tp * pp; }
+  std::string str() const {
+    std::string s = "(dp " + std::to_string(dp) + ", tp " + std::to_string(tp) + ", pp " + std::to_string(pp) +
+                    ", zero " + std::to_string(zero) + ")";
+    if (pp > 1) s += std::string(" ") + schedule_name(kind) + " m " + std::to_string(m) + " v " + std::to_string(v);
+    if (sp) s += " sp";
+    if (!tied) s += " untied";
+    return s;
+  }
+};
+
+inline nn::GPTConfig gpt_config(const Case& c) {
+  return {.vocab = 16, .block_size = 8, .n_layer = 4, .n_head = 4, .n_embd = 16, .tie_weights = c.tied};
+}
+
+/// Every rank builds the same model (pipeline stages are not broadcast).
+inline std::shared_ptr<nn::GPT> gpt(const Case& c) {
+  Generator gen(st::kModelSeed);
+  return std::make_shared<nn::GPT>(gpt_config(c), gen);
+}
+
+/// apps/layout.cpp's model_tp_plan for the GPT, as data.
+inline TpPlan tp_plan(const nn::GPTConfig& cfg, bool sp) {
+  TpPlan p;
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".";
+    p[h + "attn.c_attn"] = TpStyle::colwise_qkv;
+    p[h + "attn.c_proj"] = TpStyle::rowwise;
+    p[h + "mlp.c_fc"] = TpStyle::colwise;
+    p[h + "mlp.c_proj"] = TpStyle::rowwise;
+    p[h + "attn.attn_dropout"] = TpStyle::parallel_rng;
+    if (!sp) continue;
+    for (const char* ln : {"ln_1", "ln_2"}) p[h + ln] = TpStyle::sequence_norm;
+    for (const char* d : {"attn.resid_dropout", "mlp.dropout"}) p[h + d] = TpStyle::parallel_rng;
+  }
+  p["wte"] = TpStyle::vocab_parallel;
+  if (!cfg.tie_weights) p["lm_head"] = TpStyle::vocab_parallel;
+  if (sp) {
+    p["ln_f"] = TpStyle::sequence_norm;
+    p["drop"] = TpStyle::parallel_rng;
+  }
+  return p;
+}
+
+/// apps/layout.cpp's model_pp_plan: the loss is GPT::stage_loss (vocabulary-parallel under
+/// tp) and a stage sends its sequence shard under sequence parallelism.
+inline PipelinePlan pp_plan(const nn::GPT& model, int64_t seq_shards) {
+  const nn::GPTConfig& cfg = model.config();
+  PipelinePlan p;
+  p.blocks = "h";
+  p.first = {"wte", "wpe", "drop"};
+  p.last = {"ln_f", cfg.tie_weights ? "wte" : "lm_head"};
+  if (cfg.tie_weights) p.tied = {"wte.weight"};
+  p.forward = [](nn::Module& m, const PipelineStageSpec& s, const Tensor& in) {
+    return dynamic_cast<nn::GPT&>(m).forward_stage(in, s.begin, s.end, s.first(), s.last());
+  };
+  const nn::GPT* g = &model;
+  p.loss = [g](const Tensor& out, const Tensor& y) { return g->stage_loss(out, y); };
+  p.activation = [c = cfg.n_embd, seq_shards](const PipelineStageSpec&, const Shape& in) {
+    return ActivationSpec{{in[0], in[1] / seq_shards, c}, DType::f32};
+  };
+  return p;
+}
+
+/// AdamW at lr 1e-3 (weight decay 0.1). Adam divides each gradient element by its own
+/// running magnitude, so an element whose gradient is a near-cancelling sum turns the
+/// sum's rounding (which differs with the reduction order of each layout) into a
+/// difference of up to ~lr in its update: at the tp tests' lr 1e-2 a few such elements of
+/// this model differ by 1-3e-5 after 3 steps in every layout, the known-good dp 2 x tp 2
+/// ZeRO-3 of tensor_parallel included; at 1e-3 every layout here is within 1e-5.
+inline std::unique_ptr<optim::Optimizer> adamw(optim::NamedTensors params) {
+  return std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
+}
+
+struct Run {
+  std::vector<double> losses, norms;  ///< of steps [first, steps)
+  nn::NamedTensors params;            ///< this rank's (its stages', its tp shards), after the steps
+  nn::NamedTensors opt_state;         ///< reference only: the optimizer's tensors
+};
+
+/// One process on the whole batch: `c.steps` AdamW steps.
+inline Run reference(const Case& c) {
+  Run r;
+  auto model = gpt(c);
+  auto opt = adamw(model->named_parameters());
+  for (int s = 0; s < c.steps; ++s) {
+    auto [x, y] = st::make_batch("gpt", c.batch, s);
+    Tensor loss = model->loss(x, y);
+    r.losses.push_back(loss.item<double>());
+    backward(loss);
+    if (c.clip > 0) r.norms.push_back(optim::clip_grad_norm(model->parameters(), c.clip));
+    opt->step();
+    opt->zero_grad();
+  }
+  r.params = model->named_parameters();
+  r.opt_state = opt->state_dict().tensors;
+  return r;
+}
+
+/// The layout of `c` over `world` (c.world() ranks; mesh pp x dp x tp) by parallelize().
+inline std::unique_ptr<ParallelModel> build(std::shared_ptr<comm::ProcessGroup> world, const Case& c) {
+  const ParallelDims dims = ParallelDims{.dp = c.dp, .tp = c.tp, .pp = c.pp, .zero_stage = c.zero}.resolve(world->size());
+  std::shared_ptr<nn::GPT> model = gpt(c);
+  PipelinePlan plan = pp_plan(*model, c.sp && c.tp > 1 ? c.tp : 1);
+  return parallelize(std::move(model), comm::DeviceMesh(std::move(world), dims.mesh_shape()),
+                     {.dims = dims,
+                      .ddp = {},
+                      .fsdp_prefetch = true,
+                      .fsdp_wrap = {},
+                      .tp_plan = c.tp > 1 ? tp_plan(gpt_config(c), c.sp) : TpPlan{},
+                      .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
+                      .pp_plan = std::move(plan),
+                      .make_optimizer = adamw});
+}
+
+/// This rank's run of steps [c.first, c.steps): each dp rank its rows of the global batch;
+/// losses are the global batch's mean (averaged over dp).
+inline Run train(ParallelModel& pm, const Case& c) {
+  Run r;
+  const int dr = pm.mesh().rank("dp");
+  const int64_t per = c.batch / c.dp;
+  auto* model = dynamic_cast<nn::GPT*>(&pm.module());
+  for (int s = c.first; s < c.steps; ++s) {
+    auto [xb, yb] = st::make_batch("gpt", c.batch, s);
+    const Tensor x = ops::contiguous(ops::narrow(xb, 0, dr * per, per)), y = ops::contiguous(ops::narrow(yb, 0, dr * per, per));
+    double loss = 0;
+    if (pm.pipeline()) {
+      loss = pm.pipeline_step(x, y, x.shape());
+    } else {
+      Tensor l = pm.forward_with([&] { return model->loss(x, y); });
+      loss = l.item<double>();
+      backward(l);
+    }
+    pm.finalize();
+    r.losses.push_back(st::rank_mean(*pm.mesh()["dp"], loss));
+    if (c.clip > 0) r.norms.push_back(pm.clip_grad_norm(c.clip));
+    pm.step();
+    pm.zero_grad();
+  }
+  const ParallelModel::FullParams full = pm.summon_full_params();  // ZeRO-3 (and tp at pp 1: whole modules)
+  for (const auto& [n, t] : pm.module().named_parameters()) r.params.emplace_back(n, ops::clone(t));
+  return r;
+}
+
+/// The reference tensor named `name`, or null.
+inline const Tensor* find(const nn::NamedTensors& ts, const std::string& name) {
+  for (const auto& [n, t] : ts)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+/// Every tensor this rank holds equals the reference's: whole ones directly, tp shards
+/// element by element at their places in the global tensor (tp_global_runs).
+/// Tolerance tol * (1 + |ref|) per element, as the pipeline tests.
+inline void expect_match(const nn::NamedTensors& mine, const nn::NamedTensors& ref, const TpLayout* tp, double tol,
+                         const std::string& what) {
+  ASSERT_FALSE(mine.empty()) << what;
+  for (const auto& [n, t] : mine) {
+    const Tensor* rt = find(ref, n);
+    ASSERT_NE(rt, nullptr) << what << ": " << n << " is not a tensor of the whole model";
+    const std::vector<double> want = rt->to_vector<double>(), got = t.to_vector<double>();
+    const TpShardedParam* sp = tp ? tp_sharded_of(*tp, n) : nullptr;
+    if (t.shape() == rt->shape() || sp == nullptr) {
+      ASSERT_EQ(t.shape(), rt->shape()) << what << ": " << n;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << ": " << n << " element " << i;
+      continue;
+    }
+    int64_t at = 0;
+    for (const auto& [gb, ge] : tp_global_runs(*sp, tp->tp->rank(), tp->tp->size(), 0, t.numel()))
+      for (int64_t g = gb; g < ge; ++g, ++at)
+        ASSERT_NEAR(got[size_t(at)], want[size_t(g)], tol * (1 + std::abs(want[size_t(g)])))
+            << what << ": " << n << " shard element " << at << " (global " << g << ")";
+    ASSERT_EQ(at, t.numel()) << what << ": " << n;
+  }
+}
+
+/// Losses (and norms) of steps [c.first, c.steps) equal the reference's.
+inline void expect_losses(const Run& got, const Run& want, const Case& c, double tol, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), size_t(c.steps - c.first)) << what;
+  for (size_t i = 0; i < got.losses.size(); ++i) {
+    const size_t s = i + size_t(c.first);
+    EXPECT_NEAR(got.losses[i], want.losses[s], tol * std::abs(want.losses[s])) << what << " loss of step " << s;
+    if (c.clip > 0) {
+      EXPECT_NEAR(got.norms[i], want.norms[s], tol * want.norms[s]) << what << " norm of step " << s;
+    }
+  }
+}
+
+/// Saves pm's checkpoint pieces under `dir` (collective over the world), with the
+/// optimizer's scalars, the mesh and the ZeRO stage in the index.
+inline void save(ParallelModel& pm, const Case& c, const std::string& dir) {
+  CheckpointLayout layout{.mesh = {}, .zero_stage = c.zero};
+  for (const auto& d : pm.mesh().shape().dims()) layout.mesh.emplace_back(d.name, d.size);
+  save_sharded(dir, *pm.mesh().world(), RankPieces{.ranges = pm.state_pieces(), .boxes = {}}, layout,
+               {{kOptimizerMetaKey, pm.optimizer().state_dict().scalars}});
+}
+
+}  // namespace strata::testing::threed
