@@ -82,20 +82,32 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "and `npy` (your own images or vectors and labels), `synthetic` (generated in memory), or a name registered "
      "from C++ (docs/data.md lists every format and its keys)."},
     {"data.prefetch", "integer", "2", "Batches built ahead on the loader thread; 0 = build on the training thread."},
-    {"data.path", "string", "\"\"",
+    {"data.path", "string", "\"\"; required (tokens)",
      "fashion_mnist: directory of the four IDX files (default /usr/share/datasets/fashion-mnist). text: a text file "
-     "or a directory of them (default /usr/share/games/fortunes)."},
+     "or a directory of them (default /usr/share/games/fortunes). tokens: a .bin token file (llm.c header or raw "
+     "uint16) or a directory with train.bin (and val.bin); required. A registered dataset: handed to its factory."},
+    {"data.val_path", "string", "\"\"",
+     "tokens: the val split's token file; default `<path>/val.bin` when `path` is a directory holding one, else "
+     "the tail `val_fraction` of the train tokens (setting both is an error)."},
+    {"data.images", "string", "required", "idx, npy: the training images (or vectors) file, samples first."},
+    {"data.labels", "string", "required", "idx, npy: the training labels file, one label per sample."},
+    {"data.test_images", "string", "\"\"",
+     "idx, npy: optional test images, evaluated once after training (with `test_labels`)."},
+    {"data.test_labels", "string", "\"\"", "idx, npy: the labels of `test_images`."},
     {"data.val_fraction", "number", "0.1; 0",
      "Share of the training data held out (seeded) as the validation split for evaluation during training: text "
      "and synthetic hold out the tail. Default 0.1, or 0 where the dataset has a test split (fashion_mnist, idx "
      "and npy with test files), which is then evaluated instead."},
-    {"data.stride", "integer", "1", "text: distance in bytes between the starts of training windows."},
+    {"data.stride", "integer", "1 (text); 0 (tokens)",
+     "text: distance in bytes between the starts of training windows (>= 1). tokens: tokens between them; 0 = "
+     "`model.block_size` (non-overlapping, as llm.c reads)."},
     {"data.kind", "string", "classification", "synthetic: `classification` (vectors or images) or `tokens` (for gpt)."},
     {"data.size", "integer", "1024", "synthetic: number of samples."},
     {"data.seed", "integer", "0", "synthetic: seed of the generated data."},
     {"data.sample_shape", "list of integers", "[32]",
      "synthetic classification: shape of one sample; `[C, H, W]` with square sides divisible by 2^blocks for cnn."},
-    {"data.num_classes", "integer", "10", "synthetic classification: number of classes."},
+    {"data.num_classes", "integer", "10; required (idx, npy)",
+     "synthetic classification, idx, npy, registered datasets: number of classes (labels in [0, num_classes))."},
     {"data.vocab_size", "integer", "64", "synthetic tokens: vocabulary size."},
     {"data.noise", "number", "0.1", "synthetic tokens: probability that a token is random instead of following the "
                                     "generating rule."},

@@ -1,7 +1,10 @@
-// strata plan: the layout a config's parallel section resolves to at N ranks (degrees,
-// mesh, strategy on dp) and the per-rank memory of DDP and ZeRO stages 1-3 for its model,
-// predicted by parallel::plan_memory before anything is trained or launched.
+// strata plan: the layouts of a config at N ranks. When the config fixes the layout
+// (parallel.dp, tp, pp or zero_stage set) it prints that layout: degrees, mesh, strategy on
+// dp and the per-rank memory of DDP and ZeRO stages 1-3 (parallel::plan_memory); otherwise
+// every valid (dp, tp, pp, zero, schedule) layout ranked by apps/planner.h. Nothing is
+// allocated: the model is counted from the config.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,8 +12,11 @@
 #include "apps/commands.h"
 #include "apps/config.h"
 #include "apps/factory.h"
+#include "apps/flops.h"
 #include "apps/layout.h"
 #include "apps/memory_report.h"
+#include "apps/planner.h"
+#include <strata/core/config.h>
 #include <strata/core/error.h>
 #include <strata/parallel/pipeline_schedule.h>
 #include <strata/parallel/pipeline_stage.h>
@@ -21,13 +27,13 @@ namespace {
 // pp > 1: the stages, the schedule as a chart (one row per pp rank, F/B cells with the
 // micro-batch number, from the simulator with unit-cost forwards and backwards), the
 // bubble formula and the peak in-flight micro-batches per rank.
-void print_pipeline_plan(const TrainConfig& cfg, const parallel::ParallelDims& dims, const nn::Module& model) {
+void print_pipeline_plan(const TrainConfig& cfg, const parallel::ParallelDims& dims, const ModelCounts& counts) {
   const auto& pl = cfg.parallel.pipeline;
   const parallel::ScheduleShape shape{pl.schedule, dims.pp, pl.microbatches, pl.virtual_stages};
-  const parallel::PipelinePlan plan = model_pp_plan(model, cfg.parallel.pp_layers);
-  if (!plan.empty()) {
-    std::printf("pipeline stages (%d, blocks of %s):", shape.stages(), plan.blocks.c_str());
-    for (const auto& st : parallel::plan_stages(model, plan, shape.stages()))
+  if (counts.has_pp_plan) {
+    std::printf("pipeline stages (%d, blocks of h):", shape.stages());
+    for (const auto& st : parallel::split_stages(counts.block_params, counts.first_params, counts.last_params,
+                                                 shape.stages(), cfg.parallel.pp_layers))
       std::printf(" %d: [%lld, %lld) on rank %d%s", st.stage, (long long)st.begin, (long long)st.end, shape.owner(st.stage),
                   st.stage + 1 < shape.stages() ? "," : "\n");
   }
@@ -40,30 +46,107 @@ void print_pipeline_plan(const TrainConfig& cfg, const parallel::ParallelDims& d
 
 }  // namespace
 
+// "80G", "80GiB", "512MiB", "1e9": bytes (K/M/G/T suffixes are powers of 1024, as a
+// GPU's "80 GB" is 80 GiB); ConfigError naming the flag on anything else.
+int64_t parse_bytes(const std::string& flag, const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  std::string unit(end ? end : "");
+  for (const char* tail : {"iB", "B"})
+    if (unit.size() > std::string(tail).size() && unit.ends_with(tail)) unit.resize(unit.size() - std::string(tail).size());
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K") scale = 1024.0;
+  else if (unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  if (end == s.c_str() || scale == 0 || !(v > 0))
+    STRATA_THROW(ConfigError, flag, ": expected a positive size such as 80G, 80GiB or 512MiB, got '", s, "'");
+  return int64_t(v * scale);
+}
+
 Command add_plan_command(CLI::App& parent) {
   struct Opts {
     std::string config;
     std::vector<std::string> sets;
     int ranks = 0;
+    std::string memory_per_rank;
+    double gflops = 0, bandwidth = 12.5;
+    int microbatches = 0;
+    size_t top = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = parent.add_subcommand(
-      "plan", "Resolve the parallel layout at N ranks and predict per-rank memory of DDP and ZeRO-1/2/3");
+      "plan", "Rank every (dp, tp, pp, zero, schedule) layout of N ranks by predicted step time, or show the "
+              "configured layout's per-rank memory under DDP and ZeRO-1/2/3");
   cmd->add_option("-c,--config", o->config, "YAML config file")->required();
   cmd->add_option("--ranks", o->ranks, "World size N (mpirun -np N)")->required();
   cmd->add_option("--set", o->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
+  cmd->add_option("--memory-per-rank", o->memory_per_rank, "Mark layouts whose bytes per rank exceed this (80G = 80 GiB)")
+      ->type_name("SIZE");
+  cmd->add_option("--gflops", o->gflops,
+                  "Sustained GFLOP/s per rank for the step-time model (default: measured here, strata bench gemm's "
+                  "1024^3 product at the current thread count)");
+  cmd->add_option("--bandwidth", o->bandwidth, "GB/s each rank sends at, every dimension alike (default 12.5: 100 Gbit/s)");
+  cmd->add_option("--microbatches", o->microbatches,
+                  "Micro-batches per step at pp > 1 (default: one sample each, the smallest bubble)");
+  cmd->add_option("--top", o->top, "List only the best N layouts (default: all)");
   return {cmd, [o] {
             const TrainConfig cfg = TrainConfig::load(o->config, o->sets);
             if (o->ranks < 1 || o->ranks > 1 << 20)
               STRATA_THROW(ConfigError, "--ranks: expected a world size in [1, 1048576], got ", o->ranks);
+            PlanAssumptions a;
+            if (o->gflops < 0) STRATA_THROW(ConfigError, "--gflops: expected a positive GFLOP/s, got ", o->gflops);
+            if (!(o->bandwidth > 0)) STRATA_THROW(ConfigError, "--bandwidth: expected a positive GB/s, got ", o->bandwidth);
+            if (o->microbatches < 0) STRATA_THROW(ConfigError, "--microbatches: expected >= 1, got ", o->microbatches);
+            if (!o->memory_per_rank.empty()) a.memory_per_rank = parse_bytes("--memory-per-rank", o->memory_per_rank);
+            a.flops_per_s = o->gflops > 0 ? o->gflops * 1e9 : measured_gemm_flops();
+            a.bytes_per_s = o->bandwidth * 1e9;
+            a.microbatches = o->microbatches;
+            const ModelCounts counts = count_model(cfg);  // from the config: nothing is allocated
+            if (!layout_fixed(cfg)) {
+              const std::vector<LayoutPlan> plans = plan_layouts(cfg, o->ranks, a);
+              size_t fit = 0;
+              for (const LayoutPlan& p : plans) fit += p.fits ? 1 : 0;
+              std::printf("config: %s | model: %s, Ψ = %lld parameters | optim: %s | batch %lld | %d rank(s)\n",
+                          o->config.c_str(), cfg.model.type.c_str(), (long long)counts.params, cfg.optim.name.c_str(),
+                          (long long)cfg.train.batch_size, o->ranks);
+              std::printf("step model: %.1f GFLOP/s per rank (%s), %.2f GB/s per rank; step = (compute + tp + pp "
+                          "comm) / (1 - bubble) + dp comm\n",
+                          a.flops_per_s / 1e9, o->gflops > 0 ? "--gflops" : "measured GEMM", a.bytes_per_s / 1e9);
+              std::printf("%zu layout(s)", plans.size());
+              if (a.memory_per_rank > 0)
+                std::printf(", %zu fit %s per rank", fit, format_bytes_psi(a.memory_per_rank, 0).c_str());
+              std::printf("; bytes per rank (the pipeline rank holding the most), bytes each sends per step:\n%s",
+                          format_layouts(plans, a, o->top).c_str());
+              const LayoutPlan* choice = nullptr;  // the fastest that fits and that this build runs
+              for (const LayoutPlan& p : plans)
+                if (p.fits && p.note.empty()) {
+                  choice = &p;
+                  break;
+                }
+              if (choice != nullptr)
+                std::printf("choice: dp %d x tp %d x pp %d, zero_stage %d%s%s%s\n", choice->dims.dp, choice->dims.tp,
+                            choice->dims.pp, choice->dims.zero_stage, choice->dims.pp > 1 ? ", pp_schedule " : "",
+                            choice->dims.pp > 1 ? parallel::schedule_name(choice->schedule) : "",
+                            choice->dims.pp > 1 ? (", microbatches " + std::to_string(choice->microbatches)).c_str()
+                                                : "");
+              else
+                std::printf("choice: none fits%s\n", a.memory_per_rank > 0 ? " (see --memory-per-rank)" : "");
+              return 0;
+            }
             const parallel::ParallelDims dims = resolve_dims(cfg, o->ranks);
-            Generator gen(cfg.run.seed);
-            const auto model = build_model(cfg, gen);  // only to count Ψ
-            parallel::MemoryPlanInput in = memory_plan_input(cfg, *model, dims.dp, dims.zero_stage);
+            parallel::MemoryPlanInput in;
+            in.param_elements = counts.params;
+            in.bytes_per_element = 4;  // f32 parameters under every run.precision (autocast keeps f32 masters)
+            in.optimizer_states = parallel::optimizer_state_count(cfg.optim.name, cfg.optim.momentum);
+            in.world_size = dims.dp;
+            in.zero_stage = dims.zero_stage;
+            in.ddp_bucket_bytes = cfg.parallel.ddp.gradient_as_bucket_view ? 0 : counts.params * in.bytes_per_element;
             const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
             in.tp = dims.tp;
             if (dims.tp > 1) {
-              in.tp_sharded_elements = parallel::tp_sharded_elements(*model, model_tp_plan(*model, sp));
+              in.tp_sharded_elements = counts.tp_sharded;
               if (in.ddp_bucket_bytes > 0) in.ddp_bucket_bytes = parallel::tp_rank_elements(in) * in.bytes_per_element;
             }
             const int64_t psi = in.param_elements;
@@ -99,7 +182,13 @@ Command add_plan_command(CLI::App& parent) {
                                                                  : "one flat copy of the grads",
                         dims.dp);
             std::printf("%s", format_plan_table(in, dims.zero_stage).c_str());
-            if (dims.pp > 1) print_pipeline_plan(cfg, dims, *model);
+            if (dims.pp > 1) print_pipeline_plan(cfg, dims, counts);
+            if (!cfg.parallel.thread_replicas()) {  // the planner's row: activations, bytes sent, bubble
+              const auto& pl = cfg.parallel.pipeline;
+              const LayoutPlan row = plan_layout(cfg, counts, dims, pl.schedule, pl.microbatches, pl.virtual_stages, a);
+              std::printf("this layout in the planner (activations of the in-flight micro-batches included):\n%s",
+                          format_layouts({row}, a, 0).c_str());
+            }
             return 0;
           }};
 }

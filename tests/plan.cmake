@@ -8,7 +8,8 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   set(strata_plan_script ${CMAKE_CURRENT_LIST_FILE})
   find_program(strata_script_cmd NAMES script)  # util-linux: runs a command on a pty
   find_program(strata_plan_mpirun NAMES mpirun mpiexec)
-  set(strata_plan_cases plan_table plan_configured_stage plan_errors train_dp_memory_report progress_env)
+  set(strata_plan_cases plan_table plan_configured_stage plan_errors plan_layouts plan_70b_cost train_dp_memory_report
+      progress_env)
   if(strata_script_cmd)
     list(APPEND strata_plan_cases progress_pty)
   endif()
@@ -19,6 +20,8 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
                      -P ${strata_plan_script})
     set_tests_properties(e2e_${case} PROPERTIES LABELS e2e TIMEOUT 120)
   endforeach()
+  find_program(strata_plan_time NAMES time PATHS /usr/bin NO_DEFAULT_PATH)  # GNU time: peak RSS
+  set_tests_properties(e2e_plan_70b_cost PROPERTIES ENVIRONMENT "GNU_TIME=${strata_plan_time}" RUN_SERIAL TRUE)
   if(strata_script_cmd AND strata_plan_mpirun)
     add_test(NAME e2e_progress_mpirun_pty
              COMMAND ${CMAKE_COMMAND} -DCASE=progress_mpirun_pty -DSTRATA=$<TARGET_FILE:strata_cli>
@@ -64,7 +67,8 @@ if(CASE STREQUAL "plan_table")
   #   ZeRO-1 4Ψ + 4Ψ + 8*226                = 2704*2 + 1808   = 7216
   #   ZeRO-2 4Ψ + 4*226 + 8*226             = 2704 + 904 + 1808 = 5416
   #   ZeRO-3 (4 + 4 + 8) * 226              = 3616
-  run(0 plan --config ${tiny_mlp} --ranks 3 --set train.batch_size=12)
+  # parallel.dp fixes the layout: the single-layout view (the planner's list otherwise).
+  run(0 plan --config ${tiny_mlp} --ranks 3 --set train.batch_size=12 --set parallel.dp=3 --gflops 1)
   expect(OUT "layout at 3 rank(s): dp 3 x tp 1 x pp 1, zero_stage 0 | mesh pp=1 x dp=3 x tp=1 | on dp: DDP"
          "4 samples per dp rank per step" "Ψ = 676 parameters x 4 bytes" "optim: adam, 2 state tensor(s) per parameter" "at 3 rank(s)"
          "(20.00Ψ)")
@@ -73,28 +77,35 @@ if(CASE STREQUAL "plan_table")
   expect_row(2 5416)
   expect_row(3 3616)
   # SGD with momentum keeps one state tensor, plain SGD none.
-  run(0 plan --config ${tiny_mlp} --ranks 4 --set optim.name=sgd --set optim.momentum=0.9)
+  run(0 plan --config ${tiny_mlp} --ranks 4 --set optim.name=sgd --set optim.momentum=0.9 --set parallel.dp=4 --gflops 1)
   expect(OUT "optim: sgd, 1 state tensor(s)")
   expect_row(3 2028)  # (4 + 4 + 4) * ceil(676/4) = 12 * 169
-  run(0 plan --config ${tiny_mlp} --ranks 1 --set optim.name=sgd)
+  run(0 plan --config ${tiny_mlp} --ranks 1 --set optim.name=sgd --set parallel.dp=1 --gflops 1)
   expect_row(0 8112 configured)  # 4Ψ + 4Ψ + 4Ψ buckets
   expect_row(3 5408)
 elseif(CASE STREQUAL "plan_configured_stage")
   run(0 plan --config ${tiny_mlp} --ranks 2 --set parallel.zero_stage=2
-      --set parallel.gradient_as_bucket_view=true)
+      --set parallel.gradient_as_bucket_view=true --gflops 1)
   expect(OUT "layout at 2 rank(s): dp 2 x tp 1 x pp 1, zero_stage 2 | mesh pp=1 x dp=2 x tp=1 | on dp: ZeRO-2"
          "DDP buckets none (gradient_as_bucket_view)")
   expect_row(0 10816)  # 16Ψ, no buckets
   expect_row(2 6760 configured)  # 2704 + 12 * 338
-  # The shipped configs all plan.
+  # The shipped configs all plan: a fixed layout alone (with the planner's row for it),
+  # the others as the planner's list.
   file(GLOB configs ${SRC}/configs/*.yaml)
   foreach(c ${configs})
     set(ranks 4)
     if(c MATCHES "_dp\\.yaml$")  # thread replicas live in one process
       set(ranks 1)
     endif()
-    run(0 plan --config ${c} --ranks ${ranks})
-    expect(OUT "<- configured")
+    run(0 plan --config ${c} --ranks ${ranks} --gflops 10)
+    if(c MATCHES "_(dp|tp|pp|zero3)\\.yaml$")
+      expect(OUT "<- configured")
+      expect_not(OUT "choice: ")
+    else()
+      expect(OUT "layout(s); bytes per rank" "choice: dp ")
+      expect_not(OUT "<- configured")
+    endif()
   endforeach()
 elseif(CASE STREQUAL "plan_errors")
   run(2 plan --config ${tiny_mlp} --ranks 0)
@@ -107,6 +118,83 @@ elseif(CASE STREQUAL "plan_errors")
   expect(ERR "parallel.zero_stage: expected a value in [0, 3], got 5")
   run(2 plan --config ${tiny_mlp})
   expect(ERR "--ranks is required")
+  run(2 plan --config ${tiny_mlp} --ranks 2 --memory-per-rank 80X)
+  expect(ERR "--memory-per-rank: expected a positive size such as 80G")
+  run(2 plan --config ${tiny_mlp} --ranks 2 --bandwidth 0)
+  expect(ERR "--bandwidth: expected a positive GB/s")
+elseif(CASE STREQUAL "plan_layouts")
+  # tiny_gpt (2 blocks, 2 heads, vocab 256) at 4 ranks: tp 1|2 (heads), pp 1|2 (blocks),
+  # dp | batch 8. dp 4 (4 stages) + dp 2 x tp 2 (4) + dp 2 x pp 2 (4 stages x gpipe|1f1b)
+  # + tp 2 x pp 2 (gpipe|1f1b) + tp 4? no (2 heads) + pp 4? no (2 blocks) = 4 + 4 + 8 + 2 = 18.
+  set(g ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${SRC}/tests/data_files/tiny_corpus.txt)
+  run(0 plan --config ${g} --ranks 4 --gflops 5 --bandwidth 2)
+  expect(OUT "model: gpt, Ψ = " "step model: 5.0 GFLOP/s per rank (--gflops), 2.00 GB/s per rank"
+         "18 layout(s); bytes per rank" "choice: dp ")
+  string(REGEX MATCHALL "\n +[0-9]+  [0-9]+ +[0-9]+ +[0-9]+ +[0-9] " rows "${OUT}")
+  list(LENGTH rows n)
+  if(NOT n EQUAL 18)
+    message(FATAL_ERROR "expected 18 layout rows, got ${n}:\n${OUT}")
+  endif()
+  # A limit between the smallest and the largest total marks some layouts NO, lists them last.
+  run(0 plan --config ${g} --ranks 4 --gflops 5 --memory-per-rank 600KiB)
+  expect(OUT "fit 0.59 MiB per rank")
+  expect(OUT " NO\n" " yes\n")
+  string(FIND "${OUT}" " yes\n" last_yes REVERSE)
+  string(FIND "${OUT}" " NO\n" first_no)
+  if(last_yes GREATER first_no)
+    message(FATAL_ERROR "a fitting layout listed after one that does not fit:\n${OUT}")
+  endif()
+  run(0 plan --config ${g} --ranks 4 --gflops 5 --top 3)
+  expect(OUT "... 15 more (--top 0 lists all)")
+  # pp layouts use one sample per micro-batch unless --microbatches says otherwise.
+  run(0 plan --config ${g} --ranks 2 --gflops 5 --microbatches 2)
+  expect(OUT "1f1b m2" "gpipe m2")
+elseif(CASE STREQUAL "plan_70b_cost")
+  # Planning a 70B GPT (86 blocks of 8192, 64 heads, vocab 32000, T 4096) counts it from
+  # the config: under a second and under 100 MB of RSS above the binary's own baseline.
+  if(NOT GNU_TIME)
+    message(FATAL_ERROR "GNU time (/usr/bin/time) not found")
+  endif()
+  set(big --set model.n_layer=86 --set model.n_embd=8192 --set model.n_head=64 --set model.vocab_size=32000
+          --set model.block_size=4096 --set train.batch_size=1024 --set model.dropout=0)
+  # Each command 5 times, the fastest run counts (the host is shared): wall time and peak
+  # RSS of `strata plan` less those of `strata config show` on the same config (same
+  # binary, libraries and config loading; ~1-2 s and ~225 MB here, nearly all of it the
+  # CUDA, MPI and BLAS libraries being loaded).
+  macro(timed_min prefix)
+    set(${prefix}_kb 0)
+    set(${prefix}_ms 0)
+    foreach(i 1 2 3 4 5)
+      execute_process(COMMAND ${GNU_TIME} -f "rss_kb=%M wall_s=%e" ${ARGN}
+                      RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE err)
+      if(NOT rc EQUAL 0)
+        message(FATAL_ERROR "${ARGN}: exit ${rc}\n${OUT}\n${err}")
+      endif()
+      string(REGEX MATCH "rss_kb=([0-9]+) wall_s=([0-9]+)\\.([0-9]+)" _ "${err}")
+      math(EXPR ms "${CMAKE_MATCH_2} * 1000 + ${CMAKE_MATCH_3} * 10")
+      if(${prefix}_ms EQUAL 0 OR ms LESS ${prefix}_ms)
+        set(${prefix}_ms ${ms})
+      endif()
+      if(${prefix}_kb EQUAL 0 OR CMAKE_MATCH_1 LESS ${prefix}_kb)
+        set(${prefix}_kb ${CMAKE_MATCH_1})
+      endif()
+    endforeach()
+  endmacro()
+  timed_min(base ${STRATA} config show --config ${SRC}/configs/gpt_1p3b.yaml ${big})
+  timed_min(plan ${STRATA} plan --config ${SRC}/configs/gpt_1p3b.yaml ${big} --ranks 1024 --gflops 400 --bandwidth 50
+            --memory-per-rank 80G)
+  math(EXPR added_kb "${plan_kb} - ${base_kb}")
+  math(EXPR added_ms "${plan_ms} - ${base_ms}")
+  message(STATUS "70B plan: ${plan_ms} ms wall, ${plan_kb} kB peak RSS; strata config show: ${base_ms} ms, ${base_kb} kB; "
+                 "the plan adds ${added_ms} ms and ${added_kb} kB")
+  expect(OUT "Ψ = 69561221120 parameters")  # 86 (12C² + 13C) + (V + T) C + 2C
+  expect(OUT "452 layout(s), 60 fit 81920.00 MiB per rank" "choice: ")
+  if(added_kb GREATER 102400)
+    message(FATAL_ERROR "planning 70B added ${added_kb} kB of RSS over strata config show (limit 100 MB)")
+  endif()
+  if(added_ms GREATER_EQUAL 1000)
+    message(FATAL_ERROR "planning 70B took ${added_ms} ms more than strata config show (limit 1 s)")
+  endif()
 elseif(CASE STREQUAL "train_dp_memory_report")
   run(0 train --config ${tiny_mlp} --set run.dir=dp --set parallel.replicas=2 --memory-report
       --set run.threads=2 --set train.max_steps=6)

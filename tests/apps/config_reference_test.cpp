@@ -28,6 +28,12 @@ const char* kVariants[] = {
     "model: {type: mlp}\ndata: {dataset: synthetic, kind: classification}\noptim: {name: sgd, lr: 0.1}\n",
     "model: {type: gpt}\ndata: {dataset: text}\noptim: {name: adamw, lr: 0.1}\nschedule: {name: cosine}\n",
     "model: {type: gpt}\ndata: {dataset: synthetic, kind: tokens}\noptim: {name: adam, lr: 0.1}\n",
+    "model: {type: gpt, vocab_size: 64}\ndata: {dataset: tokens, path: t.bin, val_path: v.bin}\n"
+    "optim: {name: adam, lr: 0.1}\n",
+    "model: {type: gpt, vocab_size: 64}\ndata: {dataset: tokens, path: t.bin, val_fraction: 0.1}\n"
+    "optim: {name: adam, lr: 0.1}\n",
+    "model: {type: mlp}\ndata: {dataset: idx, images: i.idx, labels: l.idx, num_classes: 3, test_images: ti.idx, "
+    "test_labels: tl.idx}\noptim: {name: adam, lr: 0.1}\n",
 };
 
 std::vector<std::string> config_files() {

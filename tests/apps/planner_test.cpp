@@ -1,0 +1,349 @@
+// The layout planner: parameters counted from the config equal the built model's (names,
+// shapes, tp-sharded part, pipeline split, FLOPs) for every shipped config and more; the
+// ZeRO paper's figures reproduced; the enumeration's rules; and the per-rank bytes of the
+// equivalence-test layouts within 5% of what the allocator measures.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/factory.h"
+#include "apps/flops.h"
+#include "apps/layout.h"
+#include "apps/planner.h"
+#include "tests/apps/test_files.h"
+#include <strata/autograd/engine.h>
+#include <strata/comm/local.h>
+#include <strata/core/config.h>
+#include <strata/core/memory.h>
+#include <strata/parallel/pipeline_stage.h>
+#include <strata/parallel/tp_plan.h>
+
+namespace strata::apps {
+namespace {
+
+struct Case {
+  std::string yaml;
+  std::vector<std::string> sets;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const auto& e : std::filesystem::directory_iterator(kSrc + "/configs"))
+    if (e.path().extension() == ".yaml") out.push_back({e.path().string(), {}});
+  out.push_back({kTinyMlp, {}});
+  out.push_back({kTinyMlp, {"model.hidden=[64, 32, 16]", "model.dropout=0"}});
+  out.push_back({kTinyMlp, {"model.hidden=[48, 24, 12, 6]", "model.dropout=0.2", "model.activation=gelu"}});
+  out.push_back({kTinyMlp, {"model.hidden=[]"}});
+  out.push_back({kTinyGpt, {}});
+  out.push_back({kTinyGpt, {"model.bias=false", "model.tie_weights=false", "model.n_layer=3"}});
+  out.push_back({kTinyGpt, {"model.vocab_size=300", "model.n_head=4", "model.block_size=16", "model.dropout=0"}});
+  const std::string cnn = kSrc + "/configs/fashion_cnn.yaml";
+  out.push_back({cnn, {"model.channels=[4, 8]", "model.batch_norm=false", "model.dropout=0.3", "model.hidden=20"}});
+  out.push_back({cnn, {"model.channels=[3]", "model.batch_norm=true", "model.hidden=7"}});
+  return out;
+}
+
+std::string label(const Case& c) {
+  std::string s = c.yaml;
+  for (const auto& x : c.sets) s += " " + x;
+  return s;
+}
+
+TEST(Planner, ParameterShapesEqualTheBuiltModel) {
+  int built = 0;
+  for (const Case& c : cases()) {
+    const TrainConfig cfg = TrainConfig::load(c.yaml, c.sets);
+    const std::vector<ParamShape> shapes = model_param_shapes(cfg);
+    const ModelCounts counts = count_model(cfg);
+    if (counts.params > 50'000'000) continue;  // paper-scale configs: counted, never built here
+    ++built;
+    Generator gen(0);
+    const auto model = build_model(cfg, gen);
+    const auto named = model->named_parameters();
+    ASSERT_EQ(shapes.size(), named.size()) << label(c);
+    for (size_t i = 0; i < named.size(); ++i) {
+      EXPECT_EQ(shapes[i].name, named[i].first) << label(c);
+      EXPECT_EQ(shapes[i].shape, named[i].second.shape()) << label(c) << " " << named[i].first;
+    }
+    EXPECT_EQ(counts.params, model->num_parameters()) << label(c);
+    EXPECT_EQ(counts.tp_sharded, parallel::tp_sharded_elements(*model, model_tp_plan(*model))) << label(c);
+    EXPECT_EQ(counts.has_tp_plan, !model_tp_plan(*model).empty() && counts.tp_sharded > 0) << label(c);
+    EXPECT_DOUBLE_EQ(plan_flops_per_sample(cfg, shapes), train_flops_per_sample(cfg, *model)) << label(c);
+    const parallel::PipelinePlan pp = model_pp_plan(*model, {});
+    EXPECT_EQ(counts.has_pp_plan, !pp.empty()) << label(c);
+    if (pp.empty()) continue;
+    for (int stages = 2; stages <= cfg.model.n_layer; ++stages) {
+      const auto want = parallel::plan_stages(*model, pp, stages);
+      const auto got = parallel::split_stages(counts.block_params, counts.first_params, counts.last_params, stages);
+      ASSERT_EQ(want.size(), got.size());
+      for (size_t s = 0; s < want.size(); ++s) {
+        EXPECT_EQ(want[s].begin, got[s].begin) << label(c) << " stages " << stages;
+        EXPECT_EQ(want[s].end, got[s].end) << label(c) << " stages " << stages;
+      }
+    }
+  }
+  EXPECT_GE(built, 15);
+}
+
+// A paper-scale GPT is counted, not built: 12C² + 13C per block (biases and LayerNorms
+// included), the embeddings and ln_f.
+TEST(Planner, LargeGptCountsInClosedForm) {
+  for (const auto& [l, c, h, v, t] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{24, 2048, 16, 50304, 1024},
+                                      {80, 8192, 64, 32000, 4096}}) {
+    const TrainConfig cfg = TrainConfig::load(
+        kTinyGpt, {"model.n_layer=" + std::to_string(l), "model.n_embd=" + std::to_string(c),
+                   "model.n_head=" + std::to_string(h), "model.vocab_size=" + std::to_string(v),
+                   "model.block_size=" + std::to_string(t)});
+    const ModelCounts n = count_model(cfg);
+    EXPECT_EQ(n.params, l * (12 * c * c + 13 * c) + v * c + t * c + 2 * c);
+    // tp shards c_attn (3C² + 3C), c_fc (4C² + 4C), both c_proj weights (C² + 4C²) and wte.
+    EXPECT_EQ(n.tp_sharded, l * (12 * c * c + 7 * c) + v * c);
+  }
+}
+
+// Planning allocates no tensor: the allocator's peak does not move while every layout of
+// a 70B GPT over 1024 ranks is planned.
+TEST(Planner, SeventyBillionIsPlannedWithoutATensor) {
+  const TrainConfig cfg = TrainConfig::load(
+      kSrc + "/configs/gpt_1p3b.yaml", {"model.n_layer=86", "model.n_embd=8192", "model.n_head=64",
+                                        "model.vocab_size=32000", "model.block_size=4096", "train.batch_size=1024"});
+  cpu_memory().reset_peaks();
+  const int64_t before = cpu_memory().total_peak();
+  const auto plans = plan_layouts(cfg, 1024, PlanAssumptions{.flops_per_s = 4e11, .bytes_per_s = 5e10});
+  EXPECT_EQ(cpu_memory().total_peak(), before);
+  EXPECT_GT(plans.size(), 100u);
+  EXPECT_EQ(count_model(cfg).params, 69'561'221'120);
+}
+
+// The ZeRO paper (Rajbhandari et al., Fig. 1): Ψ = 7.5B, N = 64, mixed-precision Adam
+// (2-byte params and grads, K = 12 bytes of optimizer state per parameter) needs 120,
+// 31.4, 16.6 and 1.9 GB per device for DDP and stages 1-3. plan_memory with 2-byte
+// elements and 6 two-byte state tensors (= K) gives the same figures.
+TEST(Planner, ZeroPaperFigures) {
+  parallel::MemoryPlanInput in;
+  in.param_elements = 7'500'000'000;
+  in.bytes_per_element = 2;
+  in.optimizer_states = 6;
+  in.world_size = 64;
+  const double want[] = {120.0, 31.4, 16.6, 1.9};
+  for (int stage = 0; stage <= 3; ++stage) {
+    in.zero_stage = stage;
+    const double gb = double(parallel::plan_memory(in).total()) / 1e9;
+    EXPECT_NEAR(gb, want[stage], 0.05) << "stage " << stage;
+  }
+}
+
+// Megatron-LM (Korthikanti et al. 2022, eq. 1): s·b·h·(34 + 5·a·s/h) bytes per layer with
+// 16-bit activations and 1-byte dropout masks. Ours, with dropout, is that list in f32 plus
+// the LayerNorm statistics and the scaled-q copy: 4·(16 + 1) s·b·h + 2 s·b·h (u8 masks) +
+// 9 a·s²·b (2 f32 + 1 u8 per score) + 16 s·b.
+TEST(Planner, MegatronActivationFormula) {
+  const int64_t s = 64, b = 2, h = 32, a = 4;
+  const ActivationInput in{.batch = b, .seq = s, .embd = h, .heads = a, .vocab = 8, .layers = 1, .first = false,
+                           .last = false, .dropout = true};
+  const int64_t sbh = s * b * h, as2b = a * s * s * b;
+  // Megatron's 34 s·b·h are 16 two-byte elements and 2 one-byte masks, its 5 a·s²·b two
+  // 2-byte score tensors and a mask; ours keeps 17 f32 elements (one more: the scaled q),
+  // the same masks, and the same scores and mask with 4-byte scores.
+  const int64_t megatron = sbh * (34 + 5 * a * s / h);
+  EXPECT_EQ(megatron, 2 * 16 * sbh + 2 * sbh + 5 * as2b);
+  EXPECT_EQ(gpt_activation_bytes(in), 4 * 17 * sbh + 2 * sbh + 9 * as2b + 16 * s * b);
+  // Without dropout the attention is fused: one f32 probability tensor, no masks.
+  ActivationInput fused = in;
+  fused.dropout = false;
+  EXPECT_EQ(gpt_activation_bytes(fused), 4 * 16 * sbh + 4 * as2b + 16 * s * b);
+}
+
+TEST(Planner, InFlightMicroBatchesEqualTheScheduleSimulator) {
+  using parallel::ScheduleKind;
+  int checked = 0;
+  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved})
+    for (int pp = 2; pp <= 4; ++pp)
+      for (int m = 1; m <= 12; ++m) {
+        const parallel::ScheduleShape shape{k, pp, m, k == ScheduleKind::interleaved ? 2 : 1};
+        if (!shape.invalid().empty()) continue;
+        const parallel::ScheduleSim sim = parallel::simulate(shape, parallel::build_schedules(shape));
+        ASSERT_TRUE(sim.error.empty()) << sim.error;
+        for (int r = 0; r < pp; ++r)
+          EXPECT_EQ(peak_in_flight(shape, r), sim.peak_in_flight[size_t(r)])
+              << parallel::schedule_name(k) << " pp " << pp << " m " << m << " rank " << r;
+        ++checked;
+      }
+  EXPECT_GT(checked, 50);
+}
+
+// A GPT of 4 blocks on synthetic tokens (vocabulary 32, T 16), batch 8.
+TrainConfig small_gpt(const std::vector<std::string>& sets = {}) {
+  return TrainConfig::from_node(ConfigNode::load_string(
+      "run: {seed: 3, threads: 1}\n"
+      "model: {type: gpt, block_size: 16, n_layer: 4, n_head: 4, n_embd: 32, dropout: 0.0}\n"
+      "data: {dataset: synthetic, kind: tokens, vocab_size: 32, size: 256}\n"
+      "optim: {name: adamw, lr: 0.001}\n"
+      "train: {batch_size: 8, max_steps: 1}\n",
+      sets, "small_gpt"));
+}
+
+TEST(Planner, EnumeratesEveryValidLayoutSortedByStepTime) {
+  const TrainConfig cfg = small_gpt();
+  const PlanAssumptions a{.flops_per_s = 1e10, .bytes_per_s = 1e9};
+  const auto plans = plan_layouts(cfg, 8, a);
+  // tp | 4 heads and 32 vocab: 1, 2, 4 (8 > heads); pp <= 4 blocks; dp | batch 8.
+  int seen_tp4 = 0, seen_interleaved = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const LayoutPlan& p = plans[i];
+    EXPECT_EQ(p.dims.world(), 8);
+    EXPECT_LE(p.dims.tp, 4);
+    if (p.dims.dp == 1) {
+      EXPECT_EQ(p.dims.zero_stage, 0);
+    }
+    if (i > 0) {
+      EXPECT_LE(plans[i - 1].step_s, p.step_s);
+    }
+    seen_tp4 += p.dims.tp == 4;
+    if (p.dims.pp > 1) {
+      EXPECT_EQ(p.microbatches, 8 / p.dims.dp);  // one sample each by default
+      const parallel::ScheduleShape shape{p.schedule, p.dims.pp, p.microbatches, p.virtual_stages};
+      EXPECT_DOUBLE_EQ(p.bubble, parallel::bubble_formula(shape));
+      if (p.schedule == parallel::ScheduleKind::gpipe) {
+        EXPECT_EQ(p.pp_ranks[0].in_flight, p.microbatches);
+      } else if (p.schedule == parallel::ScheduleKind::one_f_one_b) {
+        EXPECT_EQ(p.pp_ranks[0].in_flight, std::min(p.dims.pp, p.microbatches));
+      }
+      seen_interleaved += p.schedule == parallel::ScheduleKind::interleaved;
+    } else {
+      EXPECT_EQ(p.bubble, 0);
+    }
+  }
+  EXPECT_GT(seen_tp4, 0);
+  EXPECT_GT(seen_interleaved, 0);
+  // dp 8: DDP, ZeRO-1/2/3 (4) + dp 4 x tp 2 (4) + dp 2 x tp 4 (4) + pp layouts.
+  EXPECT_GT(plans.size(), 12u);
+  // ZeRO-3 at dp 8 holds 16Ψ/8 (padded) of static state, DDP 20Ψ (with its buckets).
+  const ModelCounts counts = count_model(cfg);
+  for (const LayoutPlan& p : plans) {
+    if (p.dims.dp != 8) continue;
+    if (p.dims.zero_stage == 3) {
+      EXPECT_EQ(p.memory.total(), 16 * ((counts.params + 7) / 8));
+    } else if (p.dims.zero_stage == 0) {
+      EXPECT_EQ(p.memory.total(), 20 * counts.params);
+    }
+  }
+  // A memory limit marks and sorts: what fits first.
+  PlanAssumptions tight = a;
+  tight.memory_per_rank = plans.front().total() - 1;
+  const auto marked = plan_layouts(cfg, 8, tight);
+  bool unfit_seen = false;
+  for (const LayoutPlan& p : marked) {
+    EXPECT_EQ(p.fits, p.total() <= tight.memory_per_rank);
+    if (!p.fits) unfit_seen = true;
+    else EXPECT_FALSE(unfit_seen) << "a fitting layout after one that does not fit";
+  }
+  EXPECT_TRUE(unfit_seen);
+}
+
+// ---------------------------------------------------------------- vs the allocator
+// Every rank of a layout on local ranks (threads sharing one allocator, so the measured
+// bytes are the sum over ranks, as in tests/parallel/zero_memory_test.cpp), one training
+// step. Static bytes (params, grads, optimizer state, DDP buckets) are read after the
+// step. Activations: at pp 1 what the ranks hold at the end of their forwards (all ranks
+// waiting there); at pp > 1, where the executor interleaves forwards and backwards, the
+// peak of the category during the step (the stored activations of the in-flight
+// micro-batches plus what a backward briefly adds, which the planner does not model).
+struct Measured {
+  int64_t static_bytes = 0, activations = 0;
+};
+
+Tensor tokens(int64_t b, int64_t t, Generator& g) {  // (b, t) i64 in [0, 32)
+  const auto u = ops::uniform({b * t}, 0.0, 32.0, g).to_vector<float>();
+  std::vector<int64_t> v(u.size());
+  for (size_t i = 0; i < u.size(); ++i) v[i] = std::min<int64_t>(31, int64_t(u[i]));
+  return ops::from_vector(v, {b, t});
+}
+
+Measured measure(const TrainConfig& cfg, int n) {
+  Measured out;
+  const MemCategory statics[] = {MemCategory::params, MemCategory::grads, MemCategory::optimizer, MemCategory::comm};
+  comm::run_local(n, [&](comm::ProcessGroup& w) {
+    std::shared_ptr<comm::ProcessGroup> world(&w, [](comm::ProcessGroup*) {});
+    const parallel::ParallelDims dims = resolve_dims(cfg, n);
+    Generator gen(cfg.run.seed);
+    Generator data(11);
+    // One batch of tokens (B, T) and its targets, made before anything is counted.
+    const Tensor x = tokens(cfg.train.batch_size / dims.dp, cfg.model.block_size, data);
+    const Tensor y = tokens(cfg.train.batch_size / dims.dp, cfg.model.block_size, data);
+    w.barrier().wait();
+    int64_t s0 = 0;
+    for (MemCategory c : statics) s0 += cpu_memory().stats(c).current;
+    const int64_t a0 = cpu_memory().stats(MemCategory::activations).current;
+    w.barrier().wait();
+    if (w.rank() == 0) cpu_memory().reset_peaks();
+    w.barrier().wait();
+    auto model = build_model(cfg, gen);
+    auto pm = build_parallel_model(cfg, world, dims, model);
+    int64_t kept = 0;  // pp 1: the activations every rank keeps at the end of its forward
+    if (dims.pp > 1) {
+      pm->pipeline_step(x, y, x.shape());
+    } else {
+      Tensor loss = pm->forward_with([&] { return batch_loss(*model, cfg, data::Batch{x, y}); });
+      w.barrier().wait();
+      if (w.rank() == 0) kept = cpu_memory().stats(MemCategory::activations).current - a0;
+      w.barrier().wait();
+      backward(loss);
+    }
+    pm->finalize();
+    pm->step();
+    w.barrier().wait();
+    if (w.rank() == 0) {
+      int64_t s1 = 0;
+      for (MemCategory c : statics) s1 += cpu_memory().stats(c).current;
+      out.static_bytes = s1 - s0;
+      out.activations = dims.pp > 1 ? cpu_memory().stats(MemCategory::activations).peak - a0 : kept;
+    }
+    w.barrier().wait();
+  });
+  return out;
+}
+
+TEST(PlannerMemory, EquivalenceLayoutsWithinFivePercentOfTheAllocator) {
+  struct Layout {
+    const char* name;
+    int ranks;
+    std::vector<std::string> sets;
+  };
+  const Layout layouts[] = {
+      {"dp2 DDP", 2, {"parallel.dp=2"}},
+      {"tp2", 2, {"parallel.tp=2"}},
+      {"pp2 1f1b", 2, {"parallel.pp=2", "parallel.microbatches=4"}},
+      {"pp2 gpipe", 2, {"parallel.pp=2", "parallel.microbatches=4", "parallel.pp_schedule=gpipe"}},
+      {"tp2 x dp2 ZeRO-1", 4, {"parallel.tp=2", "parallel.dp=2", "parallel.zero_stage=1"}},
+      {"dp2 ZeRO-3", 2, {"parallel.dp=2", "parallel.zero_stage=3"}},
+  };
+  for (const Layout& l : layouts) {
+    const TrainConfig cfg = small_gpt(l.sets);
+    const parallel::ParallelDims dims = resolve_dims(cfg, l.ranks);
+    const auto& pl = cfg.parallel.pipeline;
+    const LayoutPlan p =
+        plan_layout(cfg, count_model(cfg), dims, pl.schedule, pl.microbatches, pl.virtual_stages, PlanAssumptions{});
+    int64_t static_sum = 0, act_sum = 0;
+    for (const RankBytes& r : p.pp_ranks) {
+      static_sum += r.memory.total() * dims.dp * dims.tp;
+      act_sum += r.activations * dims.dp * dims.tp;
+    }
+    const Measured m = measure(cfg, l.ranks);
+    const double ds = double(static_sum - m.static_bytes) / double(m.static_bytes);
+    const double da = double(act_sum - m.activations) / double(m.activations);
+    const double dt = double(static_sum + act_sum - m.static_bytes - m.activations) /
+                      double(m.static_bytes + m.activations);
+    std::printf("[planner memory] %-18s static %9lld predicted %9lld (%+.2f%%) | activations %9lld predicted %9lld "
+                "(%+.2f%%) | total %+.2f%%\n",
+                l.name, (long long)m.static_bytes, (long long)static_sum, 100 * ds, (long long)m.activations,
+                (long long)act_sum, 100 * da, 100 * dt);
+    EXPECT_LE(std::abs(dt), 0.05) << l.name;  // the promise: a rank's bytes within 5%
+    EXPECT_LE(std::abs(ds), 0.05) << l.name;
+    EXPECT_LE(std::abs(da), 0.10) << l.name;  // the activations alone (backward's transients are not modelled)
+  }
+}
+
+}  // namespace
+}  // namespace strata::apps
