@@ -12,6 +12,7 @@
 #include "apps/layout.h"
 #include "apps/memory_report.h"
 #include <strata/core/error.h>
+#include <strata/parallel/context_parallel.h>
 #include <strata/parallel/pipeline_schedule.h>
 #include <strata/parallel/pipeline_stage.h>
 
@@ -38,6 +39,27 @@ void print_pipeline_plan(const TrainConfig& cfg, const parallel::ParallelDims& d
               parallel::schedule_chart(shape, sim).c_str());
 }
 
+// Context parallelism: activations per rank (the GPT's formula, cp_activation_bytes) at
+// cp 1 and at cp, and the K/V bytes ring attention sends per attention layer per step.
+void print_cp_plan(const TrainConfig& cfg, const parallel::ParallelDims& dims) {
+  const int64_t b = cfg.train.batch_size / dims.dp, t = cfg.model.block_size, c = cfg.model.n_embd / dims.tp;
+  parallel::CpActivationInput a{.batch = b, .seq = t, .embd = cfg.model.n_embd, .heads = cfg.model.n_head,
+                                .layers = cfg.model.n_layer, .vocab = gpt_vocab(cfg), .bytes_per_element = 4, .cp = 1};
+  const int64_t one = parallel::cp_activation_bytes(a);
+  a.cp = dims.cp;
+  const int64_t per = parallel::cp_activation_bytes(a);
+  std::printf("context parallel over %d (%s split, ring attention): activations per rank per step %s at cp 1 -> %s "
+              "(/ %.2f)\n",
+              dims.cp, cfg.parallel.cp_split.c_str(), format_bytes_psi(one, 0).c_str(), format_bytes_psi(per, 0).c_str(),
+              per > 0 ? double(one) / double(per) : 0.0);
+  const parallel::CpLayerBytes kv = parallel::cp_layer_bytes(b, t, c, dims.cp, 4);
+  std::printf("ring attention sends per attention layer per step per rank: forward %s ((cp-1) x K/V block of %s), "
+              "backward %s (K/V again + dK/dV home); x %lld layers = %s per step\n",
+              format_bytes_psi(kv.forward, 0).c_str(), format_bytes_psi(kv.forward / (dims.cp - 1), 0).c_str(),
+              format_bytes_psi(kv.backward, 0).c_str(), (long long)cfg.model.n_layer,
+              format_bytes_psi((kv.forward + kv.backward) * cfg.model.n_layer, 0).c_str());
+}
+
 }  // namespace
 
 Command add_plan_command(CLI::App& parent) {
@@ -59,7 +81,7 @@ Command add_plan_command(CLI::App& parent) {
             const parallel::ParallelDims dims = resolve_dims(cfg, o->ranks);
             Generator gen(cfg.run.seed);
             const auto model = build_model(cfg, gen);  // only to count Ψ
-            parallel::MemoryPlanInput in = memory_plan_input(cfg, *model, dims.dp, dims.zero_stage);
+            parallel::MemoryPlanInput in = memory_plan_input(cfg, *model, dims.dp * dims.cp, dims.zero_stage);  // cp: replicas too
             const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
             in.tp = dims.tp;
             if (dims.tp > 1) {
@@ -92,6 +114,7 @@ Command add_plan_command(CLI::App& parent) {
                           format_bytes_psi(parallel::sequence_region_activation_bytes(r), 0).c_str(),
                           sp ? " (configured)" : "");
             }
+            if (dims.cp > 1) print_cp_plan(cfg, dims);  // context parallel (issue 17)
             std::printf("predicted static bytes per rank at %d rank(s) (MiB and multiples of Ψ; DDP buckets %s; "
                         "shards padded to a multiple of %d; activations not included):\n",
                         dims.dp,
