@@ -16,6 +16,7 @@
 #include "bench/comm_bench.h"
 #include "bench/ddp_bench.h"
 #include "bench/tp_bench.h"
+#include "bench/cp_bench.h"
 #include "bench/pp_bench.h"
 #include "apps/factory.h"
 #include "apps/layout.h"
@@ -305,14 +306,30 @@ Command add_bench_command(CLI::App& parent) {
   auto to = std::make_shared<bench::TpBenchOptions>();
   tp->add_option("--steps", to->steps, "Timed steps per layout")->check(CLI::PositiveNumber);
   tp->add_option("--batch", to->batch, "Sequences per step")->check(CLI::PositiveNumber);
+  // Context parallel (issue 17).
+  CLI::App* cpb = cmd->add_subcommand("cp", "Context parallel (ring attention) at cp 1, 2, 4 over sequence lengths: step, "
+                                            "attention, exposed comm, K/V bytes, activations; zigzag vs plain balance");
+  auto cpo = std::make_shared<bench::CpBenchOptions>();
+  cpb->add_option("--steps", cpo->steps, "Timed steps per layout")->check(CLI::PositiveNumber);
+  cpb->add_option("--batch", cpo->batch, "Sequences per step")->check(CLI::PositiveNumber);
+  cpb->add_option("--seq", cpo->seqs, "Sequence lengths (each divisible by 2 x the largest cp)")->check(CLI::PositiveNumber);
+  cpb->add_option("--cp", cpo->cps, "cp degrees")->check(CLI::PositiveNumber);
   CLI::App* pp = cmd->add_subcommand("pp", "Pipeline schedules under mpirun: step, busy time, bubble vs formula");
   auto po = std::make_shared<PpBenchArgs>();
   pp->add_option("-c,--config", po->config, "A GPT config (the model is benchmarked)");
   pp->add_option("--set", po->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
   pp->add_option("--steps", po->steps, "Timed steps per row")->check(CLI::PositiveNumber);
   pp->add_option("--microbatches", po->microbatches, "Micro-batch counts m")->check(CLI::PositiveNumber);
-  return {cmd, [o, co, dd, zo, to, po, gemm, train, alloc, comm, ddp, zero, tp, pp]() -> int {
+  return {cmd, [o, co, dd, zo, to, po, gemm, train, alloc, comm, ddp, zero, tp, pp, cpb, cpo]() -> int {
             if (pp->parsed()) return bench_pp(*po);
+            if (cpb->parsed()) {
+              const bench::CpBenchReport r = bench::bench_cp(*cpo);
+              std::printf("GPT %lld layers x %lld wide, %lld heads, batch %lld; local ranks (threads), one compute thread "
+                          "per rank\n%s",
+                          (long long)cpo->gpt.n_layer, (long long)cpo->gpt.n_embd, (long long)cpo->gpt.n_head,
+                          (long long)cpo->batch, r.to_string().c_str());
+              return 0;
+            }
             if (tp->parsed()) {
               to->make_plan = [](const nn::Module& m, bool sp) { return model_tp_plan(m, sp); };
               const bench::TpBenchReport r = bench::bench_tp(*to);

@@ -150,7 +150,13 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "the others run under `no_sync`)."},
     // parallel
     {"parallel.dp", "integer or auto", "auto",
-     "Data-parallel degree; `auto` = world size / (tp x pp): every rank under mpirun, 1 without it."},
+     "Data-parallel degree; `auto` = world size / (cp x tp x pp): every rank under mpirun, 1 without it."},
+    {"parallel.cp", "integer", "1",
+     "Context-parallel degree (gpt): every sequence split over cp ranks, attention by ring attention; "
+     "block_size must divide by 2 x cp. Gradients are averaged over dp x cp. Mesh order pp x dp x cp x tp."},
+    {"parallel.cp_split", "string", "zigzag",
+     "How cp cuts a sequence: `zigzag` (rank r holds chunks r and 2cp-1-r of 2cp: equal causal work) or `plain` "
+     "(rank r holds the r-th T/cp tokens)."},
     {"parallel.tp", "integer", "1",
      "Tensor-parallel degree (mlp and gpt): consecutive ranks, Megatron-style column/row-parallel linears."},
     {"parallel.sequence_parallel", "boolean", "false",

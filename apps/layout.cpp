@@ -46,7 +46,7 @@ std::shared_ptr<comm::ProcessGroup> init_world(const TrainConfig& cfg, Device de
 
 parallel::ModelLimits model_limits(const TrainConfig& cfg) {
   if (cfg.model.type != "gpt") return {};
-  return {.heads = cfg.model.n_head, .vocab = gpt_vocab(cfg), .layers = cfg.model.n_layer};
+  return {.heads = cfg.model.n_head, .vocab = gpt_vocab(cfg), .layers = cfg.model.n_layer, .block_size = cfg.model.block_size};
 }
 
 parallel::TpPlan model_tp_plan(const nn::Module& model, bool sequence_parallel) {
@@ -169,6 +169,24 @@ static void check_pipeline(const TrainConfig& cfg, const parallel::ParallelDims&
                                                   "parallel.microbatches instead (grad_accum_steps: 1)"));
 }
 
+// Context parallelism (parallel.cp > 1): what it supports in this version.
+static void check_context_parallel(const TrainConfig& cfg, const parallel::ParallelDims& dims) {
+  if (dims.cp == 1) return;
+  const std::string cp = detail::str_cat("is ", dims.cp, " but ");
+  if (cfg.model.type != "gpt")
+    config_fail("parallel.cp", cp + "model.type is '" + cfg.model.type + "': only the gpt has sequences to split");
+  if (dims.pp > 1) config_fail("parallel.cp", cp + "context parallelism does not compose with pp > 1 in this version");
+  if (cfg.model.dropout != 0)
+    config_fail("model.dropout", detail::str_cat("is ", cfg.model.dropout,
+                                                 " but ring attention (parallel.cp > 1) has no attention dropout: use 0"));
+  if (cfg.run.precision != "f32")
+    config_fail("run.precision", "is " + cfg.run.precision + " but ring attention (parallel.cp > 1) runs in f32 only");
+  if (cfg.run.device != "cpu")
+    config_fail("run.device", "is " + cfg.run.device + " but ring attention (parallel.cp > 1) has no CUDA kernel yet");
+  if (cfg.parallel.sequence_parallel && dims.tp > 1)
+    config_fail("parallel.sequence_parallel", "is true but does not compose with parallel.cp > 1 in this version");
+}
+
 parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world) {
   if (cfg.parallel.thread_replicas() && world > 1)
     config_fail("parallel.replicas", "runs thread replicas inside one process (DataParallel), but this process is "
@@ -181,6 +199,7 @@ parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world) {
                                         std::to_string(dims.dp) +
                                         " data-parallel ranks (the global batch is split evenly)");
   check_pipeline(cfg, dims);
+  check_context_parallel(cfg, dims);
   return dims;
 }
 
@@ -207,6 +226,7 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
        .tp_plan = std::move(plan),
        .pipeline = cfg.parallel.pipeline,
        .pp_plan = std::move(pp_plan),
+       .cp_split = cfg.parallel.cp_split == "plain" ? parallel::CpSplit::plain : parallel::CpSplit::zigzag,
        .make_optimizer = [&cfg](optim::NamedTensors p) { return build_optimizer(cfg, std::move(p)); }});
 }
 

@@ -18,6 +18,7 @@
 #include "apps/planner.h"
 #include <strata/core/config.h>
 #include <strata/core/error.h>
+#include <strata/parallel/context_parallel.h>
 #include <strata/parallel/pipeline_schedule.h>
 #include <strata/parallel/pipeline_stage.h>
 
@@ -42,6 +43,27 @@ void print_pipeline_plan(const TrainConfig& cfg, const parallel::ParallelDims& d
   std::printf("pipeline schedule %s, %d micro-batch(es) of %lld sample(s):\n%s", parallel::schedule_name(shape.kind),
               shape.microbatches, (long long)(cfg.train.batch_size / dims.dp / shape.microbatches),
               parallel::schedule_chart(shape, sim).c_str());
+}
+
+// Context parallelism: activations per rank (the GPT's formula, cp_activation_bytes) at
+// cp 1 and at cp, and the K/V bytes ring attention sends per attention layer per step.
+void print_cp_plan(const TrainConfig& cfg, const parallel::ParallelDims& dims) {
+  const int64_t b = cfg.train.batch_size / dims.dp, t = cfg.model.block_size, c = cfg.model.n_embd / dims.tp;
+  parallel::CpActivationInput a{.batch = b, .seq = t, .embd = cfg.model.n_embd, .heads = cfg.model.n_head,
+                                .layers = cfg.model.n_layer, .vocab = gpt_vocab(cfg), .bytes_per_element = 4, .cp = 1};
+  const int64_t one = parallel::cp_activation_bytes(a);
+  a.cp = dims.cp;
+  const int64_t per = parallel::cp_activation_bytes(a);
+  std::printf("context parallel over %d (%s split, ring attention): activations per rank per step %s at cp 1 -> %s "
+              "(/ %.2f)\n",
+              dims.cp, cfg.parallel.cp_split.c_str(), format_bytes_psi(one, 0).c_str(), format_bytes_psi(per, 0).c_str(),
+              per > 0 ? double(one) / double(per) : 0.0);
+  const parallel::CpLayerBytes kv = parallel::cp_layer_bytes(b, t, c, dims.cp, 4);
+  std::printf("ring attention sends per attention layer per step per rank: forward %s ((cp-1) x K/V block of %s), "
+              "backward %s (K/V again + dK/dV home); x %lld layers = %s per step\n",
+              format_bytes_psi(kv.forward, 0).c_str(), format_bytes_psi(kv.forward / (dims.cp - 1), 0).c_str(),
+              format_bytes_psi(kv.backward, 0).c_str(), (long long)cfg.model.n_layer,
+              format_bytes_psi((kv.forward + kv.backward) * cfg.model.n_layer, 0).c_str());
 }
 
 }  // namespace
@@ -140,7 +162,7 @@ Command add_plan_command(CLI::App& parent) {
             in.param_elements = counts.params;
             in.bytes_per_element = 4;  // f32 parameters under every run.precision (autocast keeps f32 masters)
             in.optimizer_states = parallel::optimizer_state_count(cfg.optim.name, cfg.optim.momentum);
-            in.world_size = dims.dp;
+            in.world_size = dims.dp * dims.cp;  // cp ranks are replicas too
             in.zero_stage = dims.zero_stage;
             in.ddp_bucket_bytes = cfg.parallel.ddp.gradient_as_bucket_view ? 0 : counts.params * in.bytes_per_element;
             const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
@@ -175,12 +197,13 @@ Command add_plan_command(CLI::App& parent) {
                           format_bytes_psi(parallel::sequence_region_activation_bytes(r), 0).c_str(),
                           sp ? " (configured)" : "");
             }
+            if (dims.cp > 1) print_cp_plan(cfg, dims);  // context parallel (issue 17)
             std::printf("predicted static bytes per rank at %d rank(s) (MiB and multiples of Ψ; DDP buckets %s; "
                         "shards padded to a multiple of %d; activations not included):\n",
-                        dims.dp,
+                        dims.dp * dims.cp,
                         cfg.parallel.ddp.gradient_as_bucket_view ? "none (gradient_as_bucket_view)"
                                                                  : "one flat copy of the grads",
-                        dims.dp);
+                        dims.dp * dims.cp);
             std::printf("%s", format_plan_table(in, dims.zero_stage).c_str());
             if (dims.pp > 1) print_pipeline_plan(cfg, dims, counts);
             if (!cfg.parallel.thread_replicas()) {  // the planner's row: activations, bytes sent, bubble

@@ -32,6 +32,11 @@ const Tensor& CausalSelfAttention::causal_mask(int64_t t) {
   return mask_;
 }
 
+double CausalSelfAttention::attention_dropout() const {
+  const auto* d = dynamic_cast<const Dropout*>(child("attn_dropout").get());
+  return d ? d->p() : 0.0;
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   STRATA_CHECK(x.dim() == 3, "[CausalSelfAttention] expects (B, T, C), got ", shape_str(x.shape()));
   Tensor qkv = (*child("c_attn"))(x);  // (B, T, 3*Hl*hd); x may be a sequence shard (B, T/tp, C)
@@ -45,6 +50,12 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const std::shared_ptr<Module> attn_dropout = child("attn_dropout"), c_proj = child("c_proj"),
                                 resid_dropout = child("resid_dropout");
   const auto* attn_drop = dynamic_cast<const Dropout*>(attn_dropout.get());
+  if (attention_fn_) {  // replaced (ring attention): no dropout on probabilities it never forms
+    STRATA_CHECK(!attn_drop || attn_drop->p() == 0 || !attn_drop->is_training(),
+                 "[CausalSelfAttention] a replaced attention core does not support attention dropout (p = ",
+                 attn_drop ? attn_drop->p() : 0.0, ")");
+    return (*resid_dropout)((*c_proj)(attention_fn_(qkv, hd)));
+  }
   if (attn_drop && (attn_drop->p() == 0 || !attn_drop->is_training()) && !autocast_dtype())
     return (*resid_dropout)((*c_proj)(causal_attention(qkv, hd)));
   auto parts = split(qkv, {cl, cl, cl}, -1);  // 3 x (B, T, Hl*hd)
@@ -142,13 +153,15 @@ Tensor GPT::run_block(const std::shared_ptr<Module>& blk, const Tensor& x) {
   return checkpoint(fn, {x})[0];
 }
 
-Tensor GPT::features(const Tensor& idx) {
-  STRATA_CHECK(idx.dim() == 2 && (idx.dtype() == DType::i64 || idx.dtype() == DType::i32),
-               "[GPT] expects idx (B, T) of i64, got ", idx.str());
+Tensor GPT::features(const Tensor& full_idx) {
+  STRATA_CHECK(full_idx.dim() == 2 && (full_idx.dtype() == DType::i64 || full_idx.dtype() == DType::i32),
+               "[GPT] expects idx (B, T) of i64, got ", full_idx.str());
+  STRATA_CHECK(full_idx.size(1) >= 1 && full_idx.size(1) <= cfg_.block_size, "[GPT] sequence length ",
+               full_idx.size(1), " exceeds block_size ", cfg_.block_size);
+  const Tensor idx = hooks_.shard_sequence ? hooks_.shard_sequence(full_idx) : full_idx;  // (B, T_local)
   const int64_t t = idx.size(1);
-  STRATA_CHECK(t >= 1 && t <= cfg_.block_size, "[GPT] sequence length ", t, " exceeds block_size ",
-               cfg_.block_size);
-  Tensor pos = ops::arange(0, double(t), 1.0, DType::i64).to(idx.device());  // (T)
+  Tensor pos = hooks_.positions ? hooks_.positions(t) : ops::arange(0, double(t), 1.0, DType::i64);  // (T)
+  pos = pos.to(idx.device());
   Tensor x = (*child("wte"))(idx) + (*child("wpe"))(pos);  // (B,T,C) + (T,C)
   if (hooks_.enter_blocks) x = hooks_.enter_blocks(x);
   x = (*child("drop"))(x);
@@ -169,11 +182,13 @@ Tensor GPT::forward(const Tensor& idx) {
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index) {
   STRATA_CHECK(targets.shape() == idx.shape(), "[GPT::loss] targets ", shape_str(targets.shape()),
                " do not match idx ", shape_str(idx.shape()));
+  // Under context parallelism, this rank's targets (features() shards idx the same way).
+  const Tensor tg = hooks_.shard_sequence ? hooks_.shard_sequence(targets) : targets;
   if (hooks_.loss)  // e.g. from vocabulary-sharded logits, never the whole (B*T, V)
     return hooks_.loss(reshape(features(idx), {-1, cfg_.n_embd}), parameter(head_weight_name()),
-                       ops::reshape(targets, {-1}), ignore_index);
+                       ops::reshape(tg, {-1}), ignore_index);
   Tensor logits = forward(idx);
-  return cross_entropy(reshape(logits, {-1, cfg_.vocab}), ops::reshape(targets, {-1}), ignore_index);
+  return cross_entropy(reshape(logits, {-1, cfg_.vocab}), ops::reshape(tg, {-1}), ignore_index);
 }
 
 Tensor GPT::forward_stage(const Tensor& in, int64_t begin, int64_t end, bool first, bool last) {

@@ -24,15 +24,19 @@ struct GPTConfig {
 /// Children c_attn (C -> 3C, fused q|k|v), c_proj (C -> C), attn_dropout, resid_dropout.
 /// The head count is read from c_attn's output width (3 * heads * head_dim), so a
 /// column-parallel c_attn holding a subset of the heads (q|k|v per rank) just works.
-class CausalSelfAttention : public Module {
+/// Its attention core can be replaced (ReplaceableAttention: context parallelism).
+class CausalSelfAttention : public Module, public ReplaceableAttention {
  public:
   CausalSelfAttention(const GPTConfig& cfg, Generator& gen);
   /// x (B, T, C) -> (B, T, C)
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "CausalSelfAttention"; }
   int64_t head_dim() const { return head_dim_; }
+  void set_attention_fn(AttentionFn fn) override { attention_fn_ = std::move(fn); }
+  double attention_dropout() const override;
 
  private:
+  AttentionFn attention_fn_;
   /// (T, T) u8, 1 above the diagonal (future positions); cached for the last T.
   const Tensor& causal_mask(int64_t t);
   int64_t head_dim_;
@@ -64,7 +68,9 @@ class GPT : public Module, public LanguageModel {
   GPT(const GPTConfig& cfg, Generator& gen);
   /// idx (B, T) i64 with T <= block_size -> logits (B, T, vocab)
   Tensor forward(const Tensor& idx) override;
-  /// Mean next-token cross-entropy of forward(idx) against targets (B, T) i64.
+  /// Mean next-token cross-entropy of forward(idx) against targets (B, T) i64. With the
+  /// shard_sequence hook (context parallelism) forward and loss see this rank's part of
+  /// each sequence only: logits (B, T_local, vocab), the mean over the local tokens.
   Tensor loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index = -1);
   std::string type_name() const override { return "GPT"; }
   const GPTConfig& config() const { return cfg_; }

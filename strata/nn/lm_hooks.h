@@ -19,6 +19,26 @@ struct LmHooks {
   std::function<Tensor(const Tensor& x, const Tensor& head_weight)> logits;
   /// Features (N, C), head weight, targets (N) -> mean cross-entropy over targets != ignore_index.
   std::function<Tensor(const Tensor& x, const Tensor& head_weight, const Tensor& targets, int64_t ignore_index)> loss;
+  /// Context parallelism: the tokens (B, T) (and the targets) -> this rank's part of
+  /// every sequence (B, T_local), applied before the embeddings.
+  std::function<Tensor(const Tensor& idx)> shard_sequence;
+  /// The global positions (T_local) i64 of this rank's T_local tokens, for the position
+  /// embedding (empty: 0 .. T-1).
+  std::function<Tensor(int64_t t_local)> positions;
+};
+
+/// Attention over a packed projection: qkv (B, T, 3*H*hd) -> (B, T, H*hd), causal.
+using AttentionFn = std::function<Tensor(const Tensor& qkv, int64_t head_dim)>;
+
+/// A module whose attention core (softmax(q k^T / sqrt(hd), causal) v over its packed
+/// q|k|v) can be replaced, e.g. by ring attention over a context-parallel group. An
+/// empty function restores the module's own. Not thread-safe.
+class ReplaceableAttention {
+ public:
+  virtual ~ReplaceableAttention() = default;
+  virtual void set_attention_fn(AttentionFn fn) = 0;
+  /// The attention probabilities' dropout rate (a replacement computes none).
+  virtual double attention_dropout() const = 0;
 };
 
 /// A model (also an nn::Module) whose head and loss steps are LmHooks. Not thread-safe.

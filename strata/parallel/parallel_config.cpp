@@ -81,6 +81,14 @@ ParallelConfig ParallelConfig::from_node(const ConfigNode& n) {
   n.check_range("pp", c.dims.pp, 1, 1 << 20);
   c.dims.zero_stage = n.get("zero_stage", c.dims.zero_stage);
   n.check_range("zero_stage", c.dims.zero_stage, 0, 3);
+  c.dims.cp = n.get("cp", c.dims.cp);
+  n.check_range("cp", c.dims.cp, 1, 1 << 20);
+  c.cp_split = n.get("cp_split", c.cp_split);
+  if (c.cp_split != "zigzag" && c.cp_split != "plain")
+    n.fail("cp_split", "expected one of zigzag|plain, got '" + c.cp_split + "'");
+  if (c.thread_replicas() && c.dims.cp != 1)
+    n.fail("cp", "is " + std::to_string(c.dims.cp) +
+                     " but parallel.replicas runs thread replicas in one process (DataParallel); start cp ranks with mpirun");
   const bool replicas_given = n.has("replicas");
   c.replicas = n.get("replicas", c.replicas);
   if (replicas_given) n.check_range("replicas", c.replicas, 1, 1024);
@@ -121,6 +129,9 @@ void ParallelConfig::validate() const {
     config_fail("parallel.dp", "must be >= 1 or auto, got " + std::to_string(dims.dp));
   if (dims.tp < 1) config_fail("parallel.tp", "must be >= 1, got " + std::to_string(dims.tp));
   if (dims.pp < 1) config_fail("parallel.pp", "must be >= 1, got " + std::to_string(dims.pp));
+  if (dims.cp < 1) config_fail("parallel.cp", "must be >= 1, got " + std::to_string(dims.cp));
+  if (cp_split != "zigzag" && cp_split != "plain")
+    config_fail("parallel.cp_split", "expected one of zigzag|plain, got '" + cp_split + "'");
   if (dims.zero_stage < 0 || dims.zero_stage > 3)
     config_fail("parallel.zero_stage", "expected a value in [0, 3], got " + std::to_string(dims.zero_stage));
   if (replicas < 0) config_fail("parallel.replicas", "must be >= 1, got " + std::to_string(replicas));

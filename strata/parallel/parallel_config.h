@@ -15,7 +15,8 @@
 namespace strata::parallel {
 
 struct ParallelConfig {
-  ParallelDims dims;          ///< parallel.{dp (int | auto), tp, pp, zero_stage}
+  ParallelDims dims;          ///< parallel.{dp (int | auto), cp, tp, pp, zero_stage}
+  std::string cp_split = "zigzag";  ///< parallel.cp_split: zigzag | plain (how cp cuts each sequence)
   int replicas = 0;           ///< parallel.replicas: K >= 1 thread replicas in one process (DataParallel);
                               ///<   0 = off. from_node sets it to devices.size() when only devices is given
   std::vector<Device> devices;  ///< parallel.devices: [cuda:0, cuda:1] puts replica k on devices[k]

@@ -12,17 +12,20 @@ ParallelDims ParallelDims::resolve(int world) const {
   };
   positive("tp", tp);
   positive("pp", pp);
+  positive("cp", cp);
   if (dp != kAuto) positive("dp", dp);
   if (zero_stage < 0 || zero_stage > 3)
     config_fail("parallel.zero_stage", "expected a value in [0, 3], got " + std::to_string(zero_stage));
   if (dp == kAuto) {
-    if (world % (tp * pp) != 0)
-      config_fail("parallel.dp", "is auto but the world of " + std::to_string(world) +
-                                     " rank(s) is not divisible by tp x pp = " + std::to_string(tp * pp));
-    d.dp = world / (tp * pp);
+    const int rest = cp * tp * pp;
+    if (world % rest != 0)
+      config_fail("parallel.dp", "is auto but the world of " + std::to_string(world) + " rank(s) is not divisible by " +
+                                     (cp > 1 ? "cp x tp x pp = " : "tp x pp = ") + std::to_string(rest));
+    d.dp = world / rest;
   }
   if (d.world() != world)
-    config_fail("parallel", "dp x tp x pp = " + std::to_string(d.dp) + " x " + std::to_string(tp) + " x " +
+    config_fail("parallel", std::string(cp > 1 ? "dp x cp x tp x pp = " : "dp x tp x pp = ") + std::to_string(d.dp) +
+                                (cp > 1 ? " x " + std::to_string(cp) : std::string()) + " x " + std::to_string(tp) + " x " +
                                 std::to_string(pp) + " = " + std::to_string(d.world()) + " rank(s), but the world has " +
                                 std::to_string(world) + " (start with mpirun -np " + std::to_string(d.world()) +
                                 ", or set parallel.dp: auto)");
@@ -36,6 +39,10 @@ void ParallelDims::check_model(const ModelLimits& m) const {
   if (m.vocab && *m.vocab % tp != 0)
     config_fail("parallel.tp", "is " + std::to_string(tp) + " but the vocabulary of " + std::to_string(*m.vocab) +
                                    " is not divisible by it (each tp rank holds a vocabulary range)");
+  if (m.block_size && cp > 1 && *m.block_size % (2 * cp) != 0)
+    config_fail("parallel.cp", "is " + std::to_string(cp) + " but model.block_size = " + std::to_string(*m.block_size) +
+                                   " is not divisible by 2 x cp = " + std::to_string(2 * cp) +
+                                   " (the zigzag split gives each rank two chunks of every sequence)");
   if (m.layers && *m.layers < pp)
     config_fail("parallel.pp", "is " + std::to_string(pp) + " but model.n_layer = " + std::to_string(*m.layers) +
                                    " (each stage needs at least one block)");
@@ -43,16 +50,18 @@ void ParallelDims::check_model(const ModelLimits& m) const {
 
 comm::MeshShape ParallelDims::mesh_shape() const {
   STRATA_CHECK(dp >= 1, "[ParallelDims] mesh_shape() needs a resolved dp (call resolve(world) first)");
+  if (cp > 1) return comm::MeshShape({{"pp", pp}, {"dp", dp}, {"cp", cp}, {"tp", tp}});
   return comm::MeshShape({{"pp", pp}, {"dp", dp}, {"tp", tp}});
 }
 
 std::string ParallelDims::dp_strategy() const {
   if (zero_stage > 0) return "ZeRO-" + std::to_string(zero_stage);
-  return dp > 1 ? "DDP" : "single process";
+  return dp * cp > 1 ? "DDP" : "single process";  // at cp > 1 over the dp x cp ranks
 }
 
 std::string ParallelDims::str() const {
-  return "dp " + (dp == kAuto ? std::string("auto") : std::to_string(dp)) + " x tp " + std::to_string(tp) +
+  return "dp " + (dp == kAuto ? std::string("auto") : std::to_string(dp)) +
+         (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) + " x tp " + std::to_string(tp) +
          " x pp " + std::to_string(pp) + ", zero_stage " + std::to_string(zero_stage);
 }
 

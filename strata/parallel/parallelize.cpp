@@ -81,7 +81,7 @@ double ParallelModel::clip_grad_norm(double max_norm) {
   STRATA_CHECK(max_norm > 0, "[clip_grad_norm] max_norm must be > 0, got ", max_norm);
   const optim::NamedTensors& named = optimizer().named_parameters();
   double sq = tp_grad_norm_sq(named, *tp_);
-  if (zero_) sq = comm::all_reduce_host(*mesh_["dp"], ops::full({1}, sq, DType::f64), comm::ReduceOp::sum).item<double>();
+  if (zero_) sq = comm::all_reduce_host(replica_group(), ops::full({1}, sq, DType::f64), comm::ReduceOp::sum).item<double>();
   const double total = std::sqrt(sq), f = optim::clip_factor(total, max_norm);
   if (f < 1.0) {
     std::vector<Tensor> ps;
@@ -127,7 +127,8 @@ ParallelModel::FullParams ParallelModel::summon_full_params() {
   if (zero_) z.emplace(zero_->summon_full_params());
   // Under pp a rank holds only its stages: the stages evaluate together (the executor's
   // eval_loss) with their tp shards in place, so only ZeRO-3's units are gathered.
-  return FullParams(std::move(z), tp_ && !pipeline_ ? std::make_unique<TpWholeModules>(*model_, *tp_) : nullptr);
+  return FullParams(std::move(z), tp_ && !pipeline_ ? std::make_unique<TpWholeModules>(*model_, *tp_) : nullptr,
+                    cp_ ? std::make_unique<CpSuspended>(*model_, *cp_) : nullptr);
 }
 
 std::vector<ShardPiece> ParallelModel::state_pieces() const {
@@ -144,7 +145,7 @@ std::vector<ShardPiece> ParallelModel::state_pieces() const {
     return out;
   }
   if (tp_)  // each tp rank's shard, from dp rank 0 (or every dp rank's ZeRO slices of it)
-    return tp_global_pieces(zero_ ? zero_->state_pieces() : replicated_pieces(*model_, optimizer_.get(), mesh_.rank("dp")),
+    return tp_global_pieces(zero_ ? zero_->state_pieces() : replicated_pieces(*model_, optimizer_.get(), replica_group().rank()),
                             *tp_);
   if (zero_) return zero_->state_pieces();
   return replicated_pieces(*model_, optimizer_.get(), mesh_.world()->rank());
@@ -232,15 +233,23 @@ std::vector<int64_t> ParallelModel::flat_unit_sizes() const {
   return out;
 }
 
+void ParallelModel::set_context_parallel(CpLayout cp, std::shared_ptr<comm::ProcessGroup> replica) {
+  cp_ = std::move(cp);
+  replica_ = std::move(replica);
+}
+
 std::string ParallelModel::describe() const {
-  const comm::ProcessGroup& dp = *mesh_["dp"];
-  std::string s = dims_.dp_strategy() + " over " + std::to_string(dp.size()) + " dp rank(s)";
+  const comm::ProcessGroup& dp = replica_group();
+  std::string s = dims_.dp_strategy() + " over " + std::to_string(dp.size()) + (replica_ ? " dp x cp" : " dp") + " rank(s)";
   if (ddp_ || zero_)
     s += std::string(" (") + dp.backend_kind() + " backend, comm.algorithm " + comm::algorithm_name(dp.algorithm()) + ")";
   if (pipeline_)
     s += std::string(", pipeline over ") + std::to_string(pipeline_->shape().pp) + " pp rank(s) (" +
          schedule_name(pipeline_->shape().kind) + ", " + std::to_string(pipeline_->shape().microbatches) +
          " micro-batches, " + std::to_string(pipeline_->shape().stages()) + " stages)";
+  if (cp_)
+    s += ", context parallel over " + std::to_string(cp_->cp->size()) + " cp rank(s) (ring attention, " +
+         cp_split_name(cp_->split) + " split, " + std::to_string(cp_->attention.size()) + " attention layers)";
   if (tp_)
     s += ", tensor parallel over " + std::to_string(tp_->tp->size()) + " tp rank(s) (" +
          std::to_string(tp_->sharded.size()) + " sharded parameters)";
@@ -261,6 +270,19 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
       config_fail("parallel.tp", "is " + std::to_string(d.tp) + " but the model (" + model->type_name() +
                                      ") has no tensor-parallel plan (use tp: 1)");
     tp = apply_tp(*model, opts.tp_plan, mesh["tp"]);
+  }
+  // 1b. Context parallel on mesh["cp"]: ring attention, every sequence split over cp.
+  std::optional<CpLayout> cp;
+  std::shared_ptr<comm::ProcessGroup> replica;  // dp x cp: the ranks that hold the same parameters
+  if (d.cp > 1) {
+    if (d.pp > 1)
+      config_fail("parallel.cp", "is " + std::to_string(d.cp) + " but context parallelism does not compose with pp > 1 in this version");
+    cp = apply_cp(*model, mesh["cp"], opts.cp_split);
+    const comm::MeshShape& ms = mesh.shape();
+    const std::vector<int> c = mesh.coord();
+    const int color = c[size_t(ms.index_of("pp"))] * d.tp + c[size_t(ms.index_of("tp"))];
+    const int key = c[size_t(ms.index_of("dp"))] * d.cp + c[size_t(ms.index_of("cp"))];
+    replica = mesh.world()->split(color, key, "dp x cp");
   }
   // 2. The pipeline split on mesh["pp"]: this rank keeps its stages' modules.
   std::unique_ptr<PipelineExecutor> pipe;
@@ -283,10 +305,11 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
   }
   const auto finish = [&](std::unique_ptr<ParallelModel> pm) {
     if (pipe) pm->set_pipeline(std::move(pipe), std::move(embed_group));
+    if (cp) pm->set_context_parallel(std::move(*cp), replica);
     return pm;
   };
-  // 3. Data parallel on mesh["dp"].
-  comm::ProcessGroup& dp = *mesh["dp"];
+  // 3. Data parallel on mesh["dp"] (x cp: the cp ranks' gradients are partial sums of one model's).
+  comm::ProcessGroup& dp = replica ? *replica : *mesh["dp"];
   if (d.zero_stage > 0) {
     // ZeRO-1/2 units are cut like DDP's buckets (a small first and last one).
     ZeroOptions zo{.stage = d.zero_stage,

@@ -15,6 +15,7 @@
 #include <strata/optim/grad_scaler.h>
 #include <strata/optim/optimizer.h>
 #include <strata/parallel/checkpoint_io.h>
+#include <strata/parallel/context_parallel.h>
 #include <strata/parallel/ddp.h>
 #include <strata/parallel/parallel_dims.h>
 #include <strata/parallel/pipeline_executor.h>
@@ -37,6 +38,8 @@ struct ParallelizeOptions {
   /// The model's pipeline split (built where the model is known, e.g. apps/; its
   /// `layers` is parallel.pp_layers); needed when dims.pp > 1, ignored at pp 1.
   PipelinePlan pp_plan{};
+  /// How context parallelism cuts each sequence (parallel.cp_split); used when dims.cp > 1.
+  CpSplit cp_split = CpSplit::zigzag;
   /// Builds the optimizer over the parameters it is given (the model's, or ZeRO's 1-D
   /// slices of this rank's shard, with the same names).
   OptimizerFactory make_optimizer;
@@ -95,10 +98,12 @@ class ParallelModel {
   class FullParams {
    public:
     FullParams() = default;
-    FullParams(std::optional<ZeroDataParallel::FullParams> g, std::unique_ptr<TpWholeModules> tp)
-        : g_(std::move(g)), tp_(std::move(tp)) {}
+    FullParams(std::optional<ZeroDataParallel::FullParams> g, std::unique_ptr<TpWholeModules> tp,
+               std::unique_ptr<CpSuspended> cp = nullptr)
+        : cp_(std::move(cp)), g_(std::move(g)), tp_(std::move(tp)) {}
 
    private:
+    std::unique_ptr<CpSuspended> cp_;  // context parallelism: whole sequences, the model's own attention
     std::optional<ZeroDataParallel::FullParams> g_;
     std::unique_ptr<TpWholeModules> tp_;  // destroyed first: shards back before ZeRO releases
   };
@@ -121,6 +126,13 @@ class ParallelModel {
   bool sharded() const { return zero_ != nullptr || pipeline_ != nullptr; }
   /// Element counts of the flat units (ZeRO), for the memory planner; empty otherwise.
   std::vector<int64_t> flat_unit_sizes() const;
+  /// Context parallelism (cp > 1): what apply_cp replaced (null at cp 1).
+  const CpLayout* cp() const { return cp_ ? &*cp_ : nullptr; }
+  /// The group the gradients are averaged over and replicated state is shared by: the dp
+  /// group, or at cp > 1 the dp x cp ranks of this rank's (pp, tp) coordinate.
+  comm::ProcessGroup& replica_group() const { return replica_ ? *replica_ : *mesh_["dp"]; }
+  /// Used by parallelize(): context parallelism's layout and the dp x cp group.
+  void set_context_parallel(CpLayout cp, std::shared_ptr<comm::ProcessGroup> replica);
   /// "DDP over 2 dp rank(s) (mpi backend, comm.algorithm ring)": for logs.
   std::string describe() const;
   /// The strategies inside, for tests and benchmarks (null when not applied).
@@ -158,14 +170,17 @@ class ParallelModel {
   std::optional<TpLayout> tp_;
   std::unique_ptr<PipelineExecutor> pipeline_;
   std::shared_ptr<comm::ProcessGroup> embed_group_;  // first + last stage (tied parameters)
+  std::optional<CpLayout> cp_;
+  std::shared_ptr<comm::ProcessGroup> replica_;  // dp x cp (null at cp 1: the dp group)
   /// Parameter names this rank holds but does not own for norms and checkpoints (the
   /// last stage's copy of a tied parameter).
   std::vector<std::string> copies_;
   double pp_norm_sq(double local) const;
 };
 
-/// Composes the layout `opts.dims` over `mesh` (dimensions pp, dp, tp; collective over
-/// the mesh's world: every rank calls it with the same architecture):
+/// Composes the layout `opts.dims` over `mesh` (dimensions pp, dp, tp, and cp when
+/// cp > 1; collective over the mesh's world: every rank calls it with the same
+/// architecture):
 ///   1. tensor parallel on mesh["tp"] when tp > 1: apply_tp(model, opts.tp_plan) (ConfigError
 ///      naming parallel.tp when the plan is empty: the model has none),
 ///   2. the pipeline split on mesh["pp"] when pp > 1: the stages of opts.pp_plan, this
@@ -173,8 +188,11 @@ class ParallelModel {
 ///      parallel.pp without a plan). With tp > 1 each stage runs its tp shards (the
 ///      embedding group of a tied head is the first and last stage at one tp coordinate);
 ///      with ZeRO-3 a stage's units stay gathered for the whole pipeline step (pipeline_step),
-///   3. on mesh["dp"]: ZeRO stage dims.zero_stage when > 0, else DDP when dp > 1, else
-///      nothing (one process).
+///   1b. context parallel on mesh["cp"] when cp > 1: apply_cp(model, ...) (ring attention,
+///      sequences split by opts.cp_split); ConfigError naming parallel.cp with pp > 1,
+///   3. on mesh["dp"] (at cp > 1 on the dp x cp ranks, which all hold the same parameters
+///      and see different tokens): ZeRO stage dims.zero_stage when > 0, else DDP when
+///      that group has more than one rank, else nothing (one process).
 /// Rank 0's parameters and buffers are broadcast over dp. The optimizer is built by
 /// opts.make_optimizer after the model is split and sharded.
 std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, const comm::DeviceMesh& mesh,

@@ -1,0 +1,145 @@
+// Context parallelism's pieces: the blockwise attention kernel against the fused causal
+// attention, ring attention on 2, 3 and 4 local ranks (zigzag and plain splits) against
+// one process's full causal attention (outputs and gradients), the sequence split, and
+// the K/V bytes each rank sends per layer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/comm/local.h>
+#include <strata/parallel/context_parallel.h>
+#include <strata/tensor/cpu/attention_block.h>
+#include "equivalence.h"
+
+namespace strata::parallel {
+namespace {
+
+using strata::testing::expect_close;
+
+Tensor rnd(const Shape& s, uint64_t seed, DType dt = DType::f64) {
+  Generator g(seed);
+  return ops::normal(s, 0.0, 1.0, g, dt);
+}
+
+Tensor leaf(Tensor t) {
+  t.set_requires_grad(true);
+  return t;
+}
+
+// Full causal attention of qkv (B, T, 3C) and its gradient for the loss sum(y * w).
+std::pair<Tensor, Tensor> full_attention(const Tensor& qkv0, const Tensor& w, int64_t hd) {
+  Tensor qkv = leaf(ops::clone(qkv0));
+  Tensor y = causal_attention(qkv, hd);
+  backward(sum(y * w));
+  return {y.detach(), qkv.grad()};
+}
+
+// Keys merged block by block, in a scrambled order, with the query rows in two
+// segments: the merged output equals full causal attention, and a wholly masked block
+// (keys after every query) is skipped.
+TEST(AttentionBlock, MergedBlocksEqualFullCausalAttention) {
+  const int64_t B = 2, T = 12, H = 2, hd = 4, C = H * hd;
+  const Tensor qkv = rnd({B, T, 3 * C}, 1), w = rnd({B, T, C}, 2);
+  const auto [y_ref, g_ref] = full_attention(qkv, w, hd);
+  const Tensor q = ops::narrow(qkv, 2, 0, C), k = ops::narrow(qkv, 2, C, C), v = ops::narrow(qkv, 2, 2 * C, C);
+  Tensor out = ops::zeros({B, T, C}, DType::f64);
+  std::vector<Tensor> lse;
+  const std::vector<std::pair<int64_t, int64_t>> qsegs{{0, 5}, {5, 7}}, ksegs{{8, 4}, {0, 3}, {3, 5}};
+  for (const auto& [qs, ql] : qsegs) {
+    lse.push_back(ops::full({B, H, ql}, -std::numeric_limits<double>::infinity(), DType::f64));
+    Tensor o = ops::narrow(out, 1, qs, ql);
+    for (const auto& [ks, kl] : ksegs) {
+      const bool ran = cpu::attention_block_forward(ops::narrow(q, 1, qs, ql), ops::narrow(k, 1, ks, kl),
+                                                    ops::narrow(v, 1, ks, kl), qs, ks, hd, o, lse.back());
+      EXPECT_EQ(ran, ks <= qs + ql - 1) << "q " << qs << " k " << ks;
+    }
+  }
+  expect_close(out, y_ref, 1e-12, "merged forward");
+  // Backward block by block, from the final lse and delta.
+  Tensor dq = ops::zeros({B, T, C}, DType::f64), dk = ops::zeros({B, T, C}, DType::f64), dv = ops::zeros({B, T, C}, DType::f64);
+  for (size_t i = 0; i < qsegs.size(); ++i) {
+    const auto [qs, ql] = qsegs[i];
+    Tensor delta = ops::empty({B, H, ql}, DType::f64);
+    cpu::attention_block_delta(ops::narrow(w, 1, qs, ql), ops::narrow(out, 1, qs, ql), hd, delta);
+    Tensor dqs = ops::narrow(dq, 1, qs, ql);
+    for (const auto& [ks, kl] : ksegs) {
+      Tensor dks = ops::narrow(dk, 1, ks, kl), dvs = ops::narrow(dv, 1, ks, kl);
+      cpu::attention_block_backward(ops::narrow(q, 1, qs, ql), ops::narrow(k, 1, ks, kl), ops::narrow(v, 1, ks, kl),
+                                    ops::narrow(w, 1, qs, ql), lse[i], delta, qs, ks, hd, dqs, dks, dvs);
+    }
+  }
+  expect_close(ops::cat({dq, dk, dv}, 2), g_ref, 1e-12, "merged backward");
+}
+
+TEST(ContextParallel, SegmentsAndPositions) {
+  EXPECT_EQ(cp_segments(16, 2, 0, CpSplit::zigzag), (std::vector<SeqSegment>{{0, 4}, {12, 4}}));
+  EXPECT_EQ(cp_segments(16, 2, 1, CpSplit::zigzag), (std::vector<SeqSegment>{{4, 4}, {8, 4}}));
+  EXPECT_EQ(cp_segments(12, 3, 2, CpSplit::plain), (std::vector<SeqSegment>{{8, 4}}));
+  EXPECT_EQ(cp_positions(8, 2, 1, CpSplit::zigzag).to_vector<int64_t>(), (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_THROW(cp_segments(12, 4, 0, CpSplit::zigzag), Error);  // 12 is not divisible by 2 x 4
+  // Every position once over the ranks.
+  for (CpSplit s : {CpSplit::zigzag, CpSplit::plain}) {
+    std::vector<int> seen(24, 0);
+    for (int r = 0; r < 4; ++r)
+      for (int64_t p : cp_positions(24, 4, r, s).to_vector<int64_t>()) ++seen[size_t(p)];
+    EXPECT_EQ(seen, std::vector<int>(24, 1)) << cp_split_name(s);
+  }
+  const Tensor x = ops::reshape(ops::arange(0, 16, 1, DType::i64), {2, 8});
+  EXPECT_EQ(cp_shard(x, 2, 0, CpSplit::zigzag).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 6, 7, 8, 9, 14, 15}));
+}
+
+// Ring attention on cp local ranks: each rank's output and gradient equal its rows of
+// one process's full causal attention (f64: 1e-12; f32: 1e-5).
+void check_ring(int cp, CpSplit split, DType dt, double tol) {
+  const int64_t B = 2, T = 24, H = 2, hd = 4, C = H * hd;
+  const Tensor qkv = rnd({B, T, 3 * C}, 11, dt), w = rnd({B, T, C}, 12, dt);
+  const auto [y_ref, g_ref] = full_attention(qkv, w, hd);
+  comm::run_local(cp, [&](comm::ProcessGroup& g) {
+    std::shared_ptr<comm::ProcessGroup> grp(&g, [](comm::ProcessGroup*) {});
+    const int r = g.rank();
+    Tensor x = leaf(cp_shard(qkv, cp, r, split));
+    Tensor y = ring_attention(x, hd, grp, split);
+    const std::string what = std::string(cp_split_name(split)) + " cp " + std::to_string(cp) + " rank " + std::to_string(r);
+    expect_close(y.detach(), cp_shard(y_ref, cp, r, split), tol, (what + " forward").c_str());
+    backward(sum(y * cp_shard(w, cp, r, split)));
+    expect_close(x.grad(), cp_shard(g_ref, cp, r, split), tol, (what + " backward").c_str());
+  });
+}
+
+TEST(RingAttention, EqualsFullCausalAttentionZigzag) {
+  for (int cp : {1, 2, 3, 4}) check_ring(cp, CpSplit::zigzag, DType::f64, 1e-12);
+}
+
+TEST(RingAttention, EqualsFullCausalAttentionPlain) {
+  for (int cp : {2, 3, 4}) check_ring(cp, CpSplit::plain, DType::f64, 1e-12);
+}
+
+TEST(RingAttention, EqualsFullCausalAttentionF32) {
+  for (CpSplit s : {CpSplit::zigzag, CpSplit::plain})
+    for (int cp : {2, 4}) check_ring(cp, s, DType::f32, 1e-5);
+}
+
+// The K/V bytes one rank sends for one layer: (cp-1) blocks of B * T/cp * 2C forward,
+// (cp-1) K/V blocks plus cp dK/dV blocks backward, counted by the group (local backend).
+TEST(RingAttention, BytesSentMatchTheFormula) {
+  const int64_t B = 2, T = 24, H = 2, hd = 4, C = H * hd;
+  for (int cp : {2, 3, 4})
+    comm::run_local(cp, [&](comm::ProcessGroup& g) {
+      std::shared_ptr<comm::ProcessGroup> grp(&g, [](comm::ProcessGroup*) {});
+      Tensor x = leaf(cp_shard(rnd({B, T, 3 * C}, 5, DType::f32), cp, g.rank(), CpSplit::zigzag));
+      const CpLayerBytes want = cp_layer_bytes(B, T, C, cp, 4);
+      g.reset_stats();
+      Tensor y = ring_attention(x, hd, grp, CpSplit::zigzag);
+      EXPECT_EQ(g.stats()[comm::OpKind::batch_isend_irecv].bytes_sent, want.forward) << "cp " << cp;
+      backward(sum(y));
+      EXPECT_EQ(g.stats()[comm::OpKind::batch_isend_irecv].bytes_sent, want.forward + want.backward) << "cp " << cp;
+      EXPECT_EQ(want.forward, (cp - 1) * B * (T / cp) * 2 * C * 4);
+      EXPECT_EQ(want.backward, (2 * cp - 1) * B * (T / cp) * 2 * C * 4);
+    });
+}
+
+}  // namespace
+}  // namespace strata::parallel
