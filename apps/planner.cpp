@@ -462,8 +462,6 @@ std::vector<LayoutPlan> plan_layouts(const TrainConfig& cfg, int ranks, const Pl
   return out;
 }
 
-namespace {
-
 std::string bytes_str(int64_t b) {
   char buf[32];
   const double d = double(b);
@@ -477,6 +475,8 @@ std::string bytes_str(int64_t b) {
     std::snprintf(buf, sizeof buf, "%lld B", (long long)b);
   return buf;
 }
+
+namespace {
 
 std::string schedule_str(const LayoutPlan& p) {
   if (p.dims.pp == 1) return "-";
