@@ -152,6 +152,9 @@ elseif(CASE STREQUAL "plan_layouts")
   endif()
   run(0 plan --config ${g} --ranks 4 --gflops 5 --top 3)
   expect(OUT "... 15 more (--top 0 lists all)")
+  # Without --gflops the step model uses this machine's measured GEMM rate.
+  run(0 plan --config ${g} --ranks 2 --top 1)
+  expect(OUT "GFLOP/s per rank (measured GEMM)" "... ")
   # pp layouts use one sample per micro-batch unless --microbatches says otherwise.
   run(0 plan --config ${g} --ranks 2 --gflops 5 --microbatches 2)
   expect(OUT "1f1b m2" "gpipe m2")
