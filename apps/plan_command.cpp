@@ -138,7 +138,7 @@ Command add_plan_command(CLI::App& parent) {
                           a.flops_per_s / 1e9, o->gflops > 0 ? "--gflops" : "measured GEMM", a.bytes_per_s / 1e9);
               std::printf("%zu layout(s)", plans.size());
               if (a.memory_per_rank > 0)
-                std::printf(", %zu fit %s per rank", fit, format_bytes_psi(a.memory_per_rank, 0).c_str());
+                std::printf(", %zu fit %s per rank", fit, bytes_str(a.memory_per_rank).c_str());
               std::printf("; bytes per rank (the pipeline rank holding the most), bytes each sends per step:\n%s",
                           format_layouts(plans, a, o->top).c_str());
               const LayoutPlan* choice = nullptr;  // the fastest that fits and that this build runs

@@ -209,14 +209,15 @@ namespace strata::apps {
 //           (N·C/sp), qkv (3N·C/tp), the attention probabilities (b·H/tp·T·T) and output
 //           y (N·C/tp), the residual sum h (N·C/sp, kept by ln_2), ln_2's stats and
 //           output (as ln_1's), c_fc's output (4N·C/tp, kept by GELU) and GELU's
-//           (4N·C/tp, kept by c_proj): 16 N·C + 4N + b·H·T² without tp. With SP the
-//           column-parallel linears keep their all-gathered N·C inputs as well. With
+//           (4N·C/tp, kept by c_proj): 16 N·C + 4N + b·H·T² without tp. Under SP a
+//           LayerNorm output is kept only all-gathered (N·C, by the column-parallel
+//           linear after it), so it stays N·C while x, h and the statistics shrink. With
 //           dropout p > 0 the attention runs unfused: the scaled q (N·C/tp), the softmax
 //           output and the dropped probabilities (2 b·H/tp·T² instead of 1) and u8 masks
 //           (b·H/tp·T², and N·C/sp for each of the 2 residual dropouts).
 //   first:  the positions (T i64) and the embeddings' dropout mask (N·C/sp u8).
-//   last:   ln_f's input, stats and output (N·C/sp, 2N/sp, N·C/sp), the gathered head
-//           input under SP, and the loss's probabilities (N·V/tp).
+//   last:   ln_f's input and stats (N·C/sp, 2N/sp) and output (N·C, gathered under SP),
+//           and the loss's probabilities (N·V/tp).
 // With model.checkpoint_activations a block keeps only its input (N·C/sp) until its
 // backward recomputes it; the recomputation holds one block's worth at a time.
 // Megatron-LM's count (16-bit, s·b·h·(34 + 5·a·s/h) bytes per layer) is the same list in
@@ -227,11 +228,12 @@ int64_t gpt_activation_bytes(const ActivationInput& a) {
   const bool sp = a.sequence_parallel && a.tp > 1;
   const int64_t tp = a.tp, spd = sp ? tp : 1;
   const int64_t n = a.batch * a.seq, nc = n * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
-  int64_t block = nc / spd + 2 * n / spd + nc / spd  // x, ln_1 stats and output
-                  + 3 * nc / tp + att + nc / tp      // qkv, probabilities, y
-                  + nc / spd + 2 * n / spd + nc / spd  // h, ln_2
-                  + 8 * nc / tp;                     // c_fc and GELU outputs
-  if (sp) block += 2 * nc;                           // the gathered inputs of c_attn and c_fc
+  // Under SP a LayerNorm's output shard is all-gathered and only the gathered N·C is kept
+  // (by the column-parallel linear), so its output counts N·C with or without SP.
+  int64_t block = nc / spd + 2 * n / spd + nc      // x, ln_1 stats and output
+                  + 3 * nc / tp + att + nc / tp    // qkv, probabilities, y
+                  + nc / spd + 2 * n / spd + nc    // h, ln_2
+                  + 8 * nc / tp;                   // c_fc and GELU outputs
   int64_t block_u8 = 0;
   if (a.dropout) {
     block += nc / tp + att;
@@ -243,7 +245,7 @@ int64_t gpt_activation_bytes(const ActivationInput& a) {
   else
     bytes = a.layers * (block * 4 + block_u8);
   if (a.first) bytes += a.seq * 8 + (a.dropout ? nc / spd : 0);
-  if (a.last) bytes += (2 * nc / spd + 2 * n / spd + (sp ? nc : 0) + n * (a.vocab / tp)) * 4;
+  if (a.last) bytes += (nc / spd + 2 * n / spd + nc + n * (a.vocab / tp)) * 4;
   if (a.pipeline) bytes += (a.last ? n * (a.vocab / tp) : nc) * 4;
   return bytes;
 }
@@ -462,8 +464,6 @@ std::vector<LayoutPlan> plan_layouts(const TrainConfig& cfg, int ranks, const Pl
   return out;
 }
 
-namespace {
-
 std::string bytes_str(int64_t b) {
   char buf[32];
   const double d = double(b);
@@ -477,6 +477,8 @@ std::string bytes_str(int64_t b) {
     std::snprintf(buf, sizeof buf, "%lld B", (long long)b);
   return buf;
 }
+
+namespace {
 
 std::string schedule_str(const LayoutPlan& p) {
   if (p.dims.pp == 1) return "-";

@@ -126,6 +126,9 @@ LayoutPlan plan_layout(const TrainConfig& cfg, const ModelCounts& counts, const 
 /// sorted by predicted step time (fitting layouts first).
 std::vector<LayoutPlan> plan_layouts(const TrainConfig& cfg, int ranks, const PlanAssumptions& a);
 
+/// "1.50 GiB", "600.00 KiB", "12 B" (powers of 1024).
+std::string bytes_str(int64_t bytes);
+
 /// The table `strata plan` prints for plan_layouts(); `limit` rows at most (0 = all).
 std::string format_layouts(const std::vector<LayoutPlan>& plans, const PlanAssumptions& a, size_t limit);
 

@@ -318,6 +318,10 @@ TEST(PlannerMemory, EquivalenceLayoutsWithinFivePercentOfTheAllocator) {
       {"pp2 gpipe", 2, {"parallel.pp=2", "parallel.microbatches=4", "parallel.pp_schedule=gpipe"}},
       {"tp2 x dp2 ZeRO-1", 4, {"parallel.tp=2", "parallel.dp=2", "parallel.zero_stage=1"}},
       {"dp2 ZeRO-3", 2, {"parallel.dp=2", "parallel.zero_stage=3"}},
+      {"tp2 + SP", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+      {"dp2 dropout 0.1", 2, {"parallel.dp=2", "model.dropout=0.1"}},
+      {"tp2 + SP dropout", 2, {"parallel.tp=2", "parallel.sequence_parallel=true", "model.dropout=0.1"}},
+      {"pp2 1f1b dropout", 2, {"parallel.pp=2", "parallel.microbatches=4", "model.dropout=0.1"}},
   };
   for (const Layout& l : layouts) {
     const TrainConfig cfg = small_gpt(l.sets);
