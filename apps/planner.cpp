@@ -269,8 +269,9 @@ int64_t ring_all_reduce(int64_t k, int64_t n) { return n > 1 ? 2 * (n - 1) * k /
 
 // Why this build's parallelize() refuses a layout ("" when it runs it).
 // (parallelize() in strata/parallel/parallelize.cpp; drop a line when it composes them.)
-std::string build_refuses(const parallel::ParallelDims& d) {
-  if (d.pp > 1 && d.tp > 1) return "pp x tp";
+// pp x ZeRO-3 runs (parallelize keeps a stage's units gathered for the whole pipeline
+// step), but its peak is the gathered stage, which this table's ZeRO-3 row does not model.
+std::string unmodelled(const parallel::ParallelDims& d) {
   if (d.pp > 1 && d.zero_stage == 3) return "pp x ZeRO-3";
   return "";
 }
@@ -282,7 +283,7 @@ LayoutPlan plan_layout(const TrainConfig& cfg, const ModelCounts& counts, const 
                        const PlanAssumptions& a) {
   LayoutPlan p;
   p.dims = dims;
-  p.note = build_refuses(dims);
+  p.note = unmodelled(dims);
   const auto& m = cfg.model;
   const bool gpt = m.type == "gpt";
   const int64_t batch_dp = cfg.train.batch_size / dims.dp;  // samples per dp rank per step
@@ -527,8 +528,8 @@ std::string format_layouts(const std::vector<LayoutPlan>& plans, const PlanAssum
     if (!p.note.empty()) starred = true;
   }
   if (starred)
-    out += "* this build's parallelize() refuses it (pp with tp, or pp with ZeRO-3: the 3D composition); "
-           "listed for planning, never chosen\n";
+    out += "* pp with ZeRO-3: each stage's units stay gathered for the whole pipeline step, a peak this "
+           "row does not model; listed, never chosen\n";
   if (limit > 0 && plans.size() > limit)
     out += "... " + std::to_string(plans.size() - limit) + " more (--top 0 lists all)\n";
   return out;

@@ -109,7 +109,7 @@ struct LayoutPlan {
   double bubble = 0;
   double compute_s = 0, comm_s = 0, step_s = 0;
   bool fits = true;
-  std::string note;  ///< why the current build cannot run it ("" when it can)
+  std::string note;  ///< why the planner cannot vouch for its bytes ("" when it can); never chosen
   std::vector<RankBytes> pp_ranks;  ///< per pipeline rank (one entry at pp 1)
   int64_t total() const { return memory.total() + activations; }
 };
