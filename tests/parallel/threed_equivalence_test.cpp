@@ -117,3 +117,21 @@ TEST(ThreeDMemory, Zero3UnderPpHoldsTheStagesUnitsForTheStepOnly) {
     g.barrier().wait();  // every rank's model lives until rank 0 has counted
   });
 }
+
+TEST(ThreeDEquivalence, TiedEmbeddingShardsStayIdenticalPerTpRank) {
+  // tp 2 x pp 2 (mesh pp x dp x tp: ranks 0, 1 run stage 0, ranks 2, 3 stage 1): the
+  // embedding group of tp rank t is {t, 2 + t}; each pair holds the same vocabulary shard
+  // of the tied wte, bit for bit after the steps, and the two tp ranks' shards differ.
+  const Case c{.dp = 1, .tp = 2, .pp = 2, .zero = 0, .m = 2, .steps = 4};
+  std::vector<std::vector<float>> wte(4);
+  comm::run_local(4, [&](comm::ProcessGroup& g) {
+    std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+    auto pm = build(w, c);
+    const strata::testing::threed::Run r = train(*pm, c);
+    if (const Tensor* t = find(r.params, "wte.weight")) wte[size_t(g.rank())] = t->to_vector<float>();
+  });
+  for (int r = 0; r < 4; ++r) ASSERT_EQ(wte[size_t(r)].size(), 16u * 16u / 2) << "rank " << r;
+  EXPECT_EQ(wte[0], wte[2]);
+  EXPECT_EQ(wte[1], wte[3]);
+  EXPECT_NE(wte[0], wte[1]);
+}
