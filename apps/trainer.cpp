@@ -80,6 +80,10 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   Generator init_gen(cfg_.run.seed);
   model_ = build_model(cfg_, init_gen);
   if (!device_.is_cpu()) model_->to(device_);  // before the optimizer: its state follows the parameters
+  // The whole model's size and FLOPs, before tensor and pipeline parallelism leave this
+  // rank a shard of its stages.
+  model_parameters_ = model_->num_parameters();
+  const double flops_per_sample = train_flops_per_sample(cfg_, *model_);
   pm_ = build_parallel_model(cfg_, world, dims, model_);
 
   const int64_t n = data_.train->size();
@@ -113,7 +117,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   }
   progress_ = std::make_unique<Progress>(opts_.verbose, style, metrics_path, !cfg_.train.resume.empty());
   if (cfg_.run.tensorboard && !metrics_path.empty()) progress_->enable_tensorboard((fs::path(cfg_.run.dir) / "tb").string());
-  flops_per_step_ = train_flops_per_sample(cfg_, *model_) * double(cfg_.train.batch_size * cfg_.train.grad_accum_steps);
+  flops_per_step_ = flops_per_sample * double(cfg_.train.batch_size * cfg_.train.grad_accum_steps);
   // MFU's denominator: given, or this process's GEMM throughput (each replica thread group
   // runs its own GEMMs), measured once on rank 0, which is the one that logs.
   peak_flops_ = cfg_.run.peak_flops;
@@ -404,7 +408,7 @@ EvalResult Trainer::train() {
   if (opts_.verbose) {
     std::printf("model: %s, %lld parameters | data: %s (%lld train / %lld %s samples) | optim: %s lr %g | "
                 "steps: %lld (%lld per epoch) | threads: %d\n",
-                cfg_.model.type.c_str(), (long long)parallel::tp_global_parameters(*model_, pm_ ? pm_->tp() : nullptr),
+                cfg_.model.type.c_str(), (long long)model_parameters_,
                 cfg_.data.dataset.c_str(),
                 (long long)data_.train->size(), (long long)data_.eval->size(), data_.eval_split.c_str(),
                 cfg_.optim.name.c_str(), cfg_.optim.lr, (long long)total_steps_, (long long)steps_per_epoch_,

@@ -4,6 +4,10 @@
 #   threed_cli           `mpirun -np 8 strata train --config configs/gpt_char_3d.yaml` for a
 #                        few steps logs the single-process run's losses and eval loss (1e-5
 #                        relative), from rank 0 only, into one metrics.jsonl;
+#   threed_cli_reshard   `strata train --resume` across layouts: 3 steps at dp 2 x tp 2 x pp 2
+#                        resumed in one process and at dp 4 x tp 2 ZeRO-3, and 3 steps of one
+#                        process resumed at dp 2 x tp 2 x pp 2, each continuing as the straight
+#                        single-process run; `strata ckpt consolidate` of the 3D checkpoint;
 #   threed_multihost     the same run on 2 network-namespace hosts x 4 ranks (tp inside a
 #                        host, pp across; tests/multihost_3d.sh, label multihost): the same
 #                        losses again. Skipped without root / network namespaces.
@@ -24,6 +28,11 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
            COMMAND ${CMAKE_COMMAND} -DCASE=cli -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
                    -DMPIRUN=${strata_3d_mpirun} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/threed/cli -P ${CMAKE_CURRENT_LIST_FILE})
   set_tests_properties(threed_cli PROPERTIES LABELS "e2e;dist" TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  add_test(NAME threed_cli_reshard
+           COMMAND ${CMAKE_COMMAND} -DCASE=reshard -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
+                   -DMPIRUN=${strata_3d_mpirun} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/threed/reshard -P ${CMAKE_CURRENT_LIST_FILE})
+  set_tests_properties(threed_cli_reshard PROPERTIES LABELS "e2e;dist" TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   add_test(NAME threed_multihost
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/multihost_3d.sh $<TARGET_FILE:strata_cli> ${strata_3d_mpirun}
@@ -87,6 +96,38 @@ if(CASE STREQUAL "cli")
   eval_losses(${WORK}/one/metrics.jsonl e1)
   same_losses("${e3}" "${e1}" "eval loss: dp 2 x tp 2 x pp 2 vs one process")
   message("3d: ${l3}\none: ${l1}\neval 3d: ${e3}\neval one: ${e1}")
+elseif(CASE STREQUAL "reshard")
+  # Constant LR: the schedule does not depend on max_steps.
+  set(common --config ${SRC}/configs/gpt_char_3d.yaml --set train.log_every=1 --set train.eval_every=0
+             --set train.eval_batches=2 --set train.checkpoint_every=0 --set schedule.name=constant)
+  set(one --set parallel.dp=1 --set parallel.tp=1 --set parallel.pp=1 --set parallel.zero_stage=0)
+  macro(run8 dir)
+    execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 8 ${STRATA} train ${common}
+                            --set run.dir=${dir} ${ARGN}
+                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 240)
+    if(NOT "${rc}" STREQUAL "0")
+      message(FATAL_ERROR "mpirun -np 8 strata train (${dir}): exit code ${rc}\nstdout:\n${OUT}\nstderr:\n${ERR}")
+    endif()
+  endmacro()
+  run(0 train ${common} ${one} --set train.max_steps=6 --set run.dir=straight)
+  losses(${WORK}/straight/metrics.jsonl ls)
+  list(SUBLIST ls 3 3 tail)
+  run8(half3d --set train.max_steps=3 --set train.save_final=true)
+  run(0 train ${common} ${one} --set train.max_steps=6 --set run.dir=to_one --resume half3d)
+  expect(OUT "resumed from")
+  losses(${WORK}/to_one/metrics.jsonl l)
+  same_losses("${l}" "${tail}" "(2,2,2,z1) resumed at (1,1,1,-)")
+  run8(to_z3 --set train.max_steps=6 --resume half3d --set parallel.dp=4 --set parallel.pp=1 --set parallel.zero_stage=3)
+  expect(OUT "resumed from" "layout: dp 4 x tp 2 x pp 1, zero_stage 3")
+  losses(${WORK}/to_z3/metrics.jsonl l)
+  same_losses("${l}" "${tail}" "(2,2,2,z1) resumed at (4,2,1,z3)")
+  run(0 train ${common} ${one} --set train.max_steps=3 --set train.save_final=true --set run.dir=half1)
+  run8(to_3d --set train.max_steps=6 --resume half1)
+  expect(OUT "resumed from" "layout: dp 2 x tp 2 x pp 2, zero_stage 1")
+  losses(${WORK}/to_3d/metrics.jsonl l)
+  same_losses("${l}" "${tail}" "(1,1,1,-) resumed at (2,2,2,z1)")
+  run(0 ckpt consolidate --checkpoint half3d --out half3d.safetensors)
+  expect(OUT "from 8 shard files (zero stage 1)")
 else()
   message(FATAL_ERROR "unknown threed case '${CASE}'")
 endif()
