@@ -22,6 +22,15 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
                      -DMPIRUN=${strata_cp_mpirun} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/cp_cli -P ${CMAKE_CURRENT_LIST_FILE})
     set_tests_properties(e2e_cp_matches_single_process PROPERTIES LABELS "e2e;dist" TIMEOUT 180 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    # configs/gpt_char_cp.yaml under mpirun -np 2 against configs/gpt_char.yaml in one
+    # process: the first 6 logged losses agree (the 800-step run is in the docs).
+    if(EXISTS /usr/share/games/fortunes)
+      add_test(NAME e2e_cp_gpt_char_config
+               COMMAND ${CMAKE_COMMAND} -DCASE=cp_char -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
+                       -DMPIRUN=${strata_cp_mpirun} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/cp_char -P ${CMAKE_CURRENT_LIST_FILE})
+      set_tests_properties(e2e_cp_gpt_char_config PROPERTIES LABELS "e2e;dist" TIMEOUT 300 PROCESSORS 2
+                           ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    endif()
   endif()
   return()
 endif()
@@ -71,6 +80,20 @@ elseif(CASE STREQUAL "cp_cli")
   expect(OUT "layout: dp 2 x cp 2 x tp 1 x pp 1" "DDP over 4 dp x cp rank(s)")
   losses(${WORK}/dp2cp2/metrics.jsonl l4)
   same_losses("${ls}" "${l4}" "dp 2 x cp 2 vs single process")
+elseif(CASE STREQUAL "cp_char")
+  set(short --set train.max_steps=6 --set train.log_every=1 --set train.eval_every=0 --set train.save_final=false
+            --set run.threads=1)
+  run(0 train --config ${SRC}/configs/gpt_char.yaml --set run.dir=one ${short})
+  execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train
+                          --config ${SRC}/configs/gpt_char_cp.yaml --set run.dir=cp ${short}
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 240)
+  if(NOT "${rc}" STREQUAL "0")
+    message(FATAL_ERROR "mpirun -np 2 strata train gpt_char_cp.yaml: exit code ${rc}\n${OUT}\n${ERR}")
+  endif()
+  expect(OUT "context parallel over 2 cp rank(s)")
+  losses(${WORK}/one/metrics.jsonl lo)
+  losses(${WORK}/cp/metrics.jsonl lc)
+  same_losses("${lo}" "${lc}" "gpt_char_cp.yaml (mpirun -np 2) vs gpt_char.yaml (one process)")
 else()
   message(FATAL_ERROR "unknown case '${CASE}'")
 endif()
