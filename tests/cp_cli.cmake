@@ -1,7 +1,7 @@
 # Context parallelism through the CLI (issue 17): `mpirun -np 2 strata train` of the tiny
 # GPT at parallel.cp 2 (zigzag and plain) and at np 4 with dp 2 x cp 2 logs the same
 # losses as one process (1e-5 relative, the world-averaged loss), its checkpoint
-# evaluates in one process, and what context parallelism does not support is a config
+# evaluates in one process and resumes at cp 2 and in one process alike, and what context parallelism does not support is a config
 # error naming the key (exit 2).
 # Run as `cmake -DCASE=<cp_cli|cp_config> -DSTRATA=... -DMPIRUN=... -DSRC=... -DWORK=... -P cp_cli.cmake`.
 
@@ -73,6 +73,14 @@ elseif(CASE STREQUAL "cp_cli")
   same_losses("${ls}" "${l2}" "cp 2 (zigzag) vs single process")
   run(0 eval --checkpoint cp2)
   expect(OUT "val loss: ")
+  # Its checkpoint resumes at cp 2 and in one process alike (2 more steps).
+  set(more --set train.max_steps=8)
+  mpi_train(2 cp2resumed --set parallel.cp=2 ${more} --resume cp2)
+  expect(OUT "resumed from")
+  run(0 train ${common} --set run.dir=single_resumed ${more} --resume cp2)
+  losses(${WORK}/cp2resumed/metrics.jsonl lr2)
+  losses(${WORK}/single_resumed/metrics.jsonl lr1)
+  same_losses("${lr1}" "${lr2}" "resumed at cp 2 vs in one process")
   mpi_train(2 cp2plain --set parallel.cp=2 --set parallel.cp_split=plain)
   losses(${WORK}/cp2plain/metrics.jsonl lp)
   same_losses("${ls}" "${lp}" "cp 2 (plain) vs single process")
