@@ -11,7 +11,7 @@
 #include <strata/autograd/lambda_node.h>
 #include <strata/core/error.h>
 #include <strata/nn/lm_hooks.h>
-#include <strata/tensor/cpu/attention_block.h>
+#include <strata/tensor/attention_block.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::parallel {
@@ -134,7 +134,7 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
       Tensor q = seg_cols(st->qkv, loc[i], 0, C), o = ops::narrow(st->out, 1, loc[i].start, L);
       Tensor l = ops::select(st->lse, 0, int64_t(i));
       for (size_t j = 0; j < theirs.size(); ++j)
-        cpu::attention_block_forward(q, seg_cols(cur, tloc[j], 0, C), seg_cols(cur, tloc[j], C, C), mine[i].start,
+        ops::attention_block_forward(q, seg_cols(cur, tloc[j], 0, C), seg_cols(cur, tloc[j], C, C), mine[i].start,
                                      theirs[j].start, hd, o, l);
     }
     if (w) {
@@ -154,7 +154,7 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
     Tensor delta = ops::empty(st->lse.shape(), dt);
     for (size_t i = 0; i < mine.size(); ++i) {
       Tensor d = ops::select(delta, 0, int64_t(i));
-      cpu::attention_block_delta(ops::narrow(gy, 1, loc[i].start, L), ops::narrow(st->out, 1, loc[i].start, L), st->hd, d);
+      ops::attention_block_delta(ops::narrow(gy, 1, loc[i].start, L), ops::narrow(st->out, 1, loc[i].start, L), st->hd, d);
     }
     Tensor dqkv = ops::zeros(st->qkv.shape(), dt);
     Tensor cur = st->kv, kv_spare[2] = {ops::empty({B, tl, 2 * C}, dt), ops::empty({B, tl, 2 * C}, dt)};
@@ -180,7 +180,7 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
         const Tensor l = ops::select(st->lse, 0, int64_t(i)), d = ops::select(delta, 0, int64_t(i));
         for (size_t j = 0; j < theirs.size(); ++j) {
           Tensor dk = seg_cols(part, tloc[j], 0, C), dv = seg_cols(part, tloc[j], C, C);
-          cpu::attention_block_backward(q, seg_cols(cur, tloc[j], 0, C), seg_cols(cur, tloc[j], C, C), go, l, d,
+          ops::attention_block_backward(q, seg_cols(cur, tloc[j], 0, C), seg_cols(cur, tloc[j], C, C), go, l, d,
                                         mine[i].start, theirs[j].start, st->hd, dq, dk, dv);
         }
       }
