@@ -164,7 +164,9 @@ std::string CpBenchReport::to_string() const {
     std::string per;
     double lo = 1e30, hi = 0;
     for (double x : b.busy_s) {
-      per += (per.empty() ? "" : ", ") + std::to_string(int(1e3 * x + 0.5));
+      char v[32];
+      std::snprintf(v, sizeof v, "%.1f", 1e3 * x);
+      per += (per.empty() ? "" : ", ") + std::string(v);
       lo = std::min(lo, x);
       hi = std::max(hi, x);
     }

@@ -1,11 +1,16 @@
 # Context parallelism through the CLI (issue 17): `mpirun -np 2 strata train` of the tiny
 # GPT at parallel.cp 2 (zigzag and plain) and at np 4 with dp 2 x cp 2 logs the same
 # losses as one process (1e-5 relative, the world-averaged loss), its checkpoint
-# evaluates in one process, and what context parallelism does not support is a config
+# evaluates in one process and resumes at cp 2 and in one process alike, and what context parallelism does not support is a config
 # error naming the key (exit 2).
 # Run as `cmake -DCASE=<cp_cli|cp_config> -DSTRATA=... -DMPIRUN=... -DSRC=... -DWORK=... -P cp_cli.cmake`.
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
+  # `strata bench cp` runs every row and both balance lines (a smoke test; the figures are
+  # in docs/context_parallel.md).
+  add_test(NAME cp_bench_smoke COMMAND $<TARGET_FILE:strata_cli> bench cp --steps 1 --batch 1 --seq 64 --cp 1 2)
+  set_tests_properties(cp_bench_smoke PROPERTIES LABELS unit TIMEOUT 120
+                       PASS_REGULAR_EXPRESSION "\\| 64 \\| 1 \\|.*\\| 64 \\| 2 \\|.*\\| zigzag \\| 2 \\| 64 \\|.*\\| plain \\| 2 \\| 64 \\|")
   add_test(NAME e2e_cp_config
            COMMAND ${CMAKE_COMMAND} -DCASE=cp_config -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
                    -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/cp_config -P ${CMAKE_CURRENT_LIST_FILE})
@@ -17,6 +22,17 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
                      -DMPIRUN=${strata_cp_mpirun} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/cp_cli -P ${CMAKE_CURRENT_LIST_FILE})
     set_tests_properties(e2e_cp_matches_single_process PROPERTIES LABELS "e2e;dist" TIMEOUT 180 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    # configs/gpt_char_cp.yaml under mpirun -np 2 against configs/gpt_char.yaml in one
+    # process: the first 6 logged losses agree. Reading the fortunes corpus makes it a
+    # few minutes on the loaded 2-core host, so it is registered with -DSTRATA_LONG_TESTS=ON
+    # only (label long, as tests/tp_cli.cmake's runs).
+    if(STRATA_LONG_TESTS AND EXISTS /usr/share/games/fortunes)
+      add_test(NAME e2e_cp_gpt_char_config
+               COMMAND ${CMAKE_COMMAND} -DCASE=cp_char -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
+                       -DMPIRUN=${strata_cp_mpirun} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/cp_char -P ${CMAKE_CURRENT_LIST_FILE})
+      set_tests_properties(e2e_cp_gpt_char_config PROPERTIES LABELS "e2e;dist;long" TIMEOUT 600 PROCESSORS 2
+                           ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    endif()
   endif()
   return()
 endif()
@@ -59,6 +75,14 @@ elseif(CASE STREQUAL "cp_cli")
   same_losses("${ls}" "${l2}" "cp 2 (zigzag) vs single process")
   run(0 eval --checkpoint cp2)
   expect(OUT "val loss: ")
+  # Its checkpoint resumes at cp 2 and in one process alike (2 more steps).
+  set(more --set train.max_steps=8)
+  mpi_train(2 cp2resumed --set parallel.cp=2 ${more} --resume cp2)
+  expect(OUT "resumed from")
+  run(0 train ${common} --set run.dir=single_resumed ${more} --resume cp2)
+  losses(${WORK}/cp2resumed/metrics.jsonl lr2)
+  losses(${WORK}/single_resumed/metrics.jsonl lr1)
+  same_losses("${lr1}" "${lr2}" "resumed at cp 2 vs in one process")
   mpi_train(2 cp2plain --set parallel.cp=2 --set parallel.cp_split=plain)
   losses(${WORK}/cp2plain/metrics.jsonl lp)
   same_losses("${ls}" "${lp}" "cp 2 (plain) vs single process")
@@ -66,6 +90,20 @@ elseif(CASE STREQUAL "cp_cli")
   expect(OUT "layout: dp 2 x cp 2 x tp 1 x pp 1" "DDP over 4 dp x cp rank(s)")
   losses(${WORK}/dp2cp2/metrics.jsonl l4)
   same_losses("${ls}" "${l4}" "dp 2 x cp 2 vs single process")
+elseif(CASE STREQUAL "cp_char")
+  set(short --set train.max_steps=6 --set train.log_every=1 --set train.eval_every=0 --set train.save_final=false
+            --set run.threads=1)
+  run(0 train --config ${SRC}/configs/gpt_char.yaml --set run.dir=one ${short})
+  execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train
+                          --config ${SRC}/configs/gpt_char_cp.yaml --set run.dir=cp ${short}
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 240)
+  if(NOT "${rc}" STREQUAL "0")
+    message(FATAL_ERROR "mpirun -np 2 strata train gpt_char_cp.yaml: exit code ${rc}\n${OUT}\n${ERR}")
+  endif()
+  expect(OUT "context parallel over 2 cp rank(s)")
+  losses(${WORK}/one/metrics.jsonl lo)
+  losses(${WORK}/cp/metrics.jsonl lc)
+  same_losses("${lo}" "${lc}" "gpt_char_cp.yaml (mpirun -np 2) vs gpt_char.yaml (one process)")
 else()
   message(FATAL_ERROR "unknown case '${CASE}'")
 endif()

@@ -11,7 +11,7 @@
 #include <strata/autograd/lambda_node.h>
 #include <strata/core/error.h>
 #include <strata/nn/lm_hooks.h>
-#include <strata/tensor/cpu/attention_block.h>
+#include <strata/tensor/attention_block.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::parallel {
@@ -134,7 +134,7 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
       Tensor q = seg_cols(st->qkv, loc[i], 0, C), o = ops::narrow(st->out, 1, loc[i].start, L);
       Tensor l = ops::select(st->lse, 0, int64_t(i));
       for (size_t j = 0; j < theirs.size(); ++j)
-        cpu::attention_block_forward(q, seg_cols(cur, tloc[j], 0, C), seg_cols(cur, tloc[j], C, C), mine[i].start,
+        ops::attention_block_forward(q, seg_cols(cur, tloc[j], 0, C), seg_cols(cur, tloc[j], C, C), mine[i].start,
                                      theirs[j].start, hd, o, l);
     }
     if (w) {
@@ -154,11 +154,15 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
     Tensor delta = ops::empty(st->lse.shape(), dt);
     for (size_t i = 0; i < mine.size(); ++i) {
       Tensor d = ops::select(delta, 0, int64_t(i));
-      cpu::attention_block_delta(ops::narrow(gy, 1, loc[i].start, L), ops::narrow(st->out, 1, loc[i].start, L), st->hd, d);
+      ops::attention_block_delta(ops::narrow(gy, 1, loc[i].start, L), ops::narrow(st->out, 1, loc[i].start, L), st->hd, d);
     }
     Tensor dqkv = ops::zeros(st->qkv.shape(), dt);
     Tensor cur = st->kv, kv_spare[2] = {ops::empty({B, tl, 2 * C}, dt), ops::empty({B, tl, 2 * C}, dt)};
-    Tensor acc = ops::zeros({B, tl, 2 * C}, dt), acc_next = ops::empty({B, tl, 2 * C}, dt);
+    // dK/dV: this step's part is computed into a free buffer while the accumulator of the
+    // block in hand is still arriving from the previous rank; then added and passed on.
+    // send / recv: the accumulator in flight out and in; z: this step's part (s > 0).
+    Tensor send = ops::zeros({B, tl, 2 * C}, dt), recv = ops::empty({B, tl, 2 * C}, dt), z = ops::empty({B, tl, 2 * C}, dt);
+    std::optional<comm::Work> wacc;
     for (int s = 0; s < n; ++s) {
       const int src = (r - s + n) % n;
       std::optional<comm::Work> w;
@@ -167,28 +171,38 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
         next = kv_spare[s % 2];
         w = ring_exchange(*st->cp, cur, next, kKvTag, "cp ring attention backward (K/V)");
       }
+      Tensor part = s == 0 ? send : z;
+      if (s > 0) ops::zero_(z);
       const std::vector<SeqSegment> theirs = cp_segments(st->t, n, src, st->split), tloc = local_of(theirs);
       for (size_t i = 0; i < mine.size(); ++i) {
         Tensor q = seg_cols(st->qkv, loc[i], 0, C), go = ops::narrow(gy, 1, loc[i].start, L);
         Tensor dq = seg_cols(dqkv, loc[i], 0, C);
         const Tensor l = ops::select(st->lse, 0, int64_t(i)), d = ops::select(delta, 0, int64_t(i));
         for (size_t j = 0; j < theirs.size(); ++j) {
-          Tensor dk = seg_cols(acc, tloc[j], 0, C), dv = seg_cols(acc, tloc[j], C, C);
-          cpu::attention_block_backward(q, seg_cols(cur, tloc[j], 0, C), seg_cols(cur, tloc[j], C, C), go, l, d,
+          Tensor dk = seg_cols(part, tloc[j], 0, C), dv = seg_cols(part, tloc[j], C, C);
+          ops::attention_block_backward(q, seg_cols(cur, tloc[j], 0, C), seg_cols(cur, tloc[j], C, C), go, l, d,
                                         mine[i].start, theirs[j].start, st->hd, dq, dk, dv);
         }
       }
-      if (n > 1 && st->cp) {  // the accumulator moves on with its block; after the last step it arrives home
-        ring_exchange(*st->cp, acc, acc_next, kGradTag, "cp ring attention backward (dK/dV)").wait();
-        std::swap(acc, acc_next);
+      if (s > 0) {
+        if (wacc) {  // the block's accumulator has arrived: add this rank's part, pass it on
+          wacc->wait();
+          ops::add_(recv, z);
+          std::swap(send, recv);
+        } else {  // compute only: the same add, nothing travels
+          ops::add_(send, z);
+        }
       }
+      // After the last step this hop brings every accumulator home.
+      if (n > 1 && st->cp) wacc = ring_exchange(*st->cp, send, recv, kGradTag, "cp ring attention backward (dK/dV)");
       if (w) {
         w->wait();
         cur = next;
       }
     }
+    if (wacc) wacc->wait();
     Tensor dkv = ops::narrow(dqkv, 2, C, 2 * C);
-    ops::copy_(dkv, acc);
+    ops::copy_(dkv, wacc ? recv : send);
     return std::vector<Tensor>{dqkv};
   });
 }

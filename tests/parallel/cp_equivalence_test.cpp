@@ -47,6 +47,35 @@ TEST(ContextParallel, MeshOrderPutsCpBetweenDpAndTp) {
   EXPECT_NO_THROW((ParallelDims{.cp = 4}.check_model(m)));
 }
 
+// summon_full_params() suspends context parallelism (rank 0 evaluates whole sequences
+// alone) and puts it back afterwards: the next training step is ring attention again.
+TEST(ContextParallel, FullParamsSuspendsAndRestoresTheHooks) {
+  comm::run_local(2, [](comm::ProcessGroup& w) {
+    std::shared_ptr<comm::ProcessGroup> world(&w, [](comm::ProcessGroup*) {});
+    const ParallelDims dims = ParallelDims{.cp = 2}.resolve(2);
+    auto model = tpt::tp_model("gpt", st::kModelSeed);
+    auto pm = parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
+                          {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {}, .tp_plan = {},
+                           .make_optimizer = tpt::adamw});
+    auto* lm = dynamic_cast<nn::GPT*>(model.get());
+    ASSERT_NE(lm, nullptr);
+    ASSERT_NE(pm->cp(), nullptr);
+    EXPECT_EQ(pm->cp()->attention.size(), 2u);
+    auto [x, y] = st::make_batch("gpt", 2, 0);
+    {
+      const ParallelModel::FullParams full = pm->summon_full_params();
+      EXPECT_FALSE(lm->lm_hooks().shard_sequence);
+      EXPECT_FALSE(lm->lm_hooks().positions);
+      NoGradGuard no_grad;
+      EXPECT_EQ(lm->forward(x).size(1), 8);  // whole sequences, no communication
+    }
+    EXPECT_TRUE(lm->lm_hooks().shard_sequence);
+    EXPECT_TRUE(lm->lm_hooks().positions);
+    NoGradGuard no_grad;
+    EXPECT_EQ(lm->forward(x).size(1), 4);  // this rank's half again (ring attention, collective)
+  });
+}
+
 TEST(ContextParallel, AttentionDropoutIsRefused) {
   comm::run_local(2, [](comm::ProcessGroup& w) {
     std::shared_ptr<comm::ProcessGroup> g(&w, [](comm::ProcessGroup*) {});
