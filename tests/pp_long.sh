@@ -3,16 +3,18 @@
 # configs/gpt_char.yaml on one process (label long, registered by tests/pp_long.cmake):
 # the final logged training loss and the step-800 validation loss agree within 1e-3.
 #   pp_long.sh STRATA MPIRUN SRC WORK
+# (PP_LONG_STEPS / PP_LONG_EVAL_EVERY shorten it for a smoke run of the script itself.)
 set -u
+steps=(--set train.max_steps="${PP_LONG_STEPS:-800}" --set train.eval_every="${PP_LONG_EVAL_EVERY:-200}")
 strata=$1 mpirun=$2 src=$3 work=$4
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work" || exit 1
 "$strata" train --config "$src/configs/gpt_char.yaml" --set run.dir=one --set run.threads=1 \
-  --set train.checkpoint_every=0 < /dev/null > one.txt 2>&1 || { cat one.txt; echo "FAIL: one process"; exit 1; }
+  --set train.checkpoint_every=0 "${steps[@]}" < /dev/null > one.txt 2>&1 || { cat one.txt; echo "FAIL: one process"; exit 1; }
 "$mpirun" --oversubscribe --allow-run-as-root -np 2 "$strata" train --config "$src/configs/gpt_char_pp.yaml" \
-  --set run.dir=pp --set train.checkpoint_every=0 < /dev/null > pp.txt 2>&1 || { cat pp.txt; echo "FAIL: pp 2"; exit 1; }
+  --set run.dir=pp --set train.checkpoint_every=0 "${steps[@]}" < /dev/null > pp.txt 2>&1 || { cat pp.txt; echo "FAIL: pp 2"; exit 1; }
 python3 - one/metrics.jsonl pp/metrics.jsonl << 'PY'
 import json, sys
 def last(path, kind):
