@@ -84,6 +84,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   // rank a shard of its stages.
   model_parameters_ = model_->num_parameters();
   const double flops_per_sample = train_flops_per_sample(cfg_, *model_);
+  for (const auto& [n, t] : model_->state_dict()) whole_state_names_.push_back(n);
   pm_ = build_parallel_model(cfg_, world, dims, model_);
 
   const int64_t n = data_.train->size();
@@ -277,6 +278,15 @@ EvalResult Trainer::evaluate(bool test) {
       const auto* pipe = pm_->pipeline();  // pp > 1: every rank evaluates, stage by stage
       loss_sum += (pipe ? pm_->pipeline()->eval_loss(b.input, b.target, b.input.shape()) : loss_of(b).item<double>()) *
                   double(n);
+    } else if (pm_->pipeline()) {  // pp > 1: the last stage's rank holds the logits; summed over pp below
+      const Tensor logits = pm_->pipeline()->eval_forward(b.input, b.input.shape());
+      if (logits.defined()) {
+        loss_sum += cross_entropy(logits, b.target).item<double>() * double(n);
+        Tensor pred = ops::to_cpu(ops::argmax(logits, 1));
+        const int64_t* p = pred.data<int64_t>();
+        const int64_t* t = target.data<int64_t>();
+        for (int64_t i = 0; i < n; ++i) correct += p[i] == t[i];
+      }
     } else {
       Tensor logits = replicas_ ? replicas_->forward(b.input) : model_->forward(b.input);
       loss_sum += cross_entropy(logits, b.target).item<double>() * double(n);
@@ -289,6 +299,13 @@ EvalResult Trainer::evaluate(bool test) {
     if (cfg_.train.eval_batches > 0 && ++batches >= cfg_.train.eval_batches) break;
   }
   model_->train();
+  if (pm_->pipeline() && !data_.tokens) {  // only the last stage's rank counted: every pp rank gets its sums
+    const std::vector<double> part{loss_sum, double(correct)};
+    const std::vector<double> all =
+        comm::all_reduce_host(*pm_->mesh()["pp"], ops::from_vector(part, {2}), comm::ReduceOp::sum).to_vector<double>();
+    loss_sum = all[0];
+    correct = int64_t(all[1]);
+  }
   r.loss = r.samples > 0 ? loss_sum / double(r.samples) : 0.0;
   if (!data_.tokens) r.accuracy = r.samples > 0 ? double(correct) / double(r.samples) : 0.0;
   return r;
@@ -325,8 +342,9 @@ void Trainer::save(const std::string& dir) {
   // One path for every layout, collective over the world: each rank passes its pieces
   // (replicated tensors from rank 0, ZeRO slices from everyone) and the index records the mesh.
   pm_->sync_pipeline_generators();  // pp > 1: rank 0's state lists every stage's dropout streams
-  std::vector<std::string> names;
-  for (const auto& [n, t] : model_->state_dict()) names.push_back(n);
+  // Not model_->state_dict(): under pp it lists only rank 0's stages, and readers take
+  // every tensor not listed for optimizer state (eval, sample, consolidate would miss them).
+  const std::vector<std::string>& names = whole_state_names_;
   parallel::CheckpointLayout layout{.mesh = {}, .zero_stage = pm_->dims().zero_stage};
   for (const auto& d : pm_->mesh().shape().dims()) layout.mesh.emplace_back(d.name, d.size);
   save_sharded_checkpoint(dir, *pm_->mesh().world(), pm_->state_pieces(), layout, names,

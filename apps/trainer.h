@@ -139,6 +139,9 @@ class Trainer {
   bool write_files_any_rank_ = true;  // TrainerOptions::write_files as given (saves are collective)
   DataBundle data_;
   std::shared_ptr<nn::Module> model_;
+  // The whole model's state names, taken before parallelize() (under pp a rank keeps only
+  // its stages): a checkpoint's model_tensors list, written by rank 0, names every stage's.
+  std::vector<std::string> whole_state_names_;
   std::unique_ptr<parallel::ParallelModel> pm_;  // the layout: owns the optimizer
   std::shared_ptr<parallel::DataParallel> replicas_;  // parallel.replicas; wraps model_ (replica 0)
   std::vector<parallel::ReplicaMemory> last_replica_memory_;

@@ -195,10 +195,16 @@ double PipelineExecutor::share_loss(double local_on_last) {
 
 double PipelineExecutor::eval_loss(const Tensor& input, const Tensor& target, const Shape& batch_shape) {
   NoGradGuard no_grad;
+  const Tensor out = eval_forward(input, batch_shape);
+  return share_loss(out.defined() ? plan_.loss(out, target).item<double>() : 0.0);
+}
+
+Tensor PipelineExecutor::eval_forward(const Tensor& input, const Shape& batch_shape) {
+  NoGradGuard no_grad;
   const int S = shape_.stages();
   pending_.clear();
   slots_.assign(size_t(S), std::vector<Slot>(1));
-  double loss = 0;
+  Tensor result;
   for (int s = 0; s < S; ++s) {  // stage order: a chain, each exchange one send or receive
     const int me = pp_.rank();
     if (s > 0 && shape_.owner(s) == me) {
@@ -211,7 +217,7 @@ double PipelineExecutor::eval_loss(const Tensor& input, const Tensor& target, co
     const PipelineStageSpec& st = stages_[size_t(s)];
     if (st.first()) sl.in = input;
     sl.out = plan_.forward(*model_, st, sl.in);
-    if (st.last()) loss = plan_.loss(sl.out, target).item<double>();
+    if (st.last()) result = sl.out;
     if (s + 1 < S) {
       const CommOp out{CommOp::Dir::send, CommOp::Msg::act, 0, s, shape_.owner(s + 1)};
       post(out, batch_shape);
@@ -220,7 +226,7 @@ double PipelineExecutor::eval_loss(const Tensor& input, const Tensor& target, co
     sl = Slot{};
   }
   slots_.clear();
-  return share_loss(loss);
+  return result;
 }
 
 }  // namespace strata::parallel

@@ -49,6 +49,9 @@ class PipelineExecutor {
   /// every stage in order. Collective over the pp group; returns the mean loss on every
   /// pp rank. Shapes and errors as run().
   double eval_loss(const Tensor& input, const Tensor& target, const Shape& batch_shape);
+  /// Forward only, as eval_loss: the model's output (e.g. a classifier's logits) on the
+  /// rank that runs the last stage, an undefined tensor on the others. Collective over pp.
+  Tensor eval_forward(const Tensor& input, const Shape& batch_shape);
 
   const std::vector<Action>& actions() const { return actions_; }
   const ScheduleShape& shape() const { return shape_; }

@@ -97,16 +97,6 @@ inline PipelinePlan pp_plan(const nn::GPT& model, int64_t seq_shards) {
   return p;
 }
 
-/// AdamW at lr 1e-3 (weight decay 0.1). Adam divides each gradient element by its own
-/// running magnitude, so an element whose gradient is a near-cancelling sum turns the
-/// sum's rounding (which differs with the reduction order of each layout) into a
-/// difference of up to ~lr in its update: at the tp tests' lr 1e-2 a few such elements of
-/// this model differ by 1-3e-5 after 3 steps in every layout, the known-good dp 2 x tp 2
-/// ZeRO-3 of tensor_parallel included; at 1e-3 every layout here is within 1e-5.
-inline std::unique_ptr<optim::Optimizer> adamw(optim::NamedTensors params) {
-  return std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
-}
-
 struct Run {
   std::vector<double> losses, norms;  ///< of steps [first, steps)
   nn::NamedTensors params;            ///< this rank's (its stages', its tp shards), after the steps
@@ -117,7 +107,7 @@ struct Run {
 inline Run reference(const Case& c) {
   Run r;
   auto model = gpt(c);
-  auto opt = adamw(model->named_parameters());
+  auto opt = tp::adamw_small_lr(model->named_parameters());
   for (int s = 0; s < c.steps; ++s) {
     auto [x, y] = st::make_batch("gpt", c.batch, s);
     Tensor loss = model->loss(x, y);
@@ -145,7 +135,7 @@ inline std::unique_ptr<ParallelModel> build(std::shared_ptr<comm::ProcessGroup> 
                       .tp_plan = c.tp > 1 ? tp_plan(gpt_config(c), c.sp) : TpPlan{},
                       .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
                       .pp_plan = std::move(plan),
-                      .make_optimizer = adamw});
+                      .make_optimizer = tp::adamw_small_lr});
 }
 
 /// This rank's run of steps [c.first, c.steps): each dp rank its rows of the global batch;
