@@ -1,5 +1,4 @@
-// Context parallelism's pieces: the blockwise attention kernel against the fused causal
-// attention, ring attention on 2, 3 and 4 local ranks (zigzag and plain splits) against
+// Context parallelism's pieces: ring attention on 2, 3 and 4 local ranks (zigzag and plain splits) against
 // one process's full causal attention (outputs and gradients), the sequence split, and
 // the K/V bytes each rank sends per layer.
 #include <gtest/gtest.h>
@@ -11,7 +10,6 @@
 #include <strata/autograd/functions.h>
 #include <strata/comm/local.h>
 #include <strata/parallel/context_parallel.h>
-#include <strata/tensor/cpu/attention_block.h>
 #include "equivalence.h"
 
 namespace strata::parallel {
@@ -35,43 +33,6 @@ std::pair<Tensor, Tensor> full_attention(const Tensor& qkv0, const Tensor& w, in
   Tensor y = causal_attention(qkv, hd);
   backward(sum(y * w));
   return {y.detach(), qkv.grad()};
-}
-
-// Keys merged block by block, in a scrambled order, with the query rows in two
-// segments: the merged output equals full causal attention, and a wholly masked block
-// (keys after every query) is skipped.
-TEST(AttentionBlock, MergedBlocksEqualFullCausalAttention) {
-  const int64_t B = 2, T = 12, H = 2, hd = 4, C = H * hd;
-  const Tensor qkv = rnd({B, T, 3 * C}, 1), w = rnd({B, T, C}, 2);
-  const auto [y_ref, g_ref] = full_attention(qkv, w, hd);
-  const Tensor q = ops::narrow(qkv, 2, 0, C), k = ops::narrow(qkv, 2, C, C), v = ops::narrow(qkv, 2, 2 * C, C);
-  Tensor out = ops::zeros({B, T, C}, DType::f64);
-  std::vector<Tensor> lse;
-  const std::vector<std::pair<int64_t, int64_t>> qsegs{{0, 5}, {5, 7}}, ksegs{{8, 4}, {0, 3}, {3, 5}};
-  for (const auto& [qs, ql] : qsegs) {
-    lse.push_back(ops::full({B, H, ql}, -std::numeric_limits<double>::infinity(), DType::f64));
-    Tensor o = ops::narrow(out, 1, qs, ql);
-    for (const auto& [ks, kl] : ksegs) {
-      const bool ran = cpu::attention_block_forward(ops::narrow(q, 1, qs, ql), ops::narrow(k, 1, ks, kl),
-                                                    ops::narrow(v, 1, ks, kl), qs, ks, hd, o, lse.back());
-      EXPECT_EQ(ran, ks <= qs + ql - 1) << "q " << qs << " k " << ks;
-    }
-  }
-  expect_close(out, y_ref, 1e-12, "merged forward");
-  // Backward block by block, from the final lse and delta.
-  Tensor dq = ops::zeros({B, T, C}, DType::f64), dk = ops::zeros({B, T, C}, DType::f64), dv = ops::zeros({B, T, C}, DType::f64);
-  for (size_t i = 0; i < qsegs.size(); ++i) {
-    const auto [qs, ql] = qsegs[i];
-    Tensor delta = ops::empty({B, H, ql}, DType::f64);
-    cpu::attention_block_delta(ops::narrow(w, 1, qs, ql), ops::narrow(out, 1, qs, ql), hd, delta);
-    Tensor dqs = ops::narrow(dq, 1, qs, ql);
-    for (const auto& [ks, kl] : ksegs) {
-      Tensor dks = ops::narrow(dk, 1, ks, kl), dvs = ops::narrow(dv, 1, ks, kl);
-      cpu::attention_block_backward(ops::narrow(q, 1, qs, ql), ops::narrow(k, 1, ks, kl), ops::narrow(v, 1, ks, kl),
-                                    ops::narrow(w, 1, qs, ql), lse[i], delta, qs, ks, hd, dqs, dks, dvs);
-    }
-  }
-  expect_close(ops::cat({dq, dk, dv}, 2), g_ref, 1e-12, "merged backward");
 }
 
 TEST(ContextParallel, SegmentsAndPositions) {
