@@ -169,7 +169,8 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "Micro-batches per step at pp > 1; 0 = pp (one per stage). Each data-parallel rank's batch must divide by it."},
     {"parallel.pp_virtual", "integer", "1", "Model chunks per rank for the `interleaved` schedule (v)."},
     {"parallel.pp_layers", "list of integers", "[]",
-     "Blocks per pipeline stage, e.g. [3, 1]; empty = balanced by parameter count."},
+     "Blocks (GPT) or layers (MLP: a Linear with its activation and dropout) per pipeline stage, e.g. [3, 1]; "
+     "empty = balanced by parameter count."},
     {"parallel.zero_stage", "integer", "0",
      "0 = DDP on the dp ranks; 1, 2, 3 = ZeRO sharding of optimizer state, + gradients, + parameters (FSDP)."},
     {"parallel.replicas", "integer", "null (off, or the length of `devices` when that is given)",
