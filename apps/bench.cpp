@@ -3,6 +3,7 @@
 // on vs off), comm (dispatch point for the comm layer).
 #include <cblas.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -45,6 +46,12 @@ std::vector<double> time_runs(int repeat, F&& f) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 long minor_faults() {
@@ -260,12 +267,15 @@ int bench_train(const std::string& config, const std::vector<std::string>& sets,
   cfg.train.resume.clear();
   Trainer trainer(cfg, {.verbose = false, .write_files = false});
   for (int64_t i = 0; i < warmup; ++i) trainer.step();
-  std::vector<double> times;
+  std::vector<double> times, cpu_times;
   for (int64_t i = 0; i < steps; ++i) {
+    const double c0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     trainer.step();
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    cpu_times.push_back(process_cpu_seconds() - c0);
   }
+  std::sort(cpu_times.begin(), cpu_times.end());
   double total = 0;
   for (double t : times) total += t;
   std::sort(times.begin(), times.end());
@@ -276,6 +286,8 @@ int bench_train(const std::string& config, const std::vector<std::string>& sets,
   std::printf("steps/s: %.3f  (mean %.2f ms/step, median %.2f ms, min %.2f ms, %lld steps after %lld warm-up)\n",
               1.0 / per_step, per_step * 1e3, times[times.size() / 2] * 1e3, times.front() * 1e3, (long long)steps,
               (long long)warmup);
+  // CPU time (all threads): on a shared host, at one thread, the steadier measure of work
+  std::printf("cpu time: median %.2f ms/step\n", cpu_times[cpu_times.size() / 2] * 1e3);
   std::printf("%s: %.1f\n", trainer.throughput_unit(), double(trainer.units_per_step()) / per_step);
   // MFU as the trainer logs it: model FLOPs per step over the median step, against this
   // thread count's measured 1024^3 GEMM throughput (strata bench gemm's peak).
@@ -285,6 +297,20 @@ int bench_train(const std::string& config, const std::vector<std::string>& sets,
   std::printf("model: %.3f GFLOP/step, %.1f GFLOP/s (median step); peak (1024^3 GEMM) %.1f GFLOP/s; MFU %.1f%%\n",
               flops / 1e9, flops / times[times.size() / 2] / 1e9, peak / 1e9,
               100.0 * flops / times[times.size() / 2] / peak);
+  if (get_num_threads() == 1) {
+    // the same in CPU time, both sides: what a shared core does not distort
+    Generator gen(0);
+    const Tensor a = ops::uniform({1024, 1024}, -1, 1, gen), b = ops::uniform({1024, 1024}, -1, 1, gen);
+    double best = 1e30;
+    for (int i = 0; i < 6; ++i) {
+      const double c0 = process_cpu_seconds();
+      (void)ops::matmul(a, b);
+      if (i > 0) best = std::min(best, process_cpu_seconds() - c0);
+    }
+    const double peak_cpu = 2.0 * 1024 * 1024 * 1024 / best, step_cpu = cpu_times[cpu_times.size() / 2];
+    std::printf("cpu time: %.1f GFLOP/s per step; peak (1024^3 GEMM) %.1f GFLOP/s; MFU %.1f%%\n",
+                flops / step_cpu / 1e9, peak_cpu / 1e9, 100.0 * flops / step_cpu / peak_cpu);
+  }
   return 0;
 }
 

@@ -57,6 +57,12 @@ def run(cmd, env, pattern):
     return float(m.group(1))
 
 
+# The step time: wall clock by default; --cpu-time: the process's CPU time, which is what to
+# compare when other jobs share the core (then wall time also counts their time slices).
+WALL = r"median ([0-9.]+) ms"
+CPU = r"cpu time: median ([0-9.]+) ms/step"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strata", default=os.path.join(ROOT, "build", "strata"), help="the strata binary")
@@ -65,6 +71,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per case")
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ",".join(CASES))
     ap.add_argument("--no-torch", action="store_true", help="strata only")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="compare CPU time per step instead of wall time (for a loaded host)")
     a = ap.parse_args()
 
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -75,7 +83,7 @@ def main():
                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
     pin = ["taskset", "-c", a.core]
     print(f"pinned to core {a.core}, 1 thread each, OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(default)')}, "
-          f"{a.rounds} alternating rounds; load average before: {os.getloadavg()[0]:.2f}")
+          f"{a.rounds} alternating rounds, {'CPU' if a.cpu_time else 'wall'} time per step; load average before: {os.getloadavg()[0]:.2f}")
     if not have_torch:
         print(f"(no torch importable by {a.python}: strata only; Debian: apt-get install python3-torch)")
     rows = []
@@ -92,9 +100,9 @@ def main():
             order = [("s", s_cmd), ("t", t_cmd)] if r % 2 == 0 else [("t", t_cmd), ("s", s_cmd)]
             for side, cmd in order:
                 if side == "s":
-                    ts.append(run(cmd, env, r"median ([0-9.]+) ms"))
+                    ts.append(run(cmd, env, CPU if a.cpu_time else WALL))
                 elif have_torch:
-                    tt.append(run(cmd, env, r"median ([0-9.]+) ms/step"))
+                    tt.append(run(cmd, env, CPU if a.cpu_time else WALL))
         ms, mt = statistics.median(ts), (statistics.median(tt) if tt else None)
         per_round = " ".join(f"{t / s:.2f}" for s, t in zip(ts, tt)) if tt else ""
         rows.append((label, ms, mt, per_round))

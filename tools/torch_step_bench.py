@@ -130,16 +130,17 @@ def main():
 
         for _ in range(a.warmup):
             step()
-        times = []
+        times, cpu = [], []
         for _ in range(a.steps):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             step()
             times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
         dt = sum(times) / len(times)
         med = sorted(times)[len(times) // 2]
         print(f"torch {torch.__version__} {name}: {1 / dt:.2f} steps/s ({per_step / dt:.0f} "
               f"{'tokens' if name == 'gpt' else 'samples'}/s), threads {a.threads}, "
-              f"median {med * 1e3:.2f} ms/step")
+              f"median {med * 1e3:.2f} ms/step, cpu time: median {sorted(cpu)[len(cpu) // 2] * 1e3:.2f} ms/step")
 
 
 if __name__ == "__main__":
