@@ -151,7 +151,8 @@ Tensor strided_operand(int64_t rows, int64_t cols, int64_t ld, bool trans, Gener
 }
 
 struct GemmTiming {
-  double t_ops, t_blas;  // median seconds per call
+  double t_ops, t_blas;  // median seconds per call, wall clock
+  double c_ops, c_blas;  // the same in process CPU time (all threads)
 };
 
 // ops::matmul (ops::gemm_ with beta 1 when the kernel accumulates) against cblas_sgemm on
@@ -180,24 +181,28 @@ GemmTiming time_gemm(const GemmShape& s, int samples) {
   }
   const double once = std::max(1e-7, time_runs(3, blas)[1]);
   const int reps = int(std::clamp(2e-3 / once, 1.0, 1e5));
-  std::vector<double> t_ops, t_blas;
-  auto sample = [&](auto& f, std::vector<double>& out) {
+  std::vector<double> t_ops, t_blas, c_ops, c_blas;
+  auto sample = [&](auto& f, std::vector<double>& out, std::vector<double>& cpu) {
+    const double c0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     for (int r = 0; r < reps; ++r) f();
     out.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
+    cpu.push_back((process_cpu_seconds() - c0) / reps);
   };
   for (int i = 0; i < samples; ++i) {
     if (i % 2 == 0) {
-      sample(wrapped, t_ops);
-      sample(blas, t_blas);
+      sample(wrapped, t_ops, c_ops);
+      sample(blas, t_blas, c_blas);
     } else {
-      sample(blas, t_blas);
-      sample(wrapped, t_ops);
+      sample(blas, t_blas, c_blas);
+      sample(wrapped, t_ops, c_ops);
     }
   }
-  std::sort(t_ops.begin(), t_ops.end());
-  std::sort(t_blas.begin(), t_blas.end());
-  return {t_ops[t_ops.size() / 2], t_blas[t_blas.size() / 2]};
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(t_ops), median(t_blas), median(c_ops), median(c_blas)};
 }
 
 struct ModelCase {
@@ -224,14 +229,17 @@ int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
   std::printf("f32 GEMMs of one training step (recorded at the kernels' cpu::gemm), ops::matmul vs cblas_sgemm\n");
   std::printf("on the same operands and leading dimensions, alternating; medians of %d samples of >= 2 ms each.\n",
               samples);
+  std::printf("ratio = cblas time / ops time (wall clock); cpu ratio: the same in process CPU time, which other\n"
+              "jobs on a shared host disturb far less.\n");
   std::printf("A GEMM with beta=1 (the kernels accumulate) goes through ops::gemm_(out, a, b, 1, 1).\n");
   for (int threads : thread_counts) {
     set_num_threads(threads);
     const GemmShape square{1024, 1024, 1024, 1024, 1024, false, false, false};
     const GemmTiming sq = time_gemm(square, samples);
-    std::printf("\n== %d thread(s) ==\n1024^3: ops::matmul %.1f GFLOP/s, cblas_sgemm %.1f GFLOP/s, ratio %.3f\n",
+    std::printf("\n== %d thread(s) ==\n1024^3: ops::matmul %.1f GFLOP/s, cblas_sgemm %.1f GFLOP/s, ratio %.3f "
+                "(CPU time: %.3f)\n",
                 get_num_threads(), square.flops() / sq.t_ops / 1e9, square.flops() / sq.t_blas / 1e9,
-                sq.t_blas / sq.t_ops);
+                sq.t_blas / sq.t_ops, sq.c_blas / sq.c_ops);
     for (const ModelCase& mc : model_cases()) {
       const auto shapes = model_gemm_shapes(mc.config, mc.sets, threads);
       set_num_threads(threads);
@@ -239,24 +247,28 @@ int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
       std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) {
         return x.first.flops() * double(x.second) > y.first.flops() * double(y.second);
       });
-      double total_flops = 0, sum_ops = 0, sum_blas = 0;
+      double total_flops = 0, sum_ops = 0, sum_blas = 0, cpu_ops = 0, cpu_blas = 0;
       for (const auto& [s, calls] : rows) total_flops += s.flops() * double(calls);
       std::printf("\n%s (%s): %zu shapes, %.2f GFLOP of GEMM per step\n", mc.name.c_str(), mc.config.c_str(),
                   rows.size(), total_flops / 1e9);
-      std::printf("%6s %6s %6s %5s %5s %3s %6s %6s  %9s  %10s %10s %6s\n", "m", "n", "k", "lda", "ldb", "op",
-                  "calls", "flop%", "", "ops GF/s", "blas GF/s", "ratio");
+      std::printf("%6s %6s %6s %5s %5s %3s %6s %6s  %6s  %10s %10s %6s %9s\n", "m", "n", "k", "lda", "ldb", "op",
+                  "calls", "flop%", "", "ops GF/s", "blas GF/s", "ratio", "cpu ratio");
       for (const auto& [s, calls] : rows) {
         const GemmTiming t = time_gemm(s, samples);
         sum_ops += t.t_ops * double(calls);
         sum_blas += t.t_blas * double(calls);
+        cpu_ops += t.c_ops * double(calls);
+        cpu_blas += t.c_blas * double(calls);
         const char op[3] = {s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', 0};
-        std::printf("%6lld %6lld %6lld %5lld %5lld %3s %6lld %5.1f%%  %9s  %10.1f %10.1f %6.3f\n", (long long)s.m,
-                    (long long)s.n, (long long)s.k, (long long)s.lda, (long long)s.ldb, op, (long long)calls,
-                    100.0 * s.flops() * double(calls) / total_flops, s.accumulate ? "beta=1" : "",
-                    s.flops() / t.t_ops / 1e9, s.flops() / t.t_blas / 1e9, t.t_blas / t.t_ops);
+        std::printf("%6lld %6lld %6lld %5lld %5lld %3s %6lld %5.1f%%  %6s  %10.1f %10.1f %6.3f %9.3f\n",
+                    (long long)s.m, (long long)s.n, (long long)s.k, (long long)s.lda, (long long)s.ldb, op,
+                    (long long)calls, 100.0 * s.flops() * double(calls) / total_flops, s.accumulate ? "beta=1" : "",
+                    s.flops() / t.t_ops / 1e9, s.flops() / t.t_blas / 1e9, t.t_blas / t.t_ops, t.c_blas / t.c_ops);
       }
-      std::printf("step's GEMM time: ops %.2f ms, blas %.2f ms, ratio %.3f (%.1f GFLOP/s through ops)\n",
-                  sum_ops * 1e3, sum_blas * 1e3, sum_blas / sum_ops, total_flops / sum_ops / 1e9);
+      std::printf("step's GEMM time: ops %.2f ms, blas %.2f ms, ratio %.3f (%.1f GFLOP/s through ops); "
+                  "CPU time: ops %.2f ms, blas %.2f ms, ratio %.3f\n",
+                  sum_ops * 1e3, sum_blas * 1e3, sum_blas / sum_ops, total_flops / sum_ops / 1e9, cpu_ops * 1e3,
+                  cpu_blas * 1e3, cpu_blas / cpu_ops);
     }
   }
   return 0;
