@@ -3,11 +3,16 @@
 // on vs off), comm (dispatch point for the comm layer).
 #include <cblas.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "apps/commands.h"
@@ -19,10 +24,11 @@
 #include "bench/cp_bench.h"
 #include "bench/pp_bench.h"
 #include "apps/factory.h"
-#include "apps/layout.h"
+#include "apps/flops.h"
 #include "bench/zero_bench.h"
 #include <strata/comm/mpi.h>
 #include <strata/core/threads.h>
+#include <strata/tensor/cpu/gemm.h>
 #include <strata/tensor/cpu_allocator.h>
 #include <strata/tensor/ops.h>
 
@@ -41,6 +47,12 @@ std::vector<double> time_runs(int repeat, F&& f) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 long minor_faults() {
@@ -89,17 +101,194 @@ int bench_gemm(int64_t n, int repeat, int threads) {
   return 0;
 }
 
+// ---------------------------------------------------------------- bench gemm --shapes model
+
+// One GEMM as the kernels call it: C(m,n) = op(A) op(B) (+ C when accumulate), with the
+// operands' leading dimensions (the attention reads q, k, v from the packed projection).
+struct GemmShape {
+  int64_t m, n, k, lda, ldb;
+  bool ta, tb, accumulate;
+  auto key() const { return std::tie(m, n, k, lda, ldb, ta, tb, accumulate); }
+  bool operator<(const GemmShape& o) const { return key() < o.key(); }
+  double flops() const { return 2.0 * double(m) * double(n) * double(k); }
+};
+
+std::mutex g_shapes_mu;
+std::map<GemmShape, int64_t>* g_shapes = nullptr;  // calls per shape while recording
+
+void record_gemm(DType dt, int64_t m, int64_t n, int64_t k, cpu::MatRef a, cpu::MatRef b, double beta) {
+  if (dt != DType::f32) return;
+  std::lock_guard<std::mutex> lock(g_shapes_mu);
+  if (g_shapes) ++(*g_shapes)[{m, n, k, a.ld, b.ld, a.trans, b.trans, beta != 0.0}];
+}
+
+// The f32 GEMMs of one training step of the config (after one untimed step), at the given
+// thread count (the conv kernels size their per-thread GEMMs by it).
+std::map<GemmShape, int64_t> model_gemm_shapes(const std::string& config, const std::vector<std::string>& sets,
+                                               int threads) {
+  TrainConfig cfg = TrainConfig::load(config, sets);
+  cfg.train.resume.clear();
+  cfg.run.threads = threads;
+  Trainer trainer(cfg, {.verbose = false, .write_files = false});
+  trainer.step();
+  std::map<GemmShape, int64_t> shapes;
+  {
+    std::lock_guard<std::mutex> lock(g_shapes_mu);
+    g_shapes = &shapes;
+  }
+  cpu::set_gemm_observer(&record_gemm);
+  trainer.step();
+  cpu::set_gemm_observer(nullptr);
+  std::lock_guard<std::mutex> lock(g_shapes_mu);
+  g_shapes = nullptr;
+  return shapes;
+}
+
+// (rows x cols) operand with leading dimension ld, as a strided view; transposed: a view
+// of a (cols x rows) matrix, as the kernels pass it.
+Tensor strided_operand(int64_t rows, int64_t cols, int64_t ld, bool trans, Generator& gen) {
+  if (!trans) return ops::narrow(ops::uniform({rows, ld}, -1, 1, gen), 1, 0, cols);
+  return ops::transpose(ops::narrow(ops::uniform({cols, ld}, -1, 1, gen), 1, 0, rows), 0, 1);
+}
+
+struct GemmTiming {
+  double t_ops, t_blas;  // median seconds per call, wall clock
+  double c_ops, c_blas;  // the same in process CPU time (all threads)
+};
+
+// ops::matmul (ops::gemm_ with beta 1 when the kernel accumulates) against cblas_sgemm on
+// the same operands, alternating sample by sample (order flipped each time), each sample
+// long enough (>= ~2 ms) for the clock; medians.
+GemmTiming time_gemm(const GemmShape& s, int samples) {
+  Generator gen(0);
+  const Tensor a = strided_operand(s.m, s.k, s.lda, s.ta, gen);
+  const Tensor b = strided_operand(s.k, s.n, s.ldb, s.tb, gen);
+  Tensor c = ops::zeros({s.m, s.n});
+  Tensor acc = ops::zeros({s.m, s.n});
+  const float* ap = static_cast<const float*>(a.raw_data());
+  const float* bp = static_cast<const float*>(b.raw_data());
+  auto blas = [&] {
+    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, int(s.m),
+                int(s.n), int(s.k), 1.0f, ap, int(s.lda), bp, int(s.ldb), s.accumulate ? 1.0f : 0.0f,
+                c.data<float>(), int(s.n));
+  };
+  auto wrapped = [&] {
+    if (s.accumulate) ops::gemm_(acc, a, b, 1.0, 1.0);
+    else (void)ops::matmul(a, b);
+  };
+  for (int i = 0; i < 3; ++i) {
+    wrapped();
+    blas();
+  }
+  const double once = std::max(1e-7, time_runs(3, blas)[1]);
+  const int reps = int(std::clamp(2e-3 / once, 1.0, 1e5));
+  std::vector<double> t_ops, t_blas, c_ops, c_blas;
+  auto sample = [&](auto& f, std::vector<double>& out, std::vector<double>& cpu) {
+    const double c0 = process_cpu_seconds();
+    const auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) f();
+    out.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
+    cpu.push_back((process_cpu_seconds() - c0) / reps);
+  };
+  for (int i = 0; i < samples; ++i) {
+    if (i % 2 == 0) {
+      sample(wrapped, t_ops, c_ops);
+      sample(blas, t_blas, c_blas);
+    } else {
+      sample(blas, t_blas, c_blas);
+      sample(wrapped, t_ops, c_ops);
+    }
+  }
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(t_ops), median(t_blas), median(c_ops), median(c_blas)};
+}
+
+struct ModelCase {
+  std::string name, config;
+  std::vector<std::string> sets;
+};
+
+// The configs whose GEMMs `--shapes model` lists: the GPT at both benchmark shapes and the
+// CNN at both batches (docs/benchmarks.md), looked up under the working directory, then
+// under the source tree.
+std::vector<ModelCase> model_cases() {
+  auto find = [](const std::string& rel) {
+    if (std::filesystem::exists(rel)) return rel;
+    return std::string(STRATA_SOURCE_DIR) + "/" + rel;
+  };
+  const std::string gpt = find("configs/gpt_char.yaml"), cnn = find("configs/fashion_cnn.yaml");
+  return {{"GPT L4 C128 T64 B32", gpt, {"model.block_size=64", "train.batch_size=32"}},
+          {"GPT L4 C128 T128 B16", gpt, {"model.block_size=128", "train.batch_size=16"}},
+          {"CNN B64", cnn, {"train.batch_size=64"}},
+          {"CNN B128", cnn, {"train.batch_size=128"}}};
+}
+
+int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
+  std::printf("f32 GEMMs of one training step (recorded at the kernels' cpu::gemm), ops::matmul vs cblas_sgemm\n");
+  std::printf("on the same operands and leading dimensions, alternating; medians of %d samples of >= 2 ms each.\n",
+              samples);
+  std::printf("ratio = cblas time / ops time (wall clock); cpu ratio: the same in process CPU time, which other\n"
+              "jobs on a shared host disturb far less.\n");
+  std::printf("A GEMM with beta=1 (the kernels accumulate) goes through ops::gemm_(out, a, b, 1, 1).\n");
+  for (int threads : thread_counts) {
+    set_num_threads(threads);
+    const GemmShape square{1024, 1024, 1024, 1024, 1024, false, false, false};
+    const GemmTiming sq = time_gemm(square, samples);
+    std::printf("\n== %d thread(s) ==\n1024^3: ops::matmul %.1f GFLOP/s, cblas_sgemm %.1f GFLOP/s, ratio %.3f "
+                "(CPU time: %.3f)\n",
+                get_num_threads(), square.flops() / sq.t_ops / 1e9, square.flops() / sq.t_blas / 1e9,
+                sq.t_blas / sq.t_ops, sq.c_blas / sq.c_ops);
+    for (const ModelCase& mc : model_cases()) {
+      const auto shapes = model_gemm_shapes(mc.config, mc.sets, threads);
+      set_num_threads(threads);
+      std::vector<std::pair<GemmShape, int64_t>> rows(shapes.begin(), shapes.end());
+      std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) {
+        return x.first.flops() * double(x.second) > y.first.flops() * double(y.second);
+      });
+      double total_flops = 0, sum_ops = 0, sum_blas = 0, cpu_ops = 0, cpu_blas = 0;
+      for (const auto& [s, calls] : rows) total_flops += s.flops() * double(calls);
+      std::printf("\n%s (%s): %zu shapes, %.2f GFLOP of GEMM per step\n", mc.name.c_str(), mc.config.c_str(),
+                  rows.size(), total_flops / 1e9);
+      std::printf("%6s %6s %6s %5s %5s %3s %6s %6s  %6s  %10s %10s %6s %9s\n", "m", "n", "k", "lda", "ldb", "op",
+                  "calls", "flop%", "", "ops GF/s", "blas GF/s", "ratio", "cpu ratio");
+      for (const auto& [s, calls] : rows) {
+        const GemmTiming t = time_gemm(s, samples);
+        sum_ops += t.t_ops * double(calls);
+        sum_blas += t.t_blas * double(calls);
+        cpu_ops += t.c_ops * double(calls);
+        cpu_blas += t.c_blas * double(calls);
+        const char op[3] = {s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', 0};
+        std::printf("%6lld %6lld %6lld %5lld %5lld %3s %6lld %5.1f%%  %6s  %10.1f %10.1f %6.3f %9.3f\n",
+                    (long long)s.m, (long long)s.n, (long long)s.k, (long long)s.lda, (long long)s.ldb, op,
+                    (long long)calls, 100.0 * s.flops() * double(calls) / total_flops, s.accumulate ? "beta=1" : "",
+                    s.flops() / t.t_ops / 1e9, s.flops() / t.t_blas / 1e9, t.t_blas / t.t_ops, t.c_blas / t.c_ops);
+      }
+      std::printf("step's GEMM time: ops %.2f ms, blas %.2f ms, ratio %.3f (%.1f GFLOP/s through ops); "
+                  "CPU time: ops %.2f ms, blas %.2f ms, ratio %.3f\n",
+                  sum_ops * 1e3, sum_blas * 1e3, sum_blas / sum_ops, total_flops / sum_ops / 1e9, cpu_ops * 1e3,
+                  cpu_blas * 1e3, cpu_blas / cpu_ops);
+    }
+  }
+  return 0;
+}
+
 int bench_train(const std::string& config, const std::vector<std::string>& sets, int64_t steps, int64_t warmup) {
   TrainConfig cfg = TrainConfig::load(config, sets);
   cfg.train.resume.clear();
   Trainer trainer(cfg, {.verbose = false, .write_files = false});
   for (int64_t i = 0; i < warmup; ++i) trainer.step();
-  std::vector<double> times;
+  std::vector<double> times, cpu_times;
   for (int64_t i = 0; i < steps; ++i) {
+    const double c0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     trainer.step();
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    cpu_times.push_back(process_cpu_seconds() - c0);
   }
+  std::sort(cpu_times.begin(), cpu_times.end());
   double total = 0;
   for (double t : times) total += t;
   std::sort(times.begin(), times.end());
@@ -110,7 +299,31 @@ int bench_train(const std::string& config, const std::vector<std::string>& sets,
   std::printf("steps/s: %.3f  (mean %.2f ms/step, median %.2f ms, min %.2f ms, %lld steps after %lld warm-up)\n",
               1.0 / per_step, per_step * 1e3, times[times.size() / 2] * 1e3, times.front() * 1e3, (long long)steps,
               (long long)warmup);
+  // CPU time (all threads): on a shared host, at one thread, the steadier measure of work
+  std::printf("cpu time: median %.2f ms/step\n", cpu_times[cpu_times.size() / 2] * 1e3);
   std::printf("%s: %.1f\n", trainer.throughput_unit(), double(trainer.units_per_step()) / per_step);
+  // MFU as the trainer logs it: model FLOPs per step over the median step, against this
+  // thread count's measured 1024^3 GEMM throughput (strata bench gemm's peak).
+  const double flops = train_flops_per_sample(cfg, trainer.model()) *
+                       double(cfg.train.batch_size * cfg.train.grad_accum_steps);
+  const double peak = measured_gemm_flops();
+  std::printf("model: %.3f GFLOP/step, %.1f GFLOP/s (median step); peak (1024^3 GEMM) %.1f GFLOP/s; MFU %.1f%%\n",
+              flops / 1e9, flops / times[times.size() / 2] / 1e9, peak / 1e9,
+              100.0 * flops / times[times.size() / 2] / peak);
+  if (get_num_threads() == 1) {
+    // the same in CPU time, both sides: what a shared core does not distort
+    Generator gen(0);
+    const Tensor a = ops::uniform({1024, 1024}, -1, 1, gen), b = ops::uniform({1024, 1024}, -1, 1, gen);
+    double best = 1e30;
+    for (int i = 0; i < 6; ++i) {
+      const double c0 = process_cpu_seconds();
+      (void)ops::matmul(a, b);
+      if (i > 0) best = std::min(best, process_cpu_seconds() - c0);
+    }
+    const double peak_cpu = 2.0 * 1024 * 1024 * 1024 / best, step_cpu = cpu_times[cpu_times.size() / 2];
+    std::printf("cpu time: %.1f GFLOP/s per step; peak (1024^3 GEMM) %.1f GFLOP/s; MFU %.1f%%\n",
+                flops / step_cpu / 1e9, peak_cpu / 1e9, 100.0 * flops / step_cpu / peak_cpu);
+  }
   return 0;
 }
 
@@ -254,7 +467,8 @@ Command add_bench_command(CLI::App& parent) {
   struct Opts {
     int64_t size = 1024;
     int repeat = 10;
-    int threads = 0;
+    std::vector<int> threads{0};
+    std::string shapes = "square";
     std::string config;
     std::vector<std::string> sets;
     int64_t steps = 20;
@@ -267,7 +481,12 @@ Command add_bench_command(CLI::App& parent) {
   CLI::App* gemm = cmd->add_subcommand("gemm", "GEMM GFLOP/s: ops::matmul vs cblas_sgemm");
   gemm->add_option("--size", o->size, "Matrix size n (n x n x n)")->check(CLI::PositiveNumber);
   gemm->add_option("--repeat", o->repeat, "Timed runs")->check(CLI::PositiveNumber);
-  gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  gemm->add_option("--threads", o->threads, "Threads (0 = all cores); several: one table each (e.g. --threads 1 2)")
+      ->check(CLI::NonNegativeNumber);
+  gemm->add_option("--shapes", o->shapes,
+                   "square: --size^3; model: the GEMMs of a GPT (T64 B32, T128 B16) and CNN (B64, B128) training "
+                   "step, and 1024^3")
+      ->check(CLI::IsMember({"square", "model"}));
   CLI::App* train = cmd->add_subcommand("train", "Training steps/s of a config after warm-up");
   train->add_option("-c,--config", o->config, "YAML config")->required();
   train->add_option("--set", o->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
@@ -345,7 +564,11 @@ Command add_bench_command(CLI::App& parent) {
               return bench_dp<bench::ZeroBenchOptions>(
                   "zero", *zo, [](int n, const auto& op) { return bench::bench_zero_local(n, op); },
                   [](comm::ProcessGroup& g, const auto& op) { return bench::bench_zero(g, op); });
-            if (gemm->parsed()) return bench_gemm(o->size, o->repeat, o->threads);
+            if (gemm->parsed()) {
+              if (o->shapes == "model") return bench_gemm_model(o->threads, std::max(o->repeat, 3));
+              for (int t : o->threads) bench_gemm(o->size, o->repeat, t);
+              return 0;
+            }
             if (train->parsed()) return bench_train(o->config, o->sets, o->steps, o->warmup);
             if (alloc->parsed()) return bench_alloc(o->config, o->sets, o->steps, o->warmup, o->rounds);
             if (comm->parsed()) return bench_comm(*co);

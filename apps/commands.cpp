@@ -24,6 +24,7 @@
 #include <strata/core/threads.h>
 #include <strata/nn/gpt.h>
 #include <strata/tensor/file_io.h>
+#include <strata/tensor/cpu/simd_level.h>
 #include <strata/tensor/cpu/gemm.h>
 #ifdef STRATA_WITH_CUDA
 #include <strata/tensor/cuda/runtime.h>
@@ -343,6 +344,7 @@ Command add_info_command(CLI::App& parent) {
   return {cmd, [] {
             std::printf("strata %s\n", version_string());
             std::printf("blas: %s\n", cpu::blas_info());
+            std::printf("cpu kernels: %s\n", cpu::cpu_kernels_info());
             std::printf("threads: %d (hardware threads: %u)\n", get_num_threads(), std::thread::hardware_concurrency());
             std::printf("backends:\n  cpu: yes\n  mpi: yes\n");
 #ifdef STRATA_WITH_CUDA

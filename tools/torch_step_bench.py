@@ -2,8 +2,11 @@
 """PyTorch's CPU training step for the same models, batch sizes and optimizers as
 configs/fashion_mlp.yaml, fashion_cnn.yaml and gpt_char.yaml, for a side-by-side
 comparison with `strata bench train`. Random inputs of the right shapes (the data
-pipeline is not timed in either). Usage:
+pipeline is not timed in either). The GPT is initialised as strata's (nanoGPT's): normal
+std 0.02, residual projections 0.02/sqrt(2L), zero biases. Usage:
     python3 tools/torch_step_bench.py --threads 1 --steps 50
+    python3 tools/torch_step_bench.py --models gpt --block-size 128 --batch 16 --optimizer adamw
+scripts/bench_vs_torch.sh runs it against strata, pinned and alternating.
 """
 import argparse
 import math
@@ -14,11 +17,26 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+ARGS = None
+
+
+def make_opt(m, default):
+    """The model's optimizer as in its config, or AdamW with the config's lr when --optimizer adamw."""
+    if ARGS.optimizer == "adamw" and not isinstance(default, torch.optim.AdamW):
+        return torch.optim.AdamW(m.parameters(), default.defaults["lr"], weight_decay=ARGS.weight_decay)
+    return default
+
+
+def batch(default):
+    return ARGS.batch or default
+
+
 def mlp():
     m = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.1), nn.Linear(256, 128), nn.ReLU(),
                       nn.Dropout(0.1), nn.Linear(128, 10))
-    x, y = torch.randn(128, 1, 28, 28), torch.randint(0, 10, (128,))
-    return m, torch.optim.Adam(m.parameters(), 1e-3), lambda: F.cross_entropy(m(x), y), 128
+    b = batch(128)
+    x, y = torch.randn(b, 1, 28, 28), torch.randint(0, 10, (b,))
+    return m, make_opt(m, torch.optim.Adam(m.parameters(), 1e-3)), lambda: F.cross_entropy(m(x), y), b
 
 
 def cnn():
@@ -26,8 +44,9 @@ def cnn():
         return [nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(), nn.MaxPool2d(2)]
     m = nn.Sequential(*block(1, 32), *block(32, 64), nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
                       nn.Dropout(0.25), nn.Linear(128, 10))
-    x, y = torch.randn(128, 1, 28, 28), torch.randint(0, 10, (128,))
-    return m, torch.optim.AdamW(m.parameters(), 2e-3, weight_decay=1e-4), lambda: F.cross_entropy(m(x), y), 128
+    b = batch(128)
+    x, y = torch.randn(b, 1, 28, 28), torch.randint(0, 10, (b,))
+    return m, torch.optim.AdamW(m.parameters(), 2e-3, weight_decay=1e-4), lambda: F.cross_entropy(m(x), y), b
 
 
 class Block(nn.Module):
@@ -63,11 +82,22 @@ class GPT(nn.Module):
         return F.linear(s.ln_f(x), s.wte.weight)
 
 
+def gpt_init(m, L):
+    for name, p in m.named_parameters():
+        if name.endswith("bias"):
+            nn.init.zeros_(p)
+        elif name.endswith("weight") and p.dim() == 2:
+            std = 0.02 / math.sqrt(2 * L) if name.endswith(("c_proj.weight", ".proj.weight")) else 0.02
+            nn.init.normal_(p, 0.0, std)
+
+
 def gpt():
-    m = GPT()
-    x, y = torch.randint(0, 256, (32, 64)), torch.randint(0, 256, (32, 64))
+    T, b = ARGS.block_size, batch(32)
+    m = GPT(T=T)
+    gpt_init(m, 4)
+    x, y = torch.randint(0, 256, (b, T)), torch.randint(0, 256, (b, T))
     opt = torch.optim.AdamW(m.parameters(), 2e-3, betas=(0.9, 0.95), weight_decay=0.1)
-    return m, opt, lambda: F.cross_entropy(m(x).view(-1, 256), y.view(-1)), 32 * 64
+    return m, opt, lambda: F.cross_entropy(m(x).view(-1, 256), y.view(-1)), b * T
 
 
 def main():
@@ -75,7 +105,15 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--models", default="mlp,cnn,gpt")
+    ap.add_argument("--batch", type=int, default=0, help="batch size (0: the config's)")
+    ap.add_argument("--block-size", type=int, default=64, help="GPT context T")
+    ap.add_argument("--optimizer", choices=["config", "adamw"], default="config",
+                    help="adamw: AdamW for every model (the MLP's config uses Adam)")
+    ap.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay where --optimizer adamw sets it")
+    ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
+    global ARGS
+    ARGS = a
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     for name in a.models.split(","):
@@ -90,14 +128,19 @@ def main():
                 torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
             opt.step()
 
-        for _ in range(5):
+        for _ in range(a.warmup):
             step()
-        t = time.perf_counter()
+        times, cpu = [], []
         for _ in range(a.steps):
+            t, c = time.perf_counter(), time.process_time()
             step()
-        dt = (time.perf_counter() - t) / a.steps
+            times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+        dt = sum(times) / len(times)
+        med = sorted(times)[len(times) // 2]
         print(f"torch {torch.__version__} {name}: {1 / dt:.2f} steps/s ({per_step / dt:.0f} "
-              f"{'tokens' if name == 'gpt' else 'samples'}/s), threads {a.threads}")
+              f"{'tokens' if name == 'gpt' else 'samples'}/s), threads {a.threads}, "
+              f"median {med * 1e3:.2f} ms/step, cpu time: median {sorted(cpu)[len(cpu) // 2] * 1e3:.2f} ms/step")
 
 
 if __name__ == "__main__":

@@ -200,7 +200,11 @@ inline void check_on(comm::ProcessGroup& world, const TpCase& c) {
   const std::string what = c.model + (c.vocab ? " vocab" : "") + (c.sp ? " sp" : "") + ", " + described + ", rank " +
                            std::to_string(world.rank());
   std::string worst;
-  EXPECT_LT(st::max_relative_error(got.state, want.state, &worst), 1e-5) << what << " worst " << worst;
+  // 2e-5: with AVX-512 loops (the runtime-dispatched default on such CPUs, and any
+  // -DSTRATA_NATIVE=ON build there) the f32 reductions of a tp shard sum in another order
+  // than the unsharded run's, and the parameters/AdamW state after the steps differ by up
+  // to 1.06e-5 relative (SSE2 loops: below 1e-5). Losses and norms stay at 1e-5 below.
+  EXPECT_LT(st::max_relative_error(got.state, want.state, &worst), 2e-5) << what << " worst " << worst;
   if (world.rank() == 0) {
     EXPECT_NEAR(got.eval_loss, want.eval_loss, 1e-5 * std::abs(want.eval_loss)) << what;
   }

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include <strata/tensor/cpu/parallel_for.h>
+#include <strata/tensor/cpu/clones.h>
 
 namespace strata::cpu {
 
@@ -19,11 +19,12 @@ inline int block_threads(int64_t n) { return int(std::clamp<int64_t>(get_num_thr
 /// Runs fn(tid, i0, i1) for thread tid's contiguous block [i0, i1) of the n items, on up
 /// to nt threads, with OpenBLAS single-threaded meanwhile (restored afterwards). Returns
 /// the team size OpenMP granted (1 inside another parallel region), so tid < nt. fn must
-/// not throw: allocate every buffer before.
+/// not throw: allocate every buffer before. fn's loops run compiled for the current SIMD
+/// level (clones.h).
 template <class F>
 int for_blocks(int64_t n, int nt, F&& fn) {
   if (nt <= 1) {
-    fn(0, int64_t(0), n);
+    simd_call(fn, 0, int64_t(0), n);
     return 1;
   }
   int used = 1;
@@ -32,7 +33,7 @@ int for_blocks(int64_t n, int nt, F&& fn) {
   {
     const int tid = omp_get_thread_num(), team = omp_get_num_threads();
     if (tid == 0) used = team;
-    fn(tid, n * tid / team, n * (tid + 1) / team);
+    simd_call(fn, tid, n * tid / team, n * (tid + 1) / team);
   }
   openblas_set_num_threads(get_num_threads());
   return used;

@@ -175,7 +175,7 @@ void conv_forward(const T* x, const T* w, const T* b, T* y, const Geom& g, DType
 template <class T>
 void reduce_partials(T* dw, const T* partials, int nt, int64_t len) {
   if (nt <= 1) return;
-  parallel_for(len, 4096, [&](int64_t lo, int64_t hi) {
+  parallel_for_simd(len, 4096, [&](int64_t lo, int64_t hi) {
     for (int t = 1; t < nt; ++t) {
       const T* src = partials + (t - 1) * len;
 #pragma omp simd
@@ -188,7 +188,7 @@ template <class T>
 void conv_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, const Geom& g, DType dt) {
   const int64_t P = g.P(), ckk = g.ckk();
   if (db) {
-    parallel_for(g.O, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.N * P, 1)), [&](int64_t lo, int64_t hi) {
+    parallel_for_simd(g.O, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.N * P, 1)), [&](int64_t lo, int64_t hi) {
       for (int64_t o = lo; o < hi; ++o) {
         double acc = 0;
         for (int64_t n = 0; n < g.N; ++n) {

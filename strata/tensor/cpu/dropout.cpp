@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <strata/tensor/cpu/parallel_for.h>
+#include <strata/tensor/cpu/clones.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -58,7 +58,7 @@ void dropout_impl(const T* x, T* y, uint8_t* mask, int64_t n, double p, const Ge
   const uint32_t threshold = uint32_t(std::ceil(double(float(p)) * 16777216.0));
   const T scale = keep_scale<T>(p);
   const int64_t blocks = (n + 3) / 4, groups = (blocks + kLanes - 1) / kLanes;
-  parallel_for(groups, 64, [&, threshold, scale](int64_t b, int64_t e) {
+  parallel_for_simd(groups, 64, [&, threshold, scale](int64_t b, int64_t e) {
     uint32_t words[4][kLanes], elem[4 * kLanes];
     for (int64_t gi = b; gi < e; ++gi) {
       philox_lanes(gen, base + uint64_t(gi * kLanes), words);
@@ -81,7 +81,7 @@ void dropout_impl(const T* x, T* y, uint8_t* mask, int64_t n, double p, const Ge
 template <class T>
 void dropout_backward_impl(const T* dy, const uint8_t* mask, T* dx, int64_t n, double p) {
   const T scale = keep_scale<T>(p);
-  parallel_for(n, 32768, [&](int64_t b, int64_t e) {
+  parallel_for_simd(n, 32768, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) dx[i] = mask[i] ? dy[i] * scale : T(0);
   });

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include <strata/tensor/cpu/parallel_for.h>
+#include <strata/tensor/cpu/clones.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -29,7 +29,7 @@ void check_indices(const I* ip, int64_t n, int64_t V) {
 template <class T, class I>
 void scatter_rows(const T* dy, const I* ip, T* dw, int64_t n, int64_t V, int64_t D) {
   const int64_t grain = std::max<int64_t>(16, 32768 / std::max<int64_t>(n, 1));
-  parallel_for(D, grain, [&](int64_t c0, int64_t c1) {
+  parallel_for_simd(D, grain, [&](int64_t c0, int64_t c1) {
     for (int64_t v = 0; v < V; ++v) std::fill(dw + v * D + c0, dw + v * D + c1, T(0));
     for (int64_t i = 0; i < n; ++i) {
       T* drow = dw + int64_t(ip[i]) * D;
@@ -49,7 +49,7 @@ void embedding_kernel(const Tensor& weight, const Tensor& idx, Tensor& out) {
     STRATA_DISPATCH_FLOAT(weight.dtype(), "embedding", [&] {
       const scalar_t* wp = weight.data<scalar_t>();
       scalar_t* op = out.data<scalar_t>();
-      parallel_for(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
+      parallel_for_simd(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i)
           std::memcpy(op + i * D, wp + int64_t(ip[i]) * D, size_t(D) * sizeof(scalar_t));
       });

@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <atomic>
+
 #include <strata/core/error.h>
 #include <strata/core/threads.h>
 
@@ -12,12 +14,16 @@ const bool kHookInstalled = [] {
   set_blas_threads_hook([](int n) { openblas_set_num_threads(n); });
   return true;
 }();
+std::atomic<GemmObserver> g_observer{nullptr};
 }  // namespace
+
+void set_gemm_observer(GemmObserver observer) { g_observer.store(observer); }
 
 void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, MatRef b, double beta, void* c,
           int64_t ldc) {
   (void)kHookInstalled;
   if (m == 0 || n == 0) return;
+  if (GemmObserver obs = g_observer.load(std::memory_order_relaxed)) obs(dt, m, n, k, a, b, beta);
   const auto ta = a.trans ? CblasTrans : CblasNoTrans;
   const auto tb = b.trans ? CblasTrans : CblasNoTrans;
   if (dt == DType::f32) {

@@ -16,6 +16,11 @@ struct MatRef {
 /// C(m,n) = alpha * op(A)(m,k) @ op(B)(k,n) + beta * C, row-major, ldc given.
 void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, MatRef b, double beta, void* c,
           int64_t ldc);
+/// Called with every CPU GEMM's arguments before it runs (null: none, the default). For
+/// `strata bench gemm --shapes model`, which records the GEMMs of a training step; the
+/// observer must be thread-safe (the conv and attention kernels call gemm from a team).
+using GemmObserver = void (*)(DType dt, int64_t m, int64_t n, int64_t k, MatRef a, MatRef b, double beta);
+void set_gemm_observer(GemmObserver observer);
 /// Name of the BLAS library and its configuration (for `strata info`).
 const char* blas_info();
 

@@ -5,7 +5,7 @@
 #include <array>
 #include <cstdint>
 
-#include <strata/tensor/cpu/parallel_for.h>
+#include <strata/tensor/cpu/clones.h>
 #include <strata/tensor/tensor.h>
 
 namespace strata::cpu {
@@ -50,8 +50,9 @@ StridedPlan<N> make_plan(const Shape& shape, const std::array<Shape, N>& strides
 
 /// Calls fn(offsets, n, inner_strides) for each inner run, where offsets[k] is the
 /// element offset of operand k at the start of the run. Runs are split over threads
-/// when the total is at least `grain` elements (pass a huge grain for serial).
-template <int N, class F>
+/// when the total is at least `grain` elements (pass a huge grain for serial). With Simd,
+/// each chunk of runs is compiled per ISA level and dispatched at run time (clones.h).
+template <int N, bool Simd = false, class F>
 void for_each_run(const StridedPlan<N>& p, F&& fn, int64_t grain = 32768) {
   const int64_t inner = p.inner();
   const int64_t outer = p.outer();
@@ -59,7 +60,7 @@ void for_each_run(const StridedPlan<N>& p, F&& fn, int64_t grain = 32768) {
   std::array<int64_t, N> istr;
   for (int k = 0; k < N; ++k) istr[k] = p.strides[k][nd - 1];
   const int64_t rows_grain = std::max<int64_t>(1, grain / std::max<int64_t>(inner, 1));
-  parallel_for(outer, rows_grain, [&](int64_t b, int64_t e) {
+  auto chunk = [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       std::array<int64_t, N> off{};
       int64_t rem = r;
@@ -70,7 +71,9 @@ void for_each_run(const StridedPlan<N>& p, F&& fn, int64_t grain = 32768) {
       }
       fn(off, inner, istr);
     }
-  });
+  };
+  if constexpr (Simd) parallel_for_simd(outer, rows_grain, chunk);
+  else parallel_for(outer, rows_grain, chunk);
 }
 
 /// Strides of t broadcast to `shape` (0 on broadcast dims, leading dims added).

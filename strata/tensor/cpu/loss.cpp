@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include <strata/tensor/cpu/parallel_for.h>
+#include <strata/tensor/cpu/clones.h>
 #include <strata/tensor/cpu/softmax.h>
 #include <strata/tensor/dispatch.h>
 
@@ -39,7 +39,7 @@ std::vector<int64_t> read_targets(const Tensor& target, int64_t C, int64_t ignor
 template <class T>
 double cross_entropy_impl(const T* xp, const int64_t* t, T* pp, int64_t N, int64_t C, int64_t ignore_index) {
   std::vector<double> row_loss(size_t(N), 0.0);
-  parallel_for(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+  parallel_for_simd(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* x = xp + r * C;
       T* p = pp + r * C;
@@ -56,7 +56,7 @@ double cross_entropy_impl(const T* xp, const int64_t* t, T* pp, int64_t N, int64
 template <class T>
 void cross_entropy_backward_impl(const T* pp, const int64_t* t, T* dp, int64_t N, int64_t C, int64_t ignore_index,
                                  T scale) {
-  parallel_for(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+  parallel_for_simd(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       T* d = dp + r * C;
       if (t[r] == ignore_index) {

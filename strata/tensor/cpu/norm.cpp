@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include <strata/tensor/cpu/parallel_for.h>
+#include <strata/tensor/cpu/clones.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -26,7 +26,7 @@ T* mut_ptr_or_null(Tensor& t) {
 template <class T>
 void layer_norm_impl(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t C,
                      double eps) {
-  parallel_for(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
+  parallel_for_simd(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * C;
       T* yr = y + r * C;
@@ -104,7 +104,7 @@ void layer_norm_backward_impl(const T* dy, const T* x, const T* mean, const T* r
   const int64_t blocks = (rows + block - 1) / block;
   std::vector<T> part_w(dw ? size_t(blocks * C) : 0, T(0)), part_b(db ? size_t(blocks * C) : 0, T(0));
   const int64_t grain = std::max<int64_t>(1, 8192 / (block * std::max<int64_t>(C, 1)));
-  parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+  parallel_for_simd(blocks, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
       T* pw = dw ? part_w.data() + blk * C : nullptr;
@@ -160,7 +160,7 @@ template <class T>
 void batch_norm_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T* y, T* smean, T* sinv, int64_t N,
                      int64_t C, int64_t S, bool training, double momentum, double eps) {
   const int64_t M = N * S;
-  parallel_for(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
+  parallel_for_simd(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       double mu, inv;
       if (training) {
@@ -195,7 +195,7 @@ template <class T>
 void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* smean, const T* sinv, T* dx, T* dw,
                               T* db, int64_t N, int64_t C, int64_t S, bool training) {
   const int64_t M = N * S;
-  parallel_for(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
+  parallel_for_simd(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const T mu = smean[c], inv = sinv[c];
       double sdy = 0, sdyx = 0;

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include <strata/tensor/cpu/parallel_for.h>
+#include <strata/tensor/cpu/clones.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -18,7 +18,7 @@ void adam_impl(T* w, const T* g, T* m, T* v, int64_t n, const ops::AdamParams& p
   const T step_size = T(p.lr / bc1), inv_bc2_sqrt = T(1.0 / std::sqrt(bc2)), eps = T(p.eps);
   const T l2 = p.decoupled ? T(0) : T(p.weight_decay);                 // Adam: g += wd * w
   const T decay = p.decoupled ? T(1.0 - p.lr * p.weight_decay) : T(1);  // AdamW: w *= 1 - lr * wd
-  parallel_for(n, 32768, [&](int64_t b, int64_t e) {
+  parallel_for_simd(n, 32768, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
       const T gi = g[i] + l2 * w[i];
@@ -35,7 +35,7 @@ template <class T>
 void sgd_impl(T* w, const T* g, T* buf, int64_t n, const ops::SgdParams& p) {
   const T lr = T(p.lr), wd = T(p.weight_decay), mom = T(p.momentum), damp = T(1 - p.dampening);
   const bool first = p.first_step, nesterov = p.nesterov;
-  parallel_for(n, 32768, [&](int64_t b, int64_t e) {
+  parallel_for_simd(n, 32768, [&](int64_t b, int64_t e) {
     if (!buf) {
 #pragma omp simd
       for (int64_t i = b; i < e; ++i) w[i] -= lr * (g[i] + wd * w[i]);

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <strata/tensor/cpu/parallel_for.h>
+#include <strata/tensor/cpu/clones.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -22,7 +22,7 @@ PlaneGeom plane_geom(const Tensor& x, const Tensor& y) {
 template <class F>
 void for_planes(const PlaneGeom& g, F&& fn) {
   const int64_t work = std::max<int64_t>(1, g.H * g.W + g.Ho * g.Wo);
-  parallel_for(g.planes, std::max<int64_t>(1, 16384 / work), [&](int64_t b, int64_t e) {
+  parallel_for_simd(g.planes, std::max<int64_t>(1, 16384 / work), [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; ++pl) fn(pl);
   });
 }

@@ -35,7 +35,7 @@ double sum_all(const T* p, int64_t n) {
   if (n <= kBlock) return sum_run(p, n);
   const int64_t nb = (n + kBlock - 1) / kBlock;
   std::vector<double> part(size_t(nb), 0.0);
-  parallel_for(nb, 4, [&](int64_t b, int64_t e) {
+  parallel_for_simd(nb, 4, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) part[size_t(i)] = sum_run(p + i * kBlock, std::min(kBlock, n - i * kBlock));
   });
   double acc = 0;
@@ -54,7 +54,7 @@ void sum_columns(T* out, const T* in, int64_t A, int64_t R, int64_t C, double sc
   std::vector<double> part(rb > 1 ? size_t(A * rb * C) : 0);
   const int64_t units = A * rb * cb;
   const int64_t work = std::min(R, kRowBlock) * std::min(C, kColBlock);
-  parallel_for(units, std::max<int64_t>(1, 32768 / std::max<int64_t>(work, 1)), [&](int64_t b, int64_t e) {
+  parallel_for_simd(units, std::max<int64_t>(1, 32768 / std::max<int64_t>(work, 1)), [&](int64_t b, int64_t e) {
     double acc[kColBlock];
     for (int64_t u = b; u < e; ++u) {
       const int64_t a = u / (rb * cb), r_blk = (u / cb) % rb, c0 = (u % cb) * kColBlock;
@@ -76,7 +76,7 @@ void sum_columns(T* out, const T* in, int64_t A, int64_t R, int64_t C, double sc
     }
   });
   if (rb == 1) return;
-  parallel_for(A * C, 4096, [&](int64_t b, int64_t e) {
+  parallel_for_simd(A * C, 4096, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int64_t a = i / C, c = i % C;
       double s = 0;
@@ -118,7 +118,7 @@ void sum_typed(Tensor& out, const Tensor& in, double scale) {
     }
     if (g.size() == 2 && g[1].second) {  // (M, K) -> (M): row sums
       const int64_t M = g[0].first, K = g[1].first;
-      parallel_for(M, std::max<int64_t>(1, 32768 / K), [&](int64_t b, int64_t e) {
+      parallel_for_simd(M, std::max<int64_t>(1, 32768 / K), [&](int64_t b, int64_t e) {
         for (int64_t m = b; m < e; ++m) o[m] = T(sum_run(p + m * K, K) * scale);
       });
       return;
@@ -196,7 +196,7 @@ void max_typed(Tensor& values, Tensor& indices, const Tensor& in_, int64_t dim) 
   }
   int64_t* io = indices.defined() ? indices.data<int64_t>() : nullptr;
   const T* src = in.data<T>();
-  parallel_for(outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(K * inner, 1)), [&](int64_t b, int64_t e) {
+  parallel_for_simd(outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(K * inner, 1)), [&](int64_t b, int64_t e) {
     for (int64_t o = b; o < e; ++o) {
       const T* p = src + o * K * inner;
       T* bv = vo + o * inner;
@@ -236,7 +236,7 @@ template <class T>
 double sum_squares_typed(const T* p, int64_t n) {
   const int64_t nb = (n + kBlock - 1) / kBlock;
   std::vector<double> part(size_t(nb), 0.0);
-  parallel_for(nb, 4, [&](int64_t b, int64_t e) {
+  parallel_for_simd(nb, 4, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const T* q = p + i * kBlock;
       const int64_t m = std::min(kBlock, n - i * kBlock);

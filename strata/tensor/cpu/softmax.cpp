@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <limits>
 
-#include <strata/tensor/cpu/parallel_for.h>
+#include <strata/tensor/cpu/clones.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -78,7 +78,7 @@ template <class F>
 void for_each_tile(int64_t outer, int64_t n, int64_t inner, F&& fn) {
   const int64_t tiles = (inner + kTile - 1) / kTile;
   const int64_t work = std::max<int64_t>(1, n * std::min(inner, kTile));
-  parallel_for(outer * tiles, std::max<int64_t>(1, 16384 / work), [&](int64_t b, int64_t e) {
+  parallel_for_simd(outer * tiles, std::max<int64_t>(1, 16384 / work), [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t o = t / tiles, c0 = (t % tiles) * kTile;
       fn(o * n * inner + c0, std::min(kTile, inner - c0));
@@ -94,7 +94,7 @@ void softmax_kernel(const Tensor& x, Tensor& y, int64_t outer, int64_t n, int64_
     const scalar_t* xp = x.data<scalar_t>();
     scalar_t* yp = y.data<scalar_t>();
     if (inner == 1) {
-      parallel_for(outer, std::max<int64_t>(1, 16384 / n), [&](int64_t b, int64_t e) {
+      parallel_for_simd(outer, std::max<int64_t>(1, 16384 / n), [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) softmax_row(xp + r * n, yp + r * n, n, log);
       });
     } else {
@@ -111,7 +111,7 @@ void softmax_backward_kernel(const Tensor& dy, const Tensor& y, Tensor& dx, int6
     const scalar_t* yp = y.data<scalar_t>();
     scalar_t* dp = dx.data<scalar_t>();
     if (inner == 1) {
-      parallel_for(outer, std::max<int64_t>(1, 16384 / n), [&](int64_t b, int64_t e) {
+      parallel_for_simd(outer, std::max<int64_t>(1, 16384 / n), [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) softmax_backward_row(gp + r * n, yp + r * n, dp + r * n, n, log);
       });
     } else {
