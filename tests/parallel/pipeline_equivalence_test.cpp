@@ -201,7 +201,7 @@ TEST(PipelineCheckpoint, Pp2SavesGlobalNamesAndResumesAtPp1AndPp4) {
   });
   {  // pp 1: one process loads every tensor and steps on the whole batch
     auto model = pp_gpt(c3);
-    auto opt = tp::adamw_small_lr(model->named_parameters());
+    auto opt = tp::adamw(model->named_parameters());
     ShardedCheckpointReader ck(dir);
     load_replicated(ck, *model, opt.get());
     auto [x, y] = make_batch("gpt", c3.batch(), 2);

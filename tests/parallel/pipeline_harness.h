@@ -67,7 +67,7 @@ struct PpRun {
 inline PpRun pp_reference(const PpCase& c) {
   PpRun r;
   auto model = pp_gpt(c);
-  auto opt = tp::adamw_small_lr(model->named_parameters());
+  auto opt = tp::adamw(model->named_parameters());
   for (int s = 0; s < c.steps; ++s) {
     auto [x, y] = make_batch("gpt", c.batch(), s);
     Tensor loss = model->loss(x, y);
@@ -96,7 +96,7 @@ inline std::unique_ptr<parallel::ParallelModel> pp_parallelize(std::shared_ptr<c
                                 .tp_plan = {},
                                 .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
                                 .pp_plan = std::move(plan),
-                                .make_optimizer = tp::adamw_small_lr});
+                                .make_optimizer = tp::adamw});
 }
 
 /// This rank's dp share of step s's batch (rows [dp_rank * B/dp, ...)).

@@ -107,7 +107,7 @@ struct Run {
 inline Run reference(const Case& c) {
   Run r;
   auto model = gpt(c);
-  auto opt = tp::adamw_small_lr(model->named_parameters());
+  auto opt = tp::adamw(model->named_parameters());
   for (int s = 0; s < c.steps; ++s) {
     auto [x, y] = st::make_batch("gpt", c.batch, s);
     Tensor loss = model->loss(x, y);
@@ -135,7 +135,7 @@ inline std::unique_ptr<ParallelModel> build(std::shared_ptr<comm::ProcessGroup> 
                       .tp_plan = c.tp > 1 ? tp_plan(gpt_config(c), c.sp) : TpPlan{},
                       .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
                       .pp_plan = std::move(plan),
-                      .make_optimizer = tp::adamw_small_lr});
+                      .make_optimizer = tp::adamw});
 }
 
 /// This rank's run of steps [c.first, c.steps): each dp rank its rows of the global batch;
