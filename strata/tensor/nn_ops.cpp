@@ -174,7 +174,7 @@ void check_pool_grad(const Tensor& dy, const Shape& x_shape, const Pool2dParams&
 
 // qkv (B, T, 3*H*hd) with q|k|v of H heads each: checks it, returns H.
 int64_t attention_heads(const Tensor& qkv, int64_t head_dim, const char* op) {
-  check_float(qkv, op, "qkv");
+  check_float16(qkv, op, "qkv");
   STRATA_CHECK(qkv.dim() == 3, "[", op, "] expects qkv (B, T, 3*H*hd), got ", shape_str(qkv.shape()));
   STRATA_CHECK(head_dim > 0 && qkv.size(2) % (3 * head_dim) == 0, "[", op, "] qkv width ", qkv.size(2),
                " is not 3 * heads * head_dim (head_dim ", head_dim, ")");
@@ -478,7 +478,12 @@ std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim) 
   Tensor y = empty({B, T, H * head_dim}, qkv.dtype(), d);
   Tensor probs = empty({B, H, T, T}, qkv.dtype(), d);
   (void)kComposedAttentionRegistered;
-  kAttention(d)(contiguous(qkv), y, probs, head_dim);
+  // 16-bit on the CPU: the composition, whose matmuls and softmax widen inside their
+  // kernels (the fused kernel is f32/f64); probabilities are kept in 16 bits
+  if (is_16bit(qkv.dtype()))
+    detail::composed_causal_attention(contiguous(qkv), y, probs, head_dim);
+  else
+    kAttention(d)(contiguous(qkv), y, probs, head_dim);
   return {y, probs};
 }
 
@@ -493,7 +498,10 @@ Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tens
                ")");
   const Device d = common_device("causal_attention_backward", dy, qkv, probs);
   Tensor dqkv = empty(qkv.shape(), qkv.dtype(), d);
-  kAttentionBwd(d)(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
+  if (is_16bit(qkv.dtype()))
+    detail::composed_causal_attention_backward(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
+  else
+    kAttentionBwd(d)(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
   return dqkv;
 }
 
