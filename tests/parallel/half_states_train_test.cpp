@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 
 #include <strata/comm/local.h>
 #include <strata/core/memory.h>
@@ -110,6 +111,8 @@ struct Result {
   nn::NamedTensors state;
   parallel::MemoryPlan measured{};  // this rank's static bytes after the last step (before zero_grad)
   std::vector<int64_t> units;       // ZeRO: the flat units' element counts
+  int64_t reduce_bytes = 0;  // all-reduce + reduce-scatter bytes this rank sent in the last step
+  int64_t gather_bytes = 0;  // all-gather bytes this rank sent in the last step
 };
 
 constexpr int kSteps = 4;
@@ -138,10 +141,15 @@ int64_t mem(MemCategory c) { return cpu_memory().stats(c).current; }
 // of the allocator's counters over all ranks (they share it) divided by N after the last
 // optimizer step, with the model's buffers and the batch excluded by measuring from a
 // barrier after the model is built. Returns rank-averaged losses.
-Result layout(comm::ProcessGroup& g, const std::string& kind, int stage) {
+Result layout(comm::ProcessGroup& g, const std::string& kind, int stage, DType dt = DType::bf16) {
   const int n = g.size(), rank = g.rank();
   auto model = make_model(kind, rank == 0 ? kModelSeed : kModelSeed + 77 * uint64_t(rank));
-  model->to(DType::bf16);
+  model->to(dt);
+  auto sent = [&] {
+    const comm::CommStats st = g.stats();
+    return std::pair{st[comm::OpKind::all_reduce].bytes_sent + st[comm::OpKind::reduce_scatter].bytes_sent,
+                     st[comm::OpKind::all_gather].bytes_sent};
+  };
   std::shared_ptr<comm::ProcessGroup> world(&g, [](comm::ProcessGroup*) {});
   const parallel::ParallelDims dims = parallel::ParallelDims{.zero_stage = stage}.resolve(n);
   auto pm = parallel::parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
@@ -151,12 +159,17 @@ Result layout(comm::ProcessGroup& g, const std::string& kind, int stage) {
   Result r;
   for (int s = 0; s < kSteps; ++s) {
     auto [x, y] = make_batch(kind, kBatch, s);
-    Tensor xs = input_for(ops::narrow(x, 0, rank * per, per), DType::bf16), ys = ops::narrow(y, 0, rank * per, per);
+    Tensor xs = input_for(ops::narrow(x, 0, rank * per, per), dt), ys = ops::narrow(y, 0, rank * per, per);
     Tensor loss = pm->forward_with([&] { return batch_loss(*model, xs, ys); });
-    r.losses.push_back(rank_mean(g, loss.item<double>()));
+    const double lv = loss.item<double>();
+    const auto before = sent();
     backward(loss);
     pm->finalize();
     pm->step();
+    const auto after = sent();
+    r.reduce_bytes = after.first - before.first;
+    r.gather_bytes = after.second - before.second;
+    r.losses.push_back(rank_mean(g, lv));
     if (s + 1 == kSteps) {
       g.barrier().wait();
       loss = Tensor();
@@ -226,6 +239,37 @@ TEST(HalfStatesLayouts, DdpMatchesOneProcessAndPlan) {
 TEST(HalfStatesLayouts, Zero123MatchOneProcessAndPlan) {
   for (int stage : {1, 2, 3})
     for (int n : {2, 4}) check_layout("gpt", stage, n);
+}
+
+// Bytes sent per step. Parameters travel in 16 bits: ZeRO's all-gathers, counted on the
+// ring algorithm (real messages), move exactly half the f32 bytes. Gradients are reduced
+// in 16 bits by the native backends (local: f32 accumulation, rounded once; the bytes
+// modelled as the payload a ring would move): half as well. The host ring/tree algorithms
+// stage 16-bit reductions through f32 (accumulate and send f32, round once: FSDP's
+// reduce_dtype=f32), so there the reduction's bytes equal f32's (docs/precision.md).
+TEST(HalfStatesLayouts, BytesSentPerStepHalveAgainstF32) {
+  for (int stage : {0, 1, 2, 3})
+    for (comm::Algorithm algo : {comm::Algorithm::ring, comm::Algorithm::native}) {
+      std::map<DType, Result> got;
+      for (DType dt : {DType::f32, DType::bf16}) {
+        std::vector<Result> per_rank(2);
+        comm::run_local(2, [&](comm::ProcessGroup& g) { per_rank[size_t(g.rank())] = layout(g, "gpt", stage, dt); },
+                        comm::CommOptions{.algorithm = algo, .timeout_s = 120});
+        got[dt] = per_rank[0];
+      }
+      const Result &f = got[DType::f32], &h = got[DType::bf16];
+      const bool ring = algo == comm::Algorithm::ring;
+      EXPECT_GT(f.reduce_bytes, 0) << "stage " << stage;
+      EXPECT_EQ(2 * h.gather_bytes, f.gather_bytes) << "stage " << stage;
+      EXPECT_EQ((ring ? 1 : 2) * h.reduce_bytes, f.reduce_bytes) << "stage " << stage << (ring ? " ring" : " native");
+      if (stage > 0) {
+        EXPECT_GT(f.gather_bytes, 0) << "stage " << stage;
+      }
+      std::printf("[bf16_params] stage %d N=2 %s: bytes per step per rank: reduce f32 %lld bf16 %lld, gather f32 "
+                  "%lld bf16 %lld\n",
+                  stage, ring ? "ring (counted)" : "native (modelled)", (long long)f.reduce_bytes,
+                  (long long)h.reduce_bytes, (long long)f.gather_bytes, (long long)h.gather_bytes);
+    }
 }
 
 }  // namespace
