@@ -24,7 +24,7 @@ void read_run(const ConfigNode& n, RunSection& s) {
   s.device = n.get("device", s.device);
   if (!try_parse_device(s.device)) n.fail("device", not_a_device(s.device));
   s.precision = n.get("precision", s.precision);
-  n.one_of("precision", s.precision, {"f32", "bf16", "f16"});
+  n.one_of("precision", s.precision, {"f32", "bf16", "f16", "bf16_params"});
   s.log_level = n.get("log_level", s.log_level);
   if (!s.log_level.empty()) (void)parse_log_level(s.log_level, n.key_path("log_level"));
   s.peak_flops = n.get("peak_flops", s.peak_flops);
@@ -322,6 +322,15 @@ void TrainConfig::validate() const {
   if (comm_backend == "mpi" && !dev.is_cpu())
     config_fail("comm.backend", "mpi cannot move CUDA tensors (run.device is '" + run.device +
                                     "'); use nccl, the default for a CUDA device");
+  if (run.precision == "bf16_params" && !dev.is_cpu())
+    config_fail("run.precision", "bf16_params runs on the CPU only: the CUDA backend has no bf16 layer norm, "
+                                 "softmax, cross-entropy or fused bf16 optimizer kernels yet (use bf16 autocast there)");
+  if (run.precision == "bf16_params" && model.type == "cnn")
+    config_fail("run.precision", "bf16_params has no 16-bit convolution, pooling or batch norm kernels yet: use it "
+                                 "with model.type gpt or mlp (or bf16 autocast for the CNN)");
+  if (run.precision == "bf16_params" && (parallel.dims.tp > 1 || parallel.dims.pp > 1 || parallel.thread_replicas()))
+    config_fail("run.precision", "bf16_params works with DDP and ZeRO-1/2/3 on the data-parallel dimension; with "
+                                 "parallel.tp > 1, parallel.pp > 1 or parallel.replicas it is not implemented yet");
   if (run.precision == "f16" && parallel.dims.zero_stage > 0)
     config_fail("run.precision", "f16 needs loss scaling, whose overflow check ZeRO's sharded gradients would have "
                                  "to agree on across ranks, which is not implemented; use bf16 (no scaler needed)");

@@ -41,7 +41,10 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "else `cuda:0`. Needs a CUDA build."},
     {"run.precision", "string", "f32",
      "`f32`, `bf16` or `f16`: forward and loss under autocast with f32 master weights; `f16` adds dynamic loss "
-     "scaling. On the CPU 16-bit types are emulated (rounded, f32 arithmetic)."},
+     "scaling. On the CPU 16-bit types are emulated (rounded, f32 arithmetic). `bf16_params`: 16-bit model "
+     "states (docs/precision.md): the model's parameters, activations and gradients are bf16 (2 bytes each, also on "
+     "the CPU), gradients are all-reduced / reduce-scattered in bf16, and the optimizer keeps f32 master weights "
+     "and f32 moments (ZeRO shards them), writing back rounded bf16 parameters."},
     {"run.log_level", "string", "\"\"",
      "`trace`, `debug`, `info`, `warn`, `error`, `critical` or `off`; empty = `info` on rank 0, `warn` elsewhere. "
      "`$STRATA_LOG_LEVEL` overrides it."},

@@ -27,6 +27,10 @@ parallel::MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const nn::Mo
   in.world_size = world;
   in.zero_stage = stage;
   in.ddp_bucket_bytes = ddp_buckets && !cfg.parallel.ddp.gradient_as_bucket_view ? bytes : 0;
+  if (cfg.run.precision == "bf16_params") {  // the model may still be the f32 build (strata plan)
+    in = parallel::sixteen_bit_states(in);
+    if (in.ddp_bucket_bytes > 0) in.ddp_bucket_bytes = 2 * elements;  // bf16 buckets
+  }
   return in;
 }
 

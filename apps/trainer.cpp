@@ -49,7 +49,8 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   const ProgressStyle style =
       choose_progress_style(::isatty(STDOUT_FILENO) != 0, comm::launched_by_mpi(), std::getenv("STRATA_PROGRESS"));
   device_ = resolve_device(cfg_.run);
-  if (cfg_.run.precision != "f32") autocast_ = cfg_.run.precision == "bf16" ? DType::bf16 : DType::f16;
+  if (cfg_.run.precision == "bf16" || cfg_.run.precision == "f16")
+    autocast_ = cfg_.run.precision == "bf16" ? DType::bf16 : DType::f16;
   if (cfg_.run.precision == "f16") scaler_.emplace();
 
   std::shared_ptr<comm::ProcessGroup> world = init_world(cfg_, device_);
@@ -79,6 +80,8 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   data_ = build_data(cfg_);
   Generator init_gen(cfg_.run.seed);
   model_ = build_model(cfg_, init_gen);
+  // 16-bit model states: the f32 init rounded once; the optimizer keeps f32 masters of them
+  if (cfg_.run.precision == "bf16_params") model_->to(DType::bf16);
   if (!device_.is_cpu()) model_->to(device_);  // before the optimizer: its state follows the parameters
   // The whole model's size and FLOPs, before tensor and pipeline parallelism leave this
   // rank a shard of its stages.
@@ -255,6 +258,8 @@ data::Batch Trainer::on_device(data::Batch b) const {
     b.input = b.input.to(device_);
     b.target = b.target.to(device_);
   }
+  // 16-bit model states: floating inputs (images) enter a bf16 model as bf16; tokens stay i64
+  if (cfg_.run.precision == "bf16_params" && b.input.dtype() == DType::f32) b.input = ops::to_dtype(b.input, DType::bf16);
   return b;
 }
 
@@ -431,9 +436,11 @@ EvalResult Trainer::train() {
                 (long long)data_.train->size(), (long long)data_.eval->size(), data_.eval_split.c_str(),
                 cfg_.optim.name.c_str(), cfg_.optim.lr, (long long)total_steps_, (long long)steps_per_epoch_,
                 get_num_threads());
-    if (!device_.is_cpu() || autocast_)
+    if (!device_.is_cpu() || cfg_.run.precision != "f32")
       std::printf("device: %s | precision: %s%s\n", device_.str().c_str(), cfg_.run.precision.c_str(),
-                  scaler_ ? " (autocast, dynamic loss scaling)" : autocast_ ? " (autocast)" : "");
+                  scaler_     ? " (autocast, dynamic loss scaling)"
+                  : autocast_ ? " (autocast)"
+                              : cfg_.run.precision == "bf16_params" ? " (16-bit model states, f32 master weights)" : "");
     std::printf("flops: %.3g GFLOP per step (model) | peak %.1f GFLOP/s per rank (%s)\n", flops_per_step_ / 1e9,
                 peak_flops_ / 1e9, cfg_.run.peak_flops > 0 ? "run.peak_flops" : "measured GEMM");
     std::printf("layout: %s | %s | %lld samples per dp rank per step\n", pm_->dims().str().c_str(),

@@ -4,6 +4,7 @@
 #include <strata/autograd/autocast.h>
 #include <strata/autograd/functions.h>
 #include <strata/autograd/lambda_node.h>
+#include <strata/tensor/half_ops.h>
 
 namespace strata {
 namespace {
@@ -118,9 +119,10 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
   auto [loss, probs] = ops::cross_entropy(l2, t2, ignore_index);
   if (!any_requires_grad(logits)) return loss;
   const Shape ls = logits.shape();
+  const DType ldt = logits.dtype();  // bf16/f16 logits: f32 loss and probs, 16-bit gradient
   SavedTensor st(t2);
   return record_fn("CrossEntropyBackward", loss, {logits}, [=, probs = probs](const Tensor& g) {
-    Tensor d = ops::cross_entropy_backward(g, probs, st.get("CrossEntropyBackward"), ignore_index);
+    Tensor d = ops::cross_entropy_backward(g, probs, st.get("CrossEntropyBackward"), ignore_index, ldt);
     return std::vector{ops::reshape(d, ls)};
   });
 }

@@ -2,6 +2,7 @@
 #include <strata/optim/adam.h>
 
 #include <strata/autograd/grad_mode.h>
+#include <strata/tensor/half_ops.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::optim {
@@ -30,7 +31,11 @@ void Adam::step() {
     g = ops::contiguous(g);
     Tensor m = state(i, 0), v = state(i, 1);  // handles: state() may grow the slot vector
     const int64_t t = ++param_steps_[i];
-    ops::adam_step_(p, g, m, v, {lr(), opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, t, decoupled_});
+    const ops::AdamParams ap{lr(), opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, t, decoupled_};
+    if (Tensor w = master(i); w.defined())
+      ops::adam_step_mixed_(w, p, g, m, v, ap);  // f32 master step, p = its rounding
+    else
+      ops::adam_step_(p, g, m, v, ap);
   }
   count_step();
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include <strata/core/memory.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::optim {
@@ -18,6 +19,53 @@ Optimizer::Optimizer(NamedTensors named_params, double lr) : params_(std::move(n
   }
   param_steps_.assign(params_.size(), 0);
   states_.resize(params_.size());
+  masters_.resize(params_.size());
+  reload_masters_from_params();
+}
+
+namespace {
+bool is_16bit(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
+}  // namespace
+
+DType Optimizer::state_dtype(size_t i) const {
+  return masters_[i].defined() ? DType::f32 : params_[i].second.dtype();
+}
+
+bool Optimizer::has_masters() const {
+  for (const Tensor& m : masters_)
+    if (m.defined()) return true;
+  return false;
+}
+
+NamedTensors Optimizer::named_masters() const {
+  NamedTensors out;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (masters_[i].defined()) out.emplace_back(params_[i].first, masters_[i]);
+  return out;
+}
+
+void Optimizer::reload_masters_from_params() {
+  MemoryScope scope(MemCategory::optimizer);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].second;
+    if (!is_16bit(p.dtype())) continue;
+    if (!masters_[i].defined()) masters_[i] = ops::empty(p.shape(), DType::f32, p.device());
+    ops::copy_(masters_[i], p);  // exact: every 16-bit value is an f32
+  }
+}
+
+void Optimizer::set_weight(const std::string& name, const Tensor& value) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].first != name) continue;
+    Tensor& p = params_[i].second;
+    STRATA_CHECK(value.defined() && value.shape() == p.shape() && is_floating(value.dtype()), "[",
+                 type_name(), "::set_weight] '", name, "': value ", value.defined() ? value.str() : "undefined",
+                 " does not fit parameter ", p.str());
+    if (masters_[i].defined()) ops::copy_(masters_[i], value);
+    ops::copy_(p, masters_[i].defined() ? masters_[i] : value);  // rounds to nearest even once
+    return;
+  }
+  STRATA_THROW(Error, "[", type_name(), "::set_weight] no parameter named '", name, "'");
 }
 
 void Optimizer::zero_grad() {
@@ -31,7 +79,7 @@ Tensor& Optimizer::state(size_t i, size_t k, bool* created) {
   if (created) *created = !s.defined();
   if (!s.defined()) {
     MemoryScope scope(MemCategory::optimizer);
-    s = ops::zeros(params_[i].second.shape(), params_[i].second.dtype(), params_[i].second.device());
+    s = ops::zeros(params_[i].second.shape(), state_dtype(i), params_[i].second.device());
   }
   return s;
 }
@@ -81,9 +129,12 @@ void Optimizer::load_state_dict(const OptimizerState& st) {
       continue;
     }
     const Tensor& p = params_[it->second].second;
-    if (!t.defined() || t.shape() != p.shape() || t.dtype() != p.dtype()) {
+    // 16-bit parameters keep f32 state; a checkpoint's f32 state loads into f32 or 16-bit
+    // parameters alike (precisions move both ways), other dtypes must match
+    const DType want = state_dtype(it->second);
+    if (!t.defined() || t.shape() != p.shape() || t.dtype() != want) {
       problems.push_back("tensor " + full + " is " + (t.defined() ? t.str() : "undefined") + ", parameter is " +
-                         p.str());
+                         p.str() + " (state " + dtype_name(want) + ")");
       continue;
     }
     if (plan[it->second][k]) {

@@ -2,6 +2,7 @@
 #include <strata/optim/sgd.h>
 
 #include <strata/autograd/grad_mode.h>
+#include <strata/tensor/half_ops.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::optim {
@@ -31,8 +32,11 @@ void SGD::step() {
     Tensor buf;
     bool first = false;
     if (opt_.momentum != 0) buf = state(i, 0, &first);
-    ops::sgd_step_(p, g, buf,
-                   {lr(), opt_.momentum, opt_.dampening, opt_.weight_decay, opt_.nesterov, first});
+    const ops::SgdParams sp{lr(), opt_.momentum, opt_.dampening, opt_.weight_decay, opt_.nesterov, first};
+    if (Tensor w = master(i); w.defined())
+      ops::sgd_step_mixed_(w, p, g, buf, sp);  // f32 master step, p = its rounding
+    else
+      ops::sgd_step_(p, g, buf, sp);
     ++param_steps_[i];
   }
   count_step();

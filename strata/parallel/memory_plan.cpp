@@ -34,6 +34,13 @@ int64_t tp_rank_elements(const MemoryPlanInput& in) {
   return in.tp_sharded_elements / in.tp + (in.param_elements - in.tp_sharded_elements);
 }
 
+MemoryPlanInput sixteen_bit_states(MemoryPlanInput in) {
+  in.bytes_per_element = 2;
+  in.state_bytes_per_element = 4;
+  in.master_bytes_per_element = 4;
+  return in;
+}
+
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
   STRATA_CHECK(in.param_elements >= 0, "[plan_memory] param_elements must be >= 0, got ", in.param_elements);
   STRATA_CHECK(in.bytes_per_element >= 1, "[plan_memory] bytes_per_element must be >= 1, got ", in.bytes_per_element);
@@ -41,6 +48,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   STRATA_CHECK(in.world_size >= 1, "[plan_memory] world_size must be >= 1, got ", in.world_size);
   STRATA_CHECK(in.zero_stage >= 0 && in.zero_stage <= 3, "[plan_memory] zero_stage must be 0..3, got ",
                in.zero_stage);
+  STRATA_CHECK(in.state_bytes_per_element >= 0 && in.master_bytes_per_element >= 0,
+               "[plan_memory] state and master bytes per element must be >= 0, got ", in.state_bytes_per_element,
+               " and ", in.master_bytes_per_element);
   STRATA_CHECK(in.ddp_bucket_bytes >= 0, "[plan_memory] ddp_bucket_bytes must be >= 0, got ", in.ddp_bucket_bytes);
   const int64_t psi = tp_rank_elements(in);  // Ψ of this tp rank (all of it at tp 1)
   int64_t sharded = 0;                       // Ψ': elements per rank of the padded flat shards
@@ -59,7 +69,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   MemoryPlan p;
   p.params = in.zero_stage >= 3 ? shard : full;
   p.grads = in.zero_stage >= 2 ? shard : full;
-  p.optimizer = int64_t(in.optimizer_states) * (in.zero_stage >= 1 ? shard : full);
+  const int64_t state_b = in.state_bytes_per_element > 0 ? in.state_bytes_per_element : b;
+  const int64_t k = int64_t(in.optimizer_states) * state_b + in.master_bytes_per_element;  // K bytes per element
+  p.optimizer = k * (in.zero_stage >= 1 ? sharded : psi);
   p.comm = in.zero_stage == 0 ? in.ddp_bucket_bytes : 0;
   return p;
 }

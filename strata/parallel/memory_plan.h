@@ -13,8 +13,14 @@ namespace strata::parallel {
 /// What the plan depends on. Ψ = param_elements.
 struct MemoryPlanInput {
   int64_t param_elements = 0;     ///< Ψ: sum of numel over the model's parameters
-  int64_t bytes_per_element = 4;  ///< element size of params, grads and optimizer state (f32: 4)
+  int64_t bytes_per_element = 4;  ///< element size of params and grads (f32: 4, 16-bit model states: 2)
   int optimizer_states = 2;       ///< state tensors per parameter (optimizer_state_count())
+  /// Element size of each optimizer state tensor; 0 = bytes_per_element. 16-bit model
+  /// states keep f32 state: 4.
+  int64_t state_bytes_per_element = 0;
+  /// Bytes per parameter element of the optimizer's master weights, sharded like its
+  /// state: 4 (f32 masters) for 16-bit model states, else 0.
+  int64_t master_bytes_per_element = 0;
   int world_size = 1;             ///< N data-parallel ranks, >= 1
   int zero_stage = 0;             ///< 0 (plain DDP) .. 3
   /// Stage 0 only: bytes of DDP's bucket buffers, one flat copy of the grads (4Ψ for
@@ -52,15 +58,24 @@ int64_t sharded_elements(std::span<const int64_t> units, int world);
 /// with momentum > 0 (momentum_buffer) else 0. strata::Error on an unknown name.
 int optimizer_state_count(const std::string& optim_name, double momentum = 0.0);
 
+/// The input for 16-bit model states (bf16/f16 params and grads, f32 masters and f32
+/// optimizer state): B = 2, state element 4, master 4. With Adam K = 4 + 8 = 12 as in the
+/// ZeRO paper: DDP 2Ψ + 2Ψ + 12Ψ (+ 2Ψ 16-bit buckets = 18Ψ), ZeRO-1 (2 + 2 + 12/N)Ψ,
+/// ZeRO-2 (2 + 14/N)Ψ, ZeRO-3 16Ψ/N.
+MemoryPlanInput sixteen_bit_states(MemoryPlanInput in);
+
 /// Per-rank bytes for in.zero_stage at in.world_size ranks, with B = bytes_per_element,
-/// S = optimizer_states and Ψ' = sharded_elements(flat_units, N) (≈ Ψ/N); under tensor
+/// S = optimizer_states (state element size B_s = state_bytes_per_element or B, master
+/// bytes M = master_bytes_per_element, so the optimizer holds K = S·B_s + M bytes per
+/// element) and Ψ' = sharded_elements(flat_units, N) (≈ Ψ/N); under tensor
 /// parallelism (tp > 1) Ψ below is this tp rank's tp_rank_elements(), which ZeRO shards
 /// over the dp ranks (flat_units then sum to it):
-///   stage 0: params BΨ,  grads BΨ,  optimizer S·BΨ,  comm ddp_bucket_bytes
-///   stage 1: params BΨ,  grads BΨ,  optimizer S·BΨ'
-///   stage 2: params BΨ,  grads BΨ', optimizer S·BΨ'
-///   stage 3: params BΨ', grads BΨ', optimizer S·BΨ'
-/// (f32 + Adam: 16Ψ (+4Ψ), 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N.) Static state only: activations,
+///   stage 0: params BΨ,  grads BΨ,  optimizer KΨ,  comm ddp_bucket_bytes
+///   stage 1: params BΨ,  grads BΨ,  optimizer KΨ'
+///   stage 2: params BΨ,  grads BΨ', optimizer KΨ'
+///   stage 3: params BΨ', grads BΨ', optimizer KΨ'
+/// (f32 + Adam: 16Ψ (+4Ψ), 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N; 16-bit states + Adam: see
+/// sixteen_bit_states.) Static state only: activations,
 /// transient gathers and collective scratch are not counted. strata::Error (STRATA_CHECK)
 /// on a bad input (negative counts, N < 1, stage outside 0..3, units not summing to Ψ).
 MemoryPlan plan_memory(const MemoryPlanInput& in);

@@ -24,12 +24,17 @@ std::vector<ShardPiece> ZeroDataParallel::state_pieces() const {
   const auto& s = *s_;
   std::vector<ShardPiece> out;
   std::unordered_map<std::string, std::pair<int, const ShardSlice*>> slice_of;  // param name -> (unit, slice)
+  // 16-bit model states: the checkpoint holds this rank's slices of the f32 masters
+  std::unordered_map<std::string, Tensor> masters;
+  for (const auto& [n, m] : s.optimizer->named_masters()) masters.emplace(n, m);
   for (size_t k = 0; k < s.units.size(); ++k)
     for (const ShardSlice& sl : s.units[k].slices) {
       const std::string& name = s.names[size_t(sl.param)];
       slice_of[name] = {int(k), &sl};
+      auto m = masters.find(name);
       out.push_back({name, s.shapes[size_t(sl.param)], sl.param_begin, sl.param_end,
-                     slice1d(s.units[k].param_shard, sl.shard_offset, sl.size())});
+                     m != masters.end() ? ops::flatten(m->second)
+                                        : slice1d(s.units[k].param_shard, sl.shard_offset, sl.size())});
     }
   // Optimizer state tensors are named "<state>.<param>" and shaped like this rank's slice.
   for (auto& [sname, t] : s.optimizer->state_dict().tensors) {
@@ -70,7 +75,10 @@ void ZeroDataParallel::load_state(const RangeReader& read, const nlohmann::json*
       for (const ShardSlice& sl : u.slices)
         for (const auto& kind : kinds) {
           const std::string name = kind + "." + s.names[size_t(sl.param)];
-          st.tensors.emplace_back(name, read(name, sl.param_begin, sl.param_end));
+          Tensor v = read(name, sl.param_begin, sl.param_end);
+          // state is f32 for 16-bit parameters (a checkpoint of another precision converts)
+          const DType want = u.dtype == DType::bf16 || u.dtype == DType::f16 ? DType::f32 : u.dtype;
+          st.tensors.emplace_back(name, v.dtype() == want ? v : ops::to_dtype(v, want));
         }
   }
   // Apply: the optimizer first (load_state_dict checks everything before it changes
@@ -83,7 +91,11 @@ void ZeroDataParallel::load_state(const RangeReader& read, const nlohmann::json*
   for (auto& u : s.units)
     for (const ShardSlice& sl : u.slices) {
       Tensor dst = slice1d(u.param_shard, sl.shard_offset, sl.size());
-      ops::copy_(dst, ops::reshape(param_vals[i], {sl.size()}));
+      Tensor v = ops::reshape(param_vals[i], {sl.size()});
+      ops::copy_(dst, v);  // rounds wider values into 16-bit parameters
+      // the optimizer's f32 masters take the checkpoint's values exactly (f32 masters of a
+      // 16-bit run, an f32 run's weights, or 16-bit weights widened)
+      if (u.dtype == DType::bf16 || u.dtype == DType::f16) s.optimizer->set_weight(s.names[size_t(sl.param)], v);
       param_vals[i++] = Tensor();
     }
   for (size_t b = 0; b < bufs.size(); ++b) {

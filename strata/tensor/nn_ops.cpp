@@ -15,6 +15,7 @@
 #include <strata/tensor/cpu/pool.h>
 #include <strata/tensor/cpu/softmax.h>
 #include <strata/tensor/dispatch.h>
+#include <strata/tensor/half_ops.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::ops {
@@ -80,6 +81,19 @@ void check_float(const Tensor& t, const char* op, const char* what) {
                t.str());
 }
 
+bool is_16bit(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
+
+// check_float, plus f16/bf16 on the CPU (whose kernels widen them to f32 inside).
+void check_float16(const Tensor& t, const char* op, const char* what) {
+  STRATA_CHECK(t.defined(), "[", op, "] ", what, " is undefined");
+  if (is_16bit(t.dtype()) && t.device().is_cpu()) return;
+  STRATA_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, "[", op, "] ", what, " must be f32 or f64",
+               (t.device().is_cpu() ? " (or bf16/f16)" : " on this device"), ", got ", t.str());
+}
+
+// The dtype statistics and losses of x are kept in: f32 for 16-bit x, else x's.
+DType stat_dtype(DType dt) { return is_16bit(dt) ? DType::f32 : dt; }
+
 void check_same(const Tensor& a, const Tensor& b, const char* op, const char* what) {
   STRATA_CHECK(b.shape() == a.shape(), "[", op, "] ", what, " shape ", shape_str(b.shape()), " does not match ",
                shape_str(a.shape()));
@@ -107,7 +121,7 @@ std::tuple<int64_t, int64_t, int64_t> split_at(const Shape& s, int64_t d) {
 
 Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
-  check_float(x, op, "input");
+  check_float16(x, op, "input");
   const int64_t d = wrap_dim(dim, x.dim(), op);
   const auto [outer, n, inner] = split_at(x.shape(), d);
   Tensor xc = contiguous(x);
@@ -118,7 +132,7 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
 
 Tensor softmax_backward_impl(const Tensor& dy, const Tensor& y, int64_t dim, bool log) {
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
-  check_float(y, op, "output");
+  check_float16(y, op, "output");
   check_same(y, dy, op, "grad");
   common_device(op, dy, y);
   const int64_t d = wrap_dim(dim, y.dim(), op);
@@ -160,7 +174,7 @@ void check_pool_grad(const Tensor& dy, const Shape& x_shape, const Pool2dParams&
 
 // qkv (B, T, 3*H*hd) with q|k|v of H heads each: checks it, returns H.
 int64_t attention_heads(const Tensor& qkv, int64_t head_dim, const char* op) {
-  check_float(qkv, op, "qkv");
+  check_float16(qkv, op, "qkv");
   STRATA_CHECK(qkv.dim() == 3, "[", op, "] expects qkv (B, T, 3*H*hd), got ", shape_str(qkv.shape()));
   STRATA_CHECK(head_dim > 0 && qkv.size(2) % (3 * head_dim) == 0, "[", op, "] qkv width ", qkv.size(2),
                " is not 3 * heads * head_dim (head_dim ", head_dim, ")");
@@ -182,23 +196,27 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim) {
 // ---------------------------------------------------------------- layer norm
 std::tuple<Tensor, Tensor, Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                               double eps) {
-  check_float(x, "layer_norm", "input");
+  check_float16(x, "layer_norm", "input");
   STRATA_CHECK(x.dim() >= 1, "[layer_norm] input must be at least 1-d");
   const int64_t C = x.size(-1), rows = C > 0 ? x.numel() / C : 0;
   check_vec(weight, C, x.dtype(), "layer_norm", "weight");
   check_vec(bias, C, x.dtype(), "layer_norm", "bias");
   const Device d = x.device();
   Tensor y = empty(x.shape(), x.dtype(), d);
-  Tensor mean = empty({rows}, x.dtype(), d), rstd = empty({rows}, x.dtype(), d);
+  const DType sdt = stat_dtype(x.dtype());
+  Tensor mean = empty({rows}, sdt, d), rstd = empty({rows}, sdt, d);
   kLayerNorm(d)(contiguous(x), contig_or_undef(weight), contig_or_undef(bias), y, mean, rstd, rows, C, eps);
   return {y, mean, rstd};
 }
 
 std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                                        const Tensor& rstd, const Tensor& weight, bool has_bias) {
-  check_float(x, "layer_norm_backward", "input");
+  check_float16(x, "layer_norm_backward", "input");
   check_same(x, dy, "layer_norm_backward", "grad");
   const int64_t C = x.size(-1), rows = C > 0 ? x.numel() / C : 0;
+  STRATA_CHECK(mean.dtype() == stat_dtype(x.dtype()) && rstd.dtype() == mean.dtype(),
+               "[layer_norm_backward] mean/rstd must be ", dtype_name(stat_dtype(x.dtype())), " for a ",
+               dtype_name(x.dtype()), " input, got ", dtype_name(mean.dtype()), " and ", dtype_name(rstd.dtype()));
   STRATA_CHECK(mean.numel() == rows && rstd.numel() == rows, "[layer_norm_backward] mean/rstd must have ", rows,
                " elements, got ", mean.numel(), " and ", rstd.numel());
   check_vec(weight, C, x.dtype(), "layer_norm_backward", "weight");
@@ -345,7 +363,7 @@ Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2dP
 
 // ---------------------------------------------------------------- embedding
 Tensor embedding(const Tensor& weight, const Tensor& idx) {
-  check_float(weight, "embedding", "weight");
+  check_float16(weight, "embedding", "weight");
   STRATA_CHECK(weight.dim() == 2, "[embedding] weight must be (V, D), got ", shape_str(weight.shape()));
   STRATA_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32, "[embedding] indices must be i64 or i32, got ",
                idx.str());
@@ -358,7 +376,7 @@ Tensor embedding(const Tensor& weight, const Tensor& idx) {
 }
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& idx, int64_t num_weights) {
-  check_float(dy, "embedding_backward", "grad");
+  check_float16(dy, "embedding_backward", "grad");
   STRATA_CHECK(dy.dim() == idx.dim() + 1 && dy.numel() == idx.numel() * dy.size(-1), "[embedding_backward] grad ",
                shape_str(dy.shape()), " does not match indices ", shape_str(idx.shape()), " + (D)");
   STRATA_CHECK(num_weights >= 0, "[embedding_backward] num_weights must be non-negative, got ", num_weights);
@@ -370,13 +388,14 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& idx, int64_t num_weigh
 
 // ---------------------------------------------------------------- cross-entropy
 std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index) {
-  check_float(logits, "cross_entropy", "logits");
+  check_float16(logits, "cross_entropy", "logits");
   STRATA_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),
                "[cross_entropy] expects logits (N,C) and target (N), got ", shape_str(logits.shape()), " and ",
                shape_str(target.shape()));
   const Device d = common_device("cross_entropy", logits, target);
-  Tensor loss = empty({}, logits.dtype(), d);
-  Tensor probs = empty(logits.shape(), logits.dtype(), d);
+  // 16-bit logits: the softmax, the probabilities kept for backward and the loss are f32
+  Tensor loss = empty({}, stat_dtype(logits.dtype()), d);
+  Tensor probs = empty(logits.shape(), stat_dtype(logits.dtype()), d);
   kCrossEntropy(d)(contiguous(logits), contiguous(target), ignore_index, loss, probs);
   return {loss, probs};
 }
@@ -384,13 +403,22 @@ std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& targ
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& probs, const Tensor& target,
                               int64_t ignore_index) {
   check_float(probs, "cross_entropy_backward", "probs");
+  return cross_entropy_backward(dloss, probs, target, ignore_index, probs.dtype());
+}
+
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& probs, const Tensor& target, int64_t ignore_index,
+                              DType gdt) {
+  check_float(probs, "cross_entropy_backward", "probs");
+  STRATA_CHECK(gdt == probs.dtype() || (is_16bit(gdt) && probs.dtype() == DType::f32 && probs.device().is_cpu()),
+               "[cross_entropy_backward] a ", dtype_name(gdt), " gradient needs ", dtype_name(gdt),
+               " probs, or f32 probs for bf16/f16 on the cpu; got ", probs.str());
   STRATA_CHECK(dloss.numel() == 1, "[cross_entropy_backward] dloss must have one element, got ",
                shape_str(dloss.shape()));
   STRATA_CHECK(probs.dim() == 2 && target.dim() == 1 && target.size(0) == probs.size(0),
                "[cross_entropy_backward] expects probs (N,C) and target (N), got ", shape_str(probs.shape()),
                " and ", shape_str(target.shape()));
   const Device d = common_device("cross_entropy_backward", dloss, probs, target);
-  Tensor dlogits = empty(probs.shape(), probs.dtype(), d);
+  Tensor dlogits = empty(probs.shape(), gdt, d);
   kCrossEntropyBwd(d)(dloss, contiguous(probs), contiguous(target), ignore_index, dlogits);
   return dlogits;
 }
@@ -450,7 +478,12 @@ std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim) 
   Tensor y = empty({B, T, H * head_dim}, qkv.dtype(), d);
   Tensor probs = empty({B, H, T, T}, qkv.dtype(), d);
   (void)kComposedAttentionRegistered;
-  kAttention(d)(contiguous(qkv), y, probs, head_dim);
+  // 16-bit on the CPU: the composition, whose matmuls and softmax widen inside their
+  // kernels (the fused kernel is f32/f64); probabilities are kept in 16 bits
+  if (is_16bit(qkv.dtype()))
+    detail::composed_causal_attention(contiguous(qkv), y, probs, head_dim);
+  else
+    kAttention(d)(contiguous(qkv), y, probs, head_dim);
   return {y, probs};
 }
 
@@ -465,13 +498,16 @@ Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tens
                ")");
   const Device d = common_device("causal_attention_backward", dy, qkv, probs);
   Tensor dqkv = empty(qkv.shape(), qkv.dtype(), d);
-  kAttentionBwd(d)(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
+  if (is_16bit(qkv.dtype()))
+    detail::composed_causal_attention_backward(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
+  else
+    kAttentionBwd(d)(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
   return dqkv;
 }
 
 // ---------------------------------------------------------------- dropout
 std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen) {
-  check_float(x, "dropout", "input");
+  check_float16(x, "dropout", "input");
   STRATA_CHECK(p >= 0 && p <= 1, "[dropout] p must be in [0, 1], got ", p);
   Tensor y = empty(x.shape(), x.dtype(), x.device());
   Tensor mask = empty(x.shape(), DType::u8, x.device());
@@ -481,7 +517,7 @@ std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen) {
 }
 
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, double p) {
-  check_float(dy, "dropout_backward", "grad");
+  check_float16(dy, "dropout_backward", "grad");
   STRATA_CHECK(mask.shape() == dy.shape() && mask.dtype() == DType::u8, "[dropout_backward] mask ", mask.str(),
                " does not match grad ", dy.str());
   Tensor dx = empty(dy.shape(), dy.dtype(), dy.device());

@@ -6,14 +6,15 @@
 #include <cmath>
 
 #include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
 namespace {
 
-template <class T>
-T keep_scale(double p) {
-  return p < 1 ? T(1.0 / (1.0 - p)) : T(0);
+template <class A>
+A keep_scale(double p) {
+  return p < 1 ? A(1.0 / (1.0 - p)) : A(0);
 }
 
 constexpr int64_t kLanes = 16;  // Philox blocks computed side by side (vectorised)
@@ -56,7 +57,8 @@ template <class T>
 void dropout_impl(const T* x, T* y, uint8_t* mask, int64_t n, double p, const Generator& gen, uint64_t base) {
   // keep iff Generator::to_unit(word) = (word >> 8) * 2^-24 >= float(p), i.e. (word >> 8) >= ceil(float(p) * 2^24)
   const uint32_t threshold = uint32_t(std::ceil(double(float(p)) * 16777216.0));
-  const T scale = keep_scale<T>(p);
+  using A = acc_t<T>;
+  const A scale = keep_scale<A>(p);
   const int64_t blocks = (n + 3) / 4, groups = (blocks + kLanes - 1) / kLanes;
   parallel_for_simd(groups, 64, [&, threshold, scale](int64_t b, int64_t e) {
     uint32_t words[4][kLanes], elem[4 * kLanes];
@@ -72,7 +74,7 @@ void dropout_impl(const T* x, T* y, uint8_t* mask, int64_t n, double p, const Ge
       for (int64_t j = 0; j < len; ++j) {
         const bool keep = (elem[j] >> 8) >= threshold;
         mg[j] = keep;
-        yg[j] = keep ? xg[j] * scale : T(0);
+        yg[j] = st<T>(keep ? ld(xg[j]) * scale : A(0));
       }
     }
   });
@@ -80,10 +82,11 @@ void dropout_impl(const T* x, T* y, uint8_t* mask, int64_t n, double p, const Ge
 
 template <class T>
 void dropout_backward_impl(const T* dy, const uint8_t* mask, T* dx, int64_t n, double p) {
-  const T scale = keep_scale<T>(p);
+  using A = acc_t<T>;
+  const A scale = keep_scale<A>(p);
   parallel_for_simd(n, 32768, [&](int64_t b, int64_t e) {
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) dx[i] = mask[i] ? dy[i] * scale : T(0);
+    for (int64_t i = b; i < e; ++i) dx[i] = st<T>(mask[i] ? ld(dy[i]) * scale : A(0));
   });
 }
 
@@ -91,14 +94,14 @@ void dropout_backward_impl(const T* dy, const uint8_t* mask, T* dx, int64_t n, d
 
 void dropout_kernel(const Tensor& x, Tensor& y, Tensor& mask, double p, const Generator& gen, uint64_t base) {
   if (x.numel() == 0) return;
-  STRATA_DISPATCH_FLOAT(x.dtype(), "dropout", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "dropout", [&] {
     dropout_impl<scalar_t>(x.data<scalar_t>(), y.data<scalar_t>(), mask.data<uint8_t>(), x.numel(), p, gen, base);
   });
 }
 
 void dropout_backward_kernel(const Tensor& dy, const Tensor& mask, Tensor& dx, double p) {
   if (dy.numel() == 0) return;
-  STRATA_DISPATCH_FLOAT(dy.dtype(), "dropout_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(dy.dtype(), "dropout_backward", [&] {
     dropout_backward_impl<scalar_t>(dy.data<scalar_t>(), mask.data<uint8_t>(), dx.data<scalar_t>(), dy.numel(), p);
   });
 }

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include <strata/tensor/cpu/loops.h>
+#include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -53,6 +54,8 @@ void for_each_block(const StridedPlan<N>& p, F&& fn) {
 // time within ~2x of a single variant.
 template <class TO, class... T>
 constexpr bool kSimd = std::is_floating_point_v<TO>;
+// The map functions read every operand through ld() and write through st<TO>(): the
+// functor computes in acc_t (f32 for f16/bf16 storage), widened in registers.
 
 // out = f(a) over out's shape, a broadcast.
 template <class TO, class TA, class F>
@@ -62,15 +65,15 @@ void map1(Tensor& out, const Tensor& a, F f) {
   TO* o = static_cast<TO*>(out.raw_data());
   const TA* pa = static_cast<const TA*>(a.raw_data());
   // flatten: the op functor and its math helpers are inlined into the loops
-  auto body = [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st)
+  auto body = [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& sd)
                   __attribute__((flatten)) {
     TO* op = o + off[0];
     const TA* ap = pa + off[1];
-    if (st[0] == 1 && st[1] == 1) {
+    if (sd[0] == 1 && sd[1] == 1) {
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) op[i] = f(ap[i]);
+      for (int64_t i = 0; i < n; ++i) op[i] = st<TO>(f(ld(ap[i])));
     } else {
-      for (int64_t i = 0; i < n; ++i) op[i * st[0]] = f(ap[i * st[1]]);
+      for (int64_t i = 0; i < n; ++i) op[i * sd[0]] = st<TO>(f(ld(ap[i * sd[1]])));
     }
   };
   for_each_block<2, kSimd<TO, TA>>(plan, body);
@@ -86,24 +89,24 @@ void map2(Tensor& out, const Tensor& a, const Tensor& b, F f) {
   const TA* pa = static_cast<const TA*>(a.raw_data());
   const TB* pb = static_cast<const TB*>(b.raw_data());
   // flatten: the op functor and its math helpers are inlined into the loops
-  auto body = [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st)
+  auto body = [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& sd)
                   __attribute__((flatten)) {
     TO* op = o + off[0];
     const TA* ap = pa + off[1];
     const TB* bp = pb + off[2];
-    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+    if (sd[0] == 1 && sd[1] == 1 && sd[2] == 1) {
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) op[i] = f(ap[i], bp[i]);
-    } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
-      const TB bv = *bp;
+      for (int64_t i = 0; i < n; ++i) op[i] = st<TO>(f(ld(ap[i]), ld(bp[i])));
+    } else if (sd[0] == 1 && sd[1] == 1 && sd[2] == 0) {
+      const auto bv = ld(*bp);
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) op[i] = f(ap[i], bv);
-    } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
-      const TA av = *ap;
+      for (int64_t i = 0; i < n; ++i) op[i] = st<TO>(f(ld(ap[i]), bv));
+    } else if (sd[0] == 1 && sd[1] == 0 && sd[2] == 1) {
+      const auto av = ld(*ap);
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) op[i] = f(av, bp[i]);
+      for (int64_t i = 0; i < n; ++i) op[i] = st<TO>(f(av, ld(bp[i])));
     } else {
-      for (int64_t i = 0; i < n; ++i) op[i * st[0]] = f(ap[i * st[1]], bp[i * st[2]]);
+      for (int64_t i = 0; i < n; ++i) op[i * sd[0]] = st<TO>(f(ld(ap[i * sd[1]]), ld(bp[i * sd[2]])));
     }
   };
   for_each_block<3, kSimd<TO, TA, TB>>(plan, body);
@@ -121,17 +124,17 @@ void map3(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, F f) {
   const TB* pb = static_cast<const TB*>(b.raw_data());
   const TC* pc = static_cast<const TC*>(c.raw_data());
   // flatten: the op functor and its math helpers are inlined into the loops
-  auto body = [&](const std::array<int64_t, 4>& off, int64_t n, const std::array<int64_t, 4>& st)
+  auto body = [&](const std::array<int64_t, 4>& off, int64_t n, const std::array<int64_t, 4>& sd)
                   __attribute__((flatten)) {
     TO* op = o + off[0];
     const TA* ap = pa + off[1];
     const TB* bp = pb + off[2];
     const TC* cp = pc + off[3];
-    if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {
+    if (sd[0] == 1 && sd[1] == 1 && sd[2] == 1 && sd[3] == 1) {
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) op[i] = f(ap[i], bp[i], cp[i]);
+      for (int64_t i = 0; i < n; ++i) op[i] = st<TO>(f(ld(ap[i]), ld(bp[i]), ld(cp[i])));
     } else {
-      for (int64_t i = 0; i < n; ++i) op[i * st[0]] = f(ap[i * st[1]], bp[i * st[2]], cp[i * st[3]]);
+      for (int64_t i = 0; i < n; ++i) op[i * sd[0]] = st<TO>(f(ld(ap[i * sd[1]]), ld(bp[i * sd[2]]), ld(cp[i * sd[3]])));
     }
   };
   for_each_block<4, kSimd<TO, TA, TB, TC>>(plan, body);
@@ -233,45 +236,47 @@ void with_act_grad(ActGrad kind, G&& g) {
 }  // namespace
 
 void binary_kernel(BinaryOp op, Tensor& out, const Tensor& a, const Tensor& b) {
-  STRATA_DISPATCH_ALL(out.dtype(), "binary", [&] {
-    with_binary<scalar_t>(op, [&](auto f) { map2<scalar_t, scalar_t, scalar_t>(out, a, b, f); });
+  STRATA_DISPATCH_ALL16(out.dtype(), "binary", [&] {
+    with_binary<acc_t<scalar_t>>(op, [&](auto f) { map2<scalar_t, scalar_t, scalar_t>(out, a, b, f); });
   });
 }
 
 void binary_scalar_kernel(BinaryOp op, Tensor& out, const Tensor& a, double s, bool scalar_first) {
-  STRATA_DISPATCH_ALL(out.dtype(), "binary_scalar", [&] {
-    const scalar_t sv = static_cast<scalar_t>(s);
+  STRATA_DISPATCH_ALL16(out.dtype(), "binary_scalar", [&] {
+    using A = acc_t<scalar_t>;
+    const A sv = static_cast<A>(s);
     // common cases without the generic functor
-    if (!scalar_first && op == BinaryOp::pow && kIsFloat<scalar_t> && s == 2.0)
-      return map1<scalar_t, scalar_t>(out, a, [](scalar_t x) { return scalar_t(x * x); });
-    if (!scalar_first && op == BinaryOp::div && kIsFloat<scalar_t>) {
-      const scalar_t inv = scalar_t(1.0 / s);
-      return map1<scalar_t, scalar_t>(out, a, [inv](scalar_t x) { return scalar_t(x * inv); });
+    if (!scalar_first && op == BinaryOp::pow && kIsFloat<A> && s == 2.0)
+      return map1<scalar_t, scalar_t>(out, a, [](A x) { return A(x * x); });
+    if (!scalar_first && op == BinaryOp::div && kIsFloat<A>) {
+      const A inv = A(1.0 / s);
+      return map1<scalar_t, scalar_t>(out, a, [inv](A x) { return A(x * inv); });
     }
-    with_binary<scalar_t>(op, [&](auto f) {
+    with_binary<A>(op, [&](auto f) {
       if (scalar_first)
-        map1<scalar_t, scalar_t>(out, a, [f, sv](scalar_t x) { return f(sv, x); });
+        map1<scalar_t, scalar_t>(out, a, [f, sv](A x) { return f(sv, x); });
       else
-        map1<scalar_t, scalar_t>(out, a, [f, sv](scalar_t x) { return f(x, sv); });
+        map1<scalar_t, scalar_t>(out, a, [f, sv](A x) { return f(x, sv); });
     });
   });
 }
 
 void compare_kernel(CompareOp op, Tensor& out, const Tensor& a, const Tensor& b) {
-  STRATA_DISPATCH_ALL(a.dtype(), "compare", [&] {
-    with_compare<scalar_t>(op, [&](auto f) { map2<uint8_t, scalar_t, scalar_t>(out, a, b, f); });
+  STRATA_DISPATCH_ALL16(a.dtype(), "compare", [&] {
+    with_compare<acc_t<scalar_t>>(op, [&](auto f) { map2<uint8_t, scalar_t, scalar_t>(out, a, b, f); });
   });
 }
 
 void compare_scalar_kernel(CompareOp op, Tensor& out, const Tensor& a, double s) {
-  STRATA_DISPATCH_ALL(a.dtype(), "compare_scalar", [&] {
-    with_compare<scalar_t>(op, [&](auto f) {
-      if constexpr (kIsFloat<scalar_t>) {
-        const scalar_t sv = scalar_t(s);
-        map1<uint8_t, scalar_t>(out, a, [f, sv](scalar_t x) { return f(x, sv); });
+  STRATA_DISPATCH_ALL16(a.dtype(), "compare_scalar", [&] {
+    using A = acc_t<scalar_t>;
+    with_compare<A>(op, [&](auto f) {
+      if constexpr (kIsFloat<A>) {
+        const A sv = A(s);
+        map1<uint8_t, scalar_t>(out, a, [f, sv](A x) { return f(x, sv); });
       } else {
         // compare integers against the exact double so that e.g. x < 2.5 is right
-        map1<uint8_t, scalar_t>(out, a, [op, s](scalar_t x) {
+        map1<uint8_t, scalar_t>(out, a, [op, s](A x) {
           const double v = double(x);
           switch (op) {
             case CompareOp::eq: return uint8_t(v == s);
@@ -289,58 +294,61 @@ void compare_scalar_kernel(CompareOp op, Tensor& out, const Tensor& a, double s)
 }
 
 void unary_kernel(UnaryOp op, Tensor& out, const Tensor& a) {
-  STRATA_DISPATCH_FLOAT(out.dtype(), "unary", [&] {
-    with_unary<scalar_t>(op, [&](auto f) { map1<scalar_t, scalar_t>(out, a, f); });
+  STRATA_DISPATCH_FLOAT16(out.dtype(), "unary", [&] {
+    with_unary<acc_t<scalar_t>>(op, [&](auto f) { map1<scalar_t, scalar_t>(out, a, f); });
   });
 }
 
 void where_kernel(Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
-  STRATA_DISPATCH_ALL(out.dtype(), "where", [&] {
-    map3<scalar_t, uint8_t, scalar_t, scalar_t>(out, cond, a, b,
-                                                 [](uint8_t c, scalar_t x, scalar_t y) { return c ? x : y; });
+  STRATA_DISPATCH_ALL16(out.dtype(), "where", [&] {
+    using A = acc_t<scalar_t>;
+    map3<scalar_t, uint8_t, scalar_t, scalar_t>(out, cond, a, b, [](uint8_t c, A x, A y) { return c ? x : y; });
   });
 }
 
 void masked_fill_kernel(Tensor& out, const Tensor& t, const Tensor& mask, double value) {
-  STRATA_DISPATCH_ALL(out.dtype(), "masked_fill", [&] {
-    const scalar_t v = static_cast<scalar_t>(value);
-    map2<scalar_t, scalar_t, uint8_t>(out, t, mask, [v](scalar_t x, uint8_t m) { return m ? v : x; });
+  STRATA_DISPATCH_ALL16(out.dtype(), "masked_fill", [&] {
+    using A = acc_t<scalar_t>;
+    const A v = static_cast<A>(value);
+    map2<scalar_t, scalar_t, uint8_t>(out, t, mask, [v](A x, uint8_t m) { return m ? v : x; });
   });
 }
 
 void act_grad_kernel(ActGrad kind, Tensor& out, const Tensor& grad, const Tensor& x) {
-  STRATA_DISPATCH_FLOAT(out.dtype(), "activation_backward", [&] {
-    with_act_grad<scalar_t>(kind, [&](auto f) { map2<scalar_t, scalar_t, scalar_t>(out, grad, x, f); });
+  STRATA_DISPATCH_FLOAT16(out.dtype(), "activation_backward", [&] {
+    with_act_grad<acc_t<scalar_t>>(kind, [&](auto f) { map2<scalar_t, scalar_t, scalar_t>(out, grad, x, f); });
   });
 }
 
 void add_kernel(Tensor& dst, const Tensor& src, double alpha) {
-  STRATA_DISPATCH_ALL(dst.dtype(), "add_", [&] {
+  STRATA_DISPATCH_ALL16(dst.dtype(), "add_", [&] {
+    using A = acc_t<scalar_t>;
     if (dst.is_contiguous() && src.is_contiguous() && src.shape() == dst.shape()) {
       scalar_t* d = dst.data<scalar_t>();
       const scalar_t* s = src.data<scalar_t>();
       const int64_t n = dst.numel();
       if (alpha == 1.0) {
         parallel_for_simd(n, 32768, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) d[i] += s[i];
+          for (int64_t i = b; i < e; ++i) d[i] = st<scalar_t>(ld(d[i]) + ld(s[i]));
         });
       } else {
-        const scalar_t al = static_cast<scalar_t>(alpha);
+        const A al = static_cast<A>(alpha);
         parallel_for_simd(n, 32768, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) d[i] += al * s[i];
+          for (int64_t i = b; i < e; ++i) d[i] = st<scalar_t>(ld(d[i]) + al * ld(s[i]));
         });
       }
       return;
     }
-    const scalar_t al = static_cast<scalar_t>(alpha);
-    map2<scalar_t, scalar_t, scalar_t>(dst, dst, src, [al](scalar_t x, scalar_t y) { return scalar_t(x + al * y); });
+    const A al = static_cast<A>(alpha);
+    map2<scalar_t, scalar_t, scalar_t>(dst, dst, src, [al](A x, A y) { return A(x + al * y); });
   });
 }
 
 void scale_kernel(Tensor& t, double s) {
-  STRATA_DISPATCH_ALL(t.dtype(), "mul_", [&] {
-    const scalar_t sv = static_cast<scalar_t>(s);
-    map1<scalar_t, scalar_t>(t, t, [sv](scalar_t x) { return scalar_t(x * sv); });
+  STRATA_DISPATCH_ALL16(t.dtype(), "mul_", [&] {
+    using A = acc_t<scalar_t>;
+    const A sv = static_cast<A>(s);
+    map1<scalar_t, scalar_t>(t, t, [sv](A x) { return A(x * sv); });
   });
 }
 

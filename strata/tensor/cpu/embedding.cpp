@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -40,13 +42,36 @@ void scatter_rows(const T* dy, const I* ip, T* dw, int64_t n, int64_t V, int64_t
   });
 }
 
+// The same for f16/bf16: each thread sums its column block of dw in an f32 scratch
+// (V x block, not the whole table), then rounds it into dw once.
+template <class T, class I>
+void scatter_rows_16(const T* dy, const I* ip, T* dw, int64_t n, int64_t V, int64_t D) {
+  constexpr int64_t kCols = 64;
+  const int64_t blocks = (D + kCols - 1) / kCols;
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<float> acc(size_t(V * kCols));
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t c0 = blk * kCols, w = std::min(kCols, D - c0);
+      std::fill(acc.begin(), acc.begin() + V * w, 0.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        float* arow = acc.data() + int64_t(ip[i]) * w;
+        const T* grow = dy + i * D + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < w; ++c) arow[c] += ld(grow[c]);
+      }
+      for (int64_t v = 0; v < V; ++v)
+        for (int64_t c = 0; c < w; ++c) dw[v * D + c0 + c] = st<T>(acc[size_t(v * w + c)]);
+    }
+  });
+}
+
 }  // namespace
 
 void embedding_kernel(const Tensor& weight, const Tensor& idx, Tensor& out) {
   const int64_t V = weight.size(0), D = weight.size(1), n = idx.numel();
   with_indices(idx, [&](const auto* ip) {
     check_indices(ip, n, V);
-    STRATA_DISPATCH_FLOAT(weight.dtype(), "embedding", [&] {
+    STRATA_DISPATCH_FLOAT16(weight.dtype(), "embedding", [&] {
       const scalar_t* wp = weight.data<scalar_t>();
       scalar_t* op = out.data<scalar_t>();
       parallel_for_simd(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
@@ -61,8 +86,12 @@ void embedding_backward_kernel(const Tensor& dy, const Tensor& idx, Tensor& dw) 
   const int64_t V = dw.size(0), D = dw.size(1), n = idx.numel();
   with_indices(idx, [&](const auto* ip) {
     check_indices(ip, n, V);
-    STRATA_DISPATCH_FLOAT(dw.dtype(), "embedding_backward",
-                          [&] { scatter_rows(dy.data<scalar_t>(), ip, dw.data<scalar_t>(), n, V, D); });
+    STRATA_DISPATCH_FLOAT16(dw.dtype(), "embedding_backward", [&] {
+      if constexpr (kIs16<scalar_t>)
+        scatter_rows_16(dy.data<scalar_t>(), ip, dw.data<scalar_t>(), n, V, D);
+      else
+        scatter_rows(dy.data<scalar_t>(), ip, dw.data<scalar_t>(), n, V, D);
+    });
   });
 }
 

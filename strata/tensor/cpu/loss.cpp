@@ -10,6 +10,7 @@
 
 #include <strata/tensor/cpu/clones.h>
 #include <strata/tensor/cpu/softmax.h>
+#include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -36,16 +37,17 @@ std::vector<int64_t> read_targets(const Tensor& target, int64_t C, int64_t ignor
   return t;
 }
 
-template <class T>
-double cross_entropy_impl(const T* xp, const int64_t* t, T* pp, int64_t N, int64_t C, int64_t ignore_index) {
+// Logits T (f16/bf16 widened per element), probabilities and loss in A = acc_t<T>.
+template <class T, class A = acc_t<T>>
+double cross_entropy_impl(const T* xp, const int64_t* t, A* pp, int64_t N, int64_t C, int64_t ignore_index) {
   std::vector<double> row_loss(size_t(N), 0.0);
   parallel_for_simd(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* x = xp + r * C;
-      T* p = pp + r * C;
+      A* p = pp + r * C;
       const auto [mx, s] = softmax_row(x, p, C, /*log=*/false);
       // loss_r = logsumexp(x) - x[t] = log(s) + mx - x[t]
-      if (t[r] != ignore_index) row_loss[size_t(r)] = std::log(double(s)) + double(mx) - double(x[t[r]]);
+      if (t[r] != ignore_index) row_loss[size_t(r)] = std::log(double(s)) + double(mx) - double(ld(x[t[r]]));
     }
   });
   double total = 0;
@@ -53,20 +55,24 @@ double cross_entropy_impl(const T* xp, const int64_t* t, T* pp, int64_t N, int64
   return total;
 }
 
-template <class T>
-void cross_entropy_backward_impl(const T* pp, const int64_t* t, T* dp, int64_t N, int64_t C, int64_t ignore_index,
-                                 T scale) {
+// Probabilities A (f32 or f64), gradient T (= A, or f16/bf16 rounded once per element).
+template <class T, class A>
+void cross_entropy_backward_impl(const A* pp, const int64_t* t, T* dp, int64_t N, int64_t C, int64_t ignore_index,
+                                 A scale) {
   parallel_for_simd(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       T* d = dp + r * C;
       if (t[r] == ignore_index) {
-        std::fill(d, d + C, T(0));
+        std::fill(d, d + C, st<T>(A(0)));
         continue;
       }
-      const T* p = pp + r * C;
+      const A* p = pp + r * C;
 #pragma omp simd
-      for (int64_t i = 0; i < C; ++i) d[i] = scale * p[i];
-      d[t[r]] -= scale;
+      for (int64_t i = 0; i < C; ++i) d[i] = st<T>(scale * p[i]);
+      if constexpr (kIs16<T>)
+        d[t[r]] = st<T>(scale * p[t[r]] - scale);
+      else
+        d[t[r]] -= scale;
     }
   });
 }
@@ -78,10 +84,11 @@ void cross_entropy_kernel(const Tensor& logits, const Tensor& target, int64_t ig
   const int64_t N = logits.size(0), C = logits.size(1);
   int64_t count = 0;
   const std::vector<int64_t> t = read_targets(target, C, ignore_index, &count);
-  STRATA_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
+  STRATA_DISPATCH_FLOAT16(logits.dtype(), "cross_entropy", [&] {
+    using A = acc_t<scalar_t>;
     const double total =
-        cross_entropy_impl<scalar_t>(logits.data<scalar_t>(), t.data(), probs.data<scalar_t>(), N, C, ignore_index);
-    *loss.data<scalar_t>() = scalar_t(count > 0 ? total / double(count) : 0.0);
+        cross_entropy_impl<scalar_t>(logits.data<scalar_t>(), t.data(), probs.data<A>(), N, C, ignore_index);
+    *loss.data<A>() = A(count > 0 ? total / double(count) : 0.0);
   });
 }
 
@@ -91,9 +98,10 @@ void cross_entropy_backward_kernel(const Tensor& dloss, const Tensor& probs, con
   int64_t count = 0;
   const std::vector<int64_t> t = read_targets(target, C, ignore_index, &count);
   const double scale = count > 0 ? dloss.item<double>() / double(count) : 0.0;
-  STRATA_DISPATCH_FLOAT(probs.dtype(), "cross_entropy_backward", [&] {
-    cross_entropy_backward_impl<scalar_t>(probs.data<scalar_t>(), t.data(), dlogits.data<scalar_t>(), N, C,
-                                          ignore_index, scalar_t(scale));
+  STRATA_DISPATCH_FLOAT16(dlogits.dtype(), "cross_entropy_backward", [&] {
+    using A = acc_t<scalar_t>;
+    cross_entropy_backward_impl<scalar_t, A>(probs.data<A>(), t.data(), dlogits.data<scalar_t>(), N, C,
+                                             ignore_index, A(scale));
   });
 }
 

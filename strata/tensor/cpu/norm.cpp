@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -23,32 +24,34 @@ T* mut_ptr_or_null(Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
-template <class T>
-void layer_norm_impl(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t C,
+// T is the storage type, A = acc_t<T> the arithmetic and statistics type: f16/bf16 rows
+// are widened element by element in registers, mean and rstd are f32.
+template <class T, class A = acc_t<T>>
+void layer_norm_impl(const T* x, const T* w, const T* b, T* y, A* mean, A* rstd, int64_t rows, int64_t C,
                      double eps) {
   parallel_for_simd(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * C;
       T* yr = y + r * C;
-      T s = 0;
+      A s = 0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < C; ++i) s += xr[i];
-      const T mu = s / T(C);
-      T v = 0;
+      for (int64_t i = 0; i < C; ++i) s += ld(xr[i]);
+      const A mu = s / A(C);
+      A v = 0;
 #pragma omp simd reduction(+ : v)
-      for (int64_t i = 0; i < C; ++i) v += (xr[i] - mu) * (xr[i] - mu);
-      const T rs = T(1) / std::sqrt(v / T(C) + T(eps));
+      for (int64_t i = 0; i < C; ++i) v += (ld(xr[i]) - mu) * (ld(xr[i]) - mu);
+      const A rs = A(1) / std::sqrt(v / A(C) + A(eps));
       mean[r] = mu;
       rstd[r] = rs;
       if (w && b) {
 #pragma omp simd
-        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs * w[i] + b[i];
+        for (int64_t i = 0; i < C; ++i) yr[i] = st<T>((ld(xr[i]) - mu) * rs * ld(w[i]) + ld(b[i]));
       } else if (w) {
 #pragma omp simd
-        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs * w[i];
+        for (int64_t i = 0; i < C; ++i) yr[i] = st<T>((ld(xr[i]) - mu) * rs * ld(w[i]));
       } else {
 #pragma omp simd
-        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs + (b ? b[i] : T(0));
+        for (int64_t i = 0; i < C; ++i) yr[i] = st<T>((ld(xr[i]) - mu) * rs + (b ? ld(b[i]) : A(0)));
       }
     }
   });
@@ -56,37 +59,37 @@ void layer_norm_impl(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,
 
 // One block of rows of the layer norm backward, in one pass per row:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w,  xhat = (x - mean) * rstd
-// and, when dwp/dbp are given, this block's column sums dw += dy * xhat, db += dy.
-template <class T, bool kHasW>
-void layer_norm_backward_rows(const T* dy, const T* x, const T* mean, const T* rstd, const T* w, T* dx, T* dwp,
-                              T* dbp, int64_t r0, int64_t r1, int64_t C) {
-  const T inv_c = T(1) / T(C);
+// and, when dwp/dbp are given, this block's column sums dw += dy * xhat, db += dy (in A).
+template <class T, bool kHasW, class A = acc_t<T>>
+void layer_norm_backward_rows(const T* dy, const T* x, const A* mean, const A* rstd, const T* w, T* dx, A* dwp,
+                              A* dbp, int64_t r0, int64_t r1, int64_t C) {
+  const A inv_c = A(1) / A(C);
   for (int64_t r = r0; r < r1; ++r) {
     const T* gr = dy + r * C;
     const T* xr = x + r * C;
     T* dxr = dx + r * C;
-    const T mu = mean[r], rs = rstd[r];
-    T sg = 0, sgx = 0;
+    const A mu = mean[r], rs = rstd[r];
+    A sg = 0, sgx = 0;
 #pragma omp simd reduction(+ : sg, sgx)
     for (int64_t i = 0; i < C; ++i) {
-      const T g = kHasW ? gr[i] * w[i] : gr[i];
+      const A g = kHasW ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
       sg += g;
-      sgx += g * ((xr[i] - mu) * rs);
+      sgx += g * ((ld(xr[i]) - mu) * rs);
     }
     sg *= inv_c;
     sgx *= inv_c;
 #pragma omp simd
     for (int64_t i = 0; i < C; ++i) {
-      const T g = kHasW ? gr[i] * w[i] : gr[i];
-      dxr[i] = rs * (g - sg - (xr[i] - mu) * rs * sgx);
+      const A g = kHasW ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
+      dxr[i] = st<T>(rs * (g - sg - (ld(xr[i]) - mu) * rs * sgx));
     }
     if (dwp) {
 #pragma omp simd
-      for (int64_t i = 0; i < C; ++i) dwp[i] += gr[i] * ((xr[i] - mu) * rs);
+      for (int64_t i = 0; i < C; ++i) dwp[i] += ld(gr[i]) * ((ld(xr[i]) - mu) * rs);
     }
     if (dbp) {
 #pragma omp simd
-      for (int64_t i = 0; i < C; ++i) dbp[i] += gr[i];
+      for (int64_t i = 0; i < C; ++i) dbp[i] += ld(gr[i]);
     }
   }
 }
@@ -97,31 +100,31 @@ void layer_norm_backward_rows(const T* dy, const T* x, const T* mean, const T* r
 // the result does not depend on the thread count and dy and x are read once.
 constexpr int64_t kLnMinRowBlock = 32, kLnMaxBlocks = 256;
 
-template <class T>
-void layer_norm_backward_impl(const T* dy, const T* x, const T* mean, const T* rstd, const T* w, T* dx, T* dw,
+template <class T, class A = acc_t<T>>
+void layer_norm_backward_impl(const T* dy, const T* x, const A* mean, const A* rstd, const T* w, T* dx, T* dw,
                               T* db, int64_t rows, int64_t C) {
   const int64_t block = std::max(kLnMinRowBlock, (rows + kLnMaxBlocks - 1) / kLnMaxBlocks);
   const int64_t blocks = (rows + block - 1) / block;
-  std::vector<T> part_w(dw ? size_t(blocks * C) : 0, T(0)), part_b(db ? size_t(blocks * C) : 0, T(0));
+  std::vector<A> part_w(dw ? size_t(blocks * C) : 0, A(0)), part_b(db ? size_t(blocks * C) : 0, A(0));
   const int64_t grain = std::max<int64_t>(1, 8192 / (block * std::max<int64_t>(C, 1)));
   parallel_for_simd(blocks, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
-      T* pw = dw ? part_w.data() + blk * C : nullptr;
-      T* pb = db ? part_b.data() + blk * C : nullptr;
+      A* pw = dw ? part_w.data() + blk * C : nullptr;
+      A* pb = db ? part_b.data() + blk * C : nullptr;
       if (w)
         layer_norm_backward_rows<T, true>(dy, x, mean, rstd, w, dx, pw, pb, r0, r1, C);
       else
         layer_norm_backward_rows<T, false>(dy, x, mean, rstd, w, dx, pw, pb, r0, r1, C);
     }
   });
-  const auto reduce = [&](const std::vector<T>& part, T* out) {
-    std::copy(part.begin(), part.begin() + C, out);
+  const auto reduce = [&](std::vector<A>& part, T* out) {
     for (int64_t blk = 1; blk < blocks; ++blk) {
-      const T* p = part.data() + blk * C;
+      const A* p = part.data() + blk * C;
 #pragma omp simd
-      for (int64_t i = 0; i < C; ++i) out[i] += p[i];
+      for (int64_t i = 0; i < C; ++i) part[size_t(i)] += p[i];
     }
+    for (int64_t i = 0; i < C; ++i) out[i] = st<T>(part[size_t(i)]);
   };
   if (dw) reduce(part_w, dw);
   if (db) reduce(part_b, db);
@@ -228,26 +231,27 @@ void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* smea
 void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, Tensor& mean, Tensor& rstd,
                        int64_t rows, int64_t C, double eps) {
   if (rows == 0 || C == 0) return;
-  STRATA_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "layer_norm", [&] {
+    using A = acc_t<scalar_t>;
     layer_norm_impl<scalar_t>(x.data<scalar_t>(), ptr_or_null<scalar_t>(w), ptr_or_null<scalar_t>(b),
-                              y.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(), rows, C, eps);
+                              y.data<scalar_t>(), mean.data<A>(), rstd.data<A>(), rows, C, eps);
   });
 }
 
 void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db, int64_t rows, int64_t C) {
   if (C == 0) return;
-  STRATA_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "layer_norm_backward", [&] {
+    using A = acc_t<scalar_t>;
     scalar_t* dwp = mut_ptr_or_null<scalar_t>(dw);
     scalar_t* dbp = mut_ptr_or_null<scalar_t>(db);
     if (rows == 0) {
-      if (dwp) std::fill(dwp, dwp + C, scalar_t(0));
-      if (dbp) std::fill(dbp, dbp + C, scalar_t(0));
+      if (dwp) std::fill(dwp, dwp + C, st<scalar_t>(0.0f));
+      if (dbp) std::fill(dbp, dbp + C, st<scalar_t>(0.0f));
       return;
     }
-    layer_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), mean.data<scalar_t>(),
-                                       rstd.data<scalar_t>(), ptr_or_null<scalar_t>(w), dx.data<scalar_t>(), dwp,
-                                       dbp, rows, C);
+    layer_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), mean.data<A>(), rstd.data<A>(),
+                                       ptr_or_null<scalar_t>(w), dx.data<scalar_t>(), dwp, dbp, rows, C);
   });
 }
 

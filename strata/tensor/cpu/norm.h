@@ -7,7 +7,8 @@
 
 namespace strata::cpu {
 
-/// y = (x - mean) * rstd * w + b per row; w/b may be undefined. mean, rstd: (rows).
+/// y = (x - mean) * rstd * w + b per row; w/b may be undefined. mean, rstd: (rows), f32 when x is
+/// f16/bf16 (statistics in f32), else x's dtype.
 void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, Tensor& mean, Tensor& rstd,
                        int64_t rows, int64_t C, double eps);
 /// dx (always), dw and db (each only when defined, shape (C)).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <strata/tensor/cpu/loops.h>
+#include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 #include <strata/tensor/ops.h>
 
@@ -25,7 +26,7 @@ template <class T>
 double sum_run(const T* p, int64_t n) {
   double acc = 0;
 #pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += double(p[i]);
+  for (int64_t i = 0; i < n; ++i) acc += double(ld(p[i]));
   return acc;
 }
 
@@ -64,11 +65,11 @@ void sum_columns(T* out, const T* in, int64_t A, int64_t R, int64_t C, double sc
       const T* base = in + a * R * C + c0;
       for (int64_t r = r0; r < r1; ++r) {
         const T* row = base + r * C;
-        for (int64_t c = 0; c < w; ++c) acc[c] += double(row[c]);
+        for (int64_t c = 0; c < w; ++c) acc[c] += double(ld(row[c]));
       }
       if (rb == 1) {
         T* o = out + a * C + c0;
-        for (int64_t c = 0; c < w; ++c) o[c] = T(acc[c] * scale);
+        for (int64_t c = 0; c < w; ++c) o[c] = st<T>(acc[c] * scale);
       } else {
         double* p = part.data() + (a * rb + r_blk) * C + c0;
         for (int64_t c = 0; c < w; ++c) p[c] = acc[c];
@@ -81,7 +82,7 @@ void sum_columns(T* out, const T* in, int64_t A, int64_t R, int64_t C, double sc
       const int64_t a = i / C, c = i % C;
       double s = 0;
       for (int64_t k = 0; k < rb; ++k) s += part[size_t((a * rb + k) * C + c)];
-      out[i] = T(s * scale);
+      out[i] = st<T>(s * scale);
     }
   });
 }
@@ -91,7 +92,7 @@ void sum_typed(Tensor& out, const Tensor& in, double scale) {
   T* o = out.data<T>();
   const int64_t on = out.numel();
   if (in.numel() == 0) {
-    for (int64_t i = 0; i < on; ++i) o[i] = T(0.0 * scale);  // mean of nothing is NaN
+    for (int64_t i = 0; i < on; ++i) o[i] = st<T>(0.0 * scale);  // mean of nothing is NaN
     return;
   }
   const T* p = in.data<T>();
@@ -109,17 +110,17 @@ void sum_typed(Tensor& out, const Tensor& in, double scale) {
     }
     if (g.empty() || (g.size() == 1 && !g[0].second)) {  // nothing to reduce
       const int64_t n = in.numel();
-      for (int64_t i = 0; i < n; ++i) o[i] = T(double(p[i]) * scale);
+      for (int64_t i = 0; i < n; ++i) o[i] = st<T>(double(ld(p[i])) * scale);
       return;
     }
     if (g.size() == 1) {  // everything
-      o[0] = T(sum_all(p, g[0].first) * scale);
+      o[0] = st<T>(sum_all(p, g[0].first) * scale);
       return;
     }
     if (g.size() == 2 && g[1].second) {  // (M, K) -> (M): row sums
       const int64_t M = g[0].first, K = g[1].first;
       parallel_for_simd(M, std::max<int64_t>(1, 32768 / K), [&](int64_t b, int64_t e) {
-        for (int64_t m = b; m < e; ++m) o[m] = T(sum_run(p + m * K, K) * scale);
+        for (int64_t m = b; m < e; ++m) o[m] = st<T>(sum_run(p + m * K, K) * scale);
       });
       return;
     }
@@ -153,26 +154,27 @@ void sum_typed(Tensor& out, const Tensor& in, double scale) {
   constexpr int64_t kSerial = int64_t(1) << 40;  // runs may hit the same output: no threads
   for_each_run<2>(
       plan,
-      [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+      [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& sd) {
         double* a = ap + off[0];
         const T* x = p + off[1];
-        if (st[0] == 0) {
+        if (sd[0] == 0) {
           double s = 0;
 #pragma omp simd reduction(+ : s)
-          for (int64_t i = 0; i < n; ++i) s += double(x[i * st[1]]);
+          for (int64_t i = 0; i < n; ++i) s += double(ld(x[i * sd[1]]));
           *a += s;
         } else {
-          for (int64_t i = 0; i < n; ++i) a[i * st[0]] += double(x[i * st[1]]);
+          for (int64_t i = 0; i < n; ++i) a[i * sd[0]] += double(ld(x[i * sd[1]]));
         }
       },
       kSerial);
-  for (int64_t i = 0; i < on; ++i) o[i] = T(acc[size_t(i)] * scale);
+  for (int64_t i = 0; i < on; ++i) o[i] = st<T>(acc[size_t(i)] * scale);
 }
 
 // v beats best: larger, or NaN over a number (max propagates NaN, as PyTorch).
 template <class T>
-inline bool beats(T v, T best) {
-  if constexpr (std::is_floating_point_v<T>)
+inline bool beats(T v16, T best16) {
+  const auto v = ld(v16), best = ld(best16);  // f16/bf16 compare as f32
+  if constexpr (std::is_floating_point_v<decltype(v)>)
     return v > best || (std::isnan(v) && !std::isnan(best));
   else
     return v > best;
@@ -242,7 +244,7 @@ double sum_squares_typed(const T* p, int64_t n) {
       const int64_t m = std::min(kBlock, n - i * kBlock);
       double acc = 0;
 #pragma omp simd reduction(+ : acc)
-      for (int64_t j = 0; j < m; ++j) acc += double(q[j]) * double(q[j]);
+      for (int64_t j = 0; j < m; ++j) acc += double(ld(q[j])) * double(ld(q[j]));
       part[size_t(i)] = acc;
     }
   });
@@ -254,17 +256,17 @@ double sum_squares_typed(const T* p, int64_t n) {
 }  // namespace
 
 void sum_kernel(Tensor& out, const Tensor& in, double scale) {
-  STRATA_DISPATCH_FLOAT(in.dtype(), "sum", [&] { sum_typed<scalar_t>(out, in, scale); });
+  STRATA_DISPATCH_FLOAT16(in.dtype(), "sum", [&] { sum_typed<scalar_t>(out, in, scale); });
 }
 
 void max_kernel(Tensor& values, Tensor& indices, const Tensor& in, int64_t dim) {
-  STRATA_DISPATCH_ALL(in.dtype(), "amax", [&] { max_typed<scalar_t>(values, indices, in, dim); });
+  STRATA_DISPATCH_ALL16(in.dtype(), "amax", [&] { max_typed<scalar_t>(values, indices, in, dim); });
 }
 
 double sum_squares_kernel(const Tensor& in_) {
   if (in_.numel() == 0) return 0.0;
   const Tensor in = ops::contiguous(in_);
-  return STRATA_DISPATCH_FLOAT(in.dtype(), "sum_squares", [&] { return sum_squares_typed(in.data<scalar_t>(), in.numel()); });
+  return STRATA_DISPATCH_FLOAT16(in.dtype(), "sum_squares", [&] { return sum_squares_typed(in.data<scalar_t>(), in.numel()); });
 }
 
 }  // namespace strata::cpu

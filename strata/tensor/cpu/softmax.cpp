@@ -14,62 +14,59 @@ namespace {
 
 constexpr int64_t kTile = 64;  // inner-dim tile width for dims other than the last
 
-template <class T>
+template <class T, class A = acc_t<T>>
 void softmax_backward_row(const T* dy, const T* y, T* dx, int64_t n, bool log) {
-  T s = 0;
+  A s = 0;
   if (log) {
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) s += dy[i];
+    for (int64_t i = 0; i < n; ++i) s += ld(dy[i]);
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] - vexp(y[i]) * s;
+    for (int64_t i = 0; i < n; ++i) dx[i] = st<T>(ld(dy[i]) - vexp(ld(y[i])) * s);
   } else {
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) s += dy[i] * y[i];
+    for (int64_t i = 0; i < n; ++i) s += ld(dy[i]) * ld(y[i]);
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] * (dy[i] - s);
+    for (int64_t i = 0; i < n; ++i) dx[i] = st<T>(ld(y[i]) * (ld(dy[i]) - s));
   }
 }
 
 // One tile: columns [0, w) of the (n, inner) slab starting at x, row stride `inner`.
-template <class T>
+// Each y is written once (exp recomputed), so 16-bit outputs are rounded once.
+template <class T, class A = acc_t<T>>
 void softmax_tile(const T* x, T* y, int64_t n, int64_t inner, int64_t w, bool log) {
-  T mx[kTile], s[kTile];
-  std::fill(mx, mx + w, -std::numeric_limits<T>::infinity());
-  std::fill(s, s + w, T(0));
+  A mx[kTile], s[kTile];
+  std::fill(mx, mx + w, -std::numeric_limits<A>::infinity());
+  std::fill(s, s + w, A(0));
   for (int64_t k = 0; k < n; ++k) {
     const T* xr = x + k * inner;
-    for (int64_t j = 0; j < w; ++j) mx[j] = xr[j] > mx[j] ? xr[j] : mx[j];
+    for (int64_t j = 0; j < w; ++j) mx[j] = ld(xr[j]) > mx[j] ? ld(xr[j]) : mx[j];
   }
   for (int64_t k = 0; k < n; ++k) {
     const T* xr = x + k * inner;
-    T* yr = y + k * inner;
-    for (int64_t j = 0; j < w; ++j) {
-      const T e = vexp(xr[j] - mx[j]);
-      if (!log) yr[j] = e;
-      s[j] += e;
-    }
+    for (int64_t j = 0; j < w; ++j) s[j] += vexp(ld(xr[j]) - mx[j]);
   }
   if (log) {
     for (int64_t j = 0; j < w; ++j) s[j] = mx[j] + std::log(s[j]);  // log-sum-exp
     for (int64_t k = 0; k < n; ++k)
-      for (int64_t j = 0; j < w; ++j) y[k * inner + j] = x[k * inner + j] - s[j];
+      for (int64_t j = 0; j < w; ++j) y[k * inner + j] = st<T>(ld(x[k * inner + j]) - s[j]);
   } else {
-    for (int64_t j = 0; j < w; ++j) s[j] = T(1) / s[j];
+    for (int64_t j = 0; j < w; ++j) s[j] = A(1) / s[j];
     for (int64_t k = 0; k < n; ++k)
-      for (int64_t j = 0; j < w; ++j) y[k * inner + j] *= s[j];
+      for (int64_t j = 0; j < w; ++j) y[k * inner + j] = st<T>(vexp(ld(x[k * inner + j]) - mx[j]) * s[j]);
   }
 }
 
-template <class T>
+template <class T, class A = acc_t<T>>
 void softmax_backward_tile(const T* dy, const T* y, T* dx, int64_t n, int64_t inner, int64_t w, bool log) {
-  T s[kTile];
-  std::fill(s, s + w, T(0));
+  A s[kTile];
+  std::fill(s, s + w, A(0));
   for (int64_t k = 0; k < n; ++k)
-    for (int64_t j = 0; j < w; ++j) s[j] += log ? dy[k * inner + j] : dy[k * inner + j] * y[k * inner + j];
+    for (int64_t j = 0; j < w; ++j)
+      s[j] += log ? ld(dy[k * inner + j]) : ld(dy[k * inner + j]) * ld(y[k * inner + j]);
   for (int64_t k = 0; k < n; ++k) {
     const int64_t o = k * inner;
     for (int64_t j = 0; j < w; ++j)
-      dx[o + j] = log ? dy[o + j] - vexp(y[o + j]) * s[j] : y[o + j] * (dy[o + j] - s[j]);
+      dx[o + j] = st<T>(log ? ld(dy[o + j]) - vexp(ld(y[o + j])) * s[j] : ld(y[o + j]) * (ld(dy[o + j]) - s[j]));
   }
 }
 
@@ -90,7 +87,7 @@ void for_each_tile(int64_t outer, int64_t n, int64_t inner, F&& fn) {
 
 void softmax_kernel(const Tensor& x, Tensor& y, int64_t outer, int64_t n, int64_t inner, bool log) {
   if (x.numel() == 0) return;
-  STRATA_DISPATCH_FLOAT(x.dtype(), log ? "log_softmax" : "softmax", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), log ? "log_softmax" : "softmax", [&] {
     const scalar_t* xp = x.data<scalar_t>();
     scalar_t* yp = y.data<scalar_t>();
     if (inner == 1) {
@@ -106,7 +103,7 @@ void softmax_kernel(const Tensor& x, Tensor& y, int64_t outer, int64_t n, int64_
 void softmax_backward_kernel(const Tensor& dy, const Tensor& y, Tensor& dx, int64_t outer, int64_t n,
                              int64_t inner, bool log) {
   if (y.numel() == 0) return;
-  STRATA_DISPATCH_FLOAT(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", [&] {
     const scalar_t* gp = dy.data<scalar_t>();
     const scalar_t* yp = y.data<scalar_t>();
     scalar_t* dp = dx.data<scalar_t>();

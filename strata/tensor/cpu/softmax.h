@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/tensor.h>
 
 namespace strata::cpu {
@@ -42,7 +43,7 @@ inline T vexp(T x) {
 }
 
 /// y = softmax(x) (log_softmax when `log`) over the middle dim of (outer, n, inner).
-/// x, y contiguous, same shape and dtype (f32/f64).
+/// x, y contiguous, same shape and dtype (f32/f64, or f16/bf16 computed in f32).
 void softmax_kernel(const Tensor& x, Tensor& y, int64_t outer, int64_t n, int64_t inner, bool log);
 /// softmax:     dx = y * (dy - sum(dy * y))
 /// log_softmax: dx = dy - exp(y) * sum(dy)      (sums over the middle dim)
@@ -57,27 +58,36 @@ struct SoftmaxRowStats {
   T sum;
 };
 
-/// y = softmax(x) (or log_softmax when `log`) over one contiguous row of n.
-template <class T>
-SoftmaxRowStats<T> softmax_row(const T* x, T* y, int64_t n, bool log) {
-  T mx = -std::numeric_limits<T>::infinity();
+/// y = softmax(x) (or log_softmax when `log`) over one contiguous row of n. TI and TO are
+/// storage types (f16/bf16 widened through ld, results rounded once through st); the math
+/// runs in acc_t<TI>. A 16-bit y is written in a final pass that recomputes exp, so each
+/// probability is rounded once.
+template <class TI, class TO = TI, class A = acc_t<TI>>
+SoftmaxRowStats<A> softmax_row(const TI* x, TO* y, int64_t n, bool log) {
+  A mx = -std::numeric_limits<A>::infinity();
 #pragma omp simd reduction(max : mx)
-  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-  T s = 0;
+  for (int64_t i = 0; i < n; ++i) mx = ld(x[i]) > mx ? ld(x[i]) : mx;
+  A s = 0;
   if (log) {
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) s += vexp(x[i] - mx);
-    const T lse = mx + std::log(s);
+    for (int64_t i = 0; i < n; ++i) s += vexp(ld(x[i]) - mx);
+    const A lse = mx + std::log(s);
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
+    for (int64_t i = 0; i < n; ++i) y[i] = st<TO>(ld(x[i]) - lse);
+  } else if constexpr (kIs16<TO>) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; ++i) s += vexp(ld(x[i]) - mx);
+    const A inv = A(1) / s;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = st<TO>(vexp(ld(x[i]) - mx) * inv);
   } else {
 #pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < n; ++i) {
-      const T e = vexp(x[i] - mx);
+      const A e = vexp(ld(x[i]) - mx);
       y[i] = e;
       s += e;
     }
-    const T inv = T(1) / s;
+    const A inv = A(1) / s;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] *= inv;
   }

@@ -1,0 +1,276 @@
+// 16-bit model states end to end: a GPT whose parameters, activations and gradients are
+// bf16 (f32 masters and moments in the optimizer) tracks the f32 run's loss over 200
+// steps; DDP and ZeRO-1/2/3 on 2 and 4 local ranks train the same bf16 model as one
+// process does; and the allocator's static bytes after a step equal the planner's
+// 16-bit formulas exactly.
+//
+// Equivalence tolerance: a layout computes the same gradients in a different order (each
+// rank's shard in bf16, averaged in f32 and rounded once to bf16), so gradients differ by
+// about one bf16 ulp (2^-8 relative) and the f32 masters by a fraction of lr x that; a
+// master that moves across a bf16 rounding boundary moves its bf16 parameter by one ulp
+// (up to 2^-7 of the value: bf16 keeps 8 significant bits). So parameters must agree to 2
+// bf16 ulps of each tensor's largest element (2^-6) and the per-step losses to 1%: a layout that dropped or double-counted a shard's gradient, or
+// trained on stale masters, misses both by far.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+
+#include <strata/comm/local.h>
+#include <strata/core/memory.h>
+#include <strata/parallel/memory_plan.h>
+#include <strata/parallel/zero.h>
+#include "equivalence.h"
+
+namespace strata::testing {
+namespace {
+
+constexpr double kParamTol = 1.0 / 64;  // 2 bf16 ulps of the tensor's largest element
+constexpr double kLossTol = 1e-2;
+
+// bf16 model states: the model in bf16, floating inputs cast to bf16 (tokens stay i64).
+Tensor input_for(const Tensor& x, DType dt) { return x.dtype() == DType::f32 ? ops::to_dtype(x, dt) : x; }
+
+// eps: the GPT's attention key bias has an exactly-zero true gradient (softmax ignores a
+// constant shift), so what it gets is rounding noise, which Adam with eps 1e-8 turns into
+// full-size steps of either sign; the layouts use eps 1e-3, which keeps such noise small.
+parallel::OptimizerFactory adamw(double lr, double eps = 1e-8) {
+  return [lr, eps](optim::NamedTensors ps) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::AdamW>(std::move(ps),
+                                          optim::AdamWOptions{.lr = lr, .eps = eps, .weight_decay = 0.0});
+  };
+}
+
+// ------------------------------------------------------------------ 200 steps against f32
+
+// Next-token data with structure to learn: x[t+1] = (3 x[t] + 1) mod V for most tokens.
+std::pair<Tensor, Tensor> pattern_batch(int64_t b, int64_t t, int64_t vocab, int step) {
+  Generator g(500 + uint64_t(step));
+  const auto u = ops::uniform({b * (t + 1)}, 0.0, 1.0, g).to_vector<float>();
+  std::vector<int64_t> seq(size_t(b * (t + 1)));
+  for (int64_t i = 0; i < b; ++i) {
+    seq[size_t(i * (t + 1))] = int64_t(u[size_t(i * (t + 1))] * float(vocab)) % vocab;
+    for (int64_t j = 1; j <= t; ++j) {
+      const size_t k = size_t(i * (t + 1) + j);
+      seq[k] = u[k] < 0.1f ? int64_t(u[k] * 10 * float(vocab)) % vocab : (3 * seq[k - 1] + 1) % vocab;
+    }
+  }
+  std::vector<int64_t> x, y;
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < t; ++j) {
+      x.push_back(seq[size_t(i * (t + 1) + j)]);
+      y.push_back(seq[size_t(i * (t + 1) + j + 1)]);
+    }
+  return {ops::from_vector(x, {b, t}), ops::from_vector(y, {b, t})};
+}
+
+std::vector<double> gpt_losses(std::optional<DType> dt, int steps) {
+  Generator gen(7);
+  auto model = std::make_shared<nn::GPT>(
+      nn::GPTConfig{.vocab = 32, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 32}, gen);
+  if (dt) model->to(*dt);
+  auto opt = adamw(3e-3)(model->named_parameters());
+  std::vector<double> out;
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = pattern_batch(8, 16, 32, s);
+    Tensor loss = model->loss(x, y);
+    EXPECT_EQ(loss.dtype(), DType::f32) << "the loss is computed in f32";
+    out.push_back(loss.item<double>());
+    backward(loss);
+    if (dt)
+      for (const auto& [n, p] : model->named_parameters()) {
+        EXPECT_EQ(p.dtype(), *dt) << n;
+        EXPECT_EQ(p.grad().dtype(), *dt) << n << ": gradients are 16-bit";
+      }
+    opt->step();
+    opt->zero_grad();
+  }
+  return out;
+}
+
+TEST(HalfStatesTrain, GptBf16ParamsTracksF32Over200Steps) {
+  constexpr int kSteps = 200, kWindow = 20;
+  const auto l32 = gpt_losses(std::nullopt, kSteps);
+  const auto l16 = gpt_losses(DType::bf16, kSteps);
+  EXPECT_LT(l32.back(), 0.5 * l32.front()) << "the f32 run must learn, or the comparison says nothing";
+  double worst = 0;
+  for (int w = 0; w < kSteps / kWindow; ++w) {
+    double a = 0, b = 0;
+    for (int s = w * kWindow; s < (w + 1) * kWindow; ++s) a += l32[size_t(s)], b += l16[size_t(s)];
+    worst = std::max(worst, std::abs(b - a) / a);
+    EXPECT_NEAR(b, a, 0.02 * a) << "steps " << w * kWindow << ".." << (w + 1) * kWindow - 1;
+  }
+  std::printf("[bf16_params] GPT 200 steps: f32 loss %.4f -> %.4f, bf16 %.4f -> %.4f, worst 20-step window %.2f%%\n",
+              l32.front(), l32.back(), l16.front(), l16.back(), 100 * worst);
+}
+
+// ------------------------------------------------------------------ layouts vs one process
+
+struct Result {
+  std::vector<double> losses;
+  nn::NamedTensors state;
+  parallel::MemoryPlan measured{};  // this rank's static bytes after the last step (before zero_grad)
+  std::vector<int64_t> units;       // ZeRO: the flat units' element counts
+  int64_t reduce_bytes = 0;  // all-reduce + reduce-scatter bytes this rank sent in the last step
+  int64_t gather_bytes = 0;  // all-gather bytes this rank sent in the last step
+};
+
+constexpr int kSteps = 4;
+constexpr int64_t kBatch = 8;
+
+Result one_process(const std::string& kind) {
+  auto model = make_model(kind, kModelSeed);
+  model->to(DType::bf16);
+  auto opt = adamw(1e-2, 1e-3)(model->named_parameters());
+  Result r;
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x, y] = make_batch(kind, kBatch, s);
+    Tensor loss = batch_loss(*model, input_for(x, DType::bf16), y);
+    r.losses.push_back(loss.item<double>());
+    backward(loss);
+    opt->step();
+    opt->zero_grad();
+  }
+  r.state = model->state_dict();
+  return r;
+}
+
+int64_t mem(MemCategory c) { return cpu_memory().stats(c).current; }
+
+// Every rank of `g` trains its shard; rank 0's static bytes are measured as the difference
+// of the allocator's counters over all ranks (they share it) divided by N after the last
+// optimizer step, with the model's buffers and the batch excluded by measuring from a
+// barrier after the model is built. Returns rank-averaged losses.
+Result layout(comm::ProcessGroup& g, const std::string& kind, int stage, DType dt = DType::bf16) {
+  const int n = g.size(), rank = g.rank();
+  auto model = make_model(kind, rank == 0 ? kModelSeed : kModelSeed + 77 * uint64_t(rank));
+  model->to(dt);
+  auto sent = [&] {
+    const comm::CommStats st = g.stats();
+    return std::pair{st[comm::OpKind::all_reduce].bytes_sent + st[comm::OpKind::reduce_scatter].bytes_sent,
+                     st[comm::OpKind::all_gather].bytes_sent};
+  };
+  std::shared_ptr<comm::ProcessGroup> world(&g, [](comm::ProcessGroup*) {});
+  const parallel::ParallelDims dims = parallel::ParallelDims{.zero_stage = stage}.resolve(n);
+  auto pm = parallel::parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
+                                  {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {},
+                                   .make_optimizer = adamw(1e-2, 1e-3)});
+  const int64_t per = kBatch / n;
+  Result r;
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x, y] = make_batch(kind, kBatch, s);
+    Tensor xs = input_for(ops::narrow(x, 0, rank * per, per), dt), ys = ops::narrow(y, 0, rank * per, per);
+    Tensor loss = pm->forward_with([&] { return batch_loss(*model, xs, ys); });
+    const double lv = loss.item<double>();
+    const auto before = sent();
+    backward(loss);
+    pm->finalize();
+    pm->step();
+    const auto after = sent();
+    r.reduce_bytes = after.first - before.first;
+    r.gather_bytes = after.second - before.second;
+    r.losses.push_back(rank_mean(g, lv));
+    if (s + 1 == kSteps) {
+      g.barrier().wait();
+      loss = Tensor();
+      r.measured = {mem(MemCategory::params), mem(MemCategory::grads), mem(MemCategory::optimizer),
+                    mem(MemCategory::comm)};
+      g.barrier().wait();
+    }
+    pm->zero_grad();
+  }
+  if (pm->zero())
+    for (const auto& u : pm->zero()->units()) r.units.push_back(u.numel);
+  {
+    auto full = pm->zero() ? std::optional(pm->zero()->summon_full_params()) : std::nullopt;
+    for (const auto& [name, t] : model->state_dict()) r.state.emplace_back(name, ops::clone(t));
+  }
+  return r;
+}
+
+void check_layout(const std::string& kind, int stage, int n) {
+  const Result ref = one_process(kind);
+  std::vector<Result> got(static_cast<size_t>(n));
+  const int64_t p0 = mem(MemCategory::params), g0 = mem(MemCategory::grads), o0 = mem(MemCategory::optimizer),
+                c0 = mem(MemCategory::comm);
+  comm::run_local(n, [&](comm::ProcessGroup& g) { got[size_t(g.rank())] = layout(g, kind, stage); },
+                  comm::CommOptions{.algorithm = comm::Algorithm::native, .timeout_s = 120});
+  const std::string what = kind + " stage " + std::to_string(stage) + " N=" + std::to_string(n);
+  for (int r = 0; r < n; ++r) {
+    std::string worst;
+    EXPECT_LT(max_relative_error(got[size_t(r)].state, ref.state, &worst), kParamTol) << what << " rank " << r
+                                                                                       << ": worst " << worst;
+    for (const auto& [name, t] : got[size_t(r)].state) {
+      if (name.find("running") == std::string::npos) {
+        EXPECT_EQ(t.dtype(), DType::bf16) << name;
+      }
+    }
+  }
+  for (int s = 0; s < kSteps; ++s)
+    EXPECT_NEAR(got[0].losses[size_t(s)], ref.losses[size_t(s)], kLossTol * ref.losses[size_t(s)])
+        << what << " step " << s;
+
+  // static bytes: all ranks share the allocator, so the sum over ranks is N x the plan
+  auto model = make_model(kind, kModelSeed);
+  parallel::MemoryPlanInput in;
+  for (const auto& p : model->parameters()) in.param_elements += p.numel();
+  in.optimizer_states = 2;
+  in.world_size = n;
+  in.zero_stage = n == 1 ? 0 : stage;
+  in.ddp_bucket_bytes = (n > 1 && stage == 0) ? 2 * in.param_elements : 0;  // bf16 buckets
+  in.flat_units = got[0].units;
+  in = parallel::sixteen_bit_states(in);
+  const parallel::MemoryPlan plan = parallel::plan_memory(in);
+  const parallel::MemoryPlan& m = got[0].measured;
+  EXPECT_EQ(m.params - p0, n * plan.params) << what;
+  EXPECT_EQ(m.grads - g0, n * plan.grads) << what;
+  EXPECT_EQ(m.optimizer - o0, n * plan.optimizer) << what;
+  EXPECT_EQ(m.comm - c0, n * plan.comm) << what;
+  std::printf("[bf16_params] %s: per rank params %lld grads %lld optimizer %lld comm %lld bytes (Psi %lld)\n",
+              what.c_str(), (long long)((m.params - p0) / n), (long long)((m.grads - g0) / n),
+              (long long)((m.optimizer - o0) / n), (long long)((m.comm - c0) / n), (long long)in.param_elements);
+}
+
+TEST(HalfStatesLayouts, DdpMatchesOneProcessAndPlan) {
+  for (int n : {2, 4}) check_layout("gpt", 0, n);
+  check_layout("mlp", 0, 2);
+}
+
+TEST(HalfStatesLayouts, Zero123MatchOneProcessAndPlan) {
+  for (int stage : {1, 2, 3})
+    for (int n : {2, 4}) check_layout("gpt", stage, n);
+}
+
+// Bytes sent per step. Parameters travel in 16 bits: ZeRO's all-gathers, counted on the
+// ring algorithm (real messages), move exactly half the f32 bytes. Gradients are reduced
+// in 16 bits by the native backends (local: f32 accumulation, rounded once; the bytes
+// modelled as the payload a ring would move): half as well. The host ring/tree algorithms
+// stage 16-bit reductions through f32 (accumulate and send f32, round once: FSDP's
+// reduce_dtype=f32), so there the reduction's bytes equal f32's (docs/precision.md).
+TEST(HalfStatesLayouts, BytesSentPerStepHalveAgainstF32) {
+  for (int stage : {0, 1, 2, 3})
+    for (comm::Algorithm algo : {comm::Algorithm::ring, comm::Algorithm::native}) {
+      std::map<DType, Result> got;
+      for (DType dt : {DType::f32, DType::bf16}) {
+        std::vector<Result> per_rank(2);
+        comm::run_local(2, [&](comm::ProcessGroup& g) { per_rank[size_t(g.rank())] = layout(g, "gpt", stage, dt); },
+                        comm::CommOptions{.algorithm = algo, .timeout_s = 120});
+        got[dt] = per_rank[0];
+      }
+      const Result &f = got[DType::f32], &h = got[DType::bf16];
+      const bool ring = algo == comm::Algorithm::ring;
+      EXPECT_GT(f.reduce_bytes, 0) << "stage " << stage;
+      EXPECT_EQ(2 * h.gather_bytes, f.gather_bytes) << "stage " << stage;
+      EXPECT_EQ((ring ? 1 : 2) * h.reduce_bytes, f.reduce_bytes) << "stage " << stage << (ring ? " ring" : " native");
+      if (stage > 0) {
+        EXPECT_GT(f.gather_bytes, 0) << "stage " << stage;
+      }
+      std::printf("[bf16_params] stage %d N=2 %s: bytes per step per rank: reduce f32 %lld bf16 %lld, gather f32 "
+                  "%lld bf16 %lld\n",
+                  stage, ring ? "ring (counted)" : "native (modelled)", (long long)f.reduce_bytes,
+                  (long long)h.reduce_bytes, (long long)f.gather_bytes, (long long)h.gather_bytes);
+    }
+}
+
+}  // namespace
+}  // namespace strata::testing
