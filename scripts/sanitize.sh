@@ -4,7 +4,8 @@
 #   asan  build-asan, STRATA_SANITIZE=address,undefined: the whole CPU suite (ctest),
 #         less the tests that only exercise the build system (see ASAN_EXCLUDE)
 #   tsan  build-tsan, STRATA_SANITIZE=thread: the comm and parallel unit tests (local
-#         backend: ranks are threads) and every dist test (mpirun, label dist)
+#         backend: ranks are threads), the activation-checkpoint tests and every dist
+#         test (mpirun, label dist)
 #   all   both (default)
 # Usage: scripts/sanitize.sh [asan|tsan|all] [extra ctest arguments, e.g. -R Checkpoint]
 # Env: JOBS (build and ctest parallelism, default nproc), CCACHE_DIR etc. as for any build.
@@ -56,12 +57,14 @@ run_tsan() {
   # Only what the TSan suite runs: the CLI (dist tests run it under mpirun), the comm and
   # parallel test binaries and the mpi test programs.
   cmake --build "$b" -j "$JOBS" --target strata_cli strata_test_comm strata_test_parallel strata_test_comm_mpi \
-    strata_comm_mpi_fault strata_test_parallel_mpi
+    strata_comm_mpi_fault strata_test_parallel_mpi strata_test_autograd
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$sup/tsan.supp:print_suppressions=0"
   local t0=$SECONDS rc=0
   for t in comm parallel; do  # every gtest of the binary in one process
     (cd "$b/tests" && "./strata_test_$t" --gtest_brief=1) || rc=$?
   done
+  # Activation-checkpoint replay beside another thread's draws (the race TSan found).
+  (cd "$b/tests" && ./strata_test_autograd --gtest_brief=1 --gtest_filter='Checkpoint.*') || rc=$?
   ctest --test-dir "$b" --output-on-failure -j "$JOBS" --timeout 1200 -L dist "$@" || rc=$?
   echo "sanitize.sh: tsan suite: exit $rc in $((SECONDS - t0)) s"
   return $rc
