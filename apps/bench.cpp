@@ -17,6 +17,7 @@
 
 #include "apps/commands.h"
 #include "apps/layout.h"
+#include "apps/soak.h"
 #include "apps/trainer.h"
 #include "bench/comm_bench.h"
 #include "bench/ddp_bench.h"
@@ -476,7 +477,7 @@ Command add_bench_command(CLI::App& parent) {
     int rounds = 5;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, comm, ddp, zero, tp, pp");
+  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, comm, ddp, zero, tp, pp; soak");
   cmd->require_subcommand(1);
   CLI::App* gemm = cmd->add_subcommand("gemm", "GEMM GFLOP/s: ops::matmul vs cblas_sgemm");
   gemm->add_option("--size", o->size, "Matrix size n (n x n x n)")->check(CLI::PositiveNumber);
@@ -539,7 +540,20 @@ Command add_bench_command(CLI::App& parent) {
   pp->add_option("--set", po->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
   pp->add_option("--steps", po->steps, "Timed steps per row")->check(CLI::PositiveNumber);
   pp->add_option("--microbatches", po->microbatches, "Micro-batch counts m")->check(CLI::PositiveNumber);
-  return {cmd, [o, co, dd, zo, to, po, gemm, train, alloc, comm, ddp, zero, tp, pp, cpb, cpo]() -> int {
+  CLI::App* soak = cmd->add_subcommand("soak", "A long run checkpointing on schedule: is the allocator's peak flat?");
+  auto so = std::make_shared<SoakArgs>();
+  soak->add_option("-c,--config", so->config, "YAML config")->required();
+  soak->add_option("--set", so->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
+  soak->add_option("--steps", so->steps, "Training steps")->check(CLI::PositiveNumber);
+  soak->add_option("--checkpoint-every", so->checkpoint_every, "Checkpoint (and eval, log, probe) period")
+      ->check(CLI::PositiveNumber);
+  soak->add_option("--probe", so->probe, "Step whose peaks the last step's must equal")->check(CLI::PositiveNumber);
+  soak->add_option("--backend", so->backend, "mpi (under mpirun) or local (threads)")
+      ->check(CLI::IsMember({"local", "mpi"}));
+  soak->add_option("--ranks", so->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
+  soak->add_option("--dir", so->dir, "run.dir for the checkpoints and metrics (default: the config's)");
+  return {cmd, [o, co, dd, zo, to, po, so, gemm, train, alloc, comm, ddp, zero, tp, pp, cpb, cpo, soak]() -> int {
+            if (soak->parsed()) return bench_soak(*so);
             if (pp->parsed()) return bench_pp(*po);
             if (cpb->parsed()) {
               const bench::CpBenchReport r = bench::bench_cp(*cpo);

@@ -53,7 +53,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
     autocast_ = cfg_.run.precision == "bf16" ? DType::bf16 : DType::f16;
   if (cfg_.run.precision == "f16") scaler_.emplace();
 
-  std::shared_ptr<comm::ProcessGroup> world = init_world(cfg_, device_);
+  std::shared_ptr<comm::ProcessGroup> world = opts_.world ? opts_.world : init_world(cfg_, device_);
   rank_ = world->rank();
   world_ = world->size();
   const parallel::ParallelDims dims = resolve_dims(cfg_, world_);
@@ -492,6 +492,7 @@ EvalResult Trainer::train() {
       window_start_ = Clock::now();
     }
     if (cfg_.train.checkpoint_every > 0 && step_ % cfg_.train.checkpoint_every == 0) maybe_checkpoint();
+    if (opts_.after_step) opts_.after_step(step_);
   }
   progress_->close_bar();
   tracing.finish();

@@ -5,6 +5,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,12 @@ struct TrainerOptions {
   bool write_files = true;
   /// Print the per-category memory table (allocator vs plan) at the end of train().
   bool memory_report = false;
+  /// The world group to train on, e.g. one rank of a local (threads) world, for `strata
+  /// bench soak`. Null: mpirun's world, else one local rank (apps/layout.h's init_world).
+  std::shared_ptr<comm::ProcessGroup> world = nullptr;
+  /// Called by train() on every rank after each optimizer step and its log, eval and
+  /// checkpoint, with the step number (the soak's memory probes).
+  std::function<void(int64_t step)> after_step = nullptr;
 };
 
 /// Owns the model, optimizer, data and loop state of one run. Not thread-safe.

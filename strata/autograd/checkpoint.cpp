@@ -7,28 +7,26 @@
 #include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
 #include <strata/autograd/node.h>
-#include <strata/core/rng.h>
+#include <strata/core/generator_override.h>
 
 namespace strata {
 namespace {
 
 using SegmentFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
-// Sets the default generator to a recorded state while alive and restores it after,
-// so the recomputation draws the same dropout masks as the forward did.
+// Replays the default generator from a recorded state on a private copy while alive:
+// the recomputation draws the same masks as the forward did, and the state that other
+// threads read (thread-ranks of the local backend share the process-wide generator) is
+// never written. The caller's own default generator is not advanced by the replay.
 class GeneratorReplay {
  public:
-  GeneratorReplay(uint64_t seed, uint64_t offset)
-      : gen_(default_generator()), seed_(gen_.seed()), offset_(gen_.offset()) {
-    gen_.set_state(seed, offset);
-  }
-  ~GeneratorReplay() { gen_.set_state(seed_, offset_); }
+  GeneratorReplay(uint64_t seed, uint64_t offset) : gen_(seed), use_(gen_) { gen_.set_state(seed, offset); }
   GeneratorReplay(const GeneratorReplay&) = delete;
   GeneratorReplay& operator=(const GeneratorReplay&) = delete;
 
  private:
-  Generator& gen_;
-  uint64_t seed_, offset_;
+  Generator gen_;
+  DefaultGeneratorOverride use_;  // after gen_: constructed from it, destroyed before it
 };
 
 // Where output k of the segment sits in the gradient the node receives: the whole

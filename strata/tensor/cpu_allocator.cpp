@@ -14,6 +14,26 @@
 #include <strata/tensor/size_class.h>
 #include <strata/tensor/storage.h>
 
+// Under AddressSanitizer (STRATA_SANITIZE=address) a cached block is poisoned while it
+// waits in its free list, and a live block past the tensor's own bytes, so a read or
+// write of a freed tensor, or past a tensor's end into its size class's rounding, is
+// reported as it would be without the cache.
+#if defined(__SANITIZE_ADDRESS__)
+#define STRATA_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define STRATA_ASAN 1
+#endif
+#endif
+#ifdef STRATA_ASAN
+#include <sanitizer/asan_interface.h>
+#define STRATA_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define STRATA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define STRATA_POISON(p, n) ((void)(p), (void)(n))
+#define STRATA_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace strata {
 namespace {
 
@@ -77,6 +97,8 @@ class CachingCpuAllocator final : public Allocator {
       bump_peak(peak_reserved_, reserved_.fetch_add(int64_t(size), kRelaxed) + int64_t(size));
     }
     allocated_.fetch_add(int64_t(size), kRelaxed);
+    STRATA_UNPOISON(p, nbytes);
+    STRATA_POISON(static_cast<char*>(p) + nbytes, size - nbytes);
     return p;
   }
 
@@ -90,6 +112,7 @@ class CachingCpuAllocator final : public Allocator {
       try {
         std::lock_guard<std::mutex> lock(b.mu);
         b.free.push_back(p);
+        STRATA_POISON(p, size);  // under the lock: a concurrent allocate unpoisons after popping it
         return;
       } catch (...) {
         cached_bytes_.fetch_sub(int64_t(size), kRelaxed);
@@ -172,6 +195,7 @@ class CachingCpuAllocator final : public Allocator {
   }
 
   void os_free(void* p, size_t size) noexcept {
+    STRATA_UNPOISON(p, size);
     std::free(p);
     os_frees_.fetch_add(1, kRelaxed);
     reserved_.fetch_sub(int64_t(size), kRelaxed);
