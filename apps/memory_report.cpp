@@ -7,10 +7,25 @@
 
 namespace strata::apps {
 
+parallel::MemoryPlanInput memory_plan_input(const TrainConfig& cfg, int64_t elements, int64_t bytes_per_element,
+                                            int world, int stage, bool ddp_buckets) {
+  parallel::MemoryPlanInput in;
+  in.param_elements = elements;
+  in.bytes_per_element = bytes_per_element;
+  in.optimizer_states = parallel::optimizer_state_count(cfg.optim.name, cfg.optim.momentum);
+  in.world_size = world;
+  in.zero_stage = stage;
+  in.ddp_bucket_bytes = ddp_buckets && !cfg.parallel.ddp.gradient_as_bucket_view ? elements * bytes_per_element : 0;
+  if (cfg.run.precision == "bf16_params") {  // the model may still be the f32 build (strata plan)
+    in = parallel::sixteen_bit_states(in);
+    if (in.ddp_bucket_bytes > 0) in.ddp_bucket_bytes = 2 * elements;  // bf16 buckets
+  }
+  return in;
+}
+
 parallel::MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const nn::Module& model, int world, int stage,
                                             bool ddp_buckets) {
-  parallel::MemoryPlanInput in;
-  int64_t elements = 0, bytes = 0, item = 0;
+  int64_t elements = 0, item = 0;
   for (const Tensor& p : model.parameters()) {
     const int64_t n = p.numel();
     if (n == 0) continue;
@@ -19,19 +34,8 @@ parallel::MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const nn::Mo
                  " bytes) are not supported by the planner");
     item = b;
     elements += n;
-    bytes += p.nbytes();
   }
-  in.param_elements = elements;
-  in.bytes_per_element = item > 0 ? item : 4;
-  in.optimizer_states = parallel::optimizer_state_count(cfg.optim.name, cfg.optim.momentum);
-  in.world_size = world;
-  in.zero_stage = stage;
-  in.ddp_bucket_bytes = ddp_buckets && !cfg.parallel.ddp.gradient_as_bucket_view ? bytes : 0;
-  if (cfg.run.precision == "bf16_params") {  // the model may still be the f32 build (strata plan)
-    in = parallel::sixteen_bit_states(in);
-    if (in.ddp_bucket_bytes > 0) in.ddp_bucket_bytes = 2 * elements;  // bf16 buckets
-  }
-  return in;
+  return memory_plan_input(cfg, elements, item > 0 ? item : 4, world, stage, ddp_buckets);
 }
 
 std::string format_bytes_psi(int64_t bytes, int64_t psi) {

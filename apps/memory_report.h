@@ -20,6 +20,10 @@ namespace strata::apps {
 /// ZeRO trainer that pads per unit sets it.
 parallel::MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const nn::Module& model, int world, int stage,
                                             bool ddp_buckets = true);
+/// The same from a parameter count and element size (the planner counts from the config,
+/// never building the model). run.precision bf16_params gives the 16-bit regime.
+parallel::MemoryPlanInput memory_plan_input(const TrainConfig& cfg, int64_t elements, int64_t bytes_per_element,
+                                            int world, int stage, bool ddp_buckets = true);
 
 /// "0.90 MiB (4.00Ψ)": bytes in MiB and as a multiple of psi bytes-elements (psi > 0).
 std::string format_bytes_psi(int64_t bytes, int64_t psi);

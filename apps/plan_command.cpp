@@ -158,13 +158,10 @@ Command add_plan_command(CLI::App& parent) {
               return 0;
             }
             const parallel::ParallelDims dims = resolve_dims(cfg, o->ranks);
-            parallel::MemoryPlanInput in;
-            in.param_elements = counts.params;
-            in.bytes_per_element = 4;  // f32 parameters under every run.precision (autocast keeps f32 masters)
-            in.optimizer_states = parallel::optimizer_state_count(cfg.optim.name, cfg.optim.momentum);
-            in.world_size = dims.dp * dims.cp;  // cp ranks are replicas too
-            in.zero_stage = dims.zero_stage;
-            in.ddp_bucket_bytes = cfg.parallel.ddp.gradient_as_bucket_view ? 0 : counts.params * in.bytes_per_element;
+            // f32 parameters (autocast keeps f32 masters) unless run.precision is bf16_params;
+            // cp ranks are replicas too.
+            parallel::MemoryPlanInput in =
+                memory_plan_input(cfg, counts.params, 4, dims.dp * dims.cp, dims.zero_stage);
             const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
             in.tp = dims.tp;
             if (dims.tp > 1) {

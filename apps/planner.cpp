@@ -343,15 +343,17 @@ LayoutPlan plan_layout(const TrainConfig& cfg, const ModelCounts& counts, const 
     }
     parallel::MemoryPlanInput in;
     in.param_elements = elements;
-    in.bytes_per_element = kF32;  // f32 master weights, grads and state under every precision
+    in.bytes_per_element = kF32;  // f32 parameters, grads and state (autocast keeps f32 masters)
     in.optimizer_states = states;
     in.world_size = dims.dp;
     in.zero_stage = dims.zero_stage;
     in.tp = dims.tp;
     in.tp_sharded_elements = dims.tp > 1 ? sharded : 0;
+    if (cfg.run.precision == "bf16_params") in = parallel::sixteen_bit_states(in);  // 16-bit params, f32 masters
     const int64_t rank_elements = parallel::tp_rank_elements(in);
-    in.ddp_bucket_bytes =
-        dims.dp > 1 && dims.zero_stage == 0 && !cfg.parallel.ddp.gradient_as_bucket_view ? rank_elements * kF32 : 0;
+    in.ddp_bucket_bytes = dims.dp > 1 && dims.zero_stage == 0 && !cfg.parallel.ddp.gradient_as_bucket_view
+                              ? rank_elements * in.bytes_per_element
+                              : 0;
     const parallel::MemoryPlan mem = parallel::plan_memory(in);
     if (gpt) {
       // Interleaved: a rank's chunks are alike; each in-flight (micro-batch, chunk) keeps
@@ -537,7 +539,7 @@ std::string format_layouts(const std::vector<LayoutPlan>& plans, const PlanAssum
 
 bool layout_fixed(const TrainConfig& cfg) {
   const auto& d = cfg.parallel.dims;
-  return d.dp != parallel::ParallelDims::kAuto || d.tp != 1 || d.pp != 1 || d.zero_stage != 0 ||
+  return d.dp != parallel::ParallelDims::kAuto || d.tp != 1 || d.pp != 1 || d.cp != 1 || d.zero_stage != 0 ||
          cfg.parallel.thread_replicas();
 }
 

@@ -33,7 +33,7 @@ struct ModelCounts {
   /// Of Ψ, the elements model_tp_plan() splits over tp (0 for a model without a plan).
   int64_t tp_sharded = 0;
   bool has_tp_plan = false;    ///< mlp with a hidden pair, gpt
-  bool has_pp_plan = false;    ///< gpt
+  bool has_pp_plan = false;    ///< gpt (the MLP splits by layers too, but is not planned at pp > 1)
   /// gpt: per block h.i, its parameters and the tp-sharded ones among them
   std::vector<int64_t> block_params, block_tp_sharded;
   /// gpt: what the first stage holds besides its blocks (wte, wpe) and the last (ln_f and

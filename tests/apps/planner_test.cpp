@@ -71,8 +71,9 @@ TEST(Planner, ParameterShapesEqualTheBuiltModel) {
     EXPECT_EQ(counts.has_tp_plan, !model_tp_plan(*model).empty() && counts.tp_sharded > 0) << label(c);
     EXPECT_DOUBLE_EQ(plan_flops_per_sample(cfg, shapes), train_flops_per_sample(cfg, *model)) << label(c);
     const parallel::PipelinePlan pp = model_pp_plan(*model, {});
-    EXPECT_EQ(counts.has_pp_plan, !pp.empty()) << label(c);
-    if (pp.empty()) continue;
+    // The MLP has a stage split too (by layers), but the planner lists pipelines of the GPT only.
+    EXPECT_EQ(counts.has_pp_plan, cfg.model.type == "gpt" && !pp.empty()) << label(c);
+    if (!counts.has_pp_plan) continue;
     for (int stages = 2; stages <= cfg.model.n_layer; ++stages) {
       const auto want = parallel::plan_stages(*model, pp, stages);
       const auto got = parallel::split_stages(counts.block_params, counts.first_params, counts.last_params, stages);
