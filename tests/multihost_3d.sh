@@ -9,37 +9,8 @@
 #   multihost_3d.sh STRATA MPIRUN SRC WORK          (registered by tests/threed.cmake)
 set -u
 strata=$1 mpirun=$2 src=$3 work=$4
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATA_NO_REEXEC=1
-# Hosts and subnet of this run only, so concurrent runs on one machine do not collide.
-export NETNS_PREFIX="s3d$$-h" NETNS_NET="10.79.$(($$ % 250)).0"
-NETNS_NET=${NETNS_NET%.0}
-hosts="$src/tests/netns_hosts.sh"
-
-[ "$(id -u)" = 0 ] || { echo "SKIPPED: needs root for network namespaces"; exit 0; }
-command -v ip > /dev/null || { echo "SKIPPED: no iproute2 (ip)"; exit 0; }
-if ! ip netns add "${NETNS_PREFIX}probe" 2> /dev/null; then echo "SKIPPED: cannot create a network namespace"; exit 0; fi
-ip netns del "${NETNS_PREFIX}probe"
-
-# Hosts left by an earlier run that was killed before its trap ran (a ctest timeout).
-for old in $(ip netns list | sed -nE 's/^s3d([0-9]+)-h[0-9]+.*/\1/p' | sort -u); do
-  kill -0 "$old" 2> /dev/null || NETNS_PREFIX="s3d$old-h" bash "$hosts" down > /dev/null 2>&1
-done
-
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work" || exit 1
-leftovers() { for i in 1 2; do ip netns pids "$NETNS_PREFIX$i" 2> /dev/null; done; }
-cleanup() {
-  [ -n "${mp:-}" ] && kill -0 "$mp" 2> /dev/null && kill -KILL "$mp"
-  for p in $(leftovers); do kill -KILL "$p" 2> /dev/null; done
-  bash "$hosts" down > /dev/null 2>&1
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  [ -f out.txt ] && { echo "----- mpirun output -----"; cat out.txt; }
-  exit 1
-}
+NETNS_TAG=s3d NETNS_OCTET=79
+. "$src/tests/netns_test_env.sh"  # the two hosts, skip rules, $work, cleanup, fail
 
 common=(--config "$src/configs/gpt_char_3d.yaml" --set train.max_steps=6 --set train.log_every=1
         --set train.eval_every=3 --set train.eval_batches=2 --set train.checkpoint_every=0)

@@ -9,38 +9,8 @@ set -u
 strata=$1 mpirun=$2 src=$3 work=$4
 timeout_s=10
 limit=$((timeout_s + 30))
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATA_NO_REEXEC=1
-# Hosts and subnet of this run only, so concurrent runs on one machine do not collide.
-export NETNS_PREFIX="sf$$-h" NETNS_NET="10.78.$(($$ % 250)).0"
-NETNS_NET=${NETNS_NET%.0}
-hosts="$src/tests/netns_hosts.sh"
-
-[ "$(id -u)" = 0 ] || { echo "SKIPPED: needs root for network namespaces"; exit 0; }
-command -v ip > /dev/null || { echo "SKIPPED: no iproute2 (ip)"; exit 0; }
-if ! ip netns add "${NETNS_PREFIX}probe" 2> /dev/null; then echo "SKIPPED: cannot create a network namespace"; exit 0; fi
-ip netns del "${NETNS_PREFIX}probe"
-
-# Hosts left by an earlier run that was killed before its trap ran (a ctest timeout).
-for old in $(ip netns list | sed -nE 's/^sf([0-9]+)-h[0-9]+.*/\1/p' | sort -u); do
-  kill -0 "$old" 2> /dev/null || NETNS_PREFIX="sf$old-h" bash "$hosts" down > /dev/null 2>&1
-done
-
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work" || exit 1
-leftovers() { for i in 1 2; do ip netns pids "$NETNS_PREFIX$i" 2> /dev/null; done; }
-cleanup() {
-  [ -n "${mp:-}" ] && kill -0 "$mp" 2> /dev/null && kill -KILL "$mp"
-  for p in $(leftovers); do kill -KILL "$p" 2> /dev/null; done
-  bash "$hosts" down > /dev/null 2>&1
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  echo "----- mpirun output -----"
-  cat out.txt
-  exit 1
-}
+NETNS_TAG=sf NETNS_OCTET=78
+. "$src/tests/netns_test_env.sh"  # the two hosts, skip rules, $work, cleanup, fail
 now() { date +%s.%N; }
 
 flags=$(bash "$hosts" up 2) || fail "netns_hosts.sh up 2 failed"
