@@ -67,16 +67,7 @@ struct PpRun {
 inline PpRun pp_reference(const PpCase& c) {
   PpRun r;
   auto model = pp_gpt(c);
-  auto opt = tp::adamw(model->named_parameters());
-  for (int s = 0; s < c.steps; ++s) {
-    auto [x, y] = make_batch("gpt", c.batch(), s);
-    Tensor loss = model->loss(x, y);
-    r.losses.push_back(loss.item<double>());
-    backward(loss);
-    if (c.clip > 0) r.norms.push_back(optim::clip_grad_norm(model->parameters(), c.clip));
-    opt->step();
-    opt->zero_grad();
-  }
+  tp::gpt_reference_steps(*model, c.steps, c.batch(), c.clip, r.losses, r.norms);
   r.params = model->named_parameters();
   return r;
 }

@@ -107,16 +107,7 @@ struct Run {
 inline Run reference(const Case& c) {
   Run r;
   auto model = gpt(c);
-  auto opt = tp::adamw(model->named_parameters());
-  for (int s = 0; s < c.steps; ++s) {
-    auto [x, y] = st::make_batch("gpt", c.batch, s);
-    Tensor loss = model->loss(x, y);
-    r.losses.push_back(loss.item<double>());
-    backward(loss);
-    if (c.clip > 0) r.norms.push_back(optim::clip_grad_norm(model->parameters(), c.clip));
-    opt->step();
-    opt->zero_grad();
-  }
+  auto opt = tp::gpt_reference_steps(*model, c.steps, c.batch, c.clip, r.losses, r.norms);
   r.params = model->named_parameters();
   r.opt_state = opt->state_dict().tensors;
   return r;

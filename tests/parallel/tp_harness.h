@@ -88,6 +88,24 @@ inline std::unique_ptr<optim::Optimizer> adamw(optim::NamedTensors params) {
 
 inline std::string data_kind(const std::string& model) { return model == "mlp" ? "mlp" : "gpt"; }
 
+/// The one-process reference of the pipeline and 3D harnesses: `steps` AdamW steps of the
+/// GPT on whole batches of `batch` sequences; the losses, and the clipped norms when
+/// clip > 0. Returns the optimizer (its state is compared by the 3D tests).
+inline std::unique_ptr<optim::Optimizer> gpt_reference_steps(nn::Module& model, int steps, int64_t batch, double clip,
+                                                             std::vector<double>& losses, std::vector<double>& norms) {
+  auto opt = adamw(model.named_parameters());
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = st::make_batch("gpt", batch, s);
+    Tensor loss = st::batch_loss(model, x, y);
+    losses.push_back(loss.item<double>());
+    backward(loss);
+    if (clip > 0) norms.push_back(optim::clip_grad_norm(model.parameters(), clip));
+    opt->step();
+    opt->zero_grad();
+  }
+  return opt;
+}
+
 struct Run {
   nn::NamedTensors state;
   std::vector<double> losses, norms;
