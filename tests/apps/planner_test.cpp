@@ -323,6 +323,12 @@ TEST(PlannerMemory, EquivalenceLayoutsWithinFivePercentOfTheAllocator) {
       {"dp2 dropout 0.1", 2, {"parallel.dp=2", "model.dropout=0.1"}},
       {"tp2 + SP dropout", 2, {"parallel.tp=2", "parallel.sequence_parallel=true", "model.dropout=0.1"}},
       {"pp2 1f1b dropout", 2, {"parallel.pp=2", "parallel.microbatches=4", "model.dropout=0.1"}},
+      // 3D: dp x tp x pp as configs/gpt_char_3d.yaml, tp x pp with SP, dp x tp with ZeRO-3
+      {"dp2 tp2 pp2 ZeRO-1", 8,
+       {"parallel.dp=2", "parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=1", "parallel.microbatches=4"}},
+      {"tp2 pp2 + SP", 4,
+       {"parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.microbatches=4"}},
+      {"dp2 tp2 ZeRO-3", 4, {"parallel.dp=2", "parallel.tp=2", "parallel.zero_stage=3"}},
   };
   for (const Layout& l : layouts) {
     const TrainConfig cfg = small_gpt(l.sets);
