@@ -31,9 +31,14 @@ macro(expect_not var)
   endforeach()
 endmacro()
 
-# losses(<metrics.jsonl> <out list var>): "step=loss" for each train record, loss as written.
+# losses(<metrics.jsonl> <out list var> [record type]): "step=loss" for each record of the
+# type (default train; eval for the evaluations), loss as written.
 function(losses file out)
-  file(STRINGS ${file} lines REGEX "\"type\":\"train\"")
+  set(type train)
+  if(ARGC GREATER 2)
+    set(type ${ARGV2})
+  endif()
+  file(STRINGS ${file} lines REGEX "\"type\":\"${type}\"")
   set(result "")
   foreach(line ${lines})
     string(REGEX MATCH "\"loss\":([^,}]+)" _ "${line}")
