@@ -38,5 +38,6 @@ if(strata_fault_mpirun)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/multihost_cut.sh $<TARGET_FILE:strata_cli> ${strata_fault_mpirun}
                    ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/fault/multihost_cut)
   set_tests_properties(fault_multihost_cut PROPERTIES LABELS "e2e;dist;fault;multihost" TIMEOUT 120 PROCESSORS 2
-                       SKIP_REGULAR_EXPRESSION "SKIPPED:" FAIL_REGULAR_EXPRESSION "FAIL:")
+                       SKIP_REGULAR_EXPRESSION "SKIPPED:" FAIL_REGULAR_EXPRESSION "FAIL:"
+                       RESOURCE_LOCK netns_hosts)
 endif()

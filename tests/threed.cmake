@@ -38,7 +38,8 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/multihost_3d.sh $<TARGET_FILE:strata_cli> ${strata_3d_mpirun}
                    ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/threed/multihost)
   set_tests_properties(threed_multihost PROPERTIES LABELS "e2e;dist;multihost" TIMEOUT 300 PROCESSORS 2
-                       SKIP_REGULAR_EXPRESSION "SKIPPED:" FAIL_REGULAR_EXPRESSION "FAIL:")
+                       SKIP_REGULAR_EXPRESSION "SKIPPED:" FAIL_REGULAR_EXPRESSION "FAIL:"
+                       RESOURCE_LOCK netns_hosts)
   return()
 endif()
 
