@@ -138,7 +138,10 @@ for r in $survivors; do
     [ -n "$line" ] || fail "rank $r exited 3 but printed no 'strata: error: rank $r: communication failed' line"
   fi
   [ -n "$line" ] || continue
+  # The op, its sequence number and group, and this rank in it: the world (np ranks, rank r)
+  # or, under pp, a 2-rank exchange channel ('world/pp-act[..]', 'world/pp-grad[..]').
   echo "$line" | grep -Eq "[a-z_]+ seq [0-9]+ in group '[^']+' \(mpi, $np ranks\) on rank $r" ||
+    echo "$line" | grep -Eq "[a-z_]+ seq [0-9]+ in group 'world/pp-[a-z]+\[[0-9]+->[0-9]+\]' \(mpi, 2 ranks\) on rank [01]" ||
     fail "rank $r's report names no op: $line"
   # A kill that lands inside the schedule is reported by the pipeline executor; one that
   # lands in the step's loss all-reduce or a checkpoint collective names that op instead.
