@@ -6,11 +6,22 @@
 #include <vector>
 
 #include <strata/comm/process_group.h>
+#include <strata/core/memory.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::bench::detail {
 
 using BenchClock = std::chrono::steady_clock;
+
+/// `warmup` calls of step(), then the allocator's peaks reset between two barriers of g
+/// (the ranks are threads sharing it), so the timed steps that follow own the peaks.
+template <class Step>
+void warm_up_then_reset_peaks(comm::ProcessGroup& g, int warmup, Step& step) {
+  for (int i = 0; i < warmup; ++i) step();
+  g.barrier().wait();
+  if (g.rank() == 0) cpu_memory().reset_peaks();
+  g.barrier().wait();
+}
 
 inline double since(BenchClock::time_point t0) {
   return std::chrono::duration<double>(BenchClock::now() - t0).count();

@@ -75,10 +75,7 @@ CpBenchResult run_layout(comm::ProcessGroup& g, const CpBenchOptions& o, int64_t
       pm->finalize();
       pm->step();
     };
-    for (int i = 0; i < o.warmup; ++i) step();
-    g.barrier().wait();
-    if (g.rank() == 0) cpu_memory().reset_peaks();
-    g.barrier().wait();
+    detail::warm_up_then_reset_peaks(g, o.warmup, step);
     std::vector<double> t;
     for (int i = 0; i < o.steps; ++i) {
       const auto t0 = detail::BenchClock::now();

@@ -53,10 +53,7 @@ TpBenchResult run_layout(comm::ProcessGroup& g, const TpBenchOptions& o, bool sp
       pm->finalize();
       pm->step();
     };
-    for (int i = 0; i < o.warmup; ++i) step();
-    g.barrier().wait();
-    if (g.rank() == 0) cpu_memory().reset_peaks();
-    g.barrier().wait();
+    detail::warm_up_then_reset_peaks(g, o.warmup, step);
     comm::ProcessGroup& tp = *pm->mesh()["tp"];
     tp.reset_stats();
     std::vector<double> t;
