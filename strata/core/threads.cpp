@@ -1,4 +1,5 @@
 #include <strata/core/threads.h>
+#include <strata/core/threads_default.h>
 
 #include <omp.h>
 
@@ -23,10 +24,23 @@ void set_num_threads(int n) {
   if (g_blas_hook) g_blas_hook(n);
 }
 
+int default_num_threads() {
+  // Honour the OpenMP variable the way libgomp and PyTorch do: a process started with
+  // OMP_NUM_THREADS=1 (the tests' and mpirun users' one compute thread per rank) must not
+  // open 2+ thread teams because strata's own count defaulted to the core count.
+  if (const char* e = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (end != e && (*end == '\0' || *end == ',') && v > 0 && v <= 4096) return int(v);
+  }
+  const int hw = int(std::thread::hardware_concurrency());
+  return hw > 0 ? hw : 1;
+}
+
 int get_num_threads() {
   int n = g_threads.load(std::memory_order_relaxed);
   if (n == 0) {
-    set_num_threads(0);
+    set_num_threads(default_num_threads());
     n = g_threads.load();
   }
   return n;
