@@ -7,8 +7,13 @@
 #         backend: ranks are threads), the activation-checkpoint tests and every dist
 #         test (mpirun, label dist)
 #   all   both (default)
-# Usage: scripts/sanitize.sh [asan|tsan|all] [extra ctest arguments, e.g. -R Checkpoint]
+#   omp   scripts/sanitize/omp/check.sh: why TSan reports inside OpenMP regions with
+#         more than one thread are libgomp's, not strata's (seconds)
+# Usage: scripts/sanitize.sh [asan|tsan|omp|all] [extra ctest arguments, e.g. -R Checkpoint]
 # Env: JOBS (build and ctest parallelism, default nproc), CCACHE_DIR etc. as for any build.
+#      KEEP_GOING=1: TSan reports every race of a process instead of stopping at the first
+#      (the process still fails, exit 66), logs go to <build>/san-logs/ and are
+#      summarised by scripts/sanitize/tsan_summary.sh; ASan/UBSan logs go there too.
 # Any sanitizer report fails its test (halt_on_error / -fno-sanitize-recover). The
 # suppression files in scripts/sanitize/ hold third-party reports only, each justified.
 set -euo pipefail
@@ -20,8 +25,13 @@ JOBS=${JOBS:-$(nproc)}
 sup=$src/scripts/sanitize
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # One compute thread per rank, as on the CI host; for TSan this also keeps libgomp's
-# uninstrumented barriers out of the picture (a single-thread parallel region runs inline).
+# uninstrumented barriers out of the picture: strata's kernels open no team when their
+# thread count is 1 (parallel_for, for_blocks), and the default count follows
+# OMP_NUM_THREADS (core/threads_default.h). Before that default, the unit tests opened
+# 2-thread teams on this 2-core host whatever OMP_NUM_THREADS said.
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+halt=1
+[ "${KEEP_GOING:-0}" = 1 ] && halt=0
 
 launcher=()
 if command -v ccache >/dev/null; then
@@ -41,9 +51,16 @@ run_asan() {
   local b=$src/build-asan
   configure "$b" address,undefined
   cmake --build "$b" -j "$JOBS"
-  export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0:check_initialization_order=1"
+  # ASan cannot go on after an error without -fsanitize-recover=address, and UBSan is
+  # compiled not to (-fno-sanitize-recover=undefined): KEEP_GOING only adds the logs here.
+  local alog="" ulog=""
+  if [ "$halt" = 0 ]; then
+    mkdir -p "$b/san-logs"
+    alog=":log_path=$b/san-logs/asan" ulog=":log_path=$b/san-logs/ubsan"
+  fi
+  export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0:check_initialization_order=1$alog"
   export LSAN_OPTIONS="suppressions=$sup/lsan.supp:print_suppressions=0"
-  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$sup/ubsan.supp"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$sup/ubsan.supp$ulog"
   local t0=$SECONDS
   local rc=0
   ctest --test-dir "$b" --output-on-failure -j "$JOBS" --timeout 1200 -LE cuda -E "$ASAN_EXCLUDE" "$@" || rc=$?
@@ -58,7 +75,12 @@ run_tsan() {
   # parallel test binaries and the mpi test programs.
   cmake --build "$b" -j "$JOBS" --target strata_cli strata_test_comm strata_test_parallel strata_test_comm_mpi \
     strata_comm_mpi_fault strata_test_parallel_mpi strata_test_autograd
-  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$sup/tsan.supp:print_suppressions=0"
+  local tlog=""
+  if [ "$halt" = 0 ]; then
+    rm -rf "$b/san-logs" && mkdir -p "$b/san-logs"
+    tlog=":log_path=$b/san-logs/tsan"
+  fi
+  export TSAN_OPTIONS="halt_on_error=$halt:second_deadlock_stack=1:suppressions=$sup/tsan.supp:print_suppressions=0$tlog"
   local t0=$SECONDS rc=0
   for t in comm parallel; do  # every gtest of the binary in one process
     (cd "$b/tests" && "./strata_test_$t" --gtest_brief=1) || rc=$?
@@ -67,17 +89,20 @@ run_tsan() {
   (cd "$b/tests" && ./strata_test_autograd --gtest_brief=1 --gtest_filter='Checkpoint.*') || rc=$?
   ctest --test-dir "$b" --output-on-failure -j "$JOBS" --timeout 1200 -L dist "$@" || rc=$?
   echo "sanitize.sh: tsan suite: exit $rc in $((SECONDS - t0)) s"
+  if [ "$halt" = 0 ] && compgen -G "$b/san-logs/tsan.*" >/dev/null; then "$sup/tsan_summary.sh" "$b"/san-logs/tsan.*; fi
   return $rc
 }
 
 case $mode in
   asan) run_asan "$@" ;;
   tsan) run_tsan "$@" ;;
+  omp) "$sup/omp/check.sh" ;;
   all)
     rc=0
     run_asan "$@" || rc=$?
+    "$sup/omp/check.sh" || rc=$?
     run_tsan "$@" || rc=$?
     exit $rc
     ;;
-  *) echo "usage: $0 [asan|tsan|all] [ctest arguments]" >&2; exit 2 ;;
+  *) echo "usage: $0 [asan|tsan|omp|all] [ctest arguments]" >&2; exit 2 ;;
 esac
