@@ -177,9 +177,6 @@ static void check_context_parallel(const TrainConfig& cfg, const parallel::Paral
   const std::string cp = detail::str_cat("is ", dims.cp, " but ");
   if (cfg.model.type != "gpt")
     config_fail("parallel.cp", cp + "model.type is '" + cfg.model.type + "': only the gpt has sequences to split");
-  if (cfg.model.dropout != 0)
-    config_fail("model.dropout", detail::str_cat("is ", cfg.model.dropout,
-                                                 " but ring attention (parallel.cp > 1) has no attention dropout: use 0"));
   if (cfg.run.precision != "f32")
     config_fail("run.precision", "is " + cfg.run.precision + " but ring attention (parallel.cp > 1) runs in f32 only");
   if (cfg.run.device != "cpu")

@@ -50,11 +50,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const std::shared_ptr<Module> attn_dropout = child("attn_dropout"), c_proj = child("c_proj"),
                                 resid_dropout = child("resid_dropout");
   const auto* attn_drop = dynamic_cast<const Dropout*>(attn_dropout.get());
-  if (attention_fn_) {  // replaced (ring attention): no dropout on probabilities it never forms
-    STRATA_CHECK(!attn_drop || attn_drop->p() == 0 || !attn_drop->is_training(),
-                 "[CausalSelfAttention] a replaced attention core does not support attention dropout (p = ",
-                 attn_drop ? attn_drop->p() : 0.0, ")");
-    return (*resid_dropout)((*c_proj)(attention_fn_(qkv, hd)));
+  if (attention_fn_) {  // replaced (ring attention): it draws the dropout masks from our generator
+    const bool drop = attn_drop && attn_drop->p() > 0 && attn_drop->is_training();
+    Generator* gen = drop ? attn_dropout->own_generator() : nullptr;
+    return (*resid_dropout)((*c_proj)(attention_fn_(qkv, hd, drop ? attn_drop->p() : 0.0, gen)));
   }
   if (attn_drop && (attn_drop->p() == 0 || !attn_drop->is_training()) && !autocast_dtype())
     return (*resid_dropout)((*c_proj)(causal_attention(qkv, hd)));
