@@ -127,7 +127,8 @@ static parallel::PipelinePlan mlp_pp_plan(const nn::MLP& mlp, const std::vector<
   return p;
 }
 
-parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers, int64_t seq_shards) {
+parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers, int64_t seq_shards,
+                                     int64_t cp) {
   parallel::PipelinePlan p;
   if (const auto* mlp = dynamic_cast<const nn::MLP*>(&model)) return mlp_pp_plan(*mlp, layers);
   const auto* gpt = dynamic_cast<const nn::GPT*>(&model);
@@ -143,8 +144,9 @@ parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<
   };
   // As GPT::loss: the mean over the B*T positions (from the vocabulary shards under tp).
   p.loss = [gpt](const Tensor& out, const Tensor& y) { return gpt->stage_loss(out, y); };
-  p.activation = [n = c.n_embd, seq_shards](const parallel::PipelineStageSpec&, const Shape& in) {
-    return parallel::ActivationSpec{{in[0], in[1] / seq_shards, n}, DType::f32};
+  p.activation = [n = c.n_embd, seq_shards, cp, gpt](const parallel::PipelineStageSpec&, const Shape& in) {
+    const int64_t t = cp > 1 && gpt->lm_hooks().shard_sequence ? in[1] / cp : in[1];  // cp suspended: whole
+    return parallel::ActivationSpec{{in[0], t / seq_shards, n}, DType::f32};
   };
   return p;
 }
@@ -175,10 +177,6 @@ static void check_context_parallel(const TrainConfig& cfg, const parallel::Paral
   const std::string cp = detail::str_cat("is ", dims.cp, " but ");
   if (cfg.model.type != "gpt")
     config_fail("parallel.cp", cp + "model.type is '" + cfg.model.type + "': only the gpt has sequences to split");
-  if (dims.pp > 1) config_fail("parallel.cp", cp + "context parallelism does not compose with pp > 1 in this version");
-  if (cfg.model.dropout != 0)
-    config_fail("model.dropout", detail::str_cat("is ", cfg.model.dropout,
-                                                 " but ring attention (parallel.cp > 1) has no attention dropout: use 0"));
   if (cfg.run.precision != "f32")
     config_fail("run.precision", "is " + cfg.run.precision + " but ring attention (parallel.cp > 1) runs in f32 only");
   if (cfg.run.device != "cpu")
@@ -216,7 +214,7 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
     config_fail("parallel.sequence_parallel", detail::str_cat("is true but model.block_size = ", cfg.model.block_size,
                                                       " is not divisible by parallel.tp = ", dims.tp));
   parallel::TpPlan plan = model_tp_plan(*model, sp);
-  parallel::PipelinePlan pp_plan = model_pp_plan(*model, cfg.parallel.pp_layers, sp ? dims.tp : 1);
+  parallel::PipelinePlan pp_plan = model_pp_plan(*model, cfg.parallel.pp_layers, sp ? dims.tp : 1, dims.cp);
   return parallel::parallelize(
       std::move(model), mesh,
       {.dims = dims,

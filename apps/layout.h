@@ -43,9 +43,12 @@ parallel::TpPlan model_tp_plan(const nn::Module& model, bool sequence_parallel =
 ///        (B, T, n_embd) f32 activations. `layers` is parallel.pp_layers. `seq_shards`:
 ///        parallel.tp under sequence parallelism (a stage sends its sequence shard
 ///        (B, T/tp, n_embd)), else 1. The loss is GPT::stage_loss (vocabulary-parallel
-///        under tp): the plan refers to `model`, which must outlive it.
+///        under tp): the plan refers to `model`, which must outlive it. `cp`:
+///        parallel.cp; while context parallelism is applied (the GPT's shard_sequence
+///        hook set) a stage sends this rank's part of the sequences (B, T/cp, n_embd),
+///        and whole ones while it is suspended (evaluation).
 parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers,
-                                     int64_t seq_shards = 1);
+                                     int64_t seq_shards = 1, int64_t cp = 1);
 
 /// parallel.{dp, tp, pp, zero_stage} resolved for `world` ranks and checked against the
 /// model and the batch (train.batch_size divisible by dp). ConfigError naming the key.

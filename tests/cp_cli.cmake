@@ -46,12 +46,11 @@ set(common --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corp
            --set train.max_steps=6 --set train.eval_every=0)
 
 if(CASE STREQUAL "cp_config")
-  run(2 plan ${common} --ranks 4 --set parallel.cp=2 --set parallel.pp=2)
-  expect(ERR "parallel.cp")
+  # cp composes with pp: the plan of cp 2 x pp 2 (the split is a stage's (B, T/cp, C)).
+  run(0 plan ${common} --ranks 4 --set parallel.cp=2 --set parallel.pp=2 --set parallel.microbatches=2)
+  expect(OUT "dp 1 x cp 2 x tp 1 x pp 2" "pp=2 x dp=1 x cp=2 x tp=1" "context parallel over 2")
   run(2 plan ${common} --ranks 2 --set parallel.cp=2 --set model.block_size=30)
   expect(ERR "parallel.cp" "block_size")
-  run(2 plan ${common} --ranks 2 --set parallel.cp=2 --set model.dropout=0.1)
-  expect(ERR "model.dropout")
   run(2 plan ${common} --ranks 2 --set parallel.cp_split=spiral)
   expect(ERR "parallel.cp_split")
   run(2 plan ${common} --ranks 3 --set parallel.cp=2)

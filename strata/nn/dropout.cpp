@@ -9,6 +9,9 @@ Dropout::Dropout(double p, Generator& gen) : p_(p), gen_(gen.next_below(std::num
   STRATA_CHECK(p >= 0.0 && p < 1.0, "[Dropout] p must be in [0, 1), got ", p);
 }
 
-Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training(), gen_); }
+Tensor Dropout::forward(const Tensor& x) {
+  if (fn_ && is_training() && p_ > 0) return fn_(x, p_, gen_);
+  return dropout(x, p_, is_training(), gen_);
+}
 
 }  // namespace strata::nn

@@ -1,6 +1,8 @@
 // Dropout with its own counter-based generator, so masks are reproducible and a
 // checkpointed segment can replay them by restoring the generator state.
 #pragma once
+#include <functional>
+
 #include <strata/nn/module.h>
 
 namespace strata::nn {
@@ -15,9 +17,17 @@ class Dropout : public Module {
   Generator* own_generator() override { return &gen_; }
   double p() const { return p_; }
 
+  /// Draws the masks instead of dropout(x, p, training, gen) when set (training, p > 0):
+  /// e.g. context parallelism's masks of a rank's tokens as the whole sequence has them.
+  /// Empty: the default. Not thread-safe.
+  using MaskedFn = std::function<Tensor(const Tensor& x, double p, Generator& gen)>;
+  void set_dropout_fn(MaskedFn fn) { fn_ = std::move(fn); }
+  bool has_dropout_fn() const { return static_cast<bool>(fn_); }
+
  private:
   double p_;
   Generator gen_;
+  MaskedFn fn_;
 };
 
 }  // namespace strata::nn

@@ -50,11 +50,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const std::shared_ptr<Module> attn_dropout = child("attn_dropout"), c_proj = child("c_proj"),
                                 resid_dropout = child("resid_dropout");
   const auto* attn_drop = dynamic_cast<const Dropout*>(attn_dropout.get());
-  if (attention_fn_) {  // replaced (ring attention): no dropout on probabilities it never forms
-    STRATA_CHECK(!attn_drop || attn_drop->p() == 0 || !attn_drop->is_training(),
-                 "[CausalSelfAttention] a replaced attention core does not support attention dropout (p = ",
-                 attn_drop ? attn_drop->p() : 0.0, ")");
-    return (*resid_dropout)((*c_proj)(attention_fn_(qkv, hd)));
+  if (attention_fn_) {  // replaced (ring attention): it draws the dropout masks from our generator
+    const bool drop = attn_drop && attn_drop->p() > 0 && attn_drop->is_training();
+    Generator* gen = drop ? attn_dropout->own_generator() : nullptr;
+    return (*resid_dropout)((*c_proj)(attention_fn_(qkv, hd, drop ? attn_drop->p() : 0.0, gen)));
   }
   if (attn_drop && (attn_drop->p() == 0 || !attn_drop->is_training()) && !autocast_dtype())
     return (*resid_dropout)((*c_proj)(causal_attention(qkv, hd)));
@@ -194,8 +193,13 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index)
 Tensor GPT::forward_stage(const Tensor& in, int64_t begin, int64_t end, bool first, bool last) {
   Tensor x = in;
   if (first) {  // as features(): the embeddings, then (sequence parallel) this rank's shard
-    Tensor pos = ops::arange(0, double(in.size(1)), 1.0, DType::i64).to(in.device());
-    x = (*child("wte"))(in) + (*child("wpe"))(pos);
+    // Context parallelism: this rank's part of every sequence, at its global positions;
+    // every later stage then sees (B, T_local, C).
+    const Tensor idx = hooks_.shard_sequence ? hooks_.shard_sequence(in) : in;
+    const int64_t t = idx.size(1);
+    Tensor pos = hooks_.positions ? hooks_.positions(t) : ops::arange(0, double(t), 1.0, DType::i64);
+    pos = pos.to(idx.device());
+    x = (*child("wte"))(idx) + (*child("wpe"))(pos);
     if (hooks_.enter_blocks) x = hooks_.enter_blocks(x);
     x = (*child("drop"))(x);
   }
@@ -209,7 +213,9 @@ Tensor GPT::forward_stage(const Tensor& in, int64_t begin, int64_t end, bool fir
   return cfg_.tie_weights ? linear(x, parameter("wte.weight"), Tensor()) : (*child("lm_head"))(x);
 }
 
-Tensor GPT::stage_loss(const Tensor& last_out, const Tensor& targets) const {
+Tensor GPT::stage_loss(const Tensor& last_out, const Tensor& full_targets) const {
+  // Under context parallelism, this rank's targets (forward_stage sharded the tokens alike).
+  const Tensor targets = hooks_.shard_sequence ? hooks_.shard_sequence(full_targets) : full_targets;
   if (hooks_.loss)
     return hooks_.loss(reshape(last_out, {-1, cfg_.n_embd}), parameter(head_weight_name()), ops::reshape(targets, {-1}),
                        -1);

@@ -92,9 +92,12 @@ class GPT : public Module, public LanguageModel {
   /// under sequence parallelism what passes between stages is this tp rank's sequence
   /// shard (B, T/tp, C); with a loss hook (vocabulary-parallel head) the last stage
   /// returns the features (B, T, C) instead of logits, and stage_loss() computes the loss
-  /// from the vocabulary shards (the whole (B, T, vocab) never exists on a rank).
+  /// from the vocabulary shards (the whole (B, T, vocab) never exists on a rank). Under
+  /// context parallelism (shard_sequence / positions hooks) the first stage takes the
+  /// whole tokens (B, T) and keeps this rank's part: stages pass (B, T/cp, C).
   Tensor forward_stage(const Tensor& in, int64_t begin, int64_t end, bool first, bool last);
-  /// The mean next-token cross-entropy of the last stage's output (as GPT::loss).
+  /// The mean next-token cross-entropy of the last stage's output (as GPT::loss; the
+  /// whole targets (B, T), sharded by the shard_sequence hook like the tokens).
   Tensor stage_loss(const Tensor& last_out, const Tensor& targets) const;
 
  private:

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include <strata/core/rng.h>
 #include <strata/tensor/tensor.h>
 
 namespace strata::nn {
@@ -27,8 +28,11 @@ struct LmHooks {
   std::function<Tensor(int64_t t_local)> positions;
 };
 
-/// Attention over a packed projection: qkv (B, T, 3*H*hd) -> (B, T, H*hd), causal.
-using AttentionFn = std::function<Tensor(const Tensor& qkv, int64_t head_dim)>;
+/// Attention over a packed projection: qkv (B, T, 3*H*hd) -> (B, T, H*hd), causal. With
+/// dropout_p > 0 the probabilities are dropped out with masks drawn from `gen` (the
+/// module's attention-dropout generator) as the module's own attention draws them
+/// (ops::dropout of the whole (B, H, T, T) probabilities: one reserve of B*H*T*T).
+using AttentionFn = std::function<Tensor(const Tensor& qkv, int64_t head_dim, double dropout_p, Generator* gen)>;
 
 /// A module whose attention core (softmax(q k^T / sqrt(hd), causal) v over its packed
 /// q|k|v) can be replaced, e.g. by ring attention over a context-parallel group. An
@@ -37,7 +41,7 @@ class ReplaceableAttention {
  public:
   virtual ~ReplaceableAttention() = default;
   virtual void set_attention_fn(AttentionFn fn) = 0;
-  /// The attention probabilities' dropout rate (a replacement computes none).
+  /// The attention probabilities' dropout rate (a replacement gets it and the generator).
   virtual double attention_dropout() const = 0;
 };
 

@@ -4,12 +4,14 @@
 // rank r holds the block of rank (r - s) mod cp. Shapes: C = H*hd of this rank's heads.
 #include <strata/parallel/context_parallel.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
 
 #include <strata/autograd/lambda_node.h>
 #include <strata/core/error.h>
+#include <strata/nn/dropout.h>
 #include <strata/nn/lm_hooks.h>
 #include <strata/tensor/attention_block.h>
 #include <strata/tensor/ops.h>
@@ -49,6 +51,7 @@ struct RingState {
   CpSplit split;
   int64_t hd, t;               // head_dim, global sequence length
   Tensor qkv, kv, out, lse;    // (B,Tl,3C), own K/V (B,Tl,2C), y (B,Tl,C), lse (nseg,B,H,L)
+  AttentionDropout drop;       // p 0: none
 };
 
 }  // namespace
@@ -99,7 +102,7 @@ namespace {
 // every step computes against this rank's own K/V block at the positions of the block it
 // would hold, and nothing is sent.
 Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::ProcessGroup>& cp_group, int n, int r,
-                 CpSplit split) {
+                 CpSplit split, double dropout_p = 0, Generator* gen = nullptr) {
   STRATA_CHECK(qkv_in.dim() == 3 && qkv_in.size(2) % 3 == 0 && (qkv_in.size(2) / 3) % hd == 0,
                "[ring_attention] expects qkv (B, T/cp, 3*H*hd) with head_dim ", hd, ", got ", shape_str(qkv_in.shape()));
   STRATA_CHECK(qkv_in.device().is_cpu() && (qkv_in.dtype() == DType::f32 || qkv_in.dtype() == DType::f64),
@@ -117,6 +120,10 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
   const std::vector<SeqSegment> mine = cp_segments(st->t, n, r, split), loc = local_of(mine);
   const int64_t L = loc[0].length;
   const DType dt = st->qkv.dtype();
+  if (dropout_p > 0 && gen) {  // the whole (B, H, T, T) draw, as the fused module's ops::dropout
+    st->drop = {.p = dropout_p, .seed = gen->seed(), .base = 0, .seq = st->t};
+    st->drop.base = gen->reserve(uint64_t(B * H * st->t * st->t));
+  }
   st->kv = ops::contiguous(ops::narrow(st->qkv, 2, C, 2 * C));  // (B, Tl, 2C): the block that travels
   st->out = ops::zeros({B, tl, C}, dt);
   st->lse = ops::full({int64_t(loc.size()), B, H, L}, -std::numeric_limits<double>::infinity(), dt);
@@ -135,7 +142,7 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
       Tensor l = ops::select(st->lse, 0, int64_t(i));
       for (size_t j = 0; j < theirs.size(); ++j)
         ops::attention_block_forward(q, seg_cols(cur, tloc[j], 0, C), seg_cols(cur, tloc[j], C, C), mine[i].start,
-                                     theirs[j].start, hd, o, l);
+                                     theirs[j].start, hd, o, l, st->drop);
     }
     if (w) {
       w->wait();
@@ -181,7 +188,7 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
         for (size_t j = 0; j < theirs.size(); ++j) {
           Tensor dk = seg_cols(part, tloc[j], 0, C), dv = seg_cols(part, tloc[j], C, C);
           ops::attention_block_backward(q, seg_cols(cur, tloc[j], 0, C), seg_cols(cur, tloc[j], C, C), go, l, d,
-                                        mine[i].start, theirs[j].start, st->hd, dq, dk, dv);
+                                        mine[i].start, theirs[j].start, st->hd, dq, dk, dv, st->drop);
         }
       }
       if (s > 0) {
@@ -209,9 +216,42 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
 
 }  // namespace
 
-Tensor ring_attention(const Tensor& qkv, int64_t head_dim, const std::shared_ptr<comm::ProcessGroup>& cp, CpSplit split) {
+Tensor ring_attention(const Tensor& qkv, int64_t head_dim, const std::shared_ptr<comm::ProcessGroup>& cp, CpSplit split,
+                      double dropout_p, Generator* gen) {
   STRATA_CHECK(cp != nullptr, "[ring_attention] no cp group");
-  return ring_impl(qkv, head_dim, cp, cp->size(), cp->rank(), split);
+  return ring_impl(qkv, head_dim, cp, cp->size(), cp->rank(), split, dropout_p, gen);
+}
+
+Tensor cp_dropout(const Tensor& x, double p, Generator& gen, int cp, int rank, CpSplit split) {
+  STRATA_CHECK(x.dim() >= 2 && x.device().is_cpu(), "[cp_dropout] expects (B, T/cp, ...) on the CPU, got ", x.str());
+  STRATA_CHECK(p >= 0 && p < 1, "[cp_dropout] p must be in [0, 1), got ", p);
+  const int64_t B = x.size(0), tl = x.size(1), inner = tl > 0 && B > 0 ? x.numel() / (B * tl) : 0, T = tl * cp;
+  const std::vector<int64_t> pos = cp_positions(T, cp, rank, split).to_vector<int64_t>();
+  // The whole tensor's draw (element (b, t, i) at (b T + t) inner + i), this rank's rows.
+  const uint64_t base = gen.reserve(uint64_t(B * T * inner));
+  const uint32_t threshold = uint32_t(std::ceil(double(float(p)) * 16777216.0));  // as cpu::dropout_kernel
+  Tensor mask = ops::empty(x.shape(), DType::u8);
+  uint8_t* m = mask.data<uint8_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < tl; ++t) {
+      const uint64_t e0 = uint64_t((b * T + pos[size_t(t)]) * inner);
+      uint8_t* row = m + (b * tl + t) * inner;
+      uint64_t have = ~uint64_t(0);
+      std::array<uint32_t, 4> w{};
+      for (int64_t i = 0; i < inner; ++i) {
+        const uint64_t e = e0 + uint64_t(i), c = base + e / 4;
+        if (c != have) {
+          w = gen.block(c);
+          have = c;
+        }
+        row[i] = (w[e % 4] >> 8) >= threshold;
+      }
+    }
+  // y = x * mask / (1-p): dropout's backward kernel is exactly that product.
+  Tensor y = ops::dropout_backward(ops::contiguous(x.detach()), mask, p);
+  if (!x.requires_grad()) return y;
+  return record_fn("CpDropoutBackward", y, {x},
+                   [mask, p](const Tensor& g) { return std::vector<Tensor>{ops::dropout_backward(g, mask, p)}; });
 }
 
 namespace detail {
@@ -224,11 +264,16 @@ CpLayout apply_cp(nn::Module& model, std::shared_ptr<comm::ProcessGroup> cp, CpS
   STRATA_CHECK(cp != nullptr, "[apply_cp] no cp group");
   CpLayout layout{.cp = cp, .split = split, .attention = {}};
   for (const auto& [name, m] : model.named_modules()) {
+    if (auto* d = dynamic_cast<nn::Dropout*>(m.get())) {  // token-wise: the whole sequence's masks
+      const int n = cp->size(), r = cp->rank();
+      d->set_dropout_fn([n, r, split](const Tensor& x, double p, Generator& g) { return cp_dropout(x, p, g, n, r, split); });
+      continue;
+    }
     auto* a = dynamic_cast<nn::ReplaceableAttention*>(m.get());
     if (!a) continue;
-    STRATA_CHECK(a->attention_dropout() == 0, "[apply_cp] ", name,
-                 ": context parallelism does not support attention dropout (p = ", a->attention_dropout(), ")");
-    a->set_attention_fn([cp, split](const Tensor& qkv, int64_t hd) { return ring_attention(qkv, hd, cp, split); });
+    a->set_attention_fn([cp, split](const Tensor& qkv, int64_t hd, double p, Generator* gen) {
+      return ring_attention(qkv, hd, cp, split, p, gen);
+    });
     layout.attention.push_back(name);
   }
   STRATA_CHECK(!layout.attention.empty(), "[apply_cp] the model (", model.type_name(),
@@ -244,8 +289,10 @@ CpLayout apply_cp(nn::Module& model, std::shared_ptr<comm::ProcessGroup> cp, CpS
 }
 
 CpSuspended::CpSuspended(nn::Module& model, const CpLayout& layout) : model_(model), layout_(layout) {
-  for (const auto& [name, m] : model_.named_modules())
+  for (const auto& [name, m] : model_.named_modules()) {
     if (auto* a = dynamic_cast<nn::ReplaceableAttention*>(m.get())) a->set_attention_fn(nullptr);
+    if (auto* d = dynamic_cast<nn::Dropout*>(m.get())) d->set_dropout_fn(nullptr);
+  }
   if (auto* lm = dynamic_cast<nn::LanguageModel*>(&model_)) {
     nn::LmHooks h = lm->lm_hooks();
     h.shard_sequence = nullptr;

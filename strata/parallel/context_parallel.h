@@ -41,8 +41,18 @@ Tensor cp_shard(const Tensor& x, int cp, int rank, CpSplit split);
 /// key chunk) pairs are skipped. Backward: the K/V blocks go around again with their dK/dV
 /// accumulators, which end up back with the rank that owns them (cp-1 K/V sends and cp
 /// dK/dV sends per rank, about twice the forward's bytes).
+/// Attention dropout (dropout_p > 0, gen given): one gen->reserve(B*H*T*T) as the whole
+/// attention's ops::dropout makes, and every (b, h, i, j)'s mask from its global
+/// positions (AttentionDropout), so the cp ranks (whose generators agree) drop what one
+/// process drops; the backward recomputes the masks.
 Tensor ring_attention(const Tensor& qkv, int64_t head_dim, const std::shared_ptr<comm::ProcessGroup>& cp,
-                      CpSplit split);
+                      CpSplit split, double dropout_p = 0, Generator* gen = nullptr);
+
+/// Token-wise dropout of this rank's part of the sequences, x (B, T/cp, ...): the mask of
+/// each element is the one ops::dropout draws for the whole (B, T, ...) (one
+/// gen.reserve(B*T*...), element (b, global t, ...) of it), so dropout under cp equals
+/// one process's. Autograd-aware. Installed on the model's nn::Dropout modules by apply_cp.
+Tensor cp_dropout(const Tensor& x, double p, Generator& gen, int cp, int rank, CpSplit split);
 
 namespace detail {
 /// ring_attention's arithmetic without its communication, as rank `rank` of `cp`: each
@@ -85,8 +95,8 @@ struct CpLayout {
 /// Context parallelism on `model` over `cp`: every nn::ReplaceableAttention module gets
 /// ring attention, and a language model (nn::LanguageModel) shards its input sequences
 /// (shard_sequence hook: tokens and targets) and embeds global positions. Other hooks
-/// (tensor parallelism's) are kept. Error when the model has no attention module or
-/// an attention dropout.
+/// (tensor parallelism's) are kept; every nn::Dropout draws its masks by cp_dropout
+/// (attention dropout is ring attention's). Error when the model has no attention module.
 CpLayout apply_cp(nn::Module& model, std::shared_ptr<comm::ProcessGroup> cp, CpSplit split);
 /// RAII: while alive the model runs whole sequences with its own attention (the cp hooks
 /// removed), e.g. for rank 0's evaluation; they are put back on destruction.

@@ -66,7 +66,8 @@ double ParallelModel::clip_grad_norm(double max_norm) {
       for (const auto& [n, p] : own) ts.push_back(p);
       sq = optim::grad_norm_sq(ts);
     }
-    if (zero_) sq = comm::all_reduce_host(*mesh_["dp"], ops::full({1}, sq, DType::f64), comm::ReduceOp::sum).item<double>();
+    // ZeRO shards over dp (x cp under context parallelism: replica_group()).
+    if (zero_) sq = comm::all_reduce_host(replica_group(), ops::full({1}, sq, DType::f64), comm::ReduceOp::sum).item<double>();
     const double total = std::sqrt(pp_norm_sq(sq)), f = optim::clip_factor(total, max_norm);
     if (f < 1.0) optim::scale_grads(ps, f);
     return total;
@@ -133,7 +134,9 @@ ParallelModel::FullParams ParallelModel::summon_full_params() {
 
 std::vector<ShardPiece> ParallelModel::state_pieces() const {
   if (pipeline_) {  // each stage's own tensors under their global names (a tied copy once)
-    std::vector<ShardPiece> all = zero_ ? zero_->state_pieces() : replicated_pieces(*model_, optimizer_.get(), mesh_.rank("dp"));
+    // Replicated tensors from rank 0 of the dp (x cp) group of this (pp, tp) coordinate.
+    std::vector<ShardPiece> all =
+        zero_ ? zero_->state_pieces() : replicated_pieces(*model_, optimizer_.get(), replica_group().rank());
     if (tp_) all = tp_global_pieces(all, *tp_);  // each tp rank's shard as ranges of the global tensors
     std::vector<ShardPiece> out;
     for (auto& p : all) {
@@ -271,19 +274,6 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
                                      ") has no tensor-parallel plan (use tp: 1)");
     tp = apply_tp(*model, opts.tp_plan, mesh["tp"]);
   }
-  // 1b. Context parallel on mesh["cp"]: ring attention, every sequence split over cp.
-  std::optional<CpLayout> cp;
-  std::shared_ptr<comm::ProcessGroup> replica;  // dp x cp: the ranks that hold the same parameters
-  if (d.cp > 1) {
-    if (d.pp > 1)
-      config_fail("parallel.cp", "is " + std::to_string(d.cp) + " but context parallelism does not compose with pp > 1 in this version");
-    cp = apply_cp(*model, mesh["cp"], opts.cp_split);
-    const comm::MeshShape& ms = mesh.shape();
-    const std::vector<int> c = mesh.coord();
-    const int color = c[size_t(ms.index_of("pp"))] * d.tp + c[size_t(ms.index_of("tp"))];
-    const int key = c[size_t(ms.index_of("dp"))] * d.cp + c[size_t(ms.index_of("cp"))];
-    replica = mesh.world()->split(color, key, "dp x cp");
-  }
   // 2. The pipeline split on mesh["pp"]: this rank keeps its stages' modules.
   std::unique_ptr<PipelineExecutor> pipe;
   std::shared_ptr<comm::ProcessGroup> embed_group;
@@ -302,6 +292,19 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
     keep_stages(*model, opts.pp_plan, mine);
     if (!opts.pp_plan.tied.empty()) embed_group = ppg.new_group({0, d.pp - 1}, "embedding");
     pipe = std::make_unique<PipelineExecutor>(model, opts.pp_plan, shape, std::move(stages), ppg);
+  }
+  // 2b. Context parallel on mesh["cp"]: ring attention in this rank's blocks (after the
+  // pipeline split: the stages' own), every sequence split over cp (the first stage
+  // splits the tokens, the last the targets; the stages pass (B, T/cp, C)).
+  std::optional<CpLayout> cp;
+  std::shared_ptr<comm::ProcessGroup> replica;  // dp x cp: the ranks that hold the same parameters
+  if (d.cp > 1) {
+    cp = apply_cp(*model, mesh["cp"], opts.cp_split);
+    const comm::MeshShape& ms = mesh.shape();
+    const std::vector<int> c = mesh.coord();
+    const int color = c[size_t(ms.index_of("pp"))] * d.tp + c[size_t(ms.index_of("tp"))];
+    const int key = c[size_t(ms.index_of("dp"))] * d.cp + c[size_t(ms.index_of("cp"))];
+    replica = mesh.world()->split(color, key, "dp x cp");
   }
   const auto finish = [&](std::unique_ptr<ParallelModel> pm) {
     if (pipe) pm->set_pipeline(std::move(pipe), std::move(embed_group));

@@ -188,8 +188,10 @@ class ParallelModel {
 ///      parallel.pp without a plan). With tp > 1 each stage runs its tp shards (the
 ///      embedding group of a tied head is the first and last stage at one tp coordinate);
 ///      with ZeRO-3 a stage's units stay gathered for the whole pipeline step (pipeline_step),
-///   1b. context parallel on mesh["cp"] when cp > 1: apply_cp(model, ...) (ring attention,
-///      sequences split by opts.cp_split); ConfigError naming parallel.cp with pp > 1,
+///   2b. context parallel on mesh["cp"] when cp > 1: apply_cp(model, ...) on the attention
+///      this rank holds (ring attention, sequences split by opts.cp_split; under pp the
+///      first stage splits the tokens, the last the targets, and stages pass (B, T/cp, C):
+///      opts.pp_plan's activation must say so),
 ///   3. on mesh["dp"] (at cp > 1 on the dp x cp ranks, which all hold the same parameters
 ///      and see different tokens): ZeRO stage dims.zero_stage when > 0, else DDP when
 ///      that group has more than one rank, else nothing (one process).

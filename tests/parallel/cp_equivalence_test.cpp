@@ -76,14 +76,14 @@ TEST(ContextParallel, FullParamsSuspendsAndRestoresTheHooks) {
   });
 }
 
-TEST(ContextParallel, AttentionDropoutIsRefused) {
-  comm::run_local(2, [](comm::ProcessGroup& w) {
-    std::shared_ptr<comm::ProcessGroup> g(&w, [](comm::ProcessGroup*) {});
-    Generator gen(1);
-    auto m = std::make_shared<nn::GPT>(
-        nn::GPTConfig{.vocab = 16, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = 8, .dropout = 0.1}, gen);
-    EXPECT_THROW(apply_cp(*m, g, CpSplit::zigzag), Error);
-  });
+// Dropout under cp: the attention's masks by global (b, h, i, j) inside ring attention,
+// the token-wise ones (embeddings, residual, MLP) by global (b, t, c) (cp_dropout), so the
+// run drops exactly what one process drops (the whole model's evaluation afterwards too,
+// in training mode: rank 0's generators agree with the reference's).
+TEST(ContextParallel, GptCp2WithDropoutEqualsOneProcess) {
+  check({.cp = 2, .dropout = 0.2});
+  check({.cp = 2, .split = CpSplit::plain, .model = "gpt_ckpt", .dropout = 0.2});
+  check({.cp = 4, .f64 = false, .dropout = 0.2});
 }
 
 }  // namespace

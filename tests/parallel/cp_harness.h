@@ -27,11 +27,30 @@ struct CpCase {
   /// parameter differences of ~1e-5 relative after 3 steps; losses and norms are
   /// compared to 1e-5 and states to 1e-4.
   bool f64 = true;
+  /// model.dropout (every dropout of the GPT, the attention's too). Every rank then builds
+  /// the model from one seed, as `strata train` does: the cp ranks' generators agree.
+  double dropout = 0;
 };
+
+/// The harness's GPT (tp_harness's tp_model) with c.dropout.
+inline std::shared_ptr<nn::Module> cp_model(const CpCase& c, uint64_t seed) {
+  if (c.dropout == 0) return tpt::tp_model(c.model, seed);
+  Generator gen(seed);
+  return std::make_shared<nn::GPT>(nn::GPTConfig{.vocab = 16,
+                                                 .block_size = 8,
+                                                 .n_layer = 2,
+                                                 .n_head = 4,
+                                                 .n_embd = 16,
+                                                 .dropout = c.dropout,
+                                                 .tie_weights = c.model.find("untied") == std::string::npos,
+                                                 .checkpoint = c.model.find("ckpt") != std::string::npos},
+                                   gen);
+}
 
 inline std::string name_of(const CpCase& c) {
   return std::string(c.f64 ? "f64 " : "f32 ") + "dp " + std::to_string(c.dp) + " x cp " + std::to_string(c.cp) + " x tp " + std::to_string(c.tp) + " zero " +
-         std::to_string(c.stage) + " " + cp_split_name(c.split) + " " + c.model;
+         std::to_string(c.stage) + " " + cp_split_name(c.split) + " " + c.model +
+         (c.dropout > 0 ? " dropout " + std::to_string(c.dropout) : "");
 }
 
 // This rank's run: its dp shard of each batch, whole sequences (the model keeps its cp
@@ -40,7 +59,8 @@ inline tpt::Run cp_run(comm::ProcessGroup& world_ref, const CpCase& c, std::stri
   std::shared_ptr<comm::ProcessGroup> world(&world_ref, [](comm::ProcessGroup*) {});
   const ParallelDims dims = ParallelDims{.dp = c.dp, .tp = c.tp, .zero_stage = c.stage, .cp = c.cp}.resolve(world->size());
   const comm::DeviceMesh mesh(world, dims.mesh_shape());
-  auto model = tpt::tp_model(c.model, st::kModelSeed + 77 * uint64_t(world->rank()));
+  // Other seeds on the other ranks (rank 0's weights are broadcast), unless dropout.
+  auto model = cp_model(c, st::kModelSeed + (c.dropout > 0 ? 0 : 77 * uint64_t(world->rank())));
   if (c.f64) model->to(DType::f64);
   auto pm = parallelize(model, mesh,
                         {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {},
@@ -75,7 +95,7 @@ inline tpt::Run cp_run(comm::ProcessGroup& world_ref, const CpCase& c, std::stri
 /// The single-process reference (the tp harness's, in f64 when c.f64).
 inline tpt::Run reference(const CpCase& c) {
   tpt::Run out;
-  auto model = tpt::tp_model(c.model, st::kModelSeed);
+  auto model = cp_model(c, st::kModelSeed);
   if (c.f64) model->to(DType::f64);
   auto opt = tpt::adamw(model->named_parameters());
   for (int s = 0; s < c.steps; ++s) {

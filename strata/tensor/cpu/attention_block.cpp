@@ -6,14 +6,19 @@
 //             out' = out * exp(lse - lse') + o * exp(mx - lse')
 //   backward: P = exp(S - lse) (the final softmax), dv += P^T dout,
 //             dS = P * (dout v^T - delta), dq += scale dS k, dk += scale dS^T q
+// Attention dropout (AttentionDropout): the mask M (0 or 1/(1-p)) of each (b, h, i, j) is
+// recomputed from its global index; forward o = (p M) v with l the undropped sum,
+// backward dv += (P M)^T dout, dS = P * (M (dout v^T) - delta).
 #include <strata/tensor/cpu/attention_block.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include <strata/core/error.h>
+#include <strata/core/rng.h>
 #include <strata/tensor/cpu/blocks.h>
 #include <strata/tensor/cpu/gemm.h>
 #include <strata/tensor/cpu/softmax.h>
@@ -51,6 +56,43 @@ Geometry geometry(const Tensor& q, const Tensor& k, int64_t q_pos, int64_t k_pos
   return g;
 }
 
+// The attention dropout mask (see AttentionDropout): ops::dropout's draws of the whole
+// (B, H, T, T) probability tensor, element by element from the global index.
+struct DropMask {
+  bool on = false;
+  std::array<uint32_t, 2> key{};
+  uint64_t base = 0, t = 0;
+  uint32_t threshold = 0;
+  double scale = 1;
+  explicit DropMask(const AttentionDropout& d)
+      : on(d.p > 0),
+        key{uint32_t(d.seed), uint32_t(d.seed >> 32)},
+        base(d.base),
+        t(uint64_t(d.seq)),
+        // as cpu::dropout_kernel: keep iff (word >> 8) >= ceil(float(p) * 2^24), scale 1/(1-p)
+        threshold(uint32_t(std::ceil(double(float(d.p)) * 16777216.0))),
+        scale(d.p < 1 ? 1.0 / (1.0 - d.p) : 0.0) {}
+  // Element (b, h, query i, key j) of the whole tensor (global positions).
+  uint64_t elem(int64_t b, int64_t heads, int64_t h, int64_t i, int64_t j) const {
+    return (uint64_t(b * heads + h) * t + uint64_t(i)) * t + uint64_t(j);
+  }
+  // mult[j] = 0 or scale for elements e0 .. e0 + m - 1 (one Philox block per 4).
+  template <class T>
+  void row(uint64_t e0, int64_t m, T* mult) const {
+    uint64_t have = ~uint64_t(0);
+    std::array<uint32_t, 4> w{};
+    const T keep = T(scale);
+    for (int64_t j = 0; j < m; ++j) {
+      const uint64_t e = e0 + uint64_t(j), c = base + e / 4;
+      if (c != have) {
+        w = philox4x32({uint32_t(c), uint32_t(c >> 32), 0, 0}, key);
+        have = c;
+      }
+      mult[j] = (w[e % 4] >> 8) >= threshold ? keep : T(0);
+    }
+  }
+};
+
 // Keys row i of the block sees: [0, m_i).
 inline int64_t visible(int64_t i, int64_t q_pos, int64_t k_pos, int64_t lk) {
   return std::clamp<int64_t>(q_pos + i - k_pos + 1, 0, lk);
@@ -58,7 +100,7 @@ inline int64_t visible(int64_t i, int64_t q_pos, int64_t k_pos, int64_t lk) {
 
 template <class T>
 void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, int64_t q_pos, int64_t k_pos, const Geometry& g,
-                  Tensor& outt, Tensor& lset) {
+                  Tensor& outt, Tensor& lset, const DropMask& dm) {
   const DType dt = dtype_v<T>;
   const Heads<T> q = heads_of<T>(qt, "q"), k = heads_of<T>(kt, "k"), v = heads_of<T>(vt, "v"),
                  out = heads_of<T>(outt, "out");
@@ -66,7 +108,8 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, int64_t 
   const double scale = 1.0 / std::sqrt(double(g.hd));
   const int64_t rows = g.Lq - g.i0;  // rows [i0, Lq) see at least one key
   const int nt = block_threads(g.B * g.H);
-  const int64_t per_thread = rows * g.Lk + rows * g.hd + 2 * rows;  // scores, block output, two factors
+  // scores, block output, two factors, a row's dropout multipliers
+  const int64_t per_thread = rows * g.Lk + rows * g.hd + 2 * rows + (dm.on ? g.Lk : 0);
   std::vector<T> scratch(size_t(nt) * size_t(per_thread));
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   for_blocks(g.B * g.H, nt, [&](int tid, int64_t bh0, int64_t bh1) {
@@ -74,6 +117,7 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, int64_t 
     T* o = s + rows * g.Lk;                    // (rows, hd)
     T* f_old = o + rows * g.hd;                // (rows): exp(lse - lse')
     T* f_blk = f_old + rows;                   // (rows): exp(mx - lse')
+    T* mult = f_blk + rows;                    // (Lk): dropout (with dm.on)
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / g.H, h = bh % g.H;
       const T* qp = q.at(b, h, g.hd) + g.i0 * q.rs;
@@ -92,6 +136,11 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, int64_t 
           sum += e;
         }
         std::fill(row + m, row + g.Lk, T(0));
+        if (dm.on) {  // after the (undropped) sum: dropout acts on the normalised probabilities
+          dm.row(dm.elem(b, g.H, h, q_pos + g.i0 + r, k_pos), m, mult);
+#pragma omp simd
+          for (int64_t j = 0; j < m; ++j) row[j] *= mult[j];
+        }
         const T blk = mx + std::log(sum), old = l[r];
         const T neu = old == kNegInf ? blk : std::max(old, blk) + std::log1p(std::exp(-std::abs(old - blk)));
         l[r] = neu;
@@ -131,7 +180,7 @@ void delta_impl(const Tensor& doutt, const Tensor& outt, int64_t hd, Tensor& del
 template <class T>
 void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& doutt, const Tensor& lset,
                    const Tensor& deltat, int64_t q_pos, int64_t k_pos, const Geometry& g, Tensor& dqt, Tensor& dkt,
-                   Tensor& dvt) {
+                   Tensor& dvt, const DropMask& dm) {
   const DType dt = dtype_v<T>;
   const Heads<T> q = heads_of<T>(qt, "q"), k = heads_of<T>(kt, "k"), v = heads_of<T>(vt, "v"),
                  dout = heads_of<T>(doutt, "dout"), dq = heads_of<T>(dqt, "dq"), dk = heads_of<T>(dkt, "dk"),
@@ -141,11 +190,12 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const T
   const double scale = 1.0 / std::sqrt(double(g.hd));
   const int64_t rows = g.Lq - g.i0;
   const int nt = block_threads(g.B * g.H);
-  const int64_t per_thread = 2 * rows * g.Lk;  // P and dP / dS
+  const int64_t per_thread = 2 * rows * g.Lk + (dm.on ? g.Lk : 0);  // P and dP / dS (+ a row's dropout)
   std::vector<T> scratch(size_t(nt) * size_t(per_thread));
   for_blocks(g.B * g.H, nt, [&](int tid, int64_t bh0, int64_t bh1) {
     T* p = scratch.data() + tid * per_thread;  // (rows, Lk)
     T* ds = p + rows * g.Lk;                   // (rows, Lk)
+    T* mult = ds + rows * g.Lk;                // (Lk): dropout (with dm.on)
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / g.H, h = bh % g.H;
       const T* qp = q.at(b, h, g.hd) + g.i0 * q.rs;
@@ -162,11 +212,21 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const T
         T* dr = ds + r * g.Lk;
         const int64_t m = visible(g.i0 + r, q_pos, k_pos, g.Lk);
         const T li = l[r], di = dl[r];
+        if (dm.on) {  // P M for dv; dS = P (M dP - delta)
+          dm.row(dm.elem(b, g.H, h, q_pos + g.i0 + r, k_pos), m, mult);
 #pragma omp simd
-        for (int64_t j = 0; j < m; ++j) {
-          const T e = vexp(pr[j] - li);
-          pr[j] = e;
-          dr[j] = e * (dr[j] - di);
+          for (int64_t j = 0; j < m; ++j) {
+            const T e = vexp(pr[j] - li);
+            pr[j] = e * mult[j];
+            dr[j] = e * (dr[j] * mult[j] - di);
+          }
+        } else {
+#pragma omp simd
+          for (int64_t j = 0; j < m; ++j) {
+            const T e = vexp(pr[j] - li);
+            pr[j] = e;
+            dr[j] = e * (dr[j] - di);
+          }
         }
         std::fill(pr + m, pr + g.Lk, T(0));
         std::fill(dr + m, dr + g.Lk, T(0));
@@ -185,19 +245,26 @@ void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
                  t->str());
 }
 
+void check_drop(const AttentionDropout& d, const Geometry& g, int64_t q_pos, int64_t k_pos) {
+  STRATA_CHECK(d.p >= 0 && d.p < 1 && (d.p == 0 || (q_pos >= 0 && k_pos >= 0 && q_pos + g.Lq <= d.seq && k_pos + g.Lk <= d.seq)),
+               "[attention_block] attention dropout p ", d.p, " over a sequence of ", d.seq,
+               " does not cover queries at ", q_pos, " and keys at ", k_pos);
+}
+
 }  // namespace
 
 bool attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos, int64_t k_pos,
-                             int64_t head_dim, Tensor& out, Tensor& lse) {
+                             int64_t head_dim, Tensor& out, Tensor& lse, const AttentionDropout& drop) {
   check_same_dtype("attention_block_forward", {&q, &k, &v, &out, &lse});
   const Geometry g = geometry(q, k, q_pos, k_pos, head_dim);
   STRATA_CHECK(v.shape() == k.shape() && out.shape() == q.shape() && lse.is_contiguous() &&
                    lse.shape() == Shape({g.B, g.H, g.Lq}),
                "[attention_block_forward] v ", shape_str(v.shape()), ", out ", shape_str(out.shape()), ", lse ",
                shape_str(lse.shape()), " do not match q ", shape_str(q.shape()), " and k ", shape_str(k.shape()));
+  check_drop(drop, g, q_pos, k_pos);
   if (g.empty) return false;
   STRATA_DISPATCH_FLOAT(q.dtype(), "attention_block_forward",
-                        [&] { forward_impl<scalar_t>(q, k, v, q_pos, k_pos, g, out, lse); });
+                        [&] { forward_impl<scalar_t>(q, k, v, q_pos, k_pos, g, out, lse, DropMask(drop)); });
   return true;
 }
 
@@ -212,16 +279,17 @@ void attention_block_delta(const Tensor& dout, const Tensor& out, int64_t head_d
 
 bool attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                               const Tensor& lse, const Tensor& delta, int64_t q_pos, int64_t k_pos, int64_t head_dim,
-                              Tensor& dq, Tensor& dk, Tensor& dv) {
+                              Tensor& dq, Tensor& dk, Tensor& dv, const AttentionDropout& drop) {
   check_same_dtype("attention_block_backward", {&q, &k, &v, &dout, &lse, &delta, &dq, &dk, &dv});
   const Geometry g = geometry(q, k, q_pos, k_pos, head_dim);
   STRATA_CHECK(v.shape() == k.shape() && dout.shape() == q.shape() && dq.shape() == q.shape() && dk.shape() == k.shape() &&
                    dv.shape() == k.shape() && lse.is_contiguous() && delta.is_contiguous() &&
                    lse.numel() == g.B * g.H * g.Lq && delta.numel() == lse.numel(),
                "[attention_block_backward] shapes do not match q ", shape_str(q.shape()), " and k ", shape_str(k.shape()));
+  check_drop(drop, g, q_pos, k_pos);
   if (g.empty) return false;
   STRATA_DISPATCH_FLOAT(q.dtype(), "attention_block_backward", [&] {
-    backward_impl<scalar_t>(q, k, v, dout, lse, delta, q_pos, k_pos, g, dq, dk, dv);
+    backward_impl<scalar_t>(q, k, v, dout, lse, delta, q_pos, k_pos, g, dq, dk, dv, DropMask(drop));
   });
   return true;
 }

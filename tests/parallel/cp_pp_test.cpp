@@ -1,0 +1,123 @@
+// Context parallelism composed with pipeline parallelism (the 4D layouts' pp x cp part),
+// on local ranks: the GPT (4 heads, 4 blocks, T 8) trained k AdamW steps with clipping
+// at cp 2 x pp 2, dp 2 x cp 2 x pp 2 (ZeRO-1) and cp 2 x tp 2 x pp 2 equals one process:
+// losses, gradient norms and every parameter a rank holds (its stages', its tp shards)
+// to 1e-5; afterwards the stages evaluate whole sequences together (cp suspended by
+// summon_full_params) and get the single process's evaluation loss.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include <strata/autograd/grad_mode.h>
+#include <strata/comm/local.h>
+
+#include "threed_harness.h"
+
+using namespace strata;
+using namespace strata::testing::threed;
+
+namespace {
+
+constexpr double kTol = 1e-5;
+
+struct CpPpCase {
+  Case base;  // dp, tp, pp, zero, schedule, batch
+  int cp = 2;
+  CpSplit split = CpSplit::zigzag;
+  int world() const { return base.world() * cp; }
+  std::string str() const { return base.str() + " x cp " + std::to_string(cp) + " " + cp_split_name(split); }
+};
+
+// apps/layout.cpp's model_pp_plan with parallel.cp: a stage sends (B, T/cp, C) while cp
+// is applied, whole sequences while it is suspended (evaluation).
+PipelinePlan cp_pp_plan(const nn::GPT& model, int cp) {
+  PipelinePlan p = pp_plan(model, 1);
+  p.activation = [c = model.config().n_embd, cp, g = &model](const PipelineStageSpec&, const Shape& in) {
+    return ActivationSpec{{in[0], g->lm_hooks().shard_sequence ? in[1] / cp : in[1], c}, DType::f32};
+  };
+  return p;
+}
+
+void check(const CpPpCase& k) {
+  const Case& c = k.base;
+  SCOPED_TRACE(k.str());
+  Run want;
+  auto ref_model = gpt(c);
+  strata::testing::tp::gpt_reference_steps(*ref_model, c.steps, c.batch, c.clip, want.losses, want.norms);
+  want.params = ref_model->named_parameters();
+  auto [ex, ey] = strata::testing::make_batch("gpt", c.batch, c.steps);
+  double want_eval = 0;
+  {
+    NoGradGuard no_grad;
+    want_eval = ref_model->loss(ex, ey).item<double>();
+  }
+  std::vector<Run> got(size_t(k.world()));
+  std::vector<std::set<std::string>> held(size_t(k.world()));
+  comm::run_local(k.world(), [&](comm::ProcessGroup& g) {
+    std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+    const ParallelDims dims =
+        ParallelDims{.dp = c.dp, .tp = c.tp, .pp = c.pp, .zero_stage = c.zero, .cp = k.cp}.resolve(w->size());
+    std::shared_ptr<nn::GPT> model = gpt(c);
+    PipelinePlan plan = cp_pp_plan(*model, k.cp);
+    auto pm = parallelize(model, comm::DeviceMesh(w, dims.mesh_shape()),
+                          {.dims = dims,
+                           .ddp = {},
+                           .fsdp_prefetch = true,
+                           .fsdp_wrap = {},
+                           .tp_plan = c.tp > 1 ? tp_plan(gpt_config(c), false) : TpPlan{},
+                           .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
+                           .pp_plan = std::move(plan),
+                           .cp_split = k.split,
+                           .make_optimizer = strata::testing::tp::adamw});
+    const std::string what = k.str() + " rank " + std::to_string(g.rank()) + ": " + pm->describe();
+    ASSERT_NE(pm->cp(), nullptr) << what;
+    ASSERT_NE(pm->pipeline(), nullptr) << what;
+    Run r;
+    const int dr = pm->mesh().rank("dp");
+    const int64_t per = c.batch / c.dp;
+    for (int s = 0; s < c.steps; ++s) {
+      auto [xb, yb] = strata::testing::make_batch("gpt", c.batch, s);
+      const Tensor x = ops::contiguous(ops::narrow(xb, 0, dr * per, per)),
+                   y = ops::contiguous(ops::narrow(yb, 0, dr * per, per));
+      // This rank's tokens' mean, on every stage; the dp x cp average is the batch's.
+      const double loss = pm->pipeline_step(x, y, x.shape());
+      pm->finalize();
+      r.losses.push_back(strata::testing::rank_mean(pm->replica_group(), loss));
+      r.norms.push_back(pm->clip_grad_norm(c.clip));
+      pm->step();
+      pm->zero_grad();
+    }
+    {
+      const ParallelModel::FullParams full = pm->summon_full_params();  // cp suspended: whole sequences
+      for (const auto& [n, t] : pm->module().named_parameters()) r.params.emplace_back(n, ops::clone(t));
+      pm->module().eval();
+      const double ev = pm->pipeline()->eval_loss(ex, ey, ex.shape());
+      EXPECT_NEAR(ev, want_eval, kTol * std::abs(want_eval)) << what << " evaluation";
+      pm->module().train();
+    }
+    EXPECT_NE(dynamic_cast<nn::GPT&>(pm->module()).lm_hooks().shard_sequence, nullptr) << what << ": cp put back";
+    expect_match(r.params, want.params, pm->tp(), kTol, what);
+    for (const auto& [n, t] : r.params) held[size_t(g.rank())].insert(n);
+    got[size_t(g.rank())] = std::move(r);
+  });
+  for (int r = 0; r < k.world(); ++r) expect_losses(got[size_t(r)], want, c, kTol, k.str() + " rank " + std::to_string(r));
+  std::set<std::string> all;  // together the ranks hold every parameter of the model
+  for (const auto& h : held) all.insert(h.begin(), h.end());
+  EXPECT_EQ(all.size(), want.params.size());
+}
+
+}  // namespace
+
+TEST(ContextParallelPipeline, Cp2Pp2EqualsOneProcess) {
+  check({.base = {.dp = 1, .tp = 1, .pp = 2, .zero = 0, .m = 2, .clip = 0.05}});
+  check({.base = {.dp = 1, .tp = 1, .pp = 2, .zero = 0, .kind = ScheduleKind::gpipe, .m = 2, .tied = false, .clip = 0.05},
+         .split = CpSplit::plain});
+}
+
+TEST(ContextParallelPipeline, Dp2Cp2Pp2Zero1EqualsOneProcess) {
+  check({.base = {.dp = 2, .tp = 1, .pp = 2, .zero = 1, .m = 2, .clip = 0.05}});
+}
+
+TEST(ContextParallelPipeline, Cp2Tp2Pp2EqualsOneProcess) {
+  check({.base = {.dp = 1, .tp = 2, .pp = 2, .zero = 0, .m = 2, .clip = 0.05}});
+}
