@@ -442,6 +442,9 @@ struct DpBenchArgs {
   std::string backend = "local";
   int ranks = 2, steps = 20;
   std::vector<double> caps = {1, 5, 100};  ///< bench ddp: extra GPT bucket caps (MiB)
+  std::string precision = "f32";          ///< bench zero: f32, or bf16_params (rows beside f32's)
+  std::string algorithm, reduce_dtype;    ///< bench zero: comm overrides (empty: default)
+  bool no_overlap = false;                ///< bench zero: skip the overlap table
 };
 
 // A data-parallel benchmark (bench_ddp, bench_zero) on a local world of a.ranks threads
@@ -451,6 +454,12 @@ int bench_dp(const char* name, const DpBenchArgs& a, Local&& local, Mpi&& on_gro
   Options o;
   o.steps = a.steps;
   if constexpr (requires { o.bucket_caps_mb; }) o.bucket_caps_mb = a.caps;
+  if constexpr (requires { o.bf16_params; }) {
+    o.bf16_params = a.precision == "bf16_params";
+    if (!a.algorithm.empty()) o.algorithm = comm::parse_algorithm(a.algorithm);
+    if (!a.reduce_dtype.empty()) o.reduce_dtype = comm::parse_reduce_dtype(a.reduce_dtype);
+    o.overlap = !a.no_overlap;
+  }
   if (a.backend == "local") {
     std::printf("%s", local(a.ranks, o).to_string().c_str());
     return 0;
@@ -522,6 +531,13 @@ Command add_bench_command(CLI::App& parent) {
   zero->add_option("--backend", zo->backend, "local (threads) or mpi (under mpirun)")->check(CLI::IsMember({"local", "mpi"}));
   zero->add_option("--ranks", zo->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
   zero->add_option("--steps", zo->steps, "Timed steps per stage")->check(CLI::PositiveNumber);
+  zero->add_option("--precision", zo->precision, "f32, or bf16_params (16-bit model states; rows beside f32's)")
+      ->check(CLI::IsMember({"f32", "bf16_params"}));
+  zero->add_option("--algorithm", zo->algorithm, "Collective algorithm of the stage rows (ring: counted bytes)")
+      ->check(CLI::IsMember({"native", "ring", "tree", "recursive", "auto"}));
+  zero->add_option("--reduce-dtype", zo->reduce_dtype, "comm.reduce_dtype of the stage rows: param or f32")
+      ->check(CLI::IsMember({"param", "f32"}));
+  zero->add_flag("--no-overlap", zo->no_overlap, "Skip the stage-1/2 overlap table");
   CLI::App* tp = cmd->add_subcommand("tp", "Tensor parallel at tp 1, 2, 4 (and SP) on gpt_char: step, comm, memory per rank");
   auto to = std::make_shared<bench::TpBenchOptions>();
   tp->add_option("--steps", to->steps, "Timed steps per layout")->check(CLI::PositiveNumber);

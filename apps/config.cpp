@@ -278,6 +278,10 @@ void read_comm(const ConfigNode& n, comm::CommOptions& s, std::string& backend) 
   n.check_range("chunk_bytes", double(s.chunk_bytes), 1024, 1e12);
   s.small_message_bytes = n.get("small_message_bytes", s.small_message_bytes);
   n.check_range("small_message_bytes", double(s.small_message_bytes), 0, 1e12);
+  std::string reduce_dtype = comm::reduce_dtype_name(s.reduce_dtype);
+  reduce_dtype = n.get("reduce_dtype", reduce_dtype);
+  n.one_of("reduce_dtype", reduce_dtype, {"param", "f32"});
+  s.reduce_dtype = comm::parse_reduce_dtype(reduce_dtype);
   s.validate();
 }
 

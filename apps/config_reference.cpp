@@ -204,6 +204,11 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"comm.chunk_bytes", "integer", "1048576", "Pipelining unit of the ring and tree algorithms."},
     {"comm.small_message_bytes", "integer", "65536", "Threshold below which `auto` and `recursive` use recursive "
                                                      "doubling."},
+    {"comm.reduce_dtype", "string", "param",
+     "What 16-bit gradients (`run.precision: bf16_params`) are reduced in: `param` = their own dtype, 16 bits on the "
+     "wire (ring/tree/recursive and mpi round at every combining step, local sums in f32 and rounds once); `f32` = "
+     "widened to f32, reduced and sent in f32 (twice the bytes), rounded once. As FSDP's "
+     "`MixedPrecision(reduce_dtype=...)`, which defaults to the parameters' dtype."},
 };
 
 std::string section_of(const std::string& path) { return path.substr(0, path.find('.')); }

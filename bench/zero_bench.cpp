@@ -38,9 +38,10 @@ int64_t sent_bytes(comm::ProcessGroup& g) { return g.stats().total_bytes_sent();
 struct GptRun {
   std::shared_ptr<nn::GPT> model;
   Tensor idx, tgt;
-  GptRun(comm::ProcessGroup& g, const ZeroBenchOptions& o) {
+  GptRun(comm::ProcessGroup& g, const ZeroBenchOptions& o, bool bf16 = false) {
     Generator gen(17);
     model = std::make_shared<nn::GPT>(o.gpt, gen);
+    if (bf16) model->to(DType::bf16);  // 16-bit model states: the optimizer keeps f32 masters
     Generator d(1000 + uint64_t(g.rank()));
     const double v = double(o.gpt.vocab);
     idx = ops::to_dtype(ops::uniform({o.batch, o.gpt.block_size}, 0, v - 0.5, d), DType::i64);
@@ -49,10 +50,11 @@ struct GptRun {
   Tensor loss() { return model->loss(idx, tgt); }
 };
 
-ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int stage) {
+ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int stage, bool bf16) {
   const int64_t div = std::string(g.backend_kind()) == "local" ? g.size() : 1;
   ZeroStageResult r;
   r.stage = stage;
+  r.bf16_params = bf16;
   g.barrier().wait();
   const ZeroBenchMemory before = snapshot();
   const int64_t total_before = cpu_memory().total_current();
@@ -60,7 +62,7 @@ ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int 
   if (g.rank() == 0) cpu_memory().reset_peaks();
   g.barrier().wait();
   {
-    GptRun run(g, o);
+    GptRun run(g, o, bf16);
     const std::shared_ptr<nn::GPT>& model = run.model;
     const optim::AdamWOptions adam{.lr = 1e-4};
     std::unique_ptr<DistributedDataParallel> ddp;
@@ -76,10 +78,12 @@ ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int 
       for (const auto& u : zero->units()) units.push_back(u.numel);
     }
     r.predicted = [&] {
-      const MemoryPlan p = plan_memory({.param_elements = model->num_parameters(), .bytes_per_element = 4,
-                                        .optimizer_states = 2, .world_size = g.size(), .zero_stage = stage,
-                                        .ddp_bucket_bytes = stage == 0 ? 4 * model->num_parameters() : 0,
-                                        .flat_units = units});
+      const int64_t b = bf16 ? 2 : 4;  // DDP's buckets follow the gradients' dtype
+      MemoryPlanInput in{.param_elements = model->num_parameters(), .bytes_per_element = 4, .optimizer_states = 2,
+                         .world_size = g.size(), .zero_stage = stage,
+                         .ddp_bucket_bytes = stage == 0 ? b * model->num_parameters() : 0, .flat_units = units};
+      if (bf16) in = sixteen_bit_states(in);
+      const MemoryPlan p = plan_memory(in);
       return ZeroBenchMemory{p.params, p.grads, p.optimizer, p.comm};
     }();
     // Gradients are cleared at the start of a step, so after one they are still held
@@ -222,7 +226,18 @@ ZeroBenchReport bench_zero(comm::ProcessGroup& group, const ZeroBenchOptions& op
     Generator gen(17);
     rep.psi = nn::GPT(opts.gpt, gen).num_parameters();
   }
-  for (int stage = 0; stage <= 3; ++stage) rep.stages.push_back(run_stage(group, opts, stage));
+  const comm::Algorithm algo0 = group.algorithm();
+  const comm::ReduceDtype rd0 = group.reduce_dtype();
+  group.set_algorithm(opts.algorithm.value_or(algo0));
+  group.set_reduce_dtype(opts.reduce_dtype.value_or(rd0));
+  rep.algorithm = comm::algorithm_name(group.algorithm());
+  rep.reduce_dtype = comm::reduce_dtype_name(group.reduce_dtype());
+  for (int stage = 0; stage <= 3; ++stage) {
+    rep.stages.push_back(run_stage(group, opts, stage, false));
+    if (opts.bf16_params) rep.stages.push_back(run_stage(group, opts, stage, true));
+  }
+  group.set_algorithm(algo0);
+  group.set_reduce_dtype(rd0);
   if (opts.overlap && group.size() > 1) rep.overlap = run_overlap(group, opts);
   set_num_threads(saved);
   return rep;
@@ -241,22 +256,49 @@ std::string ZeroBenchReport::to_string() const {
   std::string s;
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "ZeRO on gpt_char's GPT (Ψ = %lld parameters, fp32 + AdamW), %d ranks (%s backend); MiB per rank\n\n",
-                (long long)psi, ranks, backend.c_str());
+                "ZeRO on gpt_char's GPT (Ψ = %lld parameters, AdamW), %d ranks (%s backend, algorithm %s, "
+                "comm.reduce_dtype %s); MiB per rank; vs DDP: step time over the same precision's DDP row\n\n",
+                (long long)psi, ranks, backend.c_str(), algorithm.c_str(), reduce_dtype.c_str());
   s += buf;
-  s += "| stage | step ms | vs DDP | params | grads | optim | comm | static | predicted | measured/pred | Ψ-multiple | "
-       "activations peak | peak | sent/step |\n";
-  s += "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
-  const double ddp_s = stages.empty() ? 0 : stages[0].step_s;
+  s += "| stage | precision | step ms | vs DDP | params | grads | optim | comm | static | predicted | measured/pred | "
+       "Ψ-multiple | activations peak | peak | sent/step |\n";
+  s += "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+  auto ddp_s = [&](bool bf16) {
+    for (const auto& r : stages)
+      if (r.stage == 0 && r.bf16_params == bf16) return r.step_s;
+    return 0.0;
+  };
   for (const auto& r : stages) {
     const double ratio = r.predicted.total() > 0 ? double(r.measured.total()) / double(r.predicted.total()) : 0;
-    std::snprintf(buf, sizeof buf, "| %s | %.1f | %.2f | %s | %s | %s | %s | %s | %s | %.3f | %.2fΨ | %s | %s | %s |\n",
-                  r.stage == 0 ? "DDP" : ("ZeRO-" + std::to_string(r.stage)).c_str(), r.step_s * 1e3,
-                  ddp_s > 0 ? r.step_s / ddp_s : 0.0, mib(r.measured.params).c_str(), mib(r.measured.grads).c_str(),
-                  mib(r.measured.optimizer).c_str(), mib(r.measured.comm).c_str(), mib(r.measured.total()).c_str(),
-                  mib(r.predicted.total()).c_str(), ratio, double(r.measured.total()) / double(psi),
-                  mib(r.peak_activations).c_str(), mib(r.peak).c_str(), mib(r.bytes_sent).c_str());
+    const double d = ddp_s(r.bf16_params);
+    std::snprintf(buf, sizeof buf,
+                  "| %s | %s | %.1f | %.2f | %s | %s | %s | %s | %s | %s | %.3f | %.2fΨ | %s | %s | %s |\n",
+                  r.stage == 0 ? "DDP" : ("ZeRO-" + std::to_string(r.stage)).c_str(),
+                  r.bf16_params ? "bf16_params" : "f32", r.step_s * 1e3, d > 0 ? r.step_s / d : 0.0,
+                  mib(r.measured.params).c_str(), mib(r.measured.grads).c_str(), mib(r.measured.optimizer).c_str(),
+                  mib(r.measured.comm).c_str(), mib(r.measured.total()).c_str(), mib(r.predicted.total()).c_str(),
+                  ratio, double(r.measured.total()) / double(psi), mib(r.peak_activations).c_str(),
+                  mib(r.peak).c_str(), mib(r.bytes_sent).c_str());
     s += buf;
+  }
+  // bf16_params against f32, stage by stage
+  bool any16 = false;
+  for (const auto& r : stages) any16 |= r.bf16_params;
+  if (any16) {
+    s += "\nbf16_params / f32, per stage (static bytes, peak, bytes sent per step, step time):\n\n";
+    s += "| stage | static | peak | sent/step | step time |\n| --- | ---: | ---: | ---: | ---: |\n";
+    for (const auto& h : stages) {
+      if (!h.bf16_params) continue;
+      for (const auto& f : stages) {
+        if (f.bf16_params || f.stage != h.stage) continue;
+        auto q = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+        std::snprintf(buf, sizeof buf, "| %s | %.3f | %.3f | %.3f | %.2f |\n",
+                      h.stage == 0 ? "DDP" : ("ZeRO-" + std::to_string(h.stage)).c_str(),
+                      q(double(h.measured.total()), double(f.measured.total())), q(double(h.peak), double(f.peak)),
+                      q(double(h.bytes_sent), double(f.bytes_sent)), q(h.step_s, f.step_s));
+        s += buf;
+      }
+    }
   }
   if (overlap.empty()) return s;
   s += "\nOverlap, end to end (medians of interleaved steps, slowest rank; hidden = 1 - exposed / comm alone, "

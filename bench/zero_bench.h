@@ -3,6 +3,7 @@
 // category beside the planner's prediction, and the peak bytes during a step; and for
 // stages 1-2 how much of the communication backward hides, end to end.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@ struct ZeroBenchOptions {
   int warmup = 2;
   int threads = 1;    ///< compute threads per rank (restored afterwards)
   bool overlap = true;  ///< also measure ZeroOverlapResult (3 timings x steps per layout)
+  /// Also run every stage with 16-bit model states (run.precision bf16_params: bf16
+  /// params and grads, f32 masters and moments), each row beside its f32 one.
+  bool bf16_params = false;
+  /// Overrides of the group's algorithm and comm.reduce_dtype for the stage rows
+  /// (unset: the group's own). `ring` counts bytes message by message.
+  std::optional<comm::Algorithm> algorithm;
+  std::optional<comm::ReduceDtype> reduce_dtype;
 };
 
 /// Bytes per rank by category.
@@ -29,6 +37,7 @@ struct ZeroBenchMemory {
 
 struct ZeroStageResult {
   int stage = 0;                 ///< 0 = DDP (separate gradient buckets)
+  bool bf16_params = false;      ///< 16-bit model states (else f32)
   double step_s = 0;             ///< median step (forward, backward, reduce, AdamW), slowest rank
   ZeroBenchMemory measured;      ///< allocator: static bytes held after the steps
   ZeroBenchMemory predicted;     ///< plan_memory()
@@ -60,6 +69,7 @@ struct ZeroBenchReport {
   int ranks = 0;
   std::string backend;
   int64_t psi = 0;  ///< parameters
+  std::string algorithm, reduce_dtype;  ///< what the stage rows ran with
   std::vector<ZeroStageResult> stages;
   std::vector<ZeroOverlapResult> overlap;  ///< stages 1-2: DDP-like units, then one unit of everything
   /// Markdown table for the README.

@@ -16,6 +16,7 @@
 
 #include <strata/comm/algorithms.h>
 #include <strata/comm/mpi.h>
+#include <strata/comm/reduce_kernels.h>
 #include <strata/core/error.h>
 
 namespace strata::comm {
@@ -188,9 +189,43 @@ MPI_Datatype mpi_type(DType dt) {
     case DType::i64: return MPI_INT64_T;
     case DType::u8: return MPI_UINT8_T;
     case DType::f16:
-    case DType::bf16: return MPI_UINT16_T;  // moved as bits; reduced through f32 staging
+    case DType::bf16: return MPI_UINT16_T;  // moved as bits; reduced by the user ops below
   }
   return MPI_BYTE;
+}
+
+// 16-bit floats have no MPI type: they travel as MPI_UINT16_T and reduce with a user
+// MPI_Op per (dtype, op) whose combining step widens to f32, combines and rounds
+// (comm.reduce_dtype param; MPI chooses the combining order, every step rounds, as
+// NCCL's ring does). inout[i] = in[i] (op) inout[i], as MPI defines user functions.
+template <DType D, ReduceOp Op>
+void half_user_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  detail::reduce3(inout, in, inout, *len, D, Op);
+}
+
+// Called with the runtime's lock held (after MPI_Init); the ops live until the process ends.
+MPI_Op half_mpi_op(DType dt, ReduceOp op) {
+  static MPI_Op ops[2][4] = {};
+  static bool made = false;
+  if (!made) {
+    MPI_User_function* fns[2][4] = {
+        {half_user_op<DType::bf16, ReduceOp::sum>, half_user_op<DType::bf16, ReduceOp::prod>,
+         half_user_op<DType::bf16, ReduceOp::min>, half_user_op<DType::bf16, ReduceOp::max>},
+        {half_user_op<DType::f16, ReduceOp::sum>, half_user_op<DType::f16, ReduceOp::prod>,
+         half_user_op<DType::f16, ReduceOp::min>, half_user_op<DType::f16, ReduceOp::max>}};
+    for (int d = 0; d < 2; ++d)
+      for (int o = 0; o < 4; ++o) mpi_check(MPI_Op_create(fns[d][o], /*commute=*/1, &ops[d][o]), "MPI_Op_create");
+    made = true;
+  }
+  const int d = dt == DType::bf16 ? 0 : 1;
+  switch (op) {
+    case ReduceOp::sum: return ops[d][0];
+    case ReduceOp::prod: return ops[d][1];
+    case ReduceOp::min: return ops[d][2];
+    case ReduceOp::max: return ops[d][3];
+    case ReduceOp::avg: break;
+  }
+  STRATA_THROW(Error, "[mpi] no MPI op for ", reduce_op_name(op));
 }
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -287,8 +322,7 @@ class MpiBackend final : public Backend {
     const bool reduction =
         c.kind == OpKind::all_reduce || c.kind == OpKind::reduce || c.kind == OpKind::reduce_scatter;
     if (!reduction) return true;
-    const DType dt = c.output.dtype();
-    return dt != DType::f16 && dt != DType::bf16 && c.op != ReduceOp::avg;
+    return c.op != ReduceOp::avg;  // f16/bf16 by the user ops (half_mpi_op)
   }
 
   std::unique_ptr<Request> start(const Collective& c) override;
@@ -395,6 +429,8 @@ std::unique_ptr<Request> MpiBackend::start(const Collective& c) {
   const Tensor& data = c.output.defined() ? c.output : c.input;
   const DType dt = data.defined() ? data.dtype() : DType::u8;
   const MPI_Datatype type = mpi_type(dt);
+  const bool half = dt == DType::f16 || dt == DType::bf16;
+  auto op_of = [&](ReduceOp op) { return half ? half_mpi_op(dt, op) : mpi_op(op); };
   const int64_t es = int64_t(element_size(dt));
   // Element-wise ops go in pieces of <= 2^30 elements (MPI counts are int).
   auto pieces = [&](int64_t count, auto&& fn) {
@@ -411,7 +447,7 @@ std::unique_ptr<Request> MpiBackend::start(const Collective& c) {
     case OpKind::all_reduce: {
       char* b = raw(c.output);
       pieces(c.output.numel(), [&](int64_t off, int len, MPI_Request* q) {
-        add(MPI_Iallreduce(MPI_IN_PLACE, b + off * es, len, type, mpi_op(c.op), comm, q), "MPI_Iallreduce");
+        add(MPI_Iallreduce(MPI_IN_PLACE, b + off * es, len, type, op_of(c.op), comm, q), "MPI_Iallreduce");
       });
       break;
     }
@@ -426,9 +462,9 @@ std::unique_ptr<Request> MpiBackend::start(const Collective& c) {
       char* b = raw(c.output);
       pieces(c.output.numel(), [&](int64_t off, int len, MPI_Request* q) {
         if (rank_ == c.root)
-          add(MPI_Ireduce(MPI_IN_PLACE, b + off * es, len, type, mpi_op(c.op), c.root, comm, q), "MPI_Ireduce");
+          add(MPI_Ireduce(MPI_IN_PLACE, b + off * es, len, type, op_of(c.op), c.root, comm, q), "MPI_Ireduce");
         else
-          add(MPI_Ireduce(b + off * es, nullptr, len, type, mpi_op(c.op), c.root, comm, q), "MPI_Ireduce");
+          add(MPI_Ireduce(b + off * es, nullptr, len, type, op_of(c.op), c.root, comm, q), "MPI_Ireduce");
       });
       break;
     }
@@ -444,7 +480,7 @@ std::unique_ptr<Request> MpiBackend::start(const Collective& c) {
     case OpKind::reduce_scatter: {
       MPI_Request q;
       add(MPI_Ireduce_scatter_block(raw(c.input), raw(c.output), to_int(c.output.numel(), "reduce_scatter"), type,
-                                    mpi_op(c.op), comm, &q),
+                                    op_of(c.op), comm, &q),
           "MPI_Ireduce_scatter_block");
       r->reqs.push_back(q);
       break;

@@ -66,7 +66,8 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, CommOptions options
       size_(backend_->size()),
       debug_(options.debug_enabled()),
       device_(backend_->device()),
-      algorithm_(options.algorithm) {
+      algorithm_(options.algorithm),
+      reduce_dtype_(options.reduce_dtype) {
   opts_.validate();
 }
 
@@ -92,6 +93,7 @@ Work ProcessGroup::enqueue(OpInfo info, Body body) {
   Work work(task->state);
   std::unique_lock<std::mutex> lk(qmu_);
   info.seq = is_p2p(info.kind) ? next_p2p_seq_++ : next_seq_++;
+  info.reduce_dtype = reduce_dtype();
   task->info = info;
   task->state->what = describe(info);
   if (size_ == 1) {  // nothing to wait for: run inline, in order with everything before
@@ -220,9 +222,42 @@ std::string ProcessGroup::describe(const OpInfo& i) const {
 // ------------------------------------------------------------------ running collectives
 
 void ProcessGroup::execute(const OpInfo& info, const Collective& c, SentBytes& bytes) {
-  // The ring/tree algorithms and the 16-bit staging below run host code on the buffers:
-  // a device backend (nccl) always takes its own implementation.
+  // The ring/tree algorithms run host code on the buffers: a device backend (nccl) always
+  // takes its own implementation.
   const bool device_backend = !device_.is_cpu();
+  const bool reduction =
+      c.kind == OpKind::all_reduce || c.kind == OpKind::reduce || c.kind == OpKind::reduce_scatter;
+  const Tensor& data = c.output.defined() ? c.output : c.input;
+  if (reduction && is_half(data.dtype()) && info.reduce_dtype == ReduceDtype::f32) {
+    // comm.reduce_dtype f32: widen into f32 buffers, reduce those on whatever backend and
+    // algorithm runs f32 (f32 on the wire), round once into the 16-bit output.
+    auto up = [&](const Tensor& t) {
+      if (device_backend) {
+        MemoryScope scope(MemCategory::comm);
+        return ops::to_dtype(t, DType::f32);
+      }
+      Tensor f = comm_buffer(t.numel(), DType::f32);
+      detail::convert(f.raw_data(), DType::f32, t.raw_data(), t.dtype(), t.numel());
+      return f;
+    };
+    Collective c32 = c;
+    if (c.kind == OpKind::reduce_scatter) {
+      c32.input = up(c.input);
+      c32.output = comm_buffer(c.output.numel(), DType::f32, device_);
+    } else {
+      c32.input = c32.output = up(c.output);
+    }
+    execute(info, c32, bytes);
+    if (c.kind != OpKind::reduce || rank_ == c.root) {
+      if (device_backend) {
+        Tensor out = c.output;
+        ops::copy_(out, c32.output);
+      } else {
+        detail::convert(c.output.raw_data(), c.output.dtype(), c32.output.raw_data(), DType::f32, c.output.numel());
+      }
+    }
+    return;
+  }
   STRATA_CHECK(!device_backend || backend_->supports(c), "[", op_kind_name(c.kind), "] the ", backend_->kind(),
                " backend has no implementation of this op and host algorithms cannot run on device memory");
   const bool want_native = device_backend || info.algo == Algorithm::native || info.algo == Algorithm::automatic;
@@ -232,29 +267,9 @@ void ProcessGroup::execute(const OpInfo& info, const Collective& c, SentBytes& b
     bytes.modelled += model_bytes(c, size_, rank_);
     return;
   }
-  const bool reduction =
-      c.kind == OpKind::all_reduce || c.kind == OpKind::reduce || c.kind == OpKind::reduce_scatter;
-  const Tensor& data = c.output.defined() ? c.output : c.input;
-  if (reduction && is_half(data.dtype())) {
-    // 16-bit floats reduce in f32: stage, reduce, round once.
-    auto up = [](const Tensor& t) {
-      Tensor f = comm_buffer(t.numel(), DType::f32);
-      detail::convert(f.raw_data(), DType::f32, t.raw_data(), t.dtype(), t.numel());
-      return f;
-    };
-    Collective c32 = c;
-    if (c.kind == OpKind::reduce_scatter) {
-      c32.input = up(c.input);
-      c32.output = comm_buffer(c.output.numel(), DType::f32);
-    } else {
-      c32.input = c32.output = up(c.output);
-    }
-    execute(info, c32, bytes);
-    if (c.kind != OpKind::reduce || rank_ == c.root)
-      detail::convert(c.output.raw_data(), c.output.dtype(), c32.output.raw_data(), DType::f32, c.output.numel());
-    return;
-  }
   if (reduction && c.op == ReduceOp::avg) {
+    // A 16-bit avg (comm.reduce_dtype param) rounds twice: the sum, then its scaling
+    // (exact when N is a power of two, barring subnormals).
     Collective sum = c;
     sum.op = ReduceOp::sum;
     execute(info, sum, bytes);
@@ -262,6 +277,8 @@ void ProcessGroup::execute(const OpInfo& info, const Collective& c, SentBytes& b
       detail::scale_inplace(c.output.raw_data(), c.output.numel(), c.output.dtype(), 1.0 / size_);
     return;
   }
+  // 16-bit reductions here (comm.reduce_dtype param) reduce3 in their own dtype: each
+  // hop widens to f32, adds and rounds (comm/reduce_kernels.h).
   execute_generic(info, c, bytes.counted);
 }
 
@@ -357,6 +374,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, std::strin
   if (name.empty()) name = strata::detail::str_cat(name_, "/split", color);
   auto g = std::make_shared<ProcessGroup>(std::move(*child), opts_, std::move(name));
   g->set_algorithm(algorithm());
+  g->set_reduce_dtype(reduce_dtype());
   return g;
 }
 

@@ -39,8 +39,8 @@ struct P2POp {
 ///
 /// Semantics follow torch.distributed: every rank of the group calls the same
 /// collectives in the same order. Tensors are of any dtype (reductions: f32, f64, f16,
-/// bf16, i32, i64, u8; avg only on floating dtypes; on the cpu backends f16/bf16
-/// accumulate in f32) and must live on the group's device(): CPU memory for the mpi
+/// bf16, i32, i64, u8; avg only on floating dtypes; f16/bf16 accumulate as
+/// CommOptions::reduce_dtype says) and must live on the group's device(): CPU memory for the mpi
 /// and local backends, this rank's GPU for nccl. Any other tensor is refused on the
 /// calling thread before anything is queued (see device_mismatch): like torch's gloo and
 /// non-CUDA-aware mpi backends, the cpu backends do not stage CUDA tensors through host
@@ -77,6 +77,10 @@ class ProcessGroup {
   /// The algorithm ops issued from now on use (all ranks must agree).
   Algorithm algorithm() const { return algorithm_.load(); }
   void set_algorithm(Algorithm a) { algorithm_.store(a); }
+  /// What 16-bit reductions issued from now on accumulate in (comm.reduce_dtype; all
+  /// ranks must agree). Groups split from this one inherit it.
+  ReduceDtype reduce_dtype() const { return reduce_dtype_.load(); }
+  void set_reduce_dtype(ReduceDtype d) { reduce_dtype_.store(d); }
 
   /// t (any shape) on every rank becomes root's t.
   Work broadcast(const Tensor& t, int root);
@@ -163,6 +167,7 @@ class ProcessGroup {
   bool debug_;
   Device device_;
   std::atomic<Algorithm> algorithm_;
+  std::atomic<ReduceDtype> reduce_dtype_;
 
   mutable std::mutex qmu_;
   std::condition_variable qcv_;

@@ -20,6 +20,7 @@ struct ProcessGroup::OpInfo {
   ReduceOp op = ReduceOp::sum;
   bool reduction = false;
   Algorithm algo = Algorithm::automatic;
+  ReduceDtype reduce_dtype = ReduceDtype::param;  // set by enqueue from the group's setting
   int64_t seq = -1;  // collectives and p2p ops are numbered apart (is_p2p)
   Deadline deadline{};
   std::string label{};  // batch_isend_irecv: the caller's label ("pp stage 1 mb 3")

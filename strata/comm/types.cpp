@@ -75,6 +75,14 @@ Algorithm parse_algorithm(const std::string& s) {
   STRATA_THROW(ConfigError, "comm.algorithm: unknown value '", s, "' (expected native, ring, tree, recursive or auto)");
 }
 
+const char* reduce_dtype_name(ReduceDtype d) { return d == ReduceDtype::f32 ? "f32" : "param"; }
+
+ReduceDtype parse_reduce_dtype(const std::string& s) {
+  if (s == "param") return ReduceDtype::param;
+  if (s == "f32") return ReduceDtype::f32;
+  STRATA_THROW(ConfigError, "comm.reduce_dtype: unknown value '", s, "' (expected param or f32)");
+}
+
 void CommOptions::validate() const {
   if (!(timeout_s > 0))
     STRATA_THROW(ConfigError, "comm.timeout_s: must be > 0 seconds, got ", timeout_s);

@@ -12,8 +12,8 @@ using Clock = std::chrono::steady_clock;
 /// Absolute time by which a communication step must finish.
 using Deadline = Clock::time_point;
 
-/// Element-wise reduction. avg is sum / group size (floating dtypes only). f16/bf16
-/// always accumulate in f32 and round once.
+/// Element-wise reduction. avg is sum / group size (floating dtypes only). How f16/bf16
+/// accumulate is CommOptions::reduce_dtype's choice.
 enum class ReduceOp : uint8_t { sum, avg, min, max, prod };
 const char* reduce_op_name(ReduceOp op);
 /// Parses "sum", "avg", "min", "max", "prod"; throws ConfigError otherwise.
@@ -64,6 +64,21 @@ const char* algorithm_name(Algorithm a);
 /// Parses "native", "ring", "tree", "recursive", "auto"; throws ConfigError naming comm.algorithm.
 Algorithm parse_algorithm(const std::string& s);
 
+/// What 16-bit (f16/bf16) reductions accumulate and send (config `comm.reduce_dtype`),
+/// like FSDP's MixedPrecision(reduce_dtype=...):
+///  - param: the tensor's own dtype. 16 bits on the wire; the host ring/tree/recursive
+///    algorithms widen, add and round at every hop (as NCCL's bf16 all-reduce does), the
+///    mpi backend reduces with a user MPI_Op on the 2-byte elements (each combining step
+///    rounds), the local backend sums all ranks in f32 and rounds once.
+///  - f32: widen the tensor into an f32 buffer, reduce that (f32 on the wire, f32
+///    accumulation on every backend and algorithm), round once into the tensor. Twice the
+///    bytes and a transient f32 copy of the reduced tensor.
+/// Other dtypes ignore it.
+enum class ReduceDtype : uint8_t { param, f32 };
+const char* reduce_dtype_name(ReduceDtype d);
+/// Parses "param", "f32"; throws ConfigError naming comm.reduce_dtype.
+ReduceDtype parse_reduce_dtype(const std::string& s);
+
 /// The comm.* section of a config. Plain data; validate() names the key path of errors.
 struct CommOptions {
   Algorithm algorithm = Algorithm::automatic;  ///< comm.algorithm
@@ -71,6 +86,7 @@ struct CommOptions {
   bool debug = false;  ///< comm.debug (or env STRATA_COMM_DEBUG=1): cross-rank call checks
   int64_t chunk_bytes = int64_t(1) << 20;        ///< comm.chunk_bytes: ring/tree pipelining unit
   int64_t small_message_bytes = int64_t(64) << 10;  ///< comm.small_message_bytes: auto threshold
+  ReduceDtype reduce_dtype = ReduceDtype::param;    ///< comm.reduce_dtype: 16-bit reductions' accumulator
 
   /// Throws ConfigError naming the comm.* key of the first bad value.
   void validate() const;

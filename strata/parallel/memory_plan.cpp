@@ -76,6 +76,19 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   return p;
 }
 
+MemoryPlan plan_backward_peak(const MemoryPlanInput& in) {
+  STRATA_CHECK(in.zero_stage <= 1, "[plan_memory] the backward peak of ZeRO stage ", in.zero_stage,
+               " depends on when the comm thread completes each unit (bounded in docs/zero.md), not planned exactly");
+  MemoryPlan p = plan_memory(in);
+  if (in.zero_stage == 1) {
+    const int64_t psi = tp_rank_elements(in);
+    const int64_t sharded =
+        in.flat_units.empty() ? shard_elements(psi, in.world_size) : sharded_elements(in.flat_units, in.world_size);
+    p.comm += in.bytes_per_element * sharded;
+  }
+  return p;
+}
+
 int64_t sequence_region_activation_bytes(const SequenceRegionInput& in) {
   STRATA_CHECK(in.batch > 0 && in.seq > 0 && in.embd > 0 && in.layers > 0 && in.tp >= 1,
                "[plan_memory] batch, seq, embd, layers and tp must be positive");

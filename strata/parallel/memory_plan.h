@@ -80,6 +80,22 @@ MemoryPlanInput sixteen_bit_states(MemoryPlanInput in);
 /// on a bad input (negative counts, N < 1, stage outside 0..3, units not summing to Ψ).
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
+/// Per category, the highest bytes one rank holds from the start of backward to the end
+/// of finalize() (the backward peak), for stages whose gradient traffic is deterministic,
+/// with a reduction that stages nothing (the local backend's native reduction, or mpi's,
+/// at comm.reduce_dtype param):
+///   stage 0 (DDP): plan_memory(in): every .grad (BΨ) is live when backward ends and the
+///            buckets are static, so the static plan is also the peak;
+///   stage 1: plan_memory(in) + comm BΨ': each unit's reduce-scatter output (its shard)
+///            lives from the unit's launch in backward until finalize() copies it into
+///            the flat gradients.
+/// Each category only grows during backward at these stages, so the peak is reached at
+/// finalize() and ranks sharing one allocator peak at N times it. Stages 2 and 3 free each
+/// unit's staged gradients (and stage 3 its gathered parameters) when the comm thread
+/// completes the unit's collective, so their peak depends on timing: docs/zero.md bounds
+/// it (shard + 2 units); strata::Error for them here.
+MemoryPlan plan_backward_peak(const MemoryPlanInput& in);
+
 /// The LayerNorm/dropout regions of a pre-LN transformer (outside the tensor-parallel
 /// regions, Megatron-SP's "10 sbh" part), the activations one rank keeps from forward to
 /// backward there.

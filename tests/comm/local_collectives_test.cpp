@@ -68,21 +68,56 @@ TEST(LocalCollectives, LargeNativeAllReduceOnUnalignedBuffers) {
   });
 }
 
-TEST(LocalCollectives, HalfPrecisionAccumulatesInF32) {
-  // 256 + 1 + 1: rounding to bf16 after each addition gives 256; one f32 sum gives 258.
-  for (Algorithm a : {Algorithm::native, Algorithm::ring, Algorithm::tree, Algorithm::recursive}) {
-    CommOptions o;
-    o.algorithm = a;
-    run_local(3, [a](ProcessGroup& g) {
-      for (DType dt : {DType::bf16, DType::f16}) {
-        const double v = g.rank() == 0 ? 256.0 : 1.0;
-        Tensor t = make_tensor(dt, std::vector<double>(37, v));
+// comm.reduce_dtype on 16-bit sums of 256 + 1 + 1: f32 accumulation rounds once (258);
+// `param` rounds at every hop on the host algorithms, so 256 + 1 = 257 ties to 256 and
+// an element whose chain adds 256 first stays 256 (the ring starts segment k at rank
+// k + 1: some segments add 1 + 1 first and reach 258). The local backend's native
+// all-reduce sums in f32 either way. f32 moves twice the bytes of `param`.
+TEST(LocalCollectives, HalfPrecisionReduceDtype) {
+  for (Algorithm a : {Algorithm::native, Algorithm::ring, Algorithm::tree, Algorithm::recursive})
+    for (ReduceDtype rd : {ReduceDtype::param, ReduceDtype::f32}) {
+      CommOptions o;
+      o.algorithm = a;
+      o.reduce_dtype = rd;
+      run_local(3, [a, rd](ProcessGroup& g) {
+        for (DType dt : {DType::bf16, DType::f16}) {
+          const std::string what =
+              std::string("bf16/f16 sum, ") + algorithm_name(a) + " " + dtype_name(dt) + " reduce_dtype " + reduce_dtype_name(rd);
+          const double v = g.rank() == 0 ? 256.0 : 1.0;
+          Tensor t = make_tensor(dt, std::vector<double>(37, v));
+          g.all_reduce(t).wait();
+          const std::vector<double> got = read_tensor(t);
+          if (rd == ReduceDtype::f32 || a == Algorithm::native || dt == DType::f16) {
+            // f16 holds 257 exactly (11 significant bits): no rounding to see
+            expect_values(got, std::vector<double>(37, 258.0), 0, what);
+          } else {
+            int rounded = 0;
+            for (double x : got) {
+              EXPECT_TRUE(x == 256.0 || x == 258.0) << what << ": " << x;
+              rounded += x == 256.0;
+            }
+            EXPECT_GT(rounded, 0) << what << ": no element shows per-hop rounding";
+            // every rank ends with the same bits
+            Tensor all = ops::zeros({3 * 37}, dt);
+            g.all_gather(t, all).wait();
+            const std::vector<double> a3 = read_tensor(all);
+            for (int r = 0; r < 3; ++r)
+              for (int i = 0; i < 37; ++i) EXPECT_EQ(a3[size_t(r * 37 + i)], got[size_t(i)]) << what << " rank " << r;
+          }
+        }
+        // bytes: 16 bits on the wire with `param`, f32's bytes with `f32`
+        const int64_t before = g.stats()[OpKind::all_reduce].bytes_sent;
+        Tensor t = make_tensor(DType::bf16, inputs(g.rank(), 3000, ReduceOp::sum));
         g.all_reduce(t).wait();
-        expect_values(read_tensor(t), std::vector<double>(37, 258.0), 0,
-                      std::string("bf16/f16 sum, ") + algorithm_name(a) + " " + dtype_name(dt));
-      }
-    }, o);
-  }
+        const int64_t sent = g.stats()[OpKind::all_reduce].bytes_sent - before;
+        Tensor f = make_tensor(DType::f32, inputs(g.rank(), 3000, ReduceOp::sum));
+        const int64_t before32 = g.stats()[OpKind::all_reduce].bytes_sent;
+        g.all_reduce(f).wait();
+        const int64_t sent32 = g.stats()[OpKind::all_reduce].bytes_sent - before32;
+        EXPECT_GT(sent, 0) << algorithm_name(a);
+        EXPECT_EQ(rd == ReduceDtype::param ? 2 * sent : sent, sent32) << algorithm_name(a);
+      }, o);
+    }
 }
 
 TEST(LocalCollectives, NonContiguousTensorsAreHandled) {

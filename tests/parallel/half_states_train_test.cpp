@@ -110,6 +110,7 @@ struct Result {
   std::vector<double> losses;
   nn::NamedTensors state;
   parallel::MemoryPlan measured{};  // this rank's static bytes after the last step (before zero_grad)
+  parallel::MemoryPlan peak{};      // per category, the allocator's peak over the last backward + finalize
   std::vector<int64_t> units;       // ZeRO: the flat units' element counts
   int64_t reduce_bytes = 0;  // all-reduce + reduce-scatter bytes this rank sent in the last step
   int64_t gather_bytes = 0;  // all-gather bytes this rank sent in the last step
@@ -163,8 +164,20 @@ Result layout(comm::ProcessGroup& g, const std::string& kind, int stage, DType d
     Tensor loss = pm->forward_with([&] { return batch_loss(*model, xs, ys); });
     const double lv = loss.item<double>();
     const auto before = sent();
+    const bool last = s + 1 == kSteps;
+    if (last) {  // the backward peak: every category's high-water mark from here to finalize
+      g.barrier().wait();
+      if (rank == 0) cpu_memory().reset_peaks();
+      g.barrier().wait();
+    }
     backward(loss);
     pm->finalize();
+    if (last) {
+      g.barrier().wait();
+      auto pk = [](MemCategory c) { return cpu_memory().stats(c).peak; };
+      r.peak = {pk(MemCategory::params), pk(MemCategory::grads), pk(MemCategory::optimizer), pk(MemCategory::comm)};
+      g.barrier().wait();
+    }
     pm->step();
     const auto after = sent();
     r.reduce_bytes = after.first - before.first;
@@ -188,14 +201,17 @@ Result layout(comm::ProcessGroup& g, const std::string& kind, int stage, DType d
   return r;
 }
 
-void check_layout(const std::string& kind, int stage, int n) {
+comm::CommOptions native_comm() { return comm::CommOptions{.algorithm = comm::Algorithm::native, .timeout_s = 120}; }
+
+void check_layout(const std::string& kind, int stage, int n, comm::CommOptions opts = native_comm()) {
   const Result ref = one_process(kind);
   std::vector<Result> got(static_cast<size_t>(n));
   const int64_t p0 = mem(MemCategory::params), g0 = mem(MemCategory::grads), o0 = mem(MemCategory::optimizer),
                 c0 = mem(MemCategory::comm);
-  comm::run_local(n, [&](comm::ProcessGroup& g) { got[size_t(g.rank())] = layout(g, kind, stage); },
-                  comm::CommOptions{.algorithm = comm::Algorithm::native, .timeout_s = 120});
-  const std::string what = kind + " stage " + std::to_string(stage) + " N=" + std::to_string(n);
+  comm::run_local(n, [&](comm::ProcessGroup& g) { got[size_t(g.rank())] = layout(g, kind, stage); }, opts);
+  const std::string what = kind + " stage " + std::to_string(stage) + " N=" + std::to_string(n) + " " +
+                           comm::algorithm_name(opts.algorithm) + " reduce_dtype " +
+                           comm::reduce_dtype_name(opts.reduce_dtype);
   for (int r = 0; r < n; ++r) {
     std::string worst;
     EXPECT_LT(max_relative_error(got[size_t(r)].state, ref.state, &worst), kParamTol) << what << " rank " << r
@@ -226,13 +242,26 @@ void check_layout(const std::string& kind, int stage, int n) {
   EXPECT_EQ(m.grads - g0, n * plan.grads) << what;
   EXPECT_EQ(m.optimizer - o0, n * plan.optimizer) << what;
   EXPECT_EQ(m.comm - c0, n * plan.comm) << what;
+  // the backward peak (reset after forward, read after finalize): exact at stages 0-1
+  // with the local backend's native reduction, which stages nothing
+  const parallel::MemoryPlan& pk = got[0].peak;
+  if (in.zero_stage <= 1 && opts.algorithm == comm::Algorithm::native) {
+    const parallel::MemoryPlan bp = parallel::plan_backward_peak(in);
+    EXPECT_EQ(pk.params - p0, n * bp.params) << what << " backward peak";
+    EXPECT_EQ(pk.grads - g0, n * bp.grads) << what << " backward peak";
+    EXPECT_EQ(pk.optimizer - o0, n * bp.optimizer) << what << " backward peak";
+    EXPECT_EQ(pk.comm - c0, n * bp.comm) << what << " backward peak";
+  }
+  std::printf("[bf16_params] %s: backward peak per rank params %lld grads %lld optimizer %lld comm %lld\n",
+              what.c_str(), (long long)((pk.params - p0) / n), (long long)((pk.grads - g0) / n),
+              (long long)((pk.optimizer - o0) / n), (long long)((pk.comm - c0) / n));
   std::printf("[bf16_params] %s: per rank params %lld grads %lld optimizer %lld comm %lld bytes (Psi %lld)\n",
               what.c_str(), (long long)((m.params - p0) / n), (long long)((m.grads - g0) / n),
               (long long)((m.optimizer - o0) / n), (long long)((m.comm - c0) / n), (long long)in.param_elements);
 }
 
 TEST(HalfStatesLayouts, DdpMatchesOneProcessAndPlan) {
-  for (int n : {2, 4}) check_layout("gpt", 0, n);
+  for (int n : {1, 2, 4}) check_layout("gpt", 0, n);
   check_layout("mlp", 0, 2);
 }
 
@@ -241,35 +270,57 @@ TEST(HalfStatesLayouts, Zero123MatchOneProcessAndPlan) {
     for (int n : {2, 4}) check_layout("gpt", stage, n);
 }
 
+// comm.reduce_dtype at each setting on the counted ring algorithm (the tests above run
+// the local backend's native reduction, which sums in f32 and rounds once):
+//  - param: every ring hop rounds the partial sum to bf16, so at N = 4 a gradient takes
+//    3 roundings (<= 1.5 bf16 ulps of the sum) and the avg's scaling by 1/4 is exact; the
+//    gradients stay within a couple of bf16 ulps of the one-process ones, below what the
+//    tolerance (2 ulps of each tensor's largest parameter, 1% loss) already allows for
+//    the different summation order.
+//  - f32: f32 partial sums and one rounding, as the native reduction.
+TEST(HalfStatesLayouts, ReduceDtypeParamAndF32MatchOneProcess) {
+  for (comm::ReduceDtype rd : {comm::ReduceDtype::param, comm::ReduceDtype::f32}) {
+    const comm::CommOptions o{.algorithm = comm::Algorithm::ring, .timeout_s = 120, .reduce_dtype = rd};
+    check_layout("gpt", 0, 4, o);
+    check_layout("gpt", 2, 4, o);
+    check_layout("gpt", 3, 4, o);
+  }
+}
+
 // Bytes sent per step. Parameters travel in 16 bits: ZeRO's all-gathers, counted on the
-// ring algorithm (real messages), move exactly half the f32 bytes. Gradients are reduced
-// in 16 bits by the native backends (local: f32 accumulation, rounded once; the bytes
-// modelled as the payload a ring would move): half as well. The host ring/tree algorithms
-// stage 16-bit reductions through f32 (accumulate and send f32, round once: FSDP's
-// reduce_dtype=f32), so there the reduction's bytes equal f32's (docs/precision.md).
+// ring algorithm (real messages), move exactly half the f32 bytes. Gradients: with
+// comm.reduce_dtype param (the default) the reduce-scatter / all-reduce moves 16 bits,
+// half of f32's bytes, counted on the ring (each hop rounds) and modelled on the native
+// local backend (f32 accumulation, rounded once); with comm.reduce_dtype f32 they are
+// widened and reduced in f32 on either algorithm, so the reduction's bytes equal f32's
+// (docs/precision.md).
 TEST(HalfStatesLayouts, BytesSentPerStepHalveAgainstF32) {
-  for (int stage : {0, 1, 2, 3})
-    for (comm::Algorithm algo : {comm::Algorithm::ring, comm::Algorithm::native}) {
-      std::map<DType, Result> got;
-      for (DType dt : {DType::f32, DType::bf16}) {
-        std::vector<Result> per_rank(2);
-        comm::run_local(2, [&](comm::ProcessGroup& g) { per_rank[size_t(g.rank())] = layout(g, "gpt", stage, dt); },
-                        comm::CommOptions{.algorithm = algo, .timeout_s = 120});
-        got[dt] = per_rank[0];
+  for (comm::ReduceDtype rd : {comm::ReduceDtype::param, comm::ReduceDtype::f32})
+    for (int stage : {0, 1, 2, 3})
+      for (comm::Algorithm algo : {comm::Algorithm::ring, comm::Algorithm::native}) {
+        std::map<DType, Result> got;
+        for (DType dt : {DType::f32, DType::bf16}) {
+          std::vector<Result> per_rank(2);
+          comm::run_local(2, [&](comm::ProcessGroup& g) { per_rank[size_t(g.rank())] = layout(g, "gpt", stage, dt); },
+                          comm::CommOptions{.algorithm = algo, .timeout_s = 120, .reduce_dtype = rd});
+          got[dt] = per_rank[0];
+        }
+        const Result &f = got[DType::f32], &h = got[DType::bf16];
+        const bool ring = algo == comm::Algorithm::ring, half_wire = rd == comm::ReduceDtype::param;
+        const std::string what = std::string("stage ") + std::to_string(stage) + " " + comm::algorithm_name(algo) +
+                                 " reduce_dtype " + comm::reduce_dtype_name(rd);
+        EXPECT_GT(f.reduce_bytes, 0) << what;
+        EXPECT_EQ(2 * h.gather_bytes, f.gather_bytes) << what;
+        EXPECT_EQ((half_wire ? 2 : 1) * h.reduce_bytes, f.reduce_bytes) << what;
+        if (stage > 0) {
+          EXPECT_GT(f.gather_bytes, 0) << what;
+        }
+        std::printf("[bf16_params] stage %d N=2 %s reduce_dtype %s: bytes per step per rank: reduce f32 %lld bf16 "
+                    "%lld, gather f32 %lld bf16 %lld\n",
+                    stage, ring ? "ring (counted)" : "native (modelled)", comm::reduce_dtype_name(rd),
+                    (long long)f.reduce_bytes, (long long)h.reduce_bytes, (long long)f.gather_bytes,
+                    (long long)h.gather_bytes);
       }
-      const Result &f = got[DType::f32], &h = got[DType::bf16];
-      const bool ring = algo == comm::Algorithm::ring;
-      EXPECT_GT(f.reduce_bytes, 0) << "stage " << stage;
-      EXPECT_EQ(2 * h.gather_bytes, f.gather_bytes) << "stage " << stage;
-      EXPECT_EQ((ring ? 1 : 2) * h.reduce_bytes, f.reduce_bytes) << "stage " << stage << (ring ? " ring" : " native");
-      if (stage > 0) {
-        EXPECT_GT(f.gather_bytes, 0) << "stage " << stage;
-      }
-      std::printf("[bf16_params] stage %d N=2 %s: bytes per step per rank: reduce f32 %lld bf16 %lld, gather f32 "
-                  "%lld bf16 %lld\n",
-                  stage, ring ? "ring (counted)" : "native (modelled)", (long long)f.reduce_bytes,
-                  (long long)h.reduce_bytes, (long long)f.gather_bytes, (long long)h.gather_bytes);
-    }
 }
 
 }  // namespace

@@ -52,17 +52,51 @@ TEST(MpiCollectives, LargeMessagesAllAlgorithms) {
   g.set_algorithm(Algorithm::automatic);
 }
 
-TEST(MpiCollectives, HalfPrecisionAccumulatesInF32) {
+// comm.reduce_dtype: rank 0 holds 256, the others 1. f32 accumulation then one rounding
+// gives bf16(256 + N-1) (258 or 260 for N = 3, 4); `param` rounds at each combining step
+// (MPI's user op on the native path, reduce3 on the ring), so the result depends on the
+// order but lies between 256 and that, and every rank gets the same bits. f32 moves twice
+// the bytes.
+TEST(MpiCollectives, HalfPrecisionReduceDtype) {
   ProcessGroup& g = *g_world;
-  for (Algorithm a : {Algorithm::native, Algorithm::ring}) {
-    g.set_algorithm(a);
-    // rank 0 holds 256, others 1: one f32 sum then one rounding gives bf16(256 + N-1)
-    // (258 or 260 for N = 3, 4), where rounding after every addition would stay at 256.
-    Tensor t = make_tensor(DType::bf16, std::vector<double>(33, g.rank() == 0 ? 256.0 : 1.0));
-    g.all_reduce(t).wait();
-    const double want = read_tensor(make_tensor(DType::bf16, {256.0 + (g.size() - 1)}))[0];
-    expect_values(read_tensor(t), std::vector<double>(33, want), 0, "bf16 sum");
+  const double exact = read_tensor(make_tensor(DType::bf16, {256.0 + (g.size() - 1)}))[0];
+  for (ReduceDtype rd : {ReduceDtype::param, ReduceDtype::f32}) {
+    g.set_reduce_dtype(rd);
+    for (Algorithm a : {Algorithm::native, Algorithm::ring}) {
+      g.set_algorithm(a);
+      const std::string what = std::string("bf16 sum, ") + algorithm_name(a) + " reduce_dtype " + reduce_dtype_name(rd);
+      Tensor t = make_tensor(DType::bf16, std::vector<double>(33, g.rank() == 0 ? 256.0 : 1.0));
+      g.all_reduce(t).wait();
+      const std::vector<double> got = read_tensor(t);
+      if (rd == ReduceDtype::f32) {
+        expect_values(got, std::vector<double>(33, exact), 0, what);
+      } else {
+        for (double x : got) EXPECT_TRUE(x >= 256.0 && x <= exact) << what << ": " << x;
+      }
+      Tensor all = ops::zeros({33 * g.size()}, DType::bf16);
+      g.all_gather(t, all).wait();
+      const std::vector<double> every = read_tensor(all);
+      for (int r = 0; r < g.size(); ++r)
+        for (int i = 0; i < 33; ++i) EXPECT_EQ(every[size_t(r * 33 + i)], got[size_t(i)]) << what << " rank " << r;
+      // avg and reduce_scatter of small integers: exact at any order
+      Tensor in = make_tensor(DType::bf16, inputs(g.rank(), 5 * g.size(), ReduceOp::sum));
+      Tensor out = ops::zeros({5}, DType::bf16);
+      g.reduce_scatter(in, out, ReduceOp::sum).wait();
+      expect_values(read_tensor(out), reference(g.size(), 5 * g.rank(), 5, ReduceOp::sum), 0, what + " reduce_scatter");
+    }
+    // counted bytes on the ring: half of f32's with `param`, equal with `f32`
+    g.set_algorithm(Algorithm::ring);
+    auto sent_by = [&](DType dt) {
+      const int64_t before = g.stats()[OpKind::all_reduce].bytes_sent;
+      Tensor t = make_tensor(dt, inputs(g.rank(), 4000, ReduceOp::sum));
+      g.all_reduce(t).wait();
+      return g.stats()[OpKind::all_reduce].bytes_sent - before;
+    };
+    const int64_t h = sent_by(DType::bf16), f = sent_by(DType::f32);
+    EXPECT_GT(h, 0);
+    EXPECT_EQ(rd == ReduceDtype::param ? 2 * h : h, f) << reduce_dtype_name(rd);
   }
+  g.set_reduce_dtype(ReduceDtype::param);
   g.set_algorithm(Algorithm::automatic);
 }
 
