@@ -137,6 +137,12 @@ TEST(ContextParallelPipeline, Dp2Cp2Pp2Zero1EqualsOneProcess) {
   check({.base = {.dp = 2, .tp = 1, .pp = 2, .zero = 1, .m = 2, .clip = 0.05}});
 }
 
+// ZeRO-3 over the dp x cp ranks of a stage (its units gathered for the pipeline step);
+// the clipping norm sums the shards over dp x cp.
+TEST(ContextParallelPipeline, Cp2Pp2Zero3EqualsOneProcess) {
+  check({.base = {.dp = 1, .tp = 1, .pp = 2, .zero = 3, .m = 2, .clip = 0.05}});
+}
+
 TEST(ContextParallelPipeline, Cp2Tp2Pp2EqualsOneProcess) {
   check({.base = {.dp = 1, .tp = 2, .pp = 2, .zero = 0, .m = 2, .clip = 0.05}});
 }
