@@ -156,7 +156,8 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "Data-parallel degree; `auto` = world size / (cp x tp x pp): every rank under mpirun, 1 without it."},
     {"parallel.cp", "integer", "1",
      "Context-parallel degree (gpt): every sequence split over cp ranks, attention by ring attention; "
-     "block_size must divide by 2 x cp. Gradients are averaged over dp x cp. Mesh order pp x dp x cp x tp."},
+     "block_size must divide by 2 x cp. Gradients are averaged over dp x cp. Mesh order pp x dp x cp x tp. "
+     "Composes with dp/ZeRO, tp and pp; dropout masks are one process's. CPU, f32 only (no CUDA kernel)."},
     {"parallel.cp_split", "string", "zigzag",
      "How cp cuts a sequence: `zigzag` (rank r holds chunks r and 2cp-1-r of 2cp: equal causal work) or `plain` "
      "(rank r holds the r-th T/cp tokens)."},

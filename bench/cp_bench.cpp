@@ -116,28 +116,30 @@ CpBenchReport bench_cp(const CpBenchOptions& opts) {
         CpBenchResult r = run_layout(g, opts, seq);
         if (g.rank() == 0) out.rows.push_back(r);
       });
-  // Balance: causal ring attention's compute per rank, zigzag against plain, at the
-  // largest cp and sequence length (thread CPU time, so the ranks' sharing of the cores
-  // does not count).
-  const int n = opts.cps.back();
+  // Balance: causal ring attention's compute per rank, zigzag against plain, at every
+  // cp > 1 and the largest sequence length (thread CPU time, so the ranks' sharing of the
+  // cores does not count).
   const int64_t seq = opts.seqs.back();
-  for (CpSplit split : {CpSplit::zigzag, CpSplit::plain}) {
-    CpBalanceResult b{.split = cp_split_name(split), .cp = n, .seq = seq, .busy_s = std::vector<double>(size_t(n))};
-    comm::run_local(n, [&](comm::ProcessGroup& g) {
-      Generator qg(5 + uint64_t(g.rank()));
-      const int64_t hd = opts.gpt.n_embd / opts.gpt.n_head;
-      const Tensor qkv = ops::normal({opts.batch, seq / n, 3 * opts.gpt.n_embd}, 0.0, 1.0, qg);
-      double busy = 0;
-      for (int i = 0; i < 3; ++i) {
-        Tensor x = qkv.detach();
-        x.set_requires_grad(true);
-        const double t0 = thread_cpu_s();
-        backward(sum(parallel::detail::ring_attention_compute_only(x, hd, n, g.rank(), split)));
-        if (i > 0) busy += thread_cpu_s() - t0;
-      }
-      b.busy_s[size_t(g.rank())] = busy / 2;
-    });
-    out.balance.push_back(b);
+  for (int n : opts.cps) {
+    if (n < 2) continue;
+    for (CpSplit split : {CpSplit::zigzag, CpSplit::plain}) {
+      CpBalanceResult b{.split = cp_split_name(split), .cp = n, .seq = seq, .busy_s = std::vector<double>(size_t(n))};
+      comm::run_local(n, [&](comm::ProcessGroup& g) {
+        Generator qg(5 + uint64_t(g.rank()));
+        const int64_t hd = opts.gpt.n_embd / opts.gpt.n_head;
+        const Tensor qkv = ops::normal({opts.batch, seq / n, 3 * opts.gpt.n_embd}, 0.0, 1.0, qg);
+        double busy = 0;
+        for (int i = 0; i < 3; ++i) {
+          Tensor x = qkv.detach();
+          x.set_requires_grad(true);
+          const double t0 = thread_cpu_s();
+          backward(sum(parallel::detail::ring_attention_compute_only(x, hd, n, g.rank(), split)));
+          if (i > 0) busy += thread_cpu_s() - t0;
+        }
+        b.busy_s[size_t(g.rank())] = busy / 2;
+      });
+      out.balance.push_back(b);
+    }
   }
   set_num_threads(saved);
   return out;

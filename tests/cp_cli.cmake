@@ -1,5 +1,5 @@
 # Context parallelism through the CLI (issue 17): `mpirun -np 2 strata train` of the tiny
-# GPT at parallel.cp 2 (zigzag and plain) and at np 4 with dp 2 x cp 2 logs the same
+# GPT at parallel.cp 2 (zigzag and plain) and at np 4 with dp 2 x cp 2 and cp 2 x pp 2 logs the same
 # losses as one process (1e-5 relative, the world-averaged loss), its checkpoint
 # evaluates in one process and resumes at cp 2 and in one process alike, and what context parallelism does not support is a config
 # error naming the key (exit 2).
@@ -89,6 +89,14 @@ elseif(CASE STREQUAL "cp_cli")
   expect(OUT "layout: dp 2 x cp 2 x tp 1 x pp 1" "DDP over 4 dp x cp rank(s)")
   losses(${WORK}/dp2cp2/metrics.jsonl l4)
   same_losses("${ls}" "${l4}" "dp 2 x cp 2 vs single process")
+  # cp 2 x pp 2: the first stage splits the tokens, stages pass (B, T/cp, C); its
+  # checkpoint (replicated pieces from each stage's dp x cp rank 0) evaluates in one process.
+  mpi_train(4 cp2pp2 --set parallel.cp=2 --set parallel.pp=2 --set parallel.microbatches=2 --set train.save_final=true)
+  expect(OUT "layout: dp 1 x cp 2 x tp 1 x pp 2" "context parallel over 2 cp rank(s)")
+  losses(${WORK}/cp2pp2/metrics.jsonl lpp)
+  same_losses("${ls}" "${lpp}" "cp 2 x pp 2 vs single process")
+  run(0 eval --checkpoint cp2pp2)
+  expect(OUT "val loss: ")
 elseif(CASE STREQUAL "cp_char")
   set(short --set train.max_steps=6 --set train.log_every=1 --set train.eval_every=0 --set train.save_final=false
             --set run.threads=1)

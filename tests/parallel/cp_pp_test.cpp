@@ -24,9 +24,21 @@ struct CpPpCase {
   Case base;  // dp, tp, pp, zero, schedule, batch
   int cp = 2;
   CpSplit split = CpSplit::zigzag;
+  double dropout = 0;  ///< every dropout of the GPT (one micro-batch: m splits the batch's masks)
   int world() const { return base.world() * cp; }
-  std::string str() const { return base.str() + " x cp " + std::to_string(cp) + " " + cp_split_name(split); }
+  std::string str() const {
+    return base.str() + " x cp " + std::to_string(cp) + " " + cp_split_name(split) +
+           (dropout > 0 ? " dropout " + std::to_string(dropout) : "");
+  }
 };
+
+// The harness's GPT with k.dropout, from one seed on every rank.
+std::shared_ptr<nn::GPT> cp_gpt(const CpPpCase& k) {
+  Generator gen(strata::testing::kModelSeed);
+  nn::GPTConfig cfg = gpt_config(k.base);
+  cfg.dropout = k.dropout;
+  return std::make_shared<nn::GPT>(cfg, gen);
+}
 
 // apps/layout.cpp's model_pp_plan with parallel.cp: a stage sends (B, T/cp, C) while cp
 // is applied, whole sequences while it is suspended (evaluation).
@@ -42,13 +54,14 @@ void check(const CpPpCase& k) {
   const Case& c = k.base;
   SCOPED_TRACE(k.str());
   Run want;
-  auto ref_model = gpt(c);
+  auto ref_model = cp_gpt(k);
   strata::testing::tp::gpt_reference_steps(*ref_model, c.steps, c.batch, c.clip, want.losses, want.norms);
   want.params = ref_model->named_parameters();
   auto [ex, ey] = strata::testing::make_batch("gpt", c.batch, c.steps);
   double want_eval = 0;
   {
     NoGradGuard no_grad;
+    ref_model->eval();
     want_eval = ref_model->loss(ex, ey).item<double>();
   }
   std::vector<Run> got(size_t(k.world()));
@@ -57,7 +70,7 @@ void check(const CpPpCase& k) {
     std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
     const ParallelDims dims =
         ParallelDims{.dp = c.dp, .tp = c.tp, .pp = c.pp, .zero_stage = c.zero, .cp = k.cp}.resolve(w->size());
-    std::shared_ptr<nn::GPT> model = gpt(c);
+    std::shared_ptr<nn::GPT> model = cp_gpt(k);
     PipelinePlan plan = cp_pp_plan(*model, k.cp);
     auto pm = parallelize(model, comm::DeviceMesh(w, dims.mesh_shape()),
                           {.dims = dims,
@@ -114,8 +127,20 @@ TEST(ContextParallelPipeline, Cp2Pp2EqualsOneProcess) {
          .split = CpSplit::plain});
 }
 
+// Dropout under cp x pp: each stage's masks by global index (one micro-batch, so that
+// the pipeline draws the whole batch's masks as one process does).
+TEST(ContextParallelPipeline, Cp2Pp2WithDropoutEqualsOneProcess) {
+  check({.base = {.dp = 1, .tp = 1, .pp = 2, .zero = 0, .m = 1, .clip = 0.05}, .dropout = 0.2});
+}
+
 TEST(ContextParallelPipeline, Dp2Cp2Pp2Zero1EqualsOneProcess) {
   check({.base = {.dp = 2, .tp = 1, .pp = 2, .zero = 1, .m = 2, .clip = 0.05}});
+}
+
+// ZeRO-3 over the dp x cp ranks of a stage (its units gathered for the pipeline step);
+// the clipping norm sums the shards over dp x cp.
+TEST(ContextParallelPipeline, Cp2Pp2Zero3EqualsOneProcess) {
+  check({.base = {.dp = 1, .tp = 1, .pp = 2, .zero = 3, .m = 2, .clip = 0.05}});
 }
 
 TEST(ContextParallelPipeline, Cp2Tp2Pp2EqualsOneProcess) {
