@@ -30,6 +30,7 @@
 #include <strata/comm/mpi.h>
 #include <strata/core/threads.h>
 #include <strata/tensor/cpu/gemm.h>
+#include <strata/tensor/cpu/op_profile.h>
 #include <strata/tensor/cpu_allocator.h>
 #include <strata/tensor/ops.h>
 
@@ -276,7 +277,162 @@ int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
   return 0;
 }
 
-int bench_train(const std::string& config, const std::vector<std::string>& sets, int64_t steps, int64_t warmup) {
+// ---------------------------------------------------------------- bench train --ops
+
+// A kernel's row label: the table's op name, with the op for the enum-selected kernels.
+std::string op_label(const cpu::op_profile::Stat& s) {
+  static const std::map<std::string, std::vector<const char*>> kEnums{
+      {"binary", {"add", "sub", "mul", "div", "pow", "maximum", "minimum"}},
+      {"binary_scalar", {"add", "sub", "mul", "div", "pow", "maximum", "minimum"}},
+      {"compare", {"eq", "ne", "lt", "le", "gt", "ge"}},
+      {"compare_scalar", {"eq", "ne", "lt", "le", "gt", "ge"}},
+      {"unary", {"neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "sign",
+                 "square", "reciprocal"}},
+      {"activation_backward", {"gelu", "gelu_tanh", "relu", "tanh", "sigmoid"}}};
+  if (s.sub < 0) return s.name;
+  const auto it = kEnums.find(s.name);
+  if (it == kEnums.end() || size_t(s.sub) >= it->second.size()) return s.name + "[" + std::to_string(s.sub) + "]";
+  return s.name + " " + it->second[size_t(s.sub)];
+}
+
+// `steps` training steps with cpu::op_profile recording: per phase and kernel the self
+// time per step (GEMMs apart, per shape, with their achieved rate against the same shape
+// timed alone through cblas_sgemm), and what the kernels leave unexplained (autograd,
+// tensor and module bookkeeping, allocation).
+void print_op_profile(Trainer& trainer, int64_t steps, double unprofiled_step, double model_flops) {
+  // The recorder's own cost, measured as it lands: 4000 empty GEMM-keyed scopes nested in
+  // one caller. Part of each scope's bookkeeping falls inside its own interval (inflating
+  // tiny kernels: the attention's per-head GEMMs) and part in the caller's self time.
+  double in_scope = 0, in_caller = 0;
+  {
+    constexpr int kScopes = 4000;
+    cpu::op_profile::start();
+    {
+      cpu::op_profile::Scope caller("calibrate");
+      for (int i = 0; i < kScopes; ++i) {
+        cpu::op_profile::Scope s;
+        s.begin("gemm", -1, 0, cpu::op_profile::gemm_key(64, 32, 64, 64, 384, false, false, false));
+      }
+    }
+    cpu::op_profile::stop();
+    for (const auto& st : cpu::op_profile::results())
+      (st.name == "calibrate" ? in_caller : in_scope) += st.self_cpu_s / kScopes;
+  }
+  cpu::op_profile::start();
+  const double c0 = cpu::op_profile::thread_cpu_seconds();
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) trainer.step();
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count() / double(steps);
+  const double step_cpu = (cpu::op_profile::thread_cpu_seconds() - c0) / double(steps);
+  cpu::op_profile::stop();
+  const std::vector<cpu::op_profile::Stat> stats = cpu::op_profile::results();
+  const double n = double(steps);
+  std::printf("\nop profile: %lld profiled steps, %.2f ms/step of the main thread's CPU time (%.2f ms wall; "
+              "unprofiled median %.2f ms wall)\n"
+              "cpu ms: the kernel's own CPU time per step, without the kernels it calls (the attention's GEMMs are "
+              "under gemm); step%%: of the step's CPU time\n",
+              (long long)steps, step_cpu * 1e3, wall * 1e3, unprofiled_step * 1e3);
+  // Per (phase, op), GEMMs folded into one "gemm" row per phase.
+  struct Row {
+    double cpu = 0, wall = 0;
+    int64_t calls = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Row> rows;
+  std::map<std::string, Row> phases;
+  struct GemmRow {
+    int64_t calls = 0;
+    double cpu = 0, wall = 0;
+  };
+  std::map<GemmShape, GemmRow> gemms;
+  double gemm_cpu = 0, gemm_wall = 0, gemm_flops = 0, kernels_cpu = 0;
+  for (const auto& st : stats) {
+    const bool is_gemm = st.name.rfind("gemm ", 0) == 0;
+    Row& r = rows[{st.phase, is_gemm ? std::string("gemm (all shapes)") : op_label(st)}];
+    r.cpu += st.self_cpu_s;
+    r.wall += st.self_s;
+    r.calls += st.calls;
+    Row& ph = phases[st.phase];
+    ph.cpu += st.self_cpu_s;
+    ph.wall += st.self_s;
+    kernels_cpu += st.self_cpu_s;
+    if (!is_gemm) continue;
+    gemm_cpu += st.self_cpu_s;
+    gemm_wall += st.self_s;
+    gemm_flops += st.flops;
+    char ta = 'N', tb = 'N';
+    int acc = 0;
+    long long m, nn, k, lda, ldb;
+    if (std::sscanf(st.name.c_str(), "gemm %lld x %lld x %lld, lda %lld, ldb %lld, %c%c, beta %d", &m, &nn, &k, &lda,
+                    &ldb, &ta, &tb, &acc) == 8) {
+      GemmRow& e = gemms[GemmShape{m, nn, k, lda, ldb, ta == 'T', tb == 'T', acc != 0}];
+      e.calls += st.calls;
+      e.cpu += st.self_cpu_s;
+      e.wall += st.self_s;
+    }
+  }
+  std::vector<std::pair<std::pair<std::string, std::string>, Row>> sorted(rows.begin(), rows.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) {
+    if (x.first.first != y.first.first) return x.first.first < y.first.first;
+    return x.second.cpu > y.second.cpu;
+  });
+  std::printf("%-10s %-36s %8s %9s %7s %9s\n", "phase", "kernel", "calls", "cpu ms", "step%", "wall ms");
+  for (const auto& [key, r] : sorted)
+    std::printf("%-10s %-36s %8.1f %9.3f %6.1f%% %9.3f\n", key.first.c_str(), key.second.c_str(),
+                double(r.calls) / n, r.cpu / n * 1e3, 100.0 * r.cpu / n / step_cpu, r.wall / n * 1e3);
+  for (const auto& [ph, r] : phases)
+    std::printf("%-10s %-36s %8s %9.3f %6.1f%% %9.3f\n", ph.c_str(), "(all kernels)", "", r.cpu / n * 1e3,
+                100.0 * r.cpu / n / step_cpu, r.wall / n * 1e3);
+  std::printf("%-10s %-36s %8s %9.3f %6.1f%%\n", "-", "outside kernels (autograd, tensors, data)", "",
+              (step_cpu - kernels_cpu / n) * 1e3, 100.0 * (step_cpu - kernels_cpu / n) / step_cpu);
+  int64_t scopes = 0;
+  for (const auto& st : stats) scopes += st.calls;
+  std::printf("profiler overhead: %.1f scopes/step x (%.2f us in the scope + %.2f us in its caller) = %.2f ms/step "
+              "of the CPU time above\n",
+              double(scopes) / n, in_scope * 1e6, in_caller * 1e6, double(scopes) / n * (in_scope + in_caller) * 1e3);
+  std::printf("GEMM: %.3f GFLOP/step in %.2f ms/step of CPU time = %.1f%% of the step: %.1f GFLOP/s "
+              "(wall clock: %.2f ms, %.1f GFLOP/s)\n",
+              gemm_flops / n / 1e9, gemm_cpu / n * 1e3, 100.0 * gemm_cpu / n / step_cpu, gemm_flops / gemm_cpu / 1e9,
+              gemm_wall / n * 1e3, gemm_flops / gemm_wall / 1e9);
+  // Each shape's rate in the step against the same shape alone (cblas_sgemm on warm
+  // operands, CPU time), the bench gemm --shapes model measure.
+  std::vector<std::pair<GemmShape, GemmRow>> gs(gemms.begin(), gemms.end());
+  std::sort(gs.begin(), gs.end(), [](const auto& x, const auto& y) { return x.second.cpu > y.second.cpu; });
+  std::printf("%6s %6s %6s %5s %5s %3s %4s %7s %7s %9s %10s %6s\n", "m", "n", "k", "lda", "ldb", "op", "beta",
+              "calls", "cpu ms", "step GF/s", "alone GF/s", "ratio");
+  double alone_cpu = 0;
+  for (const auto& [g, r] : gs) {
+    const GemmTiming t = time_gemm(g, 5);
+    const double in_step = g.flops() * double(r.calls) / r.cpu / 1e9, alone = g.flops() / t.c_blas / 1e9;
+    alone_cpu += t.c_blas * double(r.calls);
+    const char op[3] = {g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', 0};
+    std::printf("%6lld %6lld %6lld %5lld %5lld %3s %4d %7.1f %7.2f %9.1f %10.1f %6.3f\n", (long long)g.m,
+                (long long)g.n, (long long)g.k, (long long)g.lda, (long long)g.ldb, op, g.accumulate ? 1 : 0,
+                double(r.calls) / n, r.cpu / n * 1e3, in_step, alone, in_step / alone);
+  }
+  if (alone_cpu <= 0) return;
+  const double alone_rate = gemm_flops / alone_cpu;
+  std::printf("the step's GEMMs, each shape timed alone (cblas_sgemm, CPU time): %.2f ms/step, %.1f GFLOP/s\n",
+              alone_cpu / n * 1e3, alone_rate / 1e9);
+  // MFU two ways, in CPU time, peaks measured now: against the 1024^3 GEMM (the trainer's
+  // measure), and against the rate the step's own GEMM shapes reach alone (what a step
+  // made of nothing but its GEMMs, run at their standalone speed, would score).
+  Generator gen(0);
+  const Tensor a = ops::uniform({1024, 1024}, -1, 1, gen), b = ops::uniform({1024, 1024}, -1, 1, gen);
+  double best = 1e30;
+  for (int i = 0; i < 6; ++i) {
+    const double t = cpu::op_profile::thread_cpu_seconds();
+    (void)ops::matmul(a, b);
+    if (i > 0) best = std::min(best, cpu::op_profile::thread_cpu_seconds() - t);
+  }
+  const double peak = 2.0 * 1024 * 1024 * 1024 / best, unprof = step_cpu - double(scopes) / n * (in_scope + in_caller);
+  std::printf("MFU (CPU time, profiler overhead taken out: %.2f ms/step, %.1f GFLOP/s): %.1f%% of the 1024^3 peak "
+              "(%.1f GFLOP/s), %.1f%% of the model's own GEMM shapes alone (%.1f GFLOP/s)\n",
+              unprof * 1e3, model_flops / unprof / 1e9, 100.0 * model_flops / unprof / peak, peak / 1e9,
+              100.0 * model_flops / unprof / alone_rate, alone_rate / 1e9);
+}
+
+int bench_train(const std::string& config, const std::vector<std::string>& sets, int64_t steps, int64_t warmup,
+                int64_t ops_steps) {
   TrainConfig cfg = TrainConfig::load(config, sets);
   cfg.train.resume.clear();
   Trainer trainer(cfg, {.verbose = false, .write_files = false});
@@ -325,6 +481,7 @@ int bench_train(const std::string& config, const std::vector<std::string>& sets,
     std::printf("cpu time: %.1f GFLOP/s per step; peak (1024^3 GEMM) %.1f GFLOP/s; MFU %.1f%%\n",
                 flops / step_cpu / 1e9, peak_cpu / 1e9, 100.0 * flops / step_cpu / peak_cpu);
   }
+  if (ops_steps > 0) print_op_profile(trainer, ops_steps, times[times.size() / 2], flops);
   return 0;
 }
 
@@ -484,6 +641,7 @@ Command add_bench_command(CLI::App& parent) {
     int64_t steps = 20;
     int64_t warmup = 3;
     int rounds = 5;
+    int64_t ops_steps = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, comm, ddp, zero, tp, pp; soak");
@@ -502,6 +660,10 @@ Command add_bench_command(CLI::App& parent) {
   train->add_option("--set", o->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
   train->add_option("--steps", o->steps, "Timed steps")->check(CLI::PositiveNumber);
   train->add_option("--warmup", o->warmup, "Untimed warm-up steps")->check(CLI::NonNegativeNumber);
+  train->add_option("--ops", o->ops_steps,
+                    "Then profile this many steps per kernel (forward/backward/optimizer; GEMMs per shape, each "
+                    "against the same shape alone); best at run.threads=1")
+      ->check(CLI::NonNegativeNumber);
   CLI::App* alloc = cmd->add_subcommand("alloc", "Training step time and page faults, CPU caching allocator on vs off");
   alloc->add_option("-c,--config", o->config, "YAML config")->required();
   alloc->add_option("--set", o->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
@@ -599,7 +761,7 @@ Command add_bench_command(CLI::App& parent) {
               for (int t : o->threads) bench_gemm(o->size, o->repeat, t);
               return 0;
             }
-            if (train->parsed()) return bench_train(o->config, o->sets, o->steps, o->warmup);
+            if (train->parsed()) return bench_train(o->config, o->sets, o->steps, o->warmup, o->ops_steps);
             if (alloc->parsed()) return bench_alloc(o->config, o->sets, o->steps, o->warmup, o->rounds);
             if (comm->parsed()) return bench_comm(*co);
             return 2;

@@ -6,6 +6,7 @@
 
 #include <strata/autograd/node.h>
 #include <strata/core/trace.h>
+#include <strata/tensor/cpu/op_profile.h>
 #include <strata/tensor/ops.h>
 
 namespace strata {
@@ -86,6 +87,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     }
   // Tracing: one slice for the pass, and one per run of nodes created by the same module.
   trace::Scope pass("backward");
+  cpu::op_profile::Phase profile_phase("backward");  // `strata bench train --ops` files kernels under it
   trace::Scope in_module;
   uint32_t module = UINT32_MAX;
   while (!ready.empty()) {

@@ -2,6 +2,7 @@
 #include <strata/optim/adam.h>
 
 #include <strata/autograd/grad_mode.h>
+#include <strata/tensor/cpu/op_profile.h>
 #include <strata/tensor/half_ops.h>
 #include <strata/tensor/ops.h>
 
@@ -22,6 +23,7 @@ AdamW::AdamW(NamedTensors named_params, const AdamWOptions& o)
 
 void Adam::step() {
   NoGradGuard no_grad;
+  cpu::op_profile::Phase profile_phase("optimizer");
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor p = params_[i].second;
     Tensor g = p.grad();

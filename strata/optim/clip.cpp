@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <strata/autograd/grad_mode.h>
+#include <strata/tensor/cpu/op_profile.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::optim {
@@ -32,6 +33,7 @@ double clip_factor(double total_norm, double max_norm) {
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   STRATA_CHECK(max_norm > 0, "[clip_grad_norm] max_norm must be > 0, got ", max_norm);
+  cpu::op_profile::Phase profile_phase("optimizer");
   const double total = std::sqrt(grad_norm_sq(params));
   const double f = clip_factor(total, max_norm);
   if (f < 1.0) scale_grads(params, f);

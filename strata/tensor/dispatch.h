@@ -5,11 +5,14 @@
 #pragma once
 #include <array>
 #include <string>
+#include <type_traits>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include <strata/core/dtype.h>
 #include <strata/core/error.h>
+#include <strata/tensor/cpu/op_profile.h>
 
 namespace strata {
 
@@ -32,6 +35,32 @@ void register_kernel(const char* op, DeviceType t, Fn* fn) {
 /// Op names with a kernel registered for device type t, sorted (for tests and `strata info`).
 std::vector<std::string> registered_kernels(DeviceType t);
 
+/// A kernel looked up in a KernelTable, called through: while `strata bench train --ops`
+/// records (cpu::op_profile), each call is one timed scope named after the table's op
+/// (with the op enum's value for the kernels whose first argument selects the op:
+/// binary, unary, ...);
+/// otherwise the check is one relaxed atomic load.
+template <class Fn>
+struct ProfiledKernel;
+template <class R, class... A>
+struct ProfiledKernel<R(A...)> {
+  R (*fn)(A...);
+  const char* op;
+  R operator()(A... a) const {
+    if (!cpu::op_profile::enabled()) return fn(std::forward<A>(a)...);
+    cpu::op_profile::Scope s(op, sub_of(a...));
+    return fn(std::forward<A>(a)...);
+  }
+
+ private:
+  static int sub_of() { return -1; }
+  template <class T, class... Rest>
+  static int sub_of(const T& t, const Rest&...) {
+    if constexpr (std::is_enum_v<T> && !std::is_same_v<T, DType>) return int(t);  // the op, not the dtype
+    else return -1;
+  }
+};
+
 template <class Fn>
 struct KernelTable {
   const char* op;
@@ -43,11 +72,11 @@ struct KernelTable {
     return reinterpret_cast<Fn*>(detail::find_kernel(op, d.type, typeid(Fn)));
   }
 
-  Fn* operator()(Device d) const {
+  ProfiledKernel<Fn> operator()(Device d) const {
     Fn* f = find(d);
     STRATA_CHECK(f != nullptr, "[", op, "] no kernel for device ", d.str(),
                  (d.type == DeviceType::CUDA ? kNoCudaKernelHint : ""));
-    return f;
+    return {f, op};
   }
 
  private:

@@ -86,6 +86,20 @@ void transpose_head(const T* src, int64_t ld, int64_t rows, int64_t cols, T* dst
     for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
 }
 
+// Prefetches `rows` rows of `cols` elements at row stride ld into the cache. A head's
+// q, k, v (and dy) are T rows of hd elements spread over the packed (B, T, 3C) tensor at a
+// row stride of 3C: a stride the hardware prefetcher does not follow across pages, so
+// without this each (batch, head) pair starts with ~T * 6 cold cache misses, which left
+// the per-head GEMMs at ~0.45x of their warm speed in a training step (docs/performance.md,
+// "Where a GPT step's time goes"). Issued for the next pair while the current one computes.
+// kWrite: rows about to be written (the next pair's output rows, same stride).
+template <bool kWrite = false, class T>
+inline void prefetch_rows(const T* p, int64_t ld, int64_t rows, int64_t cols) {
+  constexpr int64_t kLine = 64 / int64_t(sizeof(T));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; c += kLine) __builtin_prefetch(p + r * ld + c, kWrite ? 1 : 0, 3);
+}
+
 template <class T>
 void forward_impl(const T* qkv, T* y, T* probs, const Dims& d) {
   const DType dt = dtype_v<T>;
@@ -101,6 +115,12 @@ void forward_impl(const T* qkv, T* y, T* probs, const Dims& d) {
       T* p = probs + bh * d.T * d.T;               // (T, T)
       T* yo = y + b * d.T * d.C + h * d.hd;        // (T, hd), row stride C
       T* kt = scratch.data() + tid * d.hd * d.T;   // (hd, T)
+      if (bh + 1 < bh1) {  // the next pair's q, k, v: q k v of head h+1 sit hd further on
+        const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H;
+        const T* nq = qkv + nb * d.T * d.W + nh * d.hd;
+        for (int part = 0; part < 3; ++part) prefetch_rows(nq + part * d.C, d.W, d.T, d.hd);
+        prefetch_rows<true>(y + nb * d.T * d.C + nh * d.hd, d.C, d.T, d.hd);
+      }
       transpose_head(k, d.W, d.T, d.hd, kt);
       gemm(dt, d.T, d.T, d.hd, scale, {q, d.W, false}, {kt, d.T, false}, 0.0, p, d.T);
       causal_softmax_rows(p, d.T);
@@ -130,6 +150,14 @@ void backward_impl(const T* dy, const T* qkv, const T* probs, T* dqkv, const Dim
       const T* g = dy + b * d.T * d.C + h * d.hd;  // (T, hd), row stride C
       T* ds = scratch.data() + tid * per_thread;
       T* vt = ds + d.T * d.T;
+      if (bh + 1 < bh1) {  // the next pair's q, k, v and dy (its probabilities are contiguous)
+        const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H;
+        const T* nq = qkv + nb * d.T * d.W + nh * d.hd;
+        for (int part = 0; part < 3; ++part) prefetch_rows(nq + part * d.C, d.W, d.T, d.hd);
+        prefetch_rows(dy + nb * d.T * d.C + nh * d.hd, d.C, d.T, d.hd);
+        T* nd = dqkv + nb * d.T * d.W + nh * d.hd;
+        for (int part = 0; part < 3; ++part) prefetch_rows<true>(nd + part * d.C, d.W, d.T, d.hd);
+      }
       transpose_head(v, d.W, d.T, d.hd, vt);
       gemm(dt, d.T, d.T, d.hd, 1.0, {g, d.C, false}, {vt, d.T, false}, 0.0, ds, d.T);  // dP = dy v^T
       causal_softmax_backward_rows(p, ds, d.T);                                       // dS

@@ -8,6 +8,7 @@
 
 #include <strata/core/error.h>
 #include <strata/core/threads.h>
+#include <strata/tensor/cpu/op_profile.h>
 #include <strata/tensor/cpu/widen.h>
 
 namespace strata::cpu {
@@ -90,6 +91,10 @@ void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, Mat
   (void)kHookInstalled;
   if (m == 0 || n == 0) return;
   if (GemmObserver obs = g_observer.load(std::memory_order_relaxed)) obs(dt, m, n, k, a, b, beta);
+  op_profile::Scope prof;
+  if (op_profile::enabled())
+    prof.begin("gemm", -1, 2.0 * double(m) * double(n) * double(k),
+               op_profile::gemm_key(m, n, k, a.ld, b.ld, a.trans, b.trans, beta != 0.0));
   const auto ta = a.trans ? CblasTrans : CblasNoTrans;
   const auto tb = b.trans ? CblasTrans : CblasNoTrans;
   if (dt == DType::f32) {
