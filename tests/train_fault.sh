@@ -150,8 +150,8 @@ for r in $survivors; do
       fail "rank $r's report names no stage, micro-batch and peer: $line"
   fi
   if [ "$mode" != stop ]; then
-    # A 2-rank pp channel names the peer by its channel rank and its world rank:
-    # 'lost peer: rank 0 (world rank 1) (pid ...)'.
+    # A 2-rank pp channel names the peer by its group rank and then its world rank:
+    # "lost peer: rank 0 (world rank 1) (pid N on host)" (seen under TSan's timing).
     echo "$line" | grep -Eq "lost peer: .*(rank $victim|\(world rank $victim\)) \(pid $pid on " ||
       fail "rank $r's report does not name rank $victim (pid $pid): $line"
   elif echo "$line" | grep -q "timed out after $timeout_s s (comm.timeout_s)"; then
