@@ -177,7 +177,9 @@ TEST(HangReport, EveryRankReachedIt) {
   // A collective that every rank joins but that cannot complete: two ranks use ring,
   // two native, so they wait on different things. No rank is blamed.
   CommOptions o;
-  o.timeout_s = 0.4;
+  // Long enough that both ranks time out within the status exchange's grace
+  // (max(0.2, timeout/2) s) of each other even on a loaded host (0.4 s failed there).
+  o.timeout_s = 1.5;
   std::vector<std::string> msgs(2);
   run_local(2, [&](ProcessGroup& g) {
     g.set_algorithm(g.rank() == 0 ? Algorithm::ring : Algorithm::native);
