@@ -294,6 +294,7 @@ class MpiBackend final : public Backend {
   std::unique_ptr<Request> start(const Collective& c) override;
   std::unique_ptr<Backend> split(int color, int key, Deadline deadline) override;
 
+  bool p2p_any_thread() const override { return true; }
   void check_peers() override {
     if (aborted_.load()) STRATA_THROW(CommError, "group aborted: ", abort_reason());
     // Every dead peer, not the first: when one rank is killed another survivor may exit
@@ -379,6 +380,14 @@ bool MpiRequest::wait_until(Deadline deadline) {
     // completion (a slow or dead peer) poll every millisecond.
     if (now - t0 > std::chrono::seconds(1))
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    else if (spin > 64 && peer_ >= 0)
+      // A point-to-point message (a pipeline exchange) usually waits for the peer's
+      // compute: past a short spin, poll every ~50 us instead of yield-spinning. On 2
+      // cores the spinning comm threads took the cores the compute threads needed:
+      // `strata bench pp` steps were 2-6x longer under load (docs/pipeline.md). A message
+      // the peer has posted completes within a few MPI_Tests, so this adds up to ~50 us (plus a wake-up) per exchange. Collectives (peer -1) keep
+      // spinning: their pipelined fragments progress only inside MPI_Test.
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     else if (spin > 64)
       sched_yield();
   }
