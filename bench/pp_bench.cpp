@@ -95,9 +95,9 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
         r.exchanges = modes[mi] ? "inline" : "thread";
         r.step_s = host_reduce(*world, step, comm::ReduceOp::max);
         const Tensor all_busy = comm::all_gather_host(*world, ops::full({1}, busy, DType::f64));
+        std::vector<double> rank_busy(all_busy.data<double>(), all_busy.data<double>() + pp);
         double sum_busy = 0, max_busy = 0;
-        for (int q = 0; q < pp; ++q) {
-          const double b = all_busy.data<double>()[q];
+        for (double b : rank_busy) {
           sum_busy += b;
           max_busy = std::max(max_busy, b);
         }
@@ -107,8 +107,7 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
         r.bubble_busiest = 1.0 - max_busy / r.step_s;
         r.wait_s = host_reduce(*world, wait, comm::ReduceOp::sum) / pp;
         r.formula = parallel::bubble_formula(shape);
-        const double vm = double(v) * m;
-        r.formula_imbalance = max_busy > 0 ? (sum_busy - max_busy) / (sum_busy + (vm - 1) * max_busy) : 0.0;
+        r.formula_imbalance = parallel::imbalance_bubble(shape, rank_busy);
         r.peak_act = acc[mi].peak;  // this rank's; rank 0 prints its own (stage 0)
         rows.push_back(r);
       }
@@ -123,8 +122,9 @@ std::string format_pp_bench(const std::vector<PpBenchRow>& rows, int pp) {
   out += "pipeline over " + std::to_string(pp) +
          " rank(s): step = slowest rank, busy = mean forward+backward time (cpu: CPU time in it), wait = mean time blocked on exchanges;\n"
          "bubble = 1 - busy/step of the busiest rank (mean over ranks beside it); formula = (p-1)/(v m+p-1); "
-         "ratio = bubble/formula;\nimbal. = the formula for the measured per-rank busy times t, (sum t - max t)/"
-         "(sum t + (v m-1) max t), and bubble/imbal.; exch = exchanges inline or on comm threads\n";
+         "ratio = bubble/formula;\nimbal. = the busiest rank's simulated bubble with each rank's forwards and backwards "
+         "as long as its measured busy time says (the ideal for these stages), and bubble/imbal.;\n"
+         "exch = exchanges on comm threads or inline\n";
   const bool both = std::any_of(rows.begin(), rows.end(), [](const PpBenchRow& r) { return r.thread_ratio > 0; });
   std::snprintf(buf, sizeof buf, "%-12s %4s %2s %-6s %9s %9s %8s %9s %8s %8s %8s %8s %8s %8s%s %16s\n", "schedule", "m", "v",
                 "exch", "step ms", "busy ms", "cpu ms", "wait ms", "bubble", "mean", "formula", "ratio", "imbal.", "ratio",

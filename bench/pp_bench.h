@@ -39,9 +39,8 @@ struct PpBenchRow {
   double bubble_busiest = 0;
   double wait_s = 0;     ///< mean over ranks of the time blocked posting/waiting on exchanges
   double formula = 0;    ///< (p-1)/(m+p-1), interleaved (p-1)/(v m+p-1)
-  /// The same formula for the measured stage imbalance: with rank r busy t_r per step
-  /// (t_max the busiest), the schedule's makespan is about sum(t) + (v m - 1) t_max over
-  /// v m, so the busiest rank idles (sum(t) - t_max) / (sum(t) + (v m - 1) t_max) of it.
+  /// The bubble an ideal pipeline of these stages would have: the busiest rank's, simulated
+  /// with each rank's computes as long as its measured busy time (parallel::imbalance_bubble).
   /// Equals `formula` when every rank is equally busy.
   double formula_imbalance = 0;
   std::string exchanges;  ///< "inline" or "thread"
