@@ -572,6 +572,8 @@ struct PpBenchArgs {
   std::vector<std::string> sets;
   int steps = 3;
   std::vector<int> microbatches{1, 2, 4, 8, 16};
+  std::string exchanges = "thread";
+  std::vector<std::string> schedules;
 };
 
 // Pipeline schedules on the mpirun world (pp = ranks, one compute thread each): the
@@ -589,7 +591,7 @@ int bench_pp(const PpBenchArgs& a) {
   if (make_plan(*make_model()).empty())
     STRATA_THROW(ConfigError, "bench pp: model.type ", cfg.model.type, " has no pipeline plan (use a gpt config)");
   bench::PpBenchOptions o{.microbatches = a.microbatches, .steps = a.steps, .per_mb = 4, .seq = cfg.model.block_size,
-                          .vocab = 256};
+                          .vocab = 256, .exchanges = a.exchanges, .schedules = a.schedules};
   const auto rows = bench::bench_pp(world, make_model, make_plan, o);
   if (world->rank() == 0) std::printf("%s", bench::format_pp_bench(rows, world->size()).c_str());
   return 0;
@@ -718,6 +720,12 @@ Command add_bench_command(CLI::App& parent) {
   pp->add_option("--set", po->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
   pp->add_option("--steps", po->steps, "Timed steps per row")->check(CLI::PositiveNumber);
   pp->add_option("--microbatches", po->microbatches, "Micro-batch counts m")->check(CLI::PositiveNumber);
+  pp->add_option("--exchanges", po->exchanges,
+                 "thread (comm threads, the default), inline (posted and progressed by the compute thread) or both "
+                 "(alternating)")
+      ->check(CLI::IsMember({"inline", "thread", "both"}));
+  pp->add_option("--schedules", po->schedules, "Schedules to run (default: all)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
   CLI::App* soak = cmd->add_subcommand("soak", "A long run checkpointing on schedule: is the allocator's peak flat?");
   auto so = std::make_shared<SoakArgs>();
   soak->add_option("-c,--config", so->config, "YAML config")->required();

@@ -19,6 +19,12 @@ struct PpBenchOptions {
   int64_t per_mb = 4;   ///< sequences per micro-batch
   int64_t seq = 64;     ///< tokens per sequence
   int64_t vocab = 256;  ///< token ids drawn in [0, vocab)
+  /// How the executor's exchanges run: "thread" (each handed to its channel's comm
+  /// thread, the executor's default), "inline" (posted and progressed by the compute
+  /// thread), or "both": every row in both modes, their steps alternating, with the ratio.
+  std::string exchanges = "thread";
+  /// Schedules to run (names as parallel.pp_schedule; empty: all three).
+  std::vector<std::string> schedules;
 };
 
 struct PpBenchRow {
@@ -26,12 +32,19 @@ struct PpBenchRow {
   int m = 0, v = 1;
   double step_s = 0;     ///< slowest rank's mean step (pipeline_step + dp finalize)
   double busy_s = 0;     ///< mean over ranks of the forward/backward time per step
+  double busy_cpu_s = 0; ///< mean over ranks of the CPU time in them (below busy_s: preempted)
   double bubble = 0;     ///< mean over ranks of 1 - busy / step
   /// The busiest rank's (most forward+backward time) 1 - busy / step, with the slowest
   /// rank's step: the bubble the formula describes (the others also idle for its extra work).
   double bubble_busiest = 0;
   double wait_s = 0;     ///< mean over ranks of the time blocked posting/waiting on exchanges
   double formula = 0;    ///< (p-1)/(m+p-1), interleaved (p-1)/(v m+p-1)
+  /// The bubble an ideal pipeline of these stages would have: the busiest rank's, simulated
+  /// with each rank's computes as long as its measured busy time (parallel::imbalance_bubble).
+  /// Equals `formula` when every rank is equally busy.
+  double formula_imbalance = 0;
+  std::string exchanges;  ///< "inline" or "thread"
+  double thread_ratio = 0;  ///< "both": this mode's step / the other mode's step (inline rows)
   int64_t peak_act = 0;  ///< rank 0's (stage 0's) peak activation bytes in a step
 };
 

@@ -69,6 +69,10 @@ class Backend {
   /// by (key, rank); color < 0 returns nullptr. Must finish by `deadline`.
   virtual std::unique_ptr<Backend> split(int color, int key, Deadline deadline) = 0;
 
+  /// True when isend/irecv and their Requests' wait_until may be called from any thread,
+  /// concurrently with this backend's other calls (ProcessGroup::set_inline_p2p): mpi
+  /// (every call under the process-wide MPI lock) and local (per-channel locks).
+  virtual bool p2p_any_thread() const { return false; }
   /// Throws CommError naming a peer that is known to be dead (cheap; polled while waiting).
   virtual void check_peers() {}
   /// "rank 3 (pid 1234 on host-a)": how error messages name a group rank.

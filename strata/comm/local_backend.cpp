@@ -208,6 +208,7 @@ class LocalBackend final : public Backend {
     return result;
   }
 
+  bool p2p_any_thread() const override { return true; }
   void check_peers() override {
     if (sh_->aborted.load()) sh_->throw_aborted();
   }

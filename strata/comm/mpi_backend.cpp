@@ -252,7 +252,8 @@ class MpiBackend;
 
 class MpiRequest final : public Request {
  public:
-  MpiRequest(MpiBackend* b, int peer, int64_t recv_bytes) : b_(b), peer_(peer), recv_bytes_(recv_bytes) {}
+  MpiRequest(MpiBackend* b, int peer, int64_t recv_bytes, int tag = -1)
+      : b_(b), peer_(peer), recv_bytes_(recv_bytes), user_p2p_(peer >= 0 && tag >= 0 && tag < ProcessGroup::kMaxUserTag) {}
   std::vector<MPI_Request> reqs;
   std::vector<int64_t> piece_bytes;  // receive pieces, for the size check
   bool wait_until(Deadline deadline) override;
@@ -262,6 +263,7 @@ class MpiRequest final : public Request {
   MpiBackend* b_;
   int peer_;
   int64_t recv_bytes_;  // -1 unless this is a receive
+  bool user_p2p_;       // a caller's send/recv (user tag), not one inside a collective algorithm
 };
 
 class MpiBackend final : public Backend {
@@ -288,7 +290,7 @@ class MpiBackend final : public Backend {
   MpiRuntime& runtime() const { return *rt_; }
 
   std::unique_ptr<Request> isend(const void* data, int64_t bytes, int dst, int tag) override {
-    auto r = std::make_unique<MpiRequest>(this, dst, -1);
+    auto r = std::make_unique<MpiRequest>(this, dst, -1, tag);
     std::lock_guard<std::mutex> lk(rt_->mu);
     int64_t off = 0;
     do {  // one message per <= 1 GiB piece (zero-byte messages too); matched in order
@@ -303,7 +305,7 @@ class MpiBackend final : public Backend {
   }
 
   std::unique_ptr<Request> irecv(void* data, int64_t bytes, int src, int tag) override {
-    auto r = std::make_unique<MpiRequest>(this, src, bytes);
+    auto r = std::make_unique<MpiRequest>(this, src, bytes, tag);
     std::lock_guard<std::mutex> lk(rt_->mu);
     int64_t off = 0;
     do {
@@ -328,6 +330,7 @@ class MpiBackend final : public Backend {
   std::unique_ptr<Request> start(const Collective& c) override;
   std::unique_ptr<Backend> split(int color, int key, Deadline deadline) override;
 
+  bool p2p_any_thread() const override { return true; }
   void check_peers() override {
     if (aborted_.load()) STRATA_THROW(CommError, "group aborted: ", abort_reason());
     // Every dead peer, not the first: when one rank is killed another survivor may exit
@@ -413,6 +416,17 @@ bool MpiRequest::wait_until(Deadline deadline) {
     // completion (a slow or dead peer) poll every millisecond.
     if (now - t0 > std::chrono::seconds(1))
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    else if (spin > 64 && user_p2p_)
+      // A caller's point-to-point message (a pipeline exchange) usually waits for the
+      // peer's compute: past a short spin, poll every ~50 us instead of yield-spinning.
+      // On 2 cores the spinning comm threads took the cores the compute threads needed:
+      // `strata bench pp` steps were 2-6x longer under load (docs/pipeline.md). A message
+      // the peer has posted completes within a few MPI_Tests, so this adds up to ~50 us
+      // (plus a wake-up) per exchange. Native collectives and the host algorithms' own
+      // messages (tags above the user range) keep spinning: their many short rounds
+      // and pipelined fragments progress only inside MPI_Test (a ring all-reduce of
+      // 0.5-4 MiB ran 2-6x slower with this poll).
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     else if (spin > 64)
       sched_yield();
   }

@@ -72,6 +72,14 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, CommOptions options
 }
 
 ProcessGroup::~ProcessGroup() {
+  std::vector<std::shared_ptr<InlineBatch>> in_flight;
+  {
+    std::lock_guard<std::mutex> lk(qmu_);
+    in_flight.swap(inline_ops_);
+  }
+  // Inline ops still in flight complete (or fail at their deadline) as queued ops do.
+  for (auto& b : in_flight) progress_inline(*b, Deadline::max());
+  in_flight.clear();
   {
     std::lock_guard<std::mutex> lk(qmu_);
     stop_ = true;
@@ -118,8 +126,58 @@ void ProcessGroup::comm_loop() {
       if (queue_.empty()) return;  // stop_ and drained
       task = std::move(queue_.front());
       queue_.pop_front();
+      running_ = true;
     }
     run_task(*task);
+    std::lock_guard<std::mutex> lk(qmu_);
+    running_ = false;
+  }
+}
+
+void ProcessGroup::fail_group(const std::string& msg) {
+  {
+    std::lock_guard<std::mutex> lk(qmu_);
+    if (failure_.empty()) failure_ = msg;
+  }
+  report(rank_, msg);
+  backend_->abort(msg);
+}
+
+void ProcessGroup::count_op(const OpInfo& info, const SentBytes& bytes, double seconds) {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  OpStats& s = stats_[info.kind];
+  ++s.calls;
+  s.bytes_sent += bytes.counted + bytes.modelled;
+  s.bytes_modelled += bytes.modelled;
+  s.payload_bytes += info.bytes;
+  s.seconds += seconds;
+}
+
+std::exception_ptr ProcessGroup::op_failure(OpInfo& info, std::exception_ptr err) {
+  const char* op = op_kind_name(info.kind);
+  try {
+    std::rethrow_exception(err);
+  } catch (const detail::TimedOut& e) {
+    std::string msg = strata::detail::str_cat("[", op, "] timed out after ", opts_.timeout_s, " s (comm.timeout_s): ",
+                                              describe(info));
+    if (!e.detail.empty())
+      msg += "; " + e.detail;
+    else if (e.peer >= 0)
+      msg += "; waiting for " + backend_->describe_peer(e.peer);
+    msg += hang_report(info);
+    fail_group(msg);
+    return std::make_exception_ptr(CommError(msg));
+  } catch (const CommError& e) {
+    const std::string msg = strata::detail::str_cat("[", op, "] ", describe(info), ": ", e.what());
+    fail_group(msg);
+    return std::make_exception_ptr(CommError(msg));
+  } catch (const std::exception& e) {
+    // Ranks may be mid-collective: the group cannot be trusted any more.
+    fail_group(strata::detail::str_cat("[", op, "] ", describe(info), ": ", e.what()));
+    return std::current_exception();
+  } catch (...) {
+    fail_group(strata::detail::str_cat("[", op, "] ", describe(info), ": unknown exception"));
+    return std::current_exception();
   }
 }
 
@@ -136,14 +194,6 @@ void ProcessGroup::run_task(Task& t) {
   }
   const auto t0 = Clock::now();
   info.deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s));
-  auto fail_group = [&](const std::string& msg) {
-    {
-      std::lock_guard<std::mutex> lk(qmu_);
-      if (failure_.empty()) failure_ = msg;
-    }
-    report(rank_, msg);
-    backend_->abort(msg);
-  };
   try {
     if (debug_ && size_ > 1 && !is_p2p(info.kind) && info.kind != OpKind::split) debug_check(info);
   } catch (const detail::TimedOut&) {
@@ -165,40 +215,13 @@ void ProcessGroup::run_task(Task& t) {
                   trace::Cat::comm);
     t.body(info, bytes);
     slice.end();
-    {
-      std::lock_guard<std::mutex> lk(stats_mu_);
-      OpStats& s = stats_[info.kind];
-      ++s.calls;
-      s.bytes_sent += bytes.counted + bytes.modelled;
-      s.bytes_modelled += bytes.modelled;
-      s.payload_bytes += info.bytes;
-      s.seconds += seconds_since(t0);
-    }
+    count_op(info, bytes, seconds_since(t0));
     // Drop the op's tensors before waking the caller: once wait() returns, the comm
     // thread holds nothing of them (memory accounting and storage reuse see it at once).
     t.body = nullptr;
     t.state->finish(nullptr);
-  } catch (const detail::TimedOut& e) {
-    std::string msg = strata::detail::str_cat("[", op, "] timed out after ", opts_.timeout_s, " s (comm.timeout_s): ",
-                                      describe(info));
-    if (!e.detail.empty())
-      msg += "; " + e.detail;
-    else if (e.peer >= 0)
-      msg += "; waiting for " + backend_->describe_peer(e.peer);
-    msg += hang_report(info);
-    fail_group(msg);
-    t.state->finish(std::make_exception_ptr(CommError(msg)));
-  } catch (const CommError& e) {
-    const std::string msg = strata::detail::str_cat("[", op, "] ", describe(info), ": ", e.what());
-    fail_group(msg);
-    t.state->finish(std::make_exception_ptr(CommError(msg)));
-  } catch (const std::exception& e) {
-    // Ranks may be mid-collective: the group cannot be trusted any more.
-    fail_group(strata::detail::str_cat("[", op, "] ", describe(info), ": ", e.what()));
-    t.state->finish(std::current_exception());
   } catch (...) {
-    fail_group(strata::detail::str_cat("[", op, "] ", describe(info), ": unknown exception"));
-    t.state->finish(std::current_exception());
+    t.state->finish(op_failure(info, std::current_exception()));
   }
 }
 

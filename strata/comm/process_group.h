@@ -117,6 +117,20 @@ class ProcessGroup {
   Work batch_isend_irecv(std::vector<P2POp> ops, std::string label = "");
   Work barrier();
 
+  /// Inline point-to-point (off by default): batch_isend_irecv calls issued from now on
+  /// skip the comm thread. The calling thread posts the ops on the transport before the
+  /// call returns, and whichever thread waits on (or polls is_completed()) the Work
+  /// progresses them there, so a small exchange costs no hand-off to another thread and
+  /// no comm thread competes for the cores meanwhile (the pipeline's 2-rank channels use
+  /// it; torch's batch_isend_irecv is likewise posted by the caller). Errors, timeouts
+  /// (comm.timeout_s from the post), stats and group failure are as on the comm thread.
+  /// Issue order still holds: while ops are queued or running on the comm thread, a call
+  /// is queued behind them as usual. Only for backends whose point-to-point calls are
+  /// thread-safe (mpi, local); elsewhere (nccl) it has no effect. An op's buffers are kept
+  /// by the group until it completes; the destructor completes inline ops still in flight.
+  void set_inline_p2p(bool on);
+  bool inline_p2p() const;
+
   /// Collective over this group (every rank calls it): ranks with the same color >= 0
   /// form a new group, ranked by (key, rank); color < 0 returns nullptr.
   std::shared_ptr<ProcessGroup> split(int color, int key, std::string name = "");
@@ -141,6 +155,7 @@ class ProcessGroup {
  private:
   struct OpInfo;
   struct Task;
+  struct InlineBatch;  // a batch_isend_irecv progressed by its callers (process_group_ops.cpp)
   /// Bytes one op sent: counted on send/recv, or modelled for a native collective.
   struct SentBytes {
     int64_t counted = 0, modelled = 0;
@@ -149,6 +164,15 @@ class ProcessGroup {
 
   Work enqueue(OpInfo info, Body body);
   void run_task(Task& t);
+  /// Drives an inline batch until it completed (true) or `until` passed (false).
+  bool progress_inline(InlineBatch& b, Deadline until);
+  /// Counts a completed op in stats().
+  void count_op(const OpInfo& info, const SentBytes& bytes, double seconds);
+  /// Marks the group failed (first failure wins), logs it and aborts the backend.
+  void fail_group(const std::string& msg);
+  /// The error an op's exception `e` is reported as (CommError naming the op; timeouts
+  /// and transport errors fail the group).
+  std::exception_ptr op_failure(OpInfo& info, std::exception_ptr e);
   void comm_loop();
   void execute(const OpInfo& info, const Collective& c, SentBytes& bytes);
   void execute_generic(const OpInfo& info, const Collective& c, int64_t& bytes_counted);
@@ -173,6 +197,11 @@ class ProcessGroup {
   std::condition_variable qcv_;
   std::deque<std::unique_ptr<Task>> queue_;
   bool stop_ = false;
+  bool running_ = false;     // the comm thread is running a task
+  bool inline_p2p_ = false;  // set_inline_p2p
+  // Inline batches not yet known complete (and failed ones, whose buffers the transport
+  // may still touch): the group keeps their buffers alive.
+  std::vector<std::shared_ptr<InlineBatch>> inline_ops_;
   int64_t next_seq_ = 0;      // next collective's seq
   int64_t next_p2p_seq_ = 0;  // next point-to-point op's seq
   std::thread thread_;

@@ -4,6 +4,8 @@
 #include <strata/comm/process_group_detail.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 namespace strata::comm {
 
@@ -268,7 +270,90 @@ struct BatchOp {
   int peer, tag;
   std::string text;  // "recv f32 x 100 from rank 0 tag 3"
 };
+
+// Posts every op of a batch on the transport (none waits on another).
+std::vector<std::unique_ptr<Request>> post_batch(Backend& be, const std::vector<BatchOp>& batch, int64_t& counted) {
+  std::vector<std::unique_ptr<Request>> reqs;
+  reqs.reserve(batch.size());
+  for (const BatchOp& o : batch) {
+    if (o.send) {
+      counted += o.buf.nbytes();
+      reqs.push_back(be.isend(o.buf.raw_data(), o.buf.nbytes(), o.peer, o.tag));
+    } else {
+      reqs.push_back(be.irecv(o.buf.raw_data(), o.buf.nbytes(), o.peer, o.tag));
+    }
+  }
+  return reqs;
+}
+
+// The timeout of a batch whose op k did not complete by the deadline: names every op
+// still pending (the later ones are polled once) and their peers.
+detail::TimedOut batch_timed_out(Backend& be, const std::vector<BatchOp>& batch,
+                                 std::vector<std::unique_ptr<Request>>& reqs, size_t k) {
+  std::string pending, peers;
+  std::vector<int> named;
+  for (size_t j = k; j < reqs.size(); ++j) {
+    if (j > k && reqs[j]->wait_until(Clock::now())) continue;
+    pending += (pending.empty() ? "" : "; ") + batch[j].text;
+    if (std::find(named.begin(), named.end(), batch[j].peer) != named.end()) continue;
+    named.push_back(batch[j].peer);
+    peers += (peers.empty() ? "" : ", ") + be.describe_peer(batch[j].peer);
+  }
+  return detail::TimedOut(batch[k].peer, strata::detail::str_cat("still pending: ", pending, "; waiting for ", peers,
+                                                                 " (never posted the matching half)"));
+}
 }  // namespace
+
+// A batch posted by the caller (set_inline_p2p): progressed by whoever waits on its Work.
+struct ProcessGroup::InlineBatch {
+  std::timed_mutex mu;  // held while posting or progressing
+  std::atomic<bool> finished{false};
+  bool failed = false;  // its buffers stay with the group (the transport may still touch them)
+  OpInfo info;
+  std::vector<BatchOp> batch;
+  std::vector<std::unique_ptr<Request>> reqs;
+  size_t next = 0;  // reqs[0, next) completed
+  SentBytes bytes;
+  Clock::time_point t0;
+  std::shared_ptr<detail::WorkState> state;
+};
+
+bool ProcessGroup::progress_inline(InlineBatch& b, Deadline until) {
+  std::unique_lock<std::timed_mutex> lk(b.mu, std::defer_lock);
+  if (!lk.try_lock_until(until)) return b.finished.load();  // another thread is on it
+  if (b.finished.load()) return true;
+  std::exception_ptr err;
+  try {
+    for (; b.next < b.reqs.size(); ++b.next) {
+      if (b.reqs[b.next]->wait_until(std::min(until, b.info.deadline))) continue;
+      if (Clock::now() < b.info.deadline) return false;  // the caller's limit, not the op's
+      throw batch_timed_out(*backend_, b.batch, b.reqs, b.next);
+    }
+    for (const BatchOp& o : b.batch)
+      if (!o.send) copy_back(o.user, o.buf);
+    count_op(b.info, b.bytes, std::chrono::duration<double>(Clock::now() - b.t0).count());
+  } catch (...) {
+    err = op_failure(b.info, std::current_exception());
+    b.failed = true;
+  }
+  if (!b.failed) {  // drop the tensors before waking the waiter, as the comm thread does
+    b.reqs.clear();
+    b.batch.clear();
+  }
+  b.finished.store(true);
+  b.state->finish(err);
+  return true;
+}
+
+void ProcessGroup::set_inline_p2p(bool on) {
+  std::lock_guard<std::mutex> lk(qmu_);
+  inline_p2p_ = on;
+}
+
+bool ProcessGroup::inline_p2p() const {
+  std::lock_guard<std::mutex> lk(qmu_);
+  return inline_p2p_;
+}
 
 Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) {
   if (ops.empty()) return Work();
@@ -305,33 +390,55 @@ Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) 
     }
     info.ops += (k ? "; " : "") + batch[k].text;
   }
-  return enqueue(std::move(info), [this, batch = std::move(batch)](const OpInfo& i, SentBytes& bytes) {
-    // Post everything first, then wait: no op waits on another of the batch.
-    std::vector<std::unique_ptr<Request>> reqs;
-    reqs.reserve(batch.size());
-    for (const BatchOp& o : batch) {
-      if (o.send) {
-        bytes.counted += o.buf.nbytes();
-        reqs.push_back(backend_->isend(o.buf.raw_data(), o.buf.nbytes(), o.peer, o.tag));
+  {
+    std::unique_lock<std::mutex> lk(qmu_);
+    if (inline_p2p_ && queue_.empty() && !running_ && backend_->p2p_any_thread()) {
+      // Posted here, progressed by the waiter: no comm-thread hop (set_inline_p2p).
+      auto b = std::make_shared<InlineBatch>();
+      std::lock_guard<std::timed_mutex> blk(b->mu);
+      info.seq = next_p2p_seq_++;
+      std::erase_if(inline_ops_, [](const auto& o) { return o->finished.load() && !o->failed; });
+      inline_ops_.push_back(b);
+      const std::string failure = failure_;
+      lk.unlock();
+      b->info = std::move(info);
+      b->batch = std::move(batch);
+      b->state = std::make_shared<detail::WorkState>();
+      b->state->timeout_s = opts_.timeout_s * 1.1 + 2.0;
+      b->state->what = describe(b->info);
+      b->state->progress = [this, w = std::weak_ptr<InlineBatch>(b)](Deadline until) {
+        const auto p = w.lock();  // gone: completed and let go by the group
+        return !p || progress_inline(*p, until);
+      };
+      b->t0 = Clock::now();
+      b->info.deadline =
+          b->t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s));
+      std::exception_ptr err;
+      if (!failure.empty()) {
+        err = std::make_exception_ptr(CommError(strata::detail::str_cat(
+            "[batch_isend_irecv] ", b->state->what, ": the group is unusable after an earlier failure: ", failure)));
       } else {
-        reqs.push_back(backend_->irecv(o.buf.raw_data(), o.buf.nbytes(), o.peer, o.tag));
+        try {
+          b->reqs = post_batch(*backend_, b->batch, b->bytes.counted);
+        } catch (...) {
+          err = op_failure(b->info, std::current_exception());
+          b->failed = true;
+        }
       }
+      if (err) {
+        b->finished.store(true);
+        b->state->finish(err);
+      }
+      return Work(b->state);
     }
+  }
+  return enqueue(std::move(info), [this, batch = std::move(batch)](const OpInfo& i, SentBytes& bytes) {
+    std::vector<std::unique_ptr<Request>> reqs = post_batch(*backend_, batch, bytes.counted);
     for (size_t k = 0; k < reqs.size(); ++k) {
       if (reqs[k]->wait_until(i.deadline)) continue;
-      // Name every op still pending (the later ones are polled once) and its peer.
-      std::string pending, peers;
-      std::vector<int> named;
-      for (size_t j = k; j < reqs.size(); ++j) {
-        if (j > k && reqs[j]->wait_until(Clock::now())) continue;
-        pending += (pending.empty() ? "" : "; ") + batch[j].text;
-        if (std::find(named.begin(), named.end(), batch[j].peer) != named.end()) continue;
-        named.push_back(batch[j].peer);
-        peers += (peers.empty() ? "" : ", ") + backend_->describe_peer(batch[j].peer);
-      }
+      detail::TimedOut e = batch_timed_out(*backend_, batch, reqs, k);
       for (size_t j = k; j < reqs.size(); ++j) orphaned_.push_back(batch[j].buf);
-      throw detail::TimedOut(batch[k].peer, strata::detail::str_cat("still pending: ", pending, "; waiting for ",
-                                                                    peers, " (never posted the matching half)"));
+      throw e;
     }
     for (const BatchOp& o : batch)
       if (!o.send) copy_back(o.user, o.buf);

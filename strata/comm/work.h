@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +20,11 @@ struct WorkState {
   std::exception_ptr error;
   std::string what;       ///< "all_reduce seq 7 in group 'world' rank 2 (f32 x 1024)" for wait timeouts
   double timeout_s = 300;  ///< default wait limit (the group's comm.timeout_s)
+  /// Set (once, before the Work is handed out) for an op that no comm thread runs: a
+  /// point-to-point batch progressed by whoever waits on or polls it (a group with
+  /// inline p2p, ProcessGroup::set_inline_p2p). Drives the op until it finished (true,
+  /// finish() called) or `until` passed (false); never throws. Thread-safe.
+  std::function<bool(std::chrono::steady_clock::time_point until)> progress;
 
   void finish(std::exception_ptr e);
 };

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <string>
 
 #include <strata/autograd/engine.h>
@@ -18,6 +19,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
 
 }  // namespace
 
@@ -46,6 +52,16 @@ PipelineExecutor::PipelineExecutor(std::shared_ptr<nn::Module> model, PipelinePl
           {from, to}, pp_.name() + (act ? "/pp-act[" : "/pp-grad[") + std::to_string(from) + "->" + std::to_string(to) + "]");
     }
   }
+}
+
+void PipelineExecutor::set_inline_exchanges(bool on) {
+  // On: posted by this thread and progressed in its waits, no hop to the channel's comm
+  // thread. Off (the default): measured faster on the 2-core host under load, where the
+  // compute thread that also progresses the exchanges was preempted 3-5x more (see
+  // docs/pipeline.md, "inline exchanges"); `strata bench pp --exchanges both` compares.
+  for (const auto& kind : channels_)
+    for (const auto& g : kind)
+      if (g) g->set_inline_p2p(on);
 }
 
 std::vector<PipelineStageSpec> PipelineExecutor::my_stages() const {
@@ -151,6 +167,7 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
     const PipelineStageSpec& st = stages_[size_t(a.stage)];
     Slot& sl = slots_[size_t(a.stage)][size_t(a.mb)];
     const auto t0 = Clock::now();
+    const double c0 = thread_cpu_s();
     trace::Scope ts(a.kind == Action::Kind::forward ? "F" : "B", trace::Cat::pipeline,
                     {{"mb", int64_t(a.mb)}, {"stage", int64_t(a.stage)}});
     if (a.kind == Action::Kind::forward) {
@@ -179,6 +196,7 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
       --in_flight;
     }
     stats_.compute_s += since(t0);
+    stats_.compute_cpu_s += thread_cpu_s() - c0;
   }
   STRATA_CHECK(pending_.empty(), "[pipeline] ", pending_.size(), " exchange(s) posted but never waited for");
   slots_.clear();

@@ -21,6 +21,7 @@ struct PipelineOptions {
 /// What the last step did on this rank.
 struct PipelineStepStats {
   double compute_s = 0;    ///< wall time inside forward/backward actions
+  double compute_cpu_s = 0;  ///< this thread's CPU time inside them (below compute_s: it was preempted)
   double comm_s = 0;       ///< wall time posting exchanges and waiting for them (not overlapped)
   int peak_in_flight = 0;  ///< most micro-batches (per stage) forwarded and not yet backwarded
 };
@@ -60,6 +61,9 @@ class PipelineExecutor {
   /// The stages this rank runs, in chunk order.
   std::vector<PipelineStageSpec> my_stages() const;
   const PipelineStepStats& last_stats() const { return stats_; }
+  /// Exchanges posted by the executor's thread and progressed in its waits (on), or each
+  /// handed to its channel group's comm thread (off, the default; the benchmark compares).
+  void set_inline_exchanges(bool on);
 
  private:
   struct Pending {  // a posted exchange: its Work and, for a receive, the buffer it fills

@@ -3,6 +3,7 @@
 #include <strata/parallel/pipeline_schedule.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <tuple>
@@ -194,9 +195,16 @@ double ScheduleSim::bubble() const {
   return s / double(busy.size());
 }
 
-ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<Action>>& lists) {
+ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<Action>>& lists,
+                     const std::vector<int64_t>& rank_cost) {
   ScheduleSim sim;
   const int P = shape.pp, S = shape.stages(), m = shape.microbatches;
+  if (!rank_cost.empty() && (int(rank_cost.size()) != P ||
+                             std::any_of(rank_cost.begin(), rank_cost.end(), [](int64_t c) { return c < 1; }))) {
+    sim.error = "rank_cost needs one cost >= 1 per rank";
+    return sim;
+  }
+  const auto cost_of = [&](size_t r) { return rank_cost.empty() ? int64_t(1) : rank_cost[r]; };
   const auto fail = [&](int r, const Action& a, const std::string& why) {
     sim.error = "rank " + std::to_string(r) + " at " + a.str() + ": " + why;
     return sim;
@@ -299,9 +307,9 @@ ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<A
           std::string cell = (a.kind == Action::Kind::forward ? "F" : "B") + std::to_string(a.mb);
           if (shape.virtual_stages > 1) cell += "." + std::to_string(a.stage / P);
           sim.cells[R].resize(size_t(t[R]), "");
-          sim.cells[R].push_back(cell);
-          ++t[R];
-          ++sim.busy[R];
+          for (int64_t c = 0; c < cost_of(R); ++c) sim.cells[R].push_back(cell);
+          t[R] += cost_of(R);
+          sim.busy[R] += cost_of(R);
         } else if (a.kind == Action::Kind::post) {
           for (const CommOp& o : a.ops) {
             if (o.dir == CommOp::Dir::send) {
@@ -374,6 +382,18 @@ ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<A
 double bubble_formula(const ScheduleShape& s) {
   const double p = s.pp, vm = double(s.virtual_stages) * s.microbatches;
   return (p - 1) / (vm + p - 1);
+}
+
+double imbalance_bubble(const ScheduleShape& s, const std::vector<double>& busy) {
+  STRATA_CHECK(int(busy.size()) == s.pp, "[pipeline] ", busy.size(), " busy times for pp ", s.pp);
+  const double top = *std::max_element(busy.begin(), busy.end());
+  if (!(top > 0)) return 0.0;
+  std::vector<int64_t> cost;
+  for (double b : busy) cost.push_back(std::max<int64_t>(1, std::llround(200.0 * std::max(b, 0.0) / top)));
+  const ScheduleSim sim = simulate(s, build_schedules(s), cost);
+  STRATA_CHECK(sim.error.empty(), "[pipeline] ", sim.error);
+  const int64_t most = *std::max_element(sim.busy.begin(), sim.busy.end());
+  return 1.0 - double(most) / double(sim.makespan);
 }
 
 std::string bubble_formula_str(const ScheduleShape& s) {

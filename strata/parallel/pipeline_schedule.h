@@ -105,10 +105,20 @@ struct ScheduleSim {
 /// and checks: no deadlock, every forward(mb, s) and backward(mb, s) exactly once on
 /// owner(s), forward before backward, inputs received before use, outputs computed
 /// before sent, every message sent once and received once with matching peers.
-ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<Action>>& lists);
+/// `rank_cost` (optional, one per rank): the slots each forward and each backward of that
+/// rank takes (default 1), to model stages of unequal cost.
+ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<Action>>& lists,
+                     const std::vector<int64_t>& rank_cost = {});
 
 /// The bubble fraction the formula predicts: (p-1)/(m+p-1), or (p-1)/(v*m+p-1) interleaved.
 double bubble_formula(const ScheduleShape& shape);
+/// The bubble of the busiest rank for ranks of unequal cost: simulate() with rank r's
+/// forwards and backwards each taking rank_busy[r] (any unit; scaled to integer slots,
+/// the largest 200), 1 - the busiest rank's busy slots / makespan. Equal costs give the
+/// formula above. For GPipe it is (sum t - t_max) / (sum t + (m - 1) t_max), and for 1F1B
+/// too when the busiest stage is the last (the head and the loss); a heavier first stage
+/// never idles under 1F1B once m >= pp (tested). `strata bench pp` prints it for the measured busy times.
+double imbalance_bubble(const ScheduleShape& shape, const std::vector<double>& rank_busy);
 /// "(p-1)/(m+p-1) = 1/5 = 0.200"
 std::string bubble_formula_str(const ScheduleShape& shape);
 

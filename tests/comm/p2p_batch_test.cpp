@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 
 #include "p2p_checks.h"
 #include <strata/comm/local.h>
@@ -141,6 +142,111 @@ TEST(BatchP2P, CollectivesAndP2PAreNumberedApart) {
     g.all_reduce(t).wait();
     expect_values(read_tensor(t), std::vector<double>(4, 2.0), 0, "all_reduce after p2p");
   }, o);
+}
+
+// set_inline_p2p: the caller posts and the waiter progresses; no comm thread is started.
+TEST(InlineP2P, RingAndMixedBatchesWithoutACommThread) {
+  for (int n : {2, 3}) {
+    SCOPED_TRACE("ranks " + std::to_string(n));
+    run_local(n, [](ProcessGroup& g) {
+      g.set_inline_p2p(true);
+      EXPECT_TRUE(g.inline_p2p());
+      check_ring_exchange(g, 1000);
+      check_ring_exchange(g, 0);
+      check_mixed_batch(g);  // also counts the bytes in stats()
+      EXPECT_EQ(g.comm_thread_cpu_s(), 0.0) << "an inline batch went through the comm thread";
+      g.set_inline_p2p(false);
+      check_ring_exchange(g, 10);  // queued again: the comm thread starts
+      EXPECT_GT(g.comm_thread_cpu_s(), 0.0);
+    });
+  }
+}
+
+// Issue order holds: a batch issued while a collective is queued or running waits behind
+// it (on the comm thread); is_completed() polls an inline batch to completion.
+TEST(InlineP2P, QueuedBehindCollectivesAndPolledByIsCompleted) {
+  run_local(2, [](ProcessGroup& g) {
+    g.set_inline_p2p(true);
+    const int other = 1 - g.rank();
+    Tensor t = ops::ones({64}, DType::f32);
+    Work ar = g.all_reduce(t);  // may still be queued when the batch comes
+    Tensor out = make_tensor(DType::f32, {double(g.rank()), 1.0}), in = ops::zeros({2}, DType::f32);
+    Work w = g.batch_isend_irecv({{P2POp::Kind::send, out, other, 4}, {P2POp::Kind::recv, in, other, 4}}, "after");
+    ar.wait();
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!w.is_completed()) ASSERT_LT(seconds_since(t0), 20.0) << "is_completed never saw the batch complete";
+    w.wait();
+    expect_values(read_tensor(in), {double(other), 1.0}, 0, "swapped");
+    expect_values(read_tensor(t), std::vector<double>(64, 2.0), 0, "all_reduce before it");
+  });
+}
+
+TEST(InlineP2P, PeerThatNeverPostsTimesOutAndFailsTheGroup) {
+  CommOptions o;
+  o.timeout_s = 0.5;
+  std::string msg, later, polled;
+  double took = 0;
+  run_local(3, [&](ProcessGroup& g) {
+    if (g.rank() != 0) return;  // ranks 1 and 2 never post their halves
+    g.set_inline_p2p(true);
+    Tensor a = ops::ones({16}, DType::f32), b = ops::zeros({8}, DType::i64);
+    const auto t0 = std::chrono::steady_clock::now();
+    Work w = g.batch_isend_irecv({{P2POp::Kind::send, a, 1, 7}, {P2POp::Kind::recv, b, 2, 9}}, "pp stage 0 mb 3");
+    // A wait shorter than the op's own limit gives up without failing the op.
+    try {
+      w.wait(std::chrono::duration<double>(0.05));
+    } catch (const CommError& e) {
+      polled = e.what();
+    }
+    try {
+      w.wait();
+    } catch (const CommError& e) {
+      msg = e.what();
+    }
+    took = seconds_since(t0);
+    try {
+      g.batch_isend_irecv({{P2POp::Kind::send, a, 1, 7}}).wait();
+    } catch (const CommError& e) {
+      later = e.what();
+    }
+  }, o);
+  EXPECT_TRUE(contains(polled, "wait timed out after 0.05 s")) << polled;
+  EXPECT_TRUE(contains(polled, "still in flight")) << polled;
+  EXPECT_GE(took, 0.5);
+  EXPECT_LT(took, 0.5 + 3.0);
+  EXPECT_TRUE(contains(msg, "[batch_isend_irecv] timed out after 0.5 s (comm.timeout_s)")) << msg;
+  EXPECT_TRUE(contains(msg, "batch_isend_irecv p2p seq 0 in group 'world' (local, 3 ranks) on rank 0 "
+                            "[pp stage 0 mb 3]")) << msg;
+  EXPECT_TRUE(contains(msg, "still pending: send f32 x 16 to rank 1 tag 7; recv i64 x 8 from rank 2 tag 9")) << msg;
+  EXPECT_TRUE(contains(msg, "waiting for rank 1, rank 2")) << msg;
+  EXPECT_TRUE(contains(later, "unusable after an earlier failure")) << later;
+}
+
+// A peer that aborts the group fails an inline wait at once, not at the timeout.
+TEST(InlineP2P, PeerAbortFailsTheWaitAtOnce) {
+  CommOptions o;
+  o.timeout_s = 30;
+  std::string msg;
+  double took = 0;
+  run_local(2, [&](ProcessGroup& g) {
+    g.set_inline_p2p(true);
+    if (g.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      g.abort("rank 1 gives up");
+      return;
+    }
+    Tensor b = ops::zeros({8}, DType::f32);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      g.batch_isend_irecv({{P2POp::Kind::recv, b, 1, 0}}, "waiting").wait();
+    } catch (const CommError& e) {
+      msg = e.what();
+    }
+    took = seconds_since(t0);
+  }, o);
+  EXPECT_LT(took, 5.0);
+  EXPECT_TRUE(contains(msg, "rank 1 gives up")) << msg;
+  EXPECT_TRUE(contains(msg, "[waiting]")) << msg;
 }
 
 // Issue #13 item 5: the ranks that time out name the one that never arrived.

@@ -3,6 +3,8 @@
 // micro-batches of GPipe and 1F1B, and the simulated bubble against the formula.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <strata/core/error.h>
 #include <strata/parallel/pipeline_schedule.h>
 
@@ -74,6 +76,43 @@ TEST(PipelineSchedule, SimulatedBubbleEqualsTheFormula) {
     EXPECT_EQ(sim.makespan, 2 * (s.virtual_stages * s.microbatches + s.pp - 1)) << name(s);
     EXPECT_NEAR(sim.bubble(), bubble_formula(s), 1e-12) << name(s);
   }
+}
+
+// Stages of unequal cost (e.g. the last one also runs the head and the loss): the
+// simulator with rank costs against the closed forms, and imbalance_bubble (what `strata
+// bench pp` prints for measured busy times) against the simulation.
+TEST(PipelineSchedule, UnequalStageCostsMatchTheClosedForms) {
+  const std::vector<std::vector<int64_t>> costs = {{1, 2}, {2, 1}, {3, 1, 1}, {1, 1, 4}, {2, 3, 2, 5}, {1, 1, 1, 1}};
+  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b})
+    for (const auto& c : costs)
+      for (int m : {1, 2, 4, 7, 16}) {
+        const ScheduleShape s{k, int(c.size()), m, 1};
+        const ScheduleSim sim = simulate(s, all_lists(s), c);
+        ASSERT_EQ(sim.error, "") << name(s);
+        double sum = 0, top = 0;
+        for (int64_t b : sim.busy) {
+          sum += double(b);
+          top = std::max(top, double(b));
+        }
+        const double busiest = 1.0 - top / double(sim.makespan);
+        const bool last_heaviest = c.back() == *std::max_element(c.begin(), c.end());
+        if (k == ScheduleKind::gpipe || last_heaviest || m == 1) {
+          EXPECT_NEAR(busiest, (sum - top) / (sum + (m - 1) * top), 1e-12) << name(s) << " costs " << c.front();
+        } else if (m >= s.pp) {  // 1F1B, heavier first stage: back to back from the start
+          EXPECT_NEAR(busiest, 0.0, 1e-12) << name(s) << " costs " << c.front();
+        }
+        std::vector<double> busy(c.begin(), c.end());
+        for (double& b : busy) b *= 0.37;  // any unit
+        EXPECT_NEAR(imbalance_bubble(s, busy), busiest, 2e-3) << name(s);
+        if (sum == top * double(c.size())) {
+          EXPECT_NEAR(imbalance_bubble(s, busy), bubble_formula(s), 1e-12) << name(s);
+        }
+      }
+  const ScheduleShape inter{ScheduleKind::interleaved, 2, 4, 2};
+  EXPECT_NEAR(imbalance_bubble(inter, {5.0, 5.0}), bubble_formula(inter), 1e-12);
+  // A lighter peer hands its work over sooner: the busiest rank idles less than the formula.
+  EXPECT_LT(imbalance_bubble(inter, {5.0, 7.0}), bubble_formula(inter));
+  EXPECT_NE(simulate(inter, all_lists(inter), {1, 0}).error, "");
 }
 
 TEST(PipelineSchedule, InterleavedBeatsPlain1F1B) {

@@ -36,6 +36,16 @@ TEST(MpiBatchP2P, RingExchange) {
 
 TEST(MpiBatchP2P, MixedSizesDtypesTagsAndLayouts) { check_mixed_batch(*g_world); }
 
+// The same, posted and progressed by the calling thread (set_inline_p2p).
+TEST(MpiBatchP2P, InlineRingAndMixed) {
+  ProcessGroup& g = *g_world;
+  g.set_inline_p2p(true);
+  check_ring_exchange(g, 1000);
+  check_ring_exchange(g, int64_t(3) << 20);
+  check_mixed_batch(g);
+  g.set_inline_p2p(false);
+}
+
 TEST(MpiCollectives, LargeMessagesAllAlgorithms) {
   ProcessGroup& g = *g_world;
   const int n = g.size();
