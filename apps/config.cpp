@@ -332,9 +332,9 @@ void TrainConfig::validate() const {
   if (run.precision == "bf16_params" && model.type == "cnn")
     config_fail("run.precision", "bf16_params has no 16-bit convolution, pooling or batch norm kernels yet: use it "
                                  "with model.type gpt or mlp (or bf16 autocast for the CNN)");
-  if (run.precision == "bf16_params" && (parallel.dims.pp > 1 || parallel.thread_replicas()))
-    config_fail("run.precision", "bf16_params works with DDP, ZeRO-1/2/3 and tensor parallelism; with "
-                                 "parallel.pp > 1 or parallel.replicas it is not implemented yet");
+  if (run.precision == "bf16_params" && parallel.thread_replicas())
+    config_fail("run.precision", "bf16_params works with DDP, ZeRO-1/2/3, tensor and pipeline parallelism; with "
+                                 "parallel.replicas it is not implemented yet");
   if (run.precision == "f16" && parallel.dims.zero_stage > 0)
     config_fail("run.precision", "f16 needs loss scaling, whose overflow check ZeRO's sharded gradients would have "
                                  "to agree on across ranks, which is not implemented; use bf16 (no scaler needed)");
