@@ -330,9 +330,6 @@ void TrainConfig::validate() const {
   if (states16 && !dev.is_cpu())
     config_fail("run.precision", run.precision + " runs on the CPU only: the CUDA backend has no 16-bit layer norm, "
                                  "softmax, cross-entropy or fused 16-bit optimizer kernels yet (use autocast there)");
-  if (states16 && model.type == "cnn")
-    config_fail("run.precision", run.precision + " has no 16-bit convolution, pooling or batch norm kernels yet: use it "
-                                 "with model.type gpt or mlp (or autocast for the CNN)");
   // f16 model states step through the GradScaler, whose overflow check is this rank's:
   // agreed only where every rank holds the same (averaged) gradients, as DDP's.
   if (run.precision == "f16_params" && (parallel.dims.zero_stage > 0 || parallel.dims.tp > 1 ||

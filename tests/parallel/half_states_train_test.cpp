@@ -106,6 +106,63 @@ TEST(HalfStatesTrain, GptBf16ParamsTracksF32Over200Steps) {
               l32.front(), l32.back(), l16.front(), l16.back(), 100 * worst);
 }
 
+// The CNN (conv, batch norm, max pooling; 16-bit kernels widen inside) in bf16_params
+// against f32 over 200 steps of a learnable task: the class is which quadrant-half sums
+// of an 8x8 N(0,1) image are positive (top half > 0) * 2 + (left half > 0).
+constexpr int64_t kCnnBatch = 64;
+
+std::vector<double> cnn_losses(std::optional<DType> dt, int steps) {
+  Generator gen(11);
+  nn::CNNConfig c{.in_channels = 1, .channels = {4, 8}, .classes = 4, .batch_norm = true, .dropout = 0.0,
+                  .image_size = 8, .hidden = 16};
+  auto model = std::make_shared<nn::CNN>(c, gen);
+  if (dt) model->to(*dt);
+  auto opt = adamw(3e-3)(model->named_parameters());
+  std::vector<double> out;
+  for (int s = 0; s < steps; ++s) {
+    Generator g(700 + uint64_t(s));
+    Tensor x = ops::normal({kCnnBatch, 1, 8, 8}, 0.0, 1.0, g);
+    const auto v = x.to_vector<float>();
+    std::vector<int64_t> y(kCnnBatch);
+    for (int64_t i = 0; i < kCnnBatch; ++i) {
+      double top = 0, left = 0;
+      for (int64_t r = 0; r < 8; ++r)
+        for (int64_t q = 0; q < 8; ++q) {
+          const double e = v[size_t(i * 64 + r * 8 + q)];
+          if (r < 4) top += e;
+          if (q < 4) left += e;
+        }
+      y[size_t(i)] = (top > 0) * 2 + (left > 0);
+    }
+    Tensor loss = cross_entropy(model->forward(input_for(x, dt.value_or(DType::f32))), ops::from_vector(y, {kCnnBatch}));
+    out.push_back(loss.item<double>());
+    backward(loss);
+    if (dt)
+      for (const auto& [n, p] : model->named_parameters()) {
+        EXPECT_EQ(p.grad().dtype(), *dt) << n;
+      }
+    opt->step();
+    opt->zero_grad();
+  }
+  return out;
+}
+
+TEST(HalfStatesTrain, CnnBf16ParamsTracksF32Over200Steps) {
+  constexpr int kSteps = 200, kWindow = 20;
+  const auto l32 = cnn_losses(std::nullopt, kSteps);
+  const auto l16 = cnn_losses(DType::bf16, kSteps);
+  EXPECT_LT(l32.back(), 0.6 * l32.front()) << "the f32 run must learn, or the comparison says nothing";
+  double worst = 0;
+  for (int w = 0; w < kSteps / kWindow; ++w) {
+    double a = 0, b = 0;
+    for (int s = w * kWindow; s < (w + 1) * kWindow; ++s) a += l32[size_t(s)], b += l16[size_t(s)];
+    worst = std::max(worst, std::abs(b - a) / a);
+    EXPECT_NEAR(b, a, 0.02 * a) << "steps " << w * kWindow << ".." << (w + 1) * kWindow - 1;
+  }
+  std::printf("[bf16_params] CNN 200 steps: f32 loss %.4f -> %.4f, bf16 %.4f -> %.4f, worst 20-step window %.2f%%\n",
+              l32.front(), l32.back(), l16.front(), l16.back(), 100 * worst);
+}
+
 // ------------------------------------------------------------------ f16 model states + loss scaling
 
 // run.precision f16_params: an f16 GPT (f32 masters and moments) stepped through the
