@@ -24,7 +24,7 @@ void read_run(const ConfigNode& n, RunSection& s) {
   s.device = n.get("device", s.device);
   if (!try_parse_device(s.device)) n.fail("device", not_a_device(s.device));
   s.precision = n.get("precision", s.precision);
-  n.one_of("precision", s.precision, {"f32", "bf16", "f16", "bf16_params"});
+  n.one_of("precision", s.precision, {"f32", "bf16", "f16", "bf16_params", "f16_params"});
   s.log_level = n.get("log_level", s.log_level);
   if (!s.log_level.empty()) (void)parse_log_level(s.log_level, n.key_path("log_level"));
   s.peak_flops = n.get("peak_flops", s.peak_flops);
@@ -326,15 +326,20 @@ void TrainConfig::validate() const {
   if (comm_backend == "mpi" && !dev.is_cpu())
     config_fail("comm.backend", "mpi cannot move CUDA tensors (run.device is '" + run.device +
                                     "'); use nccl, the default for a CUDA device");
-  if (run.precision == "bf16_params" && !dev.is_cpu())
-    config_fail("run.precision", "bf16_params runs on the CPU only: the CUDA backend has no bf16 layer norm, "
-                                 "softmax, cross-entropy or fused bf16 optimizer kernels yet (use bf16 autocast there)");
-  if (run.precision == "bf16_params" && model.type == "cnn")
-    config_fail("run.precision", "bf16_params has no 16-bit convolution, pooling or batch norm kernels yet: use it "
-                                 "with model.type gpt or mlp (or bf16 autocast for the CNN)");
-  if (run.precision == "bf16_params" && (parallel.dims.tp > 1 || parallel.dims.pp > 1 || parallel.thread_replicas()))
-    config_fail("run.precision", "bf16_params works with DDP and ZeRO-1/2/3 on the data-parallel dimension; with "
-                                 "parallel.tp > 1, parallel.pp > 1 or parallel.replicas it is not implemented yet");
+  const bool states16 = run.precision == "bf16_params" || run.precision == "f16_params";
+  if (states16 && !dev.is_cpu())
+    config_fail("run.precision", run.precision + " runs on the CPU only: the CUDA backend has no 16-bit layer norm, "
+                                 "softmax, cross-entropy or fused 16-bit optimizer kernels yet (use autocast there)");
+  // f16 model states step through the GradScaler, whose overflow check is this rank's:
+  // agreed only where every rank holds the same (averaged) gradients, as DDP's.
+  if (run.precision == "f16_params" && (parallel.dims.zero_stage > 0 || parallel.dims.tp > 1 ||
+                                        parallel.dims.pp > 1 || parallel.dims.cp > 1 || parallel.thread_replicas()))
+    config_fail("run.precision", "f16_params (dynamic loss scaling) works on one process and with DDP: the skip-step "
+                                 "check on sharded gradients (ZeRO, tp, pp, cp) would have to be agreed across ranks, "
+                                 "which is not implemented; use bf16_params there");
+  if (run.precision == "bf16_params" && parallel.thread_replicas())
+    config_fail("run.precision", "bf16_params works with DDP, ZeRO-1/2/3, tensor and pipeline parallelism; with "
+                                 "parallel.replicas it is not implemented yet");
   if (run.precision == "f16" && parallel.dims.zero_stage > 0)
     config_fail("run.precision", "f16 needs loss scaling, whose overflow check ZeRO's sharded gradients would have "
                                  "to agree on across ranks, which is not implemented; use bf16 (no scaler needed)");

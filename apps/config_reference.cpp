@@ -44,7 +44,8 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "scaling. On the CPU 16-bit types are emulated (rounded, f32 arithmetic). `bf16_params`: 16-bit model "
      "states (docs/precision.md): the model's parameters, activations and gradients are bf16 (2 bytes each, also on "
      "the CPU), gradients are all-reduced / reduce-scattered in bf16, and the optimizer keeps f32 master weights "
-     "and f32 moments (ZeRO shards them), writing back rounded bf16 parameters."},
+     "and f32 moments (ZeRO shards them), writing back rounded bf16 parameters. `f16_params`: the same with f16 and "
+     "dynamic loss scaling (grad_scaler: skip the step on inf/NaN, back off, grow), on one process or with DDP."},
     {"run.log_level", "string", "\"\"",
      "`trace`, `debug`, `info`, `warn`, `error`, `critical` or `off`; empty = `info` on rank 0, `warn` elsewhere. "
      "`$STRATA_LOG_LEVEL` overrides it."},

@@ -97,6 +97,13 @@ parallel::TpPlan model_tp_plan(const nn::Module& model, bool sequence_parallel) 
 // The MLP by layers: net's children grouped as [Flatten, Linear, act, Dropout],
 // [Linear, act, Dropout], ..., [Linear], a stage a run of whole layers; nothing outside
 // net. A stage sends its last Linear's (activated) output, (b, width).
+// Stages send activations in the model's dtype: bf16 under run.precision bf16_params
+// (16-bit activations end to end), f32 otherwise (autocast keeps f32 between layers).
+static DType activation_dtype(const nn::Module& model) {
+  const auto ps = model.parameters();
+  return ps.empty() ? DType::f32 : ps.front().dtype();
+}
+
 static parallel::PipelinePlan mlp_pp_plan(const nn::MLP& mlp, const std::vector<int64_t>& layers) {
   parallel::PipelinePlan p;
   p.blocks = "net";
@@ -121,8 +128,9 @@ static parallel::PipelinePlan mlp_pp_plan(const nn::MLP& mlp, const std::vector<
     return x;
   };
   p.loss = [](const Tensor& out, const Tensor& y) { return cross_entropy(out, y); };
-  p.activation = [width](const parallel::PipelineStageSpec& s, const Shape& in) {
-    return parallel::ActivationSpec{{in[0], width[size_t(s.end) - 1]}, DType::f32};
+  const DType act = activation_dtype(mlp);
+  p.activation = [width, act](const parallel::PipelineStageSpec& s, const Shape& in) {
+    return parallel::ActivationSpec{{in[0], width[size_t(s.end) - 1]}, act};
   };
   return p;
 }
@@ -144,9 +152,10 @@ parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<
   };
   // As GPT::loss: the mean over the B*T positions (from the vocabulary shards under tp).
   p.loss = [gpt](const Tensor& out, const Tensor& y) { return gpt->stage_loss(out, y); };
-  p.activation = [n = c.n_embd, seq_shards, cp, gpt](const parallel::PipelineStageSpec&, const Shape& in) {
+  p.activation = [n = c.n_embd, seq_shards, cp, gpt, act = activation_dtype(model)](
+                     const parallel::PipelineStageSpec&, const Shape& in) {
     const int64_t t = cp > 1 && gpt->lm_hooks().shard_sequence ? in[1] / cp : in[1];  // cp suspended: whole
-    return parallel::ActivationSpec{{in[0], t / seq_shards, n}, DType::f32};
+    return parallel::ActivationSpec{{in[0], t / seq_shards, n}, act};
   };
   return p;
 }

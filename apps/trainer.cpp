@@ -51,7 +51,8 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   device_ = resolve_device(cfg_.run);
   if (cfg_.run.precision == "bf16" || cfg_.run.precision == "f16")
     autocast_ = cfg_.run.precision == "bf16" ? DType::bf16 : DType::f16;
-  if (cfg_.run.precision == "f16") scaler_.emplace();
+  // f16 (autocast) and f16_params (f16 model states, f32 masters) scale the loss dynamically
+  if (cfg_.run.precision == "f16" || cfg_.run.precision == "f16_params") scaler_.emplace();
 
   std::shared_ptr<comm::ProcessGroup> world = opts_.world ? opts_.world : init_world(cfg_, device_);
   rank_ = world->rank();
@@ -82,6 +83,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   model_ = build_model(cfg_, init_gen);
   // 16-bit model states: the f32 init rounded once; the optimizer keeps f32 masters of them
   if (cfg_.run.precision == "bf16_params") model_->to(DType::bf16);
+  if (cfg_.run.precision == "f16_params") model_->to(DType::f16);
   if (!device_.is_cpu()) model_->to(device_);  // before the optimizer: its state follows the parameters
   // The whole model's size and FLOPs, before tensor and pipeline parallelism leave this
   // rank a shard of its stages.
@@ -260,6 +262,7 @@ data::Batch Trainer::on_device(data::Batch b) const {
   }
   // 16-bit model states: floating inputs (images) enter a bf16 model as bf16; tokens stay i64
   if (cfg_.run.precision == "bf16_params" && b.input.dtype() == DType::f32) b.input = ops::to_dtype(b.input, DType::bf16);
+  if (cfg_.run.precision == "f16_params" && b.input.dtype() == DType::f32) b.input = ops::to_dtype(b.input, DType::f16);
   return b;
 }
 
@@ -438,7 +441,8 @@ EvalResult Trainer::train() {
                 get_num_threads());
     if (!device_.is_cpu() || cfg_.run.precision != "f32")
       std::printf("device: %s | precision: %s%s\n", device_.str().c_str(), cfg_.run.precision.c_str(),
-                  scaler_     ? " (autocast, dynamic loss scaling)"
+                  cfg_.run.precision == "f16_params" ? " (16-bit model states, f32 master weights, dynamic loss scaling)"
+                  : scaler_   ? " (autocast, dynamic loss scaling)"
                   : autocast_ ? " (autocast)"
                               : cfg_.run.precision == "bf16_params" ? " (16-bit model states, f32 master weights)" : "");
     std::printf("flops: %.3g GFLOP per step (model) | peak %.1f GFLOP/s per rank (%s)\n", flops_per_step_ / 1e9,

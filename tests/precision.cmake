@@ -4,7 +4,7 @@
 # -DWORK=<dir> -P precision.cmake` it executes one.
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
-  foreach(case bf16_params_resume_bit_exact bf16_params_checkpoint_to_f32 bf16_params_config_errors)
+  foreach(case bf16_params_resume_bit_exact bf16_params_checkpoint_to_f32 bf16_params_config_errors f16_params_trains)
     add_test(NAME e2e_${case}
              COMMAND ${CMAKE_COMMAND} -DCASE=${case} -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
                      -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/${case} -P ${CMAKE_CURRENT_LIST_FILE})
@@ -48,10 +48,18 @@ elseif(CASE STREQUAL "bf16_params_checkpoint_to_f32")
   run(0 train ${gpt} --set run.dir=h2 --set train.max_steps=6 --resume f2)
   expect(OUT "resumed from")
 elseif(CASE STREQUAL "bf16_params_config_errors")
-  run(2 train ${gpt} --set parallel.tp=2)
-  expect(ERR "run.precision: bf16_params works with DDP and ZeRO-1/2/3")
+  run(2 train ${gpt} --set parallel.replicas=2)
+  expect(ERR "run.precision: bf16_params works with DDP, ZeRO-1/2/3, tensor and pipeline parallelism")
+  run(2 train ${gpt} --set run.precision=f16_params --set parallel.zero_stage=1)
+  expect(ERR "run.precision: f16_params (dynamic loss scaling) works on one process and with DDP")
   run(0 plan ${gpt} --ranks 4 --set parallel.zero_stage=2)
   expect(OUT "x 2 bytes" "(18.00Ψ)" "(7.00Ψ)" "(5.50Ψ)" "(4.00Ψ)")
+elseif(CASE STREQUAL "f16_params_trains")
+  # f16 model states with dynamic loss scaling through the trainer; resume restores the scale.
+  run(0 train ${gpt} --set run.precision=f16_params --set run.dir=f16 --set train.max_steps=6 --set train.save_final=true)
+  expect(OUT "precision: f16_params (16-bit model states, f32 master weights, dynamic loss scaling)")
+  run(0 train ${gpt} --set run.precision=f16_params --set run.dir=f16b --set train.max_steps=8 --resume f16)
+  expect(OUT "resumed from")
 else()
   message(FATAL_ERROR "unknown case ${CASE}")
 endif()

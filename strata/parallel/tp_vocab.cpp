@@ -40,6 +40,7 @@ std::shared_ptr<nn::Module> VocabParallelEmbedding::whole() const {
   Tensor table = tp_unshard(*weight_, {0, 1}, *tp_);
   Generator unused(0);  // the init is overwritten by the gathered table
   auto e = std::make_shared<nn::Embedding>(table.size(0), table.size(1), unused);
+  e->to(table.dtype());  // a 16-bit model's table stays 16-bit
   e->load_state_dict({{"weight", table}});
   return e;
 }
@@ -49,6 +50,12 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
   STRATA_CHECK(local_logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == local_logits.size(0),
                "[vocab_parallel_cross_entropy] expects logits (N, V/tp) and targets (N), got ",
                shape_str(local_logits.shape()), " and ", shape_str(targets.shape()));
+  // 16-bit logits (run.precision bf16_params) are widened once here and the loss is
+  // computed in f32, as the one-process cross-entropy does per row; the widened shard is
+  // what that kernel keeps for backward anyway (f32 probabilities), and the logits'
+  // gradient comes back 16-bit through the cast.
+  const bool half = local_logits.dtype() == DType::bf16 || local_logits.dtype() == DType::f16;
+  if (half) return vocab_parallel_cross_entropy(cast(local_logits, DType::f32), targets, tp, ignore_index);
   const int64_t vl = local_logits.size(1);
   // The max over the whole vocabulary, a constant for the gradient (it cancels).
   Tensor m = ops::contiguous(amax(local_logits.detach(), 1, /*keepdim=*/true));

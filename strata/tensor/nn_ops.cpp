@@ -166,7 +166,7 @@ Shape pool_out_shape(const Shape& xs, const Pool2dParams& p, const char* op) {
 }
 
 void check_pool_grad(const Tensor& dy, const Shape& x_shape, const Pool2dParams& p, const char* op) {
-  check_float(dy, op, "grad");
+  check_float16(dy, op, "grad");
   const Shape want = pool_out_shape(x_shape, p, op);
   STRATA_CHECK(dy.shape() == want, "[", op, "] grad shape ", shape_str(dy.shape()), " does not match the output ",
                shape_str(want), " of input ", shape_str(x_shape));
@@ -233,7 +233,7 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& dy, const T
 std::tuple<Tensor, Tensor, Tensor> batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                               Tensor& running_mean, Tensor& running_var, bool training,
                                               double momentum, double eps) {
-  check_float(x, "batch_norm", "input");
+  check_float16(x, "batch_norm", "input");
   const auto [N, C, S] = nc_s(x, "batch_norm");
   check_vec(weight, C, x.dtype(), "batch_norm", "weight");
   check_vec(bias, C, x.dtype(), "batch_norm", "bias");
@@ -264,7 +264,7 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm(const Tensor& x, const Tensor& wei
 std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                                        const Tensor& save_mean, const Tensor& save_invstd,
                                                        bool training) {
-  check_float(x, "batch_norm_backward", "input");
+  check_float16(x, "batch_norm_backward", "input");
   check_same(x, dy, "batch_norm_backward", "grad");
   const auto [N, C, S] = nc_s(x, "batch_norm_backward");
   check_vec(weight, C, x.dtype(), "batch_norm_backward", "weight");
@@ -285,8 +285,8 @@ Shape conv_out_shape(const Tensor& x, const Tensor& w, const Conv2dParams& p, co
   const auto half_ok = [](const Tensor& t) {
     return t.defined() && !t.device().is_cpu() && (t.dtype() == DType::f16 || t.dtype() == DType::bf16);
   };
-  if (!half_ok(x)) check_float(x, op, "input");
-  if (!half_ok(w)) check_float(w, op, "weight");
+  if (!half_ok(x)) check_float16(x, op, "input");  // and f16 / bf16 on the CPU: its kernel widens
+  if (!half_ok(w)) check_float16(w, op, "weight");
   STRATA_CHECK(x.dim() == 4 && w.dim() == 4, "[", op, "] expects x (N,C,H,W) and w (O,C,kh,kw), got ",
                shape_str(x.shape()), " and ", shape_str(w.shape()));
   STRATA_CHECK(x.dtype() == w.dtype(), "[", op, "] dtype mismatch: x ", dtype_name(x.dtype()), ", w ",
@@ -328,7 +328,7 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& dy, const Tenso
 
 // ---------------------------------------------------------------- pooling
 std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) {
-  check_float(x, "max_pool2d", "input");
+  check_float16(x, "max_pool2d", "input");
   const Shape out = pool_out_shape(x.shape(), p, "max_pool2d");
   Tensor y = empty(out, x.dtype(), x.device()), idx = empty(out, DType::i64, x.device());
   kMaxPool(x.device())(contiguous(x), y, idx, p);
@@ -336,7 +336,7 @@ std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) {
 }
 
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& x_shape) {
-  check_float(dy, "max_pool2d_backward", "grad");
+  check_float16(dy, "max_pool2d_backward", "grad");
   STRATA_CHECK(x_shape.size() == 4 && dy.dim() == 4 && indices.shape() == dy.shape() &&
                    indices.dtype() == DType::i64 && dy.size(0) == x_shape[0] && dy.size(1) == x_shape[1],
                "[max_pool2d_backward] grad ", dy.str(), " and indices ", indices.str(), " do not fit input ",
@@ -347,7 +347,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape&
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
-  check_float(x, "avg_pool2d", "input");
+  check_float16(x, "avg_pool2d", "input");
   const Shape out = pool_out_shape(x.shape(), p, "avg_pool2d");
   Tensor y = empty(out, x.dtype(), x.device());
   kAvgPool(x.device())(contiguous(x), y, p);

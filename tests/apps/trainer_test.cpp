@@ -331,6 +331,7 @@ TEST(TrainConfigTest, SchemaErrorsNameKeyPaths) {
   expect_config_error(kTinyMlp, {"parallel.bucket_cap_mb=0"}, "parallel.bucket_cap_mb");
   expect_config_error(kTinyMlp, {"comm.algorithm=star"}, "comm.algorithm: expected one of");
   expect_config_error(kTinyMlp, {"comm.timeout_s=0"}, "comm.timeout_s");
+  expect_config_error(kTinyMlp, {"comm.reduce_dtype=bf16"}, "comm.reduce_dtype: expected one of");
   expect_config_error(kTinyGpt, {"model.n_head=3"}, "model.n_embd: must be divisible");
   expect_config_error(kTinyMlp, {"optim.name=adamm"}, "optim.name: expected one of sgd|adam|adamw");
 }

@@ -13,11 +13,13 @@
 // trained on stale masters, misses both by far.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 
 #include <strata/comm/local.h>
 #include <strata/core/memory.h>
+#include <strata/optim/grad_scaler.h>
 #include <strata/parallel/memory_plan.h>
 #include <strata/parallel/zero.h>
 #include "equivalence.h"
@@ -102,6 +104,155 @@ TEST(HalfStatesTrain, GptBf16ParamsTracksF32Over200Steps) {
   }
   std::printf("[bf16_params] GPT 200 steps: f32 loss %.4f -> %.4f, bf16 %.4f -> %.4f, worst 20-step window %.2f%%\n",
               l32.front(), l32.back(), l16.front(), l16.back(), 100 * worst);
+}
+
+// The CNN (conv, batch norm, max pooling; 16-bit kernels widen inside) in bf16_params
+// against f32 over 200 steps of a learnable task: the class is which quadrant-half sums
+// of an 8x8 N(0,1) image are positive (top half > 0) * 2 + (left half > 0).
+constexpr int64_t kCnnBatch = 64;
+
+std::vector<double> cnn_losses(std::optional<DType> dt, int steps) {
+  Generator gen(11);
+  nn::CNNConfig c{.in_channels = 1, .channels = {4, 8}, .classes = 4, .batch_norm = true, .dropout = 0.0,
+                  .image_size = 8, .hidden = 16};
+  auto model = std::make_shared<nn::CNN>(c, gen);
+  if (dt) model->to(*dt);
+  auto opt = adamw(3e-3)(model->named_parameters());
+  std::vector<double> out;
+  for (int s = 0; s < steps; ++s) {
+    Generator g(700 + uint64_t(s));
+    Tensor x = ops::normal({kCnnBatch, 1, 8, 8}, 0.0, 1.0, g);
+    const auto v = x.to_vector<float>();
+    std::vector<int64_t> y(kCnnBatch);
+    for (int64_t i = 0; i < kCnnBatch; ++i) {
+      double top = 0, left = 0;
+      for (int64_t r = 0; r < 8; ++r)
+        for (int64_t q = 0; q < 8; ++q) {
+          const double e = v[size_t(i * 64 + r * 8 + q)];
+          if (r < 4) top += e;
+          if (q < 4) left += e;
+        }
+      y[size_t(i)] = (top > 0) * 2 + (left > 0);
+    }
+    Tensor loss = cross_entropy(model->forward(input_for(x, dt.value_or(DType::f32))), ops::from_vector(y, {kCnnBatch}));
+    out.push_back(loss.item<double>());
+    backward(loss);
+    if (dt)
+      for (const auto& [n, p] : model->named_parameters()) {
+        EXPECT_EQ(p.grad().dtype(), *dt) << n;
+      }
+    opt->step();
+    opt->zero_grad();
+  }
+  return out;
+}
+
+TEST(HalfStatesTrain, CnnBf16ParamsTracksF32Over200Steps) {
+  constexpr int kSteps = 200, kWindow = 20;
+  const auto l32 = cnn_losses(std::nullopt, kSteps);
+  const auto l16 = cnn_losses(DType::bf16, kSteps);
+  EXPECT_LT(l32.back(), 0.6 * l32.front()) << "the f32 run must learn, or the comparison says nothing";
+  double worst = 0;
+  for (int w = 0; w < kSteps / kWindow; ++w) {
+    double a = 0, b = 0;
+    for (int s = w * kWindow; s < (w + 1) * kWindow; ++s) a += l32[size_t(s)], b += l16[size_t(s)];
+    worst = std::max(worst, std::abs(b - a) / a);
+    EXPECT_NEAR(b, a, 0.02 * a) << "steps " << w * kWindow << ".." << (w + 1) * kWindow - 1;
+  }
+  std::printf("[bf16_params] CNN 200 steps: f32 loss %.4f -> %.4f, bf16 %.4f -> %.4f, worst 20-step window %.2f%%\n",
+              l32.front(), l32.back(), l16.front(), l16.back(), 100 * worst);
+}
+
+// ------------------------------------------------------------------ f16 model states + loss scaling
+
+// run.precision f16_params: an f16 GPT (f32 masters and moments) stepped through the
+// GradScaler as the trainer does: scale(loss).backward(), unscale_ (1/scale applied in
+// f32 to each f16 gradient, which is then rounded back to f16, and checked for inf/NaN),
+// step (skipped on a non-finite gradient), update (backoff / growth).
+struct F16Run {
+  std::vector<double> losses;  // of the steps taken (skipped ones included: their loss was computed)
+  std::vector<double> scales;  // the scale each step ran with
+  std::vector<bool> stepped;
+};
+
+// Largest |a - b| (both widened to f64): 0 when every value is the same.
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  const auto x = ops::to_dtype(a, DType::f64).to_vector<double>(), y = ops::to_dtype(b, DType::f64).to_vector<double>();
+  double m = x.size() == y.size() ? 0.0 : INFINITY;
+  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
+}
+
+F16Run gpt_f16(int steps, optim::GradScalerOptions so) {
+  Generator gen(7);
+  auto model = std::make_shared<nn::GPT>(
+      nn::GPTConfig{.vocab = 32, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 32}, gen);
+  model->to(DType::f16);
+  auto opt = adamw(3e-3)(model->named_parameters());
+  optim::GradScaler scaler(so);
+  F16Run out;
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = pattern_batch(8, 16, 32, s);
+    Tensor loss = model->loss(x, y);
+    out.losses.push_back(loss.item<double>());
+    out.scales.push_back(scaler.get_scale());
+    backward(scaler.scale(loss));
+    for (const auto& [n, p] : model->named_parameters()) EXPECT_EQ(p.grad().dtype(), DType::f16) << n;
+    nn::NamedTensors before;
+    for (const auto& [n, p] : model->named_parameters()) before.emplace_back(n, ops::clone(p));
+    const Tensor master0 = ops::clone(opt->master(0));
+    const bool stepped = scaler.step(*opt);
+    scaler.update();
+    out.stepped.push_back(stepped);
+    if (!stepped) {  // a skipped step leaves parameters and masters exactly as they were
+      size_t i = 0;
+      for (const auto& [n, p] : model->named_parameters()) {
+        EXPECT_EQ(max_abs_diff(p, before[i++].second), 0.0) << n << " changed on a skipped step " << s;
+      }
+      EXPECT_EQ(max_abs_diff(opt->master(0), master0), 0.0) << "master changed on a skipped step " << s;
+    }
+    opt->zero_grad();
+  }
+  return out;
+}
+
+// Overflow: at scale 2^40 the scaled gradients overflow f16 (max 65504), so steps are
+// skipped and the scale halves each time until the gradients fit; then training goes on,
+// and after growth_interval clean steps the scale doubles.
+TEST(HalfStatesTrain, F16ParamsSkipOnOverflowBackOffAndGrow) {
+  const F16Run r = gpt_f16(40, {.init_scale = std::ldexp(1.0, 40), .growth_interval = 10});
+  ASSERT_FALSE(r.stepped[0]) << "scale 2^40 must overflow f16 gradients";
+  size_t first = 0;
+  while (first < r.stepped.size() && !r.stepped[first]) ++first;
+  ASSERT_LT(first, r.stepped.size()) << "never stepped";
+  for (size_t s = 1; s <= first; ++s) EXPECT_EQ(r.scales[s], r.scales[s - 1] / 2) << "backoff at step " << s;
+  // growth: 10 clean steps in a row double the scale (unless an overflow came first)
+  bool grew = false;
+  for (size_t s = first + 1; s < r.scales.size(); ++s) grew |= r.scales[s] == 2 * r.scales[s - 1];
+  EXPECT_TRUE(grew) << "the scale never grew after clean steps";
+  EXPECT_LT(r.losses.back(), r.losses[first]) << "training after the skipped steps must lower the loss";
+  std::printf("[f16_params] skipped %zu steps from scale 2^40 to %g; loss %.4f -> %.4f\n", first, r.scales[first],
+              r.losses[first], r.losses.back());
+}
+
+// 200 steps at the default scale (2^16, growth every 20 clean steps) track f32's loss
+// within 2% per 20-step window, as bf16_params does.
+TEST(HalfStatesTrain, F16ParamsTracksF32Over200Steps) {
+  constexpr int kSteps = 200, kWindow = 20;
+  const auto l32 = gpt_losses(std::nullopt, kSteps);
+  const F16Run r = gpt_f16(kSteps, {.growth_interval = 20});
+  int skipped = 0;
+  for (bool b : r.stepped) skipped += !b;
+  double worst = 0;
+  for (int w = 0; w < kSteps / kWindow; ++w) {
+    double a = 0, b = 0;
+    for (int s = w * kWindow; s < (w + 1) * kWindow; ++s) a += l32[size_t(s)], b += r.losses[size_t(s)];
+    worst = std::max(worst, std::abs(b - a) / a);
+    EXPECT_NEAR(b, a, 0.02 * a) << "steps " << w * kWindow << ".." << (w + 1) * kWindow - 1;
+  }
+  std::printf("[f16_params] GPT 200 steps: f32 %.4f -> %.4f, f16 %.4f -> %.4f, worst window %.2f%%, %d skipped, "
+              "final scale %g\n",
+              l32.front(), l32.back(), r.losses.front(), r.losses.back(), 100 * worst, skipped, r.scales.back());
 }
 
 // ------------------------------------------------------------------ layouts vs one process

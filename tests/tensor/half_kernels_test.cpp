@@ -171,6 +171,67 @@ TEST_P(HalfKernels, DropoutKeepsTheF32Mask) {
   expect_close(ops::dropout_backward(x, mask, 0.25), ops::dropout_backward(xf, maskf, 0.25), "dropout bwd", 0, 1);
 }
 
+// The CNN's kernels: convolution (im2col on 2-byte buffers, the GEMM widening its panels),
+// pooling and batch norm (widened per element, statistics in f32/f64).
+TEST_P(HalfKernels, Conv2dForwardBackward) {
+  for (const ops::Conv2dParams& p : {ops::Conv2dParams{}, ops::Conv2dParams{2, 2, 1, 1}}) {
+    auto [x, xf] = make({5, 3, 11, 9}, 30);
+    auto [w, wf] = make({4, 3, 3, 3}, 31, 0.3);
+    auto [b, bf] = make({4}, 32);
+    const Tensor y = ops::conv2d(x, w, b, p), yf = ops::conv2d(xf, wf, bf, p);
+    expect_close(y, yf, "conv2d", 2e-2);
+    auto [dy, dyf] = make(y.shape(), 33);
+    auto [dx, dw, db] = ops::conv2d_backward(dy, x, w, true, p);
+    auto [dxf, dwf, dbf] = ops::conv2d_backward(dyf, xf, wf, true, p);
+    expect_close(dx, dxf, "conv2d dx", 2e-2);
+    expect_close(dw, dwf, "conv2d dw", 5e-2, 4);  // sums of 5 x 11 x 9 products
+    expect_close(db, dbf, "conv2d db", 5e-2);
+  }
+  // 1x1 (no im2col)
+  auto [x, xf] = make({3, 6, 5, 5}, 34);
+  auto [w, wf] = make({2, 6, 1, 1}, 35);
+  expect_close(ops::conv2d(x, w, Tensor(), {}), ops::conv2d(xf, wf, Tensor(), {}), "conv2d 1x1", 2e-2);
+}
+
+TEST_P(HalfKernels, PoolingForwardBackward) {
+  auto [x, xf] = make({2, 3, 8, 10}, 36);
+  for (const ops::Pool2dParams& p : {ops::Pool2dParams{}, ops::Pool2dParams{3, 3, 2, 2, 1, 1}}) {
+    auto [y, idx] = ops::max_pool2d(x, p);
+    auto [yf, idxf] = ops::max_pool2d(xf, p);
+    expect_close(y, yf, "max_pool2d", 0, 0);  // a selection: exact
+    EXPECT_EQ(idx.to_vector<int64_t>(), idxf.to_vector<int64_t>());
+    auto [dy, dyf] = make(y.shape(), 37);
+    expect_close(ops::max_pool2d_backward(dy, idx, x.shape()), ops::max_pool2d_backward(dyf, idxf, xf.shape()),
+                 "max_pool2d backward", 1e-2);
+    expect_close(ops::avg_pool2d(x, p), ops::avg_pool2d(xf, p), "avg_pool2d", 1e-2);
+    expect_close(ops::avg_pool2d_backward(dy, x.shape(), p), ops::avg_pool2d_backward(dyf, xf.shape(), p),
+                 "avg_pool2d backward", 1e-2);
+  }
+}
+
+TEST_P(HalfKernels, BatchNormForwardBackward) {
+  auto [x, xf] = make({6, 4, 5, 5}, 38, 2.0);
+  auto [w, wf] = make({4}, 39);
+  auto [b, bf] = make({4}, 40);
+  Tensor rm = ops::zeros({4}, dt()), rv = ops::ones({4}, dt());
+  Tensor rmf = ops::zeros({4}, DType::f32), rvf = ops::ones({4}, DType::f32);
+  auto [y, sm, si] = ops::batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5);
+  auto [yf, smf, sif] = ops::batch_norm(xf, wf, bf, rmf, rvf, true, 0.1, 1e-5);
+  expect_close(y, yf, "batch_norm", 2e-2);
+  expect_close(rm, rmf, "running mean", 1e-3);
+  expect_close(rv, rvf, "running var", 1e-3);
+  auto [dy, dyf] = make(y.shape(), 41);
+  auto [dx, dw, db] = ops::batch_norm_backward(dy, x, w, sm, si, true);
+  auto [dxf, dwf, dbf] = ops::batch_norm_backward(dyf, xf, wf, smf, sif, true);
+  expect_close(dx, dxf, "batch_norm dx", 3e-2, 4);  // the saved mean / invstd are 16-bit
+  expect_close(dw, dwf, "batch_norm dw", 5e-2, 4);
+  expect_close(db, dbf, "batch_norm db", 5e-2);
+  // eval: running statistics
+  auto [ye, sme, sie] = ops::batch_norm(x, w, b, rm, rv, false, 0.1, 1e-5);
+  auto [yef, smef, sief] = ops::batch_norm(xf, wf, bf, rmf, rvf, false, 0.1, 1e-5);
+  expect_close(ye, yef, "batch_norm eval", 2e-2, 4);
+}
+
 TEST(HalfKernelsErrors, SixteenBitNormNeedsF32Stats) {
   const Tensor x = ops::zeros({2, 4}, DType::bf16);
   const Tensor bad = ops::zeros({2}, DType::bf16);

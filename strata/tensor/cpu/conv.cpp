@@ -1,3 +1,6 @@
+// 16-bit (f16/bf16) tensors run the same code on 2-byte im2col buffers: the GEMM widens its
+// panels to f32 (gemm.cpp) and the additions here (bias, col2im, partial weight
+// gradients, bias gradient) widen, add in f32 and round.
 // Convolution as GEMM, parallel over the batch: each thread takes a contiguous block
 // of samples and runs im2col, a single-threaded BLAS GEMM and col2im on its own cache-
 // sized groups of them (OpenBLAS's own threading gains little on these small GEMMs and
@@ -13,6 +16,7 @@
 #include <strata/core/threads.h>
 #include <strata/tensor/cpu/blocks.h>
 #include <strata/tensor/cpu/gemm.h>
+#include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -91,9 +95,9 @@ void col2im_plane(const T* col, T* dxp, int64_t ld, const Geom& g) {
         const int64_t base = j - g.pw;
         if (g.sw == 1) {
 #pragma omp simd
-          for (int64_t ow = lo; ow < hi; ++ow) xr[base + ow] += r[ow];
+          for (int64_t ow = lo; ow < hi; ++ow) xr[base + ow] = st<T>(cpu::ld(xr[base + ow]) + cpu::ld(r[ow]));
         } else {
-          for (int64_t ow = lo; ow < hi; ++ow) xr[base + ow * g.sw] += r[ow];
+          for (int64_t ow = lo; ow < hi; ++ow) xr[base + ow * g.sw] = st<T>(cpu::ld(xr[base + ow * g.sw]) + cpu::ld(r[ow]));
         }
       }
     }
@@ -160,11 +164,11 @@ void conv_forward(const T* x, const T* w, const T* b, T* y, const Geom& g, DType
       gemm(dt, g.O, ld, ckk, 1.0, {w, ckk, false}, {col, ld, false}, 0.0, tmp, ld);
       for (int64_t s = 0; s < cnt; ++s)
         for (int64_t o = 0; o < g.O; ++o) {
-          const T bias = b ? b[o] : T(0);
+          const acc_t<T> bias = b ? cpu::ld(b[o]) : acc_t<T>(0);
           const T* src = tmp + o * ld + s * P;
           T* dst = y + ((n0 + s) * g.O + o) * P;
 #pragma omp simd
-          for (int64_t i = 0; i < P; ++i) dst[i] = src[i] + bias;
+          for (int64_t i = 0; i < P; ++i) dst[i] = st<T>(cpu::ld(src[i]) + bias);
         }
     }
   });
@@ -179,7 +183,7 @@ void reduce_partials(T* dw, const T* partials, int nt, int64_t len) {
     for (int t = 1; t < nt; ++t) {
       const T* src = partials + (t - 1) * len;
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) dw[i] += src[i];
+      for (int64_t i = lo; i < hi; ++i) dw[i] = st<T>(ld(dw[i]) + ld(src[i]));
     }
   });
 }
@@ -193,12 +197,12 @@ void conv_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, con
         double acc = 0;
         for (int64_t n = 0; n < g.N; ++n) {
           const T* r = dy + (n * g.O + o) * P;
-          T s = 0;
+          acc_t<T> s = 0;
 #pragma omp simd reduction(+ : s)
-          for (int64_t i = 0; i < P; ++i) s += r[i];
+          for (int64_t i = 0; i < P; ++i) s += cpu::ld(r[i]);
           acc += double(s);
         }
-        db[o] = T(acc);
+        db[o] = st<T>(acc);
       }
     });
   }
@@ -262,7 +266,7 @@ void conv_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, con
 void conv2d_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ops::Conv2dParams& p) {
   const Geom g = make_geom(x, w, p);
   if (y.numel() == 0) return;
-  STRATA_DISPATCH_FLOAT(x.dtype(), "conv2d", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "conv2d", [&] {
     conv_forward<scalar_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.defined() ? b.data<scalar_t>() : nullptr,
                            y.data<scalar_t>(), g, x.dtype());
   });
@@ -271,7 +275,7 @@ void conv2d_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
 void conv2d_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                             Tensor& db, const ops::Conv2dParams& p) {
   const Geom g = make_geom(x, w, p);
-  STRATA_DISPATCH_FLOAT(x.dtype(), "conv2d_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "conv2d_backward", [&] {
     conv_backward<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data<scalar_t>(),
                             dx.defined() ? dx.data<scalar_t>() : nullptr, dw.data<scalar_t>(), db.defined() ? db.data<scalar_t>() : nullptr, g, x.dtype());
   });

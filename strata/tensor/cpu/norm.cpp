@@ -132,34 +132,35 @@ void layer_norm_backward_impl(const T* dy, const T* x, const A* mean, const A* r
 
 // Per-run reductions over one contiguous (n, c) plane of S elements, written on raw
 // pointers so that the simd reductions vectorise (a generic element functor did not).
-template <class T>
-T run_sum(const T* r, int64_t S) {
-  T s = 0;
+// 16-bit elements are widened (ld) and summed in f32 (acc_t).
+template <class T, class A = acc_t<T>>
+A run_sum(const T* r, int64_t S) {
+  A s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < S; ++i) s += r[i];
+  for (int64_t i = 0; i < S; ++i) s += ld(r[i]);
   return s;
 }
-template <class T>
-T run_sq_dev(const T* r, int64_t S, T m) {
-  T s = 0;
+template <class T, class A = acc_t<T>>
+A run_sq_dev(const T* r, int64_t S, A m) {
+  A s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < S; ++i) s += (r[i] - m) * (r[i] - m);
+  for (int64_t i = 0; i < S; ++i) s += (ld(r[i]) - m) * (ld(r[i]) - m);
   return s;
 }
 // sum(dy) and sum(dy * (x - m)) of one run in a single pass.
-template <class T>
-void run_grad_sums(const T* dy, const T* x, int64_t S, T m, double& sdy, double& sdyx) {
-  T a = 0, b = 0;
+template <class T, class A = acc_t<T>>
+void run_grad_sums(const T* dy, const T* x, int64_t S, A m, double& sdy, double& sdyx) {
+  A a = 0, b = 0;
 #pragma omp simd reduction(+ : a, b)
   for (int64_t i = 0; i < S; ++i) {
-    a += dy[i];
-    b += dy[i] * (x[i] - m);
+    a += ld(dy[i]);
+    b += ld(dy[i]) * (ld(x[i]) - m);
   }
   sdy += double(a);
   sdyx += double(b);
 }
 
-template <class T>
+template <class T, class A = acc_t<T>>
 void batch_norm_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T* y, T* smean, T* sinv, int64_t N,
                      int64_t C, int64_t S, bool training, double momentum, double eps) {
   const int64_t M = N * S;
@@ -170,56 +171,56 @@ void batch_norm_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T* y
         double sum = 0, sq = 0;
         for (int64_t n = 0; n < N; ++n) sum += double(run_sum(x + (n * C + c) * S, S));
         mu = sum / double(M);
-        const T m = T(mu);
+        const A m = A(mu);
         for (int64_t n = 0; n < N; ++n) sq += double(run_sq_dev(x + (n * C + c) * S, S, m));
         const double var = sq / double(M);
         inv = 1.0 / std::sqrt(var + eps);
-        if (rmean) rmean[c] = T((1 - momentum) * double(rmean[c]) + momentum * mu);
-        if (rvar) rvar[c] = T((1 - momentum) * double(rvar[c]) + momentum * var * double(M) / double(M - 1));
+        if (rmean) rmean[c] = st<T>((1 - momentum) * double(ld(rmean[c])) + momentum * mu);
+        if (rvar) rvar[c] = st<T>((1 - momentum) * double(ld(rvar[c])) + momentum * var * double(M) / double(M - 1));
       } else {
-        mu = double(rmean[c]);
-        inv = 1.0 / std::sqrt(double(rvar[c]) + eps);
+        mu = double(ld(rmean[c]));
+        inv = 1.0 / std::sqrt(double(ld(rvar[c])) + eps);
       }
-      smean[c] = T(mu);
-      sinv[c] = T(inv);
+      smean[c] = st<T>(mu);
+      sinv[c] = st<T>(inv);
       // y = x * scale + shift
-      const double scale_d = inv * (w ? double(w[c]) : 1.0);
-      const T scale = T(scale_d), shift = T((b ? double(b[c]) : 0.0) - mu * scale_d);
+      const double scale_d = inv * (w ? double(ld(w[c])) : 1.0);
+      const A scale = A(scale_d), shift = A((b ? double(ld(b[c])) : 0.0) - mu * scale_d);
       for (int64_t n = 0; n < N; ++n) {
         const int64_t base = (n * C + c) * S;
 #pragma omp simd
-        for (int64_t i = base; i < base + S; ++i) y[i] = x[i] * scale + shift;
+        for (int64_t i = base; i < base + S; ++i) y[i] = st<T>(ld(x[i]) * scale + shift);
       }
     }
   });
 }
 
-template <class T>
+template <class T, class A = acc_t<T>>
 void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* smean, const T* sinv, T* dx, T* dw,
                               T* db, int64_t N, int64_t C, int64_t S, bool training) {
   const int64_t M = N * S;
   parallel_for_simd(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      const T mu = smean[c], inv = sinv[c];
+      const A mu = ld(smean[c]), inv = ld(sinv[c]);
       double sdy = 0, sdyx = 0;
       for (int64_t n = 0; n < N; ++n) run_grad_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, mu, sdy, sdyx);
       sdyx *= double(inv);
-      dw[c] = T(sdyx);
-      db[c] = T(sdy);
-      const T k = inv * (w ? w[c] : T(1));
+      dw[c] = st<T>(sdyx);
+      db[c] = st<T>(sdy);
+      const A k = inv * (w ? ld(w[c]) : A(1));
       if (training) {
         // dx = k * (dy - sum(dy)/M - xhat * sum(dy*xhat)/M)
-        const T a = T(sdy / double(M)), bq = T(sdyx / double(M)) * inv;
+        const A a = A(sdy / double(M)), bq = A(sdyx / double(M)) * inv;
         for (int64_t n = 0; n < N; ++n) {
           const int64_t base = (n * C + c) * S;
 #pragma omp simd
-          for (int64_t i = base; i < base + S; ++i) dx[i] = k * (dy[i] - a - (x[i] - mu) * bq);
+          for (int64_t i = base; i < base + S; ++i) dx[i] = st<T>(k * (ld(dy[i]) - a - (ld(x[i]) - mu) * bq));
         }
       } else {
         for (int64_t n = 0; n < N; ++n) {
           const int64_t base = (n * C + c) * S;
 #pragma omp simd
-          for (int64_t i = base; i < base + S; ++i) dx[i] = k * dy[i];
+          for (int64_t i = base; i < base + S; ++i) dx[i] = st<T>(k * ld(dy[i]));
         }
       }
     }
@@ -258,7 +259,7 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
 void batch_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean,
                        Tensor& running_var, Tensor& y, Tensor& save_mean, Tensor& save_invstd, int64_t N,
                        int64_t C, int64_t S, bool training, double momentum, double eps) {
-  STRATA_DISPATCH_FLOAT(x.dtype(), "batch_norm", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "batch_norm", [&] {
     batch_norm_impl<scalar_t>(x.data<scalar_t>(), ptr_or_null<scalar_t>(w), ptr_or_null<scalar_t>(b),
                               mut_ptr_or_null<scalar_t>(running_mean), mut_ptr_or_null<scalar_t>(running_var),
                               y.data<scalar_t>(), save_mean.data<scalar_t>(), save_invstd.data<scalar_t>(), N, C,
@@ -269,7 +270,7 @@ void batch_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
 void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& save_mean,
                                 const Tensor& save_invstd, Tensor& dx, Tensor& dw, Tensor& db, int64_t N,
                                 int64_t C, int64_t S, bool training) {
-  STRATA_DISPATCH_FLOAT(x.dtype(), "batch_norm_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "batch_norm_backward", [&] {
     batch_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), ptr_or_null<scalar_t>(w),
                                        save_mean.data<scalar_t>(), save_invstd.data<scalar_t>(), dx.data<scalar_t>(),
                                        dw.data<scalar_t>(), db.data<scalar_t>(), N, C, S, training);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {
@@ -82,24 +83,28 @@ void max2x2_row_short(const T* r0, int64_t W, int64_t Wo, int64_t i0, T* y, int6
 void max_pool2d_kernel(const Tensor& x, Tensor& y, Tensor& idx, const ops::Pool2dParams& p) {
   if (y.numel() == 0) return;
   const PlaneGeom g = plane_geom(x, y);
-  STRATA_DISPATCH_FLOAT(x.dtype(), "max_pool2d", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "max_pool2d", [&] {
     const scalar_t* xp = x.data<scalar_t>();
     scalar_t* yp = y.data<scalar_t>();
     int64_t* ip = idx.data<int64_t>();
-    const bool k2s2 = p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 &&
+    // 16-bit elements take the general loop, comparing widened values (exact: widening
+    // preserves order and NaN)
+    const bool k2s2 = !kIs16<scalar_t> && p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 &&
                       p.pad_w == 0;
     for_planes(g, [&](int64_t pl) {
       const scalar_t* xs = xp + pl * g.H * g.W;
       scalar_t* ys = yp + pl * g.Ho * g.Wo;
       int64_t* is = ip + pl * g.Ho * g.Wo;
-      if (k2s2) {
-        for (int64_t oh = 0; oh < g.Ho; ++oh) {
-          if (g.Wo < 16)
-            max2x2_row_short(xs + 2 * oh * g.W, g.W, g.Wo, 2 * oh * g.W, ys + oh * g.Wo, is + oh * g.Wo);
-          else
-            max2x2_row(xs + 2 * oh * g.W, g.W, g.Wo, 2 * oh * g.W, ys + oh * g.Wo, is + oh * g.Wo);
+      if constexpr (!kIs16<scalar_t>) {
+        if (k2s2) {
+          for (int64_t oh = 0; oh < g.Ho; ++oh) {
+            if (g.Wo < 16)
+              max2x2_row_short(xs + 2 * oh * g.W, g.W, g.Wo, 2 * oh * g.W, ys + oh * g.Wo, is + oh * g.Wo);
+            else
+              max2x2_row(xs + 2 * oh * g.W, g.W, g.Wo, 2 * oh * g.W, ys + oh * g.Wo, is + oh * g.Wo);
+          }
+          return;
         }
-        return;
       }
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
         const int64_t h0 = std::max<int64_t>(oh * p.stride_h - p.pad_h, 0);
@@ -108,16 +113,16 @@ void max_pool2d_kernel(const Tensor& x, Tensor& y, Tensor& idx, const ops::Pool2
           const int64_t w0 = std::max<int64_t>(ow * p.stride_w - p.pad_w, 0);
           const int64_t w1 = std::min<int64_t>(ow * p.stride_w - p.pad_w + p.kernel_w, g.W);
           int64_t best = h0 * g.W + w0;
-          scalar_t m = xs[best];
+          acc_t<scalar_t> m = ld(xs[best]);
           for (int64_t h = h0; h < h1; ++h)
             for (int64_t w = w0; w < w1; ++w) {
-              const scalar_t v = xs[h * g.W + w];
+              const acc_t<scalar_t> v = ld(xs[h * g.W + w]);
               if (v > m || (std::isnan(v) && !std::isnan(m))) {
                 m = v;
                 best = h * g.W + w;
               }
             }
-          ys[oh * g.Wo + ow] = m;
+          ys[oh * g.Wo + ow] = xs[best];
           is[oh * g.Wo + ow] = best;
         }
       }
@@ -128,7 +133,7 @@ void max_pool2d_kernel(const Tensor& x, Tensor& y, Tensor& idx, const ops::Pool2
 void max_pool2d_backward_kernel(const Tensor& dy, const Tensor& idx, Tensor& dx) {
   if (dx.numel() == 0) return;
   const PlaneGeom g = plane_geom(dx, dy);
-  STRATA_DISPATCH_FLOAT(dy.dtype(), "max_pool2d_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(dy.dtype(), "max_pool2d_backward", [&] {
     const scalar_t* gp = dy.data<scalar_t>();
     const int64_t* ip = idx.data<int64_t>();
     scalar_t* dp = dx.data<scalar_t>();
@@ -137,7 +142,7 @@ void max_pool2d_backward_kernel(const Tensor& dy, const Tensor& idx, Tensor& dx)
       const scalar_t* gs = gp + pl * g.Ho * g.Wo;
       const int64_t* is = ip + pl * g.Ho * g.Wo;
       std::fill(ds, ds + g.H * g.W, scalar_t(0));
-      for (int64_t i = 0; i < g.Ho * g.Wo; ++i) ds[is[i]] += gs[i];
+      for (int64_t i = 0; i < g.Ho * g.Wo; ++i) ds[is[i]] = st<scalar_t>(ld(ds[is[i]]) + ld(gs[i]));
     });
   });
 }
@@ -160,7 +165,7 @@ AvgWindow avg_window(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int
 void avg_pool2d_kernel(const Tensor& x, Tensor& y, const ops::Pool2dParams& p) {
   if (y.numel() == 0) return;
   const PlaneGeom g = plane_geom(x, y);
-  STRATA_DISPATCH_FLOAT(x.dtype(), "avg_pool2d", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "avg_pool2d", [&] {
     const scalar_t* xp = x.data<scalar_t>();
     scalar_t* yp = y.data<scalar_t>();
     for_planes(g, [&](int64_t pl) {
@@ -170,10 +175,10 @@ void avg_pool2d_kernel(const Tensor& x, Tensor& y, const ops::Pool2dParams& p) {
         const AvgWindow wh = avg_window(oh, p.stride_h, p.pad_h, p.kernel_h, g.H);
         for (int64_t ow = 0; ow < g.Wo; ++ow) {
           const AvgWindow ww = avg_window(ow, p.stride_w, p.pad_w, p.kernel_w, g.W);
-          scalar_t s = 0;
+          acc_t<scalar_t> s = 0;
           for (int64_t h = wh.lo; h < wh.hi; ++h)
-            for (int64_t w = ww.lo; w < ww.hi; ++w) s += xs[h * g.W + w];
-          ys[oh * g.Wo + ow] = s / scalar_t(wh.divisor * ww.divisor);
+            for (int64_t w = ww.lo; w < ww.hi; ++w) s += ld(xs[h * g.W + w]);
+          ys[oh * g.Wo + ow] = st<scalar_t>(s / acc_t<scalar_t>(wh.divisor * ww.divisor));
         }
       }
     });
@@ -183,7 +188,7 @@ void avg_pool2d_kernel(const Tensor& x, Tensor& y, const ops::Pool2dParams& p) {
 void avg_pool2d_backward_kernel(const Tensor& dy, Tensor& dx, const ops::Pool2dParams& p) {
   if (dx.numel() == 0) return;
   const PlaneGeom g = plane_geom(dx, dy);
-  STRATA_DISPATCH_FLOAT(dy.dtype(), "avg_pool2d_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(dy.dtype(), "avg_pool2d_backward", [&] {
     const scalar_t* gp = dy.data<scalar_t>();
     scalar_t* dp = dx.data<scalar_t>();
     for_planes(g, [&](int64_t pl) {
@@ -194,9 +199,9 @@ void avg_pool2d_backward_kernel(const Tensor& dy, Tensor& dx, const ops::Pool2dP
         const AvgWindow wh = avg_window(oh, p.stride_h, p.pad_h, p.kernel_h, g.H);
         for (int64_t ow = 0; ow < g.Wo; ++ow) {
           const AvgWindow ww = avg_window(ow, p.stride_w, p.pad_w, p.kernel_w, g.W);
-          const scalar_t v = gs[oh * g.Wo + ow] / scalar_t(wh.divisor * ww.divisor);
+          const acc_t<scalar_t> v = ld(gs[oh * g.Wo + ow]) / acc_t<scalar_t>(wh.divisor * ww.divisor);
           for (int64_t h = wh.lo; h < wh.hi; ++h)
-            for (int64_t w = ww.lo; w < ww.hi; ++w) ds[h * g.W + w] += v;
+            for (int64_t w = ww.lo; w < ww.hi; ++w) ds[h * g.W + w] = st<scalar_t>(ld(ds[h * g.W + w]) + v);
         }
       }
     });
