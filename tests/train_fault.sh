@@ -150,7 +150,8 @@ for r in $survivors; do
       fail "rank $r's report names no stage, micro-batch and peer: $line"
   fi
   if [ "$mode" != stop ]; then
-    echo "$line" | grep -q "lost peer: .*rank $victim (pid $pid on " ||
+    # A sub-group names it by its group rank and then its world rank: "rank 0 (world rank 1) (pid ...".
+    echo "$line" | grep -Eq "lost peer: .*rank $victim\)? \(pid $pid on " ||
       fail "rank $r's report does not name rank $victim (pid $pid): $line"
   elif echo "$line" | grep -q "timed out after $timeout_s s (comm.timeout_s)"; then
     timeouts=$((${timeouts:-0} + 1))
