@@ -17,6 +17,20 @@ namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// Rank 0's batch (send 16 f32 to rank 1 tag 7, recv 8 i64 from rank 2 tag 9, "pp stage 0
+// mb 3") that nobody matches, under comm.timeout_s 0.5: when it failed, what it says, and
+// that the group is unusable afterwards (a p2p timeout fails the group like any other).
+void expect_pp_timeout_report(double took, const std::string& msg, const std::string& later) {
+  EXPECT_GE(took, 0.5);
+  EXPECT_LT(took, 0.5 + 3.0);
+  EXPECT_TRUE(contains(msg, "[batch_isend_irecv] timed out after 0.5 s (comm.timeout_s)")) << msg;
+  EXPECT_TRUE(contains(msg, "batch_isend_irecv p2p seq 0 in group 'world' (local, 3 ranks) on rank 0 "
+                            "[pp stage 0 mb 3]")) << msg;
+  EXPECT_TRUE(contains(msg, "still pending: send f32 x 16 to rank 1 tag 7; recv i64 x 8 from rank 2 tag 9")) << msg;
+  EXPECT_TRUE(contains(msg, "waiting for rank 1, rank 2")) << msg;
+  EXPECT_TRUE(contains(later, "unusable after an earlier failure")) << later;
+}
+
 TEST(BatchP2P, RingExchange) {
   for (int n : {2, 4}) {
     SCOPED_TRACE("ranks " + std::to_string(n));
@@ -113,15 +127,7 @@ TEST(BatchP2P, PeerThatNeverPostsTimesOutNamingPeerLabelAndTag) {
       later = e.what();
     }
   }, o);
-  EXPECT_GE(took, 0.5);
-  EXPECT_LT(took, 0.5 + 3.0);
-  EXPECT_TRUE(contains(msg, "[batch_isend_irecv] timed out after 0.5 s (comm.timeout_s)")) << msg;
-  EXPECT_TRUE(contains(msg, "batch_isend_irecv p2p seq 0 in group 'world' (local, 3 ranks) on rank 0 "
-                            "[pp stage 0 mb 3]")) << msg;
-  EXPECT_TRUE(contains(msg, "still pending: send f32 x 16 to rank 1 tag 7; recv i64 x 8 from rank 2 tag 9")) << msg;
-  EXPECT_TRUE(contains(msg, "waiting for rank 1, rank 2")) << msg;
-  // A p2p timeout is a failure of the group like any other.
-  EXPECT_TRUE(contains(later, "unusable after an earlier failure")) << later;
+  expect_pp_timeout_report(took, msg, later);
 }
 
 TEST(BatchP2P, CollectivesAndP2PAreNumberedApart) {
@@ -212,14 +218,7 @@ TEST(InlineP2P, PeerThatNeverPostsTimesOutAndFailsTheGroup) {
   }, o);
   EXPECT_TRUE(contains(polled, "wait timed out after 0.05 s")) << polled;
   EXPECT_TRUE(contains(polled, "still in flight")) << polled;
-  EXPECT_GE(took, 0.5);
-  EXPECT_LT(took, 0.5 + 3.0);
-  EXPECT_TRUE(contains(msg, "[batch_isend_irecv] timed out after 0.5 s (comm.timeout_s)")) << msg;
-  EXPECT_TRUE(contains(msg, "batch_isend_irecv p2p seq 0 in group 'world' (local, 3 ranks) on rank 0 "
-                            "[pp stage 0 mb 3]")) << msg;
-  EXPECT_TRUE(contains(msg, "still pending: send f32 x 16 to rank 1 tag 7; recv i64 x 8 from rank 2 tag 9")) << msg;
-  EXPECT_TRUE(contains(msg, "waiting for rank 1, rank 2")) << msg;
-  EXPECT_TRUE(contains(later, "unusable after an earlier failure")) << later;
+  expect_pp_timeout_report(took, msg, later);
 }
 
 // A peer that aborts the group fails an inline wait at once, not at the timeout.

@@ -66,6 +66,21 @@ std::pair<Tensor, Tensor> pattern_batch(int64_t b, int64_t t, int64_t vocab, int
   return {ops::from_vector(x, {b, t}), ops::from_vector(y, {b, t})};
 }
 
+// Each 20-step window's summed loss of `got` within 2% of `ref`'s (the issue's "track the
+// f32 loss curve within 2% over 200 steps"); returns the worst window's relative gap.
+double expect_tracks_within_2_percent(const std::vector<double>& ref, const std::vector<double>& got) {
+  constexpr size_t kWindow = 20;
+  EXPECT_EQ(got.size(), ref.size());
+  double worst = 0;
+  for (size_t w = 0; w + kWindow <= std::min(ref.size(), got.size()); w += kWindow) {
+    double a = 0, b = 0;
+    for (size_t s = w; s < w + kWindow; ++s) a += ref[s], b += got[s];
+    worst = std::max(worst, std::abs(b - a) / a);
+    EXPECT_NEAR(b, a, 0.02 * a) << "steps " << w << ".." << w + kWindow - 1;
+  }
+  return worst;
+}
+
 std::vector<double> gpt_losses(std::optional<DType> dt, int steps) {
   Generator gen(7);
   auto model = std::make_shared<nn::GPT>(
@@ -91,17 +106,11 @@ std::vector<double> gpt_losses(std::optional<DType> dt, int steps) {
 }
 
 TEST(HalfStatesTrain, GptBf16ParamsTracksF32Over200Steps) {
-  constexpr int kSteps = 200, kWindow = 20;
+  constexpr int kSteps = 200;
   const auto l32 = gpt_losses(std::nullopt, kSteps);
   const auto l16 = gpt_losses(DType::bf16, kSteps);
   EXPECT_LT(l32.back(), 0.5 * l32.front()) << "the f32 run must learn, or the comparison says nothing";
-  double worst = 0;
-  for (int w = 0; w < kSteps / kWindow; ++w) {
-    double a = 0, b = 0;
-    for (int s = w * kWindow; s < (w + 1) * kWindow; ++s) a += l32[size_t(s)], b += l16[size_t(s)];
-    worst = std::max(worst, std::abs(b - a) / a);
-    EXPECT_NEAR(b, a, 0.02 * a) << "steps " << w * kWindow << ".." << (w + 1) * kWindow - 1;
-  }
+  const double worst = expect_tracks_within_2_percent(l32, l16);
   std::printf("[bf16_params] GPT 200 steps: f32 loss %.4f -> %.4f, bf16 %.4f -> %.4f, worst 20-step window %.2f%%\n",
               l32.front(), l32.back(), l16.front(), l16.back(), 100 * worst);
 }
@@ -148,17 +157,11 @@ std::vector<double> cnn_losses(std::optional<DType> dt, int steps) {
 }
 
 TEST(HalfStatesTrain, CnnBf16ParamsTracksF32Over200Steps) {
-  constexpr int kSteps = 200, kWindow = 20;
+  constexpr int kSteps = 200;
   const auto l32 = cnn_losses(std::nullopt, kSteps);
   const auto l16 = cnn_losses(DType::bf16, kSteps);
   EXPECT_LT(l32.back(), 0.6 * l32.front()) << "the f32 run must learn, or the comparison says nothing";
-  double worst = 0;
-  for (int w = 0; w < kSteps / kWindow; ++w) {
-    double a = 0, b = 0;
-    for (int s = w * kWindow; s < (w + 1) * kWindow; ++s) a += l32[size_t(s)], b += l16[size_t(s)];
-    worst = std::max(worst, std::abs(b - a) / a);
-    EXPECT_NEAR(b, a, 0.02 * a) << "steps " << w * kWindow << ".." << (w + 1) * kWindow - 1;
-  }
+  const double worst = expect_tracks_within_2_percent(l32, l16);
   std::printf("[bf16_params] CNN 200 steps: f32 loss %.4f -> %.4f, bf16 %.4f -> %.4f, worst 20-step window %.2f%%\n",
               l32.front(), l32.back(), l16.front(), l16.back(), 100 * worst);
 }
@@ -238,18 +241,12 @@ TEST(HalfStatesTrain, F16ParamsSkipOnOverflowBackOffAndGrow) {
 // 200 steps at the default scale (2^16, growth every 20 clean steps) track f32's loss
 // within 2% per 20-step window, as bf16_params does.
 TEST(HalfStatesTrain, F16ParamsTracksF32Over200Steps) {
-  constexpr int kSteps = 200, kWindow = 20;
+  constexpr int kSteps = 200;
   const auto l32 = gpt_losses(std::nullopt, kSteps);
   const F16Run r = gpt_f16(kSteps, {.growth_interval = 20});
   int skipped = 0;
   for (bool b : r.stepped) skipped += !b;
-  double worst = 0;
-  for (int w = 0; w < kSteps / kWindow; ++w) {
-    double a = 0, b = 0;
-    for (int s = w * kWindow; s < (w + 1) * kWindow; ++s) a += l32[size_t(s)], b += r.losses[size_t(s)];
-    worst = std::max(worst, std::abs(b - a) / a);
-    EXPECT_NEAR(b, a, 0.02 * a) << "steps " << w * kWindow << ".." << (w + 1) * kWindow - 1;
-  }
+  const double worst = expect_tracks_within_2_percent(l32, r.losses);
   std::printf("[f16_params] GPT 200 steps: f32 %.4f -> %.4f, f16 %.4f -> %.4f, worst window %.2f%%, %d skipped, "
               "final scale %g\n",
               l32.front(), l32.back(), r.losses.front(), r.losses.back(), 100 * worst, skipped, r.scales.back());
