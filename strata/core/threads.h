@@ -1,4 +1,5 @@
-// Intra-op thread count for strata's kernels and for OpenBLAS. Default: all cores.
+// Intra-op thread count for strata's kernels and for OpenBLAS. Default: OMP_NUM_THREADS when it
+// holds a positive count (as libgomp and PyTorch), otherwise all cores (threads_default.h).
 // Multi-rank runs on one host set 1 per rank.
 #pragma once
 #include <cstdint>
