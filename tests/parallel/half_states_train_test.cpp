@@ -522,3 +522,123 @@ TEST(HalfStatesLayouts, BytesSentPerStepHalveAgainstF32) {
 
 }  // namespace
 }  // namespace strata::testing
+
+namespace strata::testing {
+namespace {
+
+// f16_params under ZeRO-1/2/3 at N = 2 against one process, through ParallelModel as the
+// trainer drives it: scale(loss).backward(), finalize, unscale_ (the found-inf flag agreed
+// over the dp ranks: each rank checks only its gradient shard), step (skipped on every
+// rank together), update. From scale 2^31 with backoff x0.25 the first 7 steps
+// overflow on every layout and in one process, and 2^17 fits them all (no growth: the
+// scale stays there); in between, whether a scale overflows depends on the f16 values a
+// layout computes (a rank's half batch), so the schedule steps over that band. At step
+// kInject an inf is written into one gradient element: under ZeRO into rank 1's shard
+// only, so rank 0's own check finds nothing and must skip by agreement (in one process
+// into the first parameter's gradient: the whole step is skipped there). The skipped
+// steps, the scales, the losses and the parameters must match the one-process run's.
+struct F16Layout {
+  std::vector<double> losses, scales;
+  std::vector<bool> stepped;
+  nn::NamedTensors state;
+  int agreed_only = 0;  // steps skipped although this rank's own shard was finite
+};
+
+constexpr int kF16Steps = 30;
+constexpr int kInject = 12;
+
+void inject_inf(optim::Optimizer& opt) {
+  Tensor g = opt.named_parameters().front().second.grad();
+  Tensor first = ops::narrow(ops::reshape(g, {g.numel()}), 0, 0, 1);  // a view: .grad is contiguous
+  ops::fill_(first, INFINITY);
+}
+const optim::GradScalerOptions kF16Scaler{
+    .init_scale = 2147483648.0 /* 2^31 */, .backoff_factor = 0.25, .growth_interval = 1000};
+
+F16Layout f16_one_process() {
+  auto model = make_model("gpt", kModelSeed);
+  model->to(DType::f16);
+  auto opt = adamw(1e-2, 1e-3)(model->named_parameters());
+  optim::GradScaler scaler(kF16Scaler);
+  F16Layout r;
+  for (int s = 0; s < kF16Steps; ++s) {
+    auto [x, y] = make_batch("gpt", kBatch, s);
+    Tensor loss = batch_loss(*model, x, y);
+    r.losses.push_back(loss.item<double>());
+    r.scales.push_back(scaler.get_scale());
+    backward(scaler.scale(loss));
+    if (s == kInject) inject_inf(*opt);
+    r.stepped.push_back(scaler.step(*opt));
+    scaler.update();
+    opt->zero_grad();
+  }
+  r.state = model->state_dict();
+  return r;
+}
+
+F16Layout f16_layout(comm::ProcessGroup& g, int stage) {
+  const int n = g.size(), rank = g.rank();
+  auto model = make_model("gpt", rank == 0 ? kModelSeed : kModelSeed + 77 * uint64_t(rank));
+  model->to(DType::f16);
+  std::shared_ptr<comm::ProcessGroup> world(&g, [](comm::ProcessGroup*) {});
+  const parallel::ParallelDims dims = parallel::ParallelDims{.zero_stage = stage}.resolve(n);
+  auto pm = parallel::parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
+                                  {.dims = dims, .ddp = small_units().ddp, .fsdp_prefetch = true,
+                                   .fsdp_wrap = small_units().wrap, .make_optimizer = adamw(1e-2, 1e-3)});
+  optim::GradScaler scaler(kF16Scaler);
+  const int64_t per = kBatch / n;
+  F16Layout r;
+  for (int s = 0; s < kF16Steps; ++s) {
+    auto [x, y] = make_batch("gpt", kBatch, s);
+    Tensor xs = ops::narrow(x, 0, rank * per, per), ys = ops::narrow(y, 0, rank * per, per);
+    Tensor loss = pm->forward_with([&] { return batch_loss(*model, xs, ys); });
+    r.losses.push_back(rank_mean(g, loss.item<double>()));
+    r.scales.push_back(scaler.get_scale());
+    backward(scaler.scale(loss));
+    pm->finalize();
+    if (s == kInject && rank == 1) inject_inf(pm->optimizer());
+    pm->unscale_(scaler);
+    r.stepped.push_back(!scaler.found_inf(pm->optimizer()));
+    r.agreed_only += scaler.found_inf(pm->optimizer()) && scaler.non_finite(pm->optimizer()).empty();
+    pm->step(&scaler);
+    pm->zero_grad();
+  }
+  {
+    auto full = pm->zero() ? std::optional(pm->zero()->summon_full_params()) : std::nullopt;
+    for (const auto& [name, t] : model->state_dict()) r.state.emplace_back(name, ops::clone(t));
+  }
+  return r;
+}
+
+TEST(HalfStatesLayouts, F16ParamsZeroAgreesOnSkippedStepsAndMatchesOneProcess) {
+  const F16Layout ref = f16_one_process();
+  int skipped = 0;
+  for (bool b : ref.stepped) skipped += !b;
+  ASSERT_GT(skipped, 0) << "scale 2^31 must overflow f16 gradients, or the agreement is not exercised";
+  ASSERT_LT(skipped, kF16Steps - 10) << "the run must train after the overflows";
+  int agreed_only = 0;
+  for (int stage : {1, 2, 3}) {
+    std::vector<F16Layout> got(2);
+    comm::run_local(2, [&](comm::ProcessGroup& g) { got[size_t(g.rank())] = f16_layout(g, stage); }, native_comm());
+    const std::string what = "f16_params stage " + std::to_string(stage) + " N=2";
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(got[size_t(r)].stepped, ref.stepped) << what << " rank " << r << ": skipped steps";
+      EXPECT_EQ(got[size_t(r)].scales, ref.scales) << what << " rank " << r << ": loss scales";
+      std::string worst;
+      EXPECT_LT(max_relative_error(got[size_t(r)].state, ref.state, &worst), kParamTol) << what << " rank " << r
+                                                                                         << ": worst " << worst;
+    }
+    for (int s = 0; s < kF16Steps; ++s)
+      EXPECT_NEAR(got[0].losses[size_t(s)], ref.losses[size_t(s)], kLossTol * ref.losses[size_t(s)])
+          << what << " step " << s;
+    agreed_only += got[0].agreed_only + got[1].agreed_only;
+    std::printf("[f16_params] %s: %d of %d steps skipped on every rank as in one process (%d + %d skipped by a rank "
+                "whose own shard was finite), scale 2^31 -> %g, loss %.4f -> %.4f (one process %.4f -> %.4f)\n",
+                what.c_str(), skipped, kF16Steps, got[0].agreed_only, got[1].agreed_only, got[0].scales.back(),
+                got[0].losses.front(), got[0].losses.back(), ref.losses.front(), ref.losses.back());
+  }
+  EXPECT_GE(agreed_only, 3) << "rank 0 must have skipped step " << kInject << " by agreement at every stage";
+}
+
+}  // namespace
+}  // namespace strata::testing
