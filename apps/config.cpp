@@ -330,13 +330,13 @@ void TrainConfig::validate() const {
   if (states16 && !dev.is_cpu())
     config_fail("run.precision", run.precision + " runs on the CPU only: the CUDA backend has no 16-bit layer norm, "
                                  "softmax, cross-entropy or fused 16-bit optimizer kernels yet (use autocast there)");
-  // f16 model states step through the GradScaler, whose overflow check is this rank's:
-  // agreed only where every rank holds the same (averaged) gradients, as DDP's.
-  if (run.precision == "f16_params" && (parallel.dims.zero_stage > 0 || parallel.dims.tp > 1 ||
-                                        parallel.dims.pp > 1 || parallel.dims.cp > 1 || parallel.thread_replicas()))
-    config_fail("run.precision", "f16_params (dynamic loss scaling) works on one process and with DDP: the skip-step "
-                                 "check on sharded gradients (ZeRO, tp, pp, cp) would have to be agreed across ranks, "
-                                 "which is not implemented; use bf16_params there");
+  // f16 model states step through the GradScaler, whose overflow check is agreed over the
+  // dp ranks under ZeRO (ParallelModel::unscale_); tp/pp/cp shard it over other groups.
+  if (run.precision == "f16_params" &&
+      (parallel.dims.tp > 1 || parallel.dims.pp > 1 || parallel.dims.cp > 1 || parallel.thread_replicas()))
+    config_fail("run.precision", "f16_params (dynamic loss scaling) works on one process, with DDP and ZeRO-1/2/3: "
+                                 "the skip-step check on tp/pp/cp-sharded gradients would have to be agreed across "
+                                 "those groups too, which is not implemented; use bf16_params there");
   if (run.precision == "bf16_params" && parallel.thread_replicas())
     config_fail("run.precision", "bf16_params works with DDP, ZeRO-1/2/3, tensor and pipeline parallelism; with "
                                  "parallel.replicas it is not implemented yet");

@@ -242,8 +242,8 @@ double Trainer::step() {
     }
     sum += lv;
   }
-  if (scaler_) scaler_->unscale_(pm_->optimizer());  // clipping sees the true gradients
-  const bool finite = !scaler_ || scaler_->non_finite(pm_->optimizer()).empty();
+  if (scaler_) pm_->unscale_(*scaler_);  // clipping sees the true gradients; ZeRO agrees on overflow
+  const bool finite = !scaler_ || !scaler_->found_inf(pm_->optimizer());
   if (cfg_.train.grad_clip > 0 && finite) pm_->clip_grad_norm(cfg_.train.grad_clip);
   {
     trace::Scope slice("optimizer");

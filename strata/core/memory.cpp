@@ -1,8 +1,10 @@
 #include <strata/core/memory.h>
+#include <strata/core/thread_memory.h>
 
 namespace strata {
 namespace {
 thread_local MemCategory t_category = MemCategory::activations;
+thread_local MemoryTracker* t_thread_tracker = nullptr;  // ThreadMemoryScope
 
 void bump_peak(std::atomic<int64_t>& peak, int64_t v) {
   int64_t p = peak.load(std::memory_order_relaxed);
@@ -32,6 +34,7 @@ void MemoryTracker::add(MemCategory c, int64_t bytes) {
     bump_peak(peak_[i], now);
     bump_peak(total_peak_, tot);
   }
+  if (MemoryTracker* t = t_thread_tracker; t && t != this) t->add(c, bytes);
 }
 
 MemStats MemoryTracker::stats(MemCategory c) const {
@@ -52,5 +55,8 @@ MemoryTracker& cpu_memory() {
 MemCategory current_mem_category() { return t_category; }
 MemoryScope::MemoryScope(MemCategory c) : prev_(t_category) { t_category = c; }
 MemoryScope::~MemoryScope() { t_category = prev_; }
+
+ThreadMemoryScope::ThreadMemoryScope(MemoryTracker& t) : prev_(t_thread_tracker) { t_thread_tracker = &t; }
+ThreadMemoryScope::~ThreadMemoryScope() { t_thread_tracker = prev_; }
 
 }  // namespace strata

@@ -88,12 +88,29 @@ void GradScaler::unscale_(Optimizer& opt) {
     const Finite f = unscale_grad(g, inv);
     if (f != Finite::yes) st.non_finite.push_back({name, f == Finite::nan});
   }
+  st.found_inf = !st.non_finite.empty();
   st.stage = Stage::unscaled;
 }
 
+void GradScaler::unscale_(Optimizer& opt, const AnyRank& any_rank) {
+  unscale_(opt);
+  if (!enabled_ || !any_rank) return;
+  PerOptimizer& st = per_opt_[&opt];
+  st.found_inf = any_rank(st.found_inf);
+}
+
+bool GradScaler::found_inf(const Optimizer& opt) const {
+  auto it = per_opt_.find(&opt);
+  return enabled_ && it != per_opt_.end() && it->second.stage != Stage::ready && it->second.found_inf;
+}
+
 bool GradScaler::step(Optimizer& opt) {
+  return step(opt, [&opt] { opt.step(); });
+}
+
+bool GradScaler::step(Optimizer& opt, const std::function<void()>& do_step) {
   if (!enabled_) {
-    opt.step();
+    do_step();
     return true;
   }
   {
@@ -108,11 +125,17 @@ bool GradScaler::step(Optimizer& opt) {
                " optimizer has a gradient; call backward() on scaler.scale(loss) first");
   PerOptimizer& st = per_opt_[&opt];
   st.stage = Stage::stepped;
-  if (st.non_finite.empty()) {
-    opt.step();
+  if (!st.found_inf) {
+    do_step();
     return true;
   }
   ++skipped_;
+  if (st.non_finite.empty()) {
+    spdlog::warn("[grad_scaler] skipped {} step {}: another rank's gradient shard is non-finite at loss scale {}; "
+                 "update() backs the scale off to {}",
+                 opt.type_name(), opt.step_count() + 1, format_scale(scale_), format_scale(scale_ * opts_.backoff_factor));
+    return false;
+  }
   std::string names;
   constexpr size_t kShown = 8;
   for (size_t i = 0; i < st.non_finite.size() && i < kShown; ++i)
@@ -131,7 +154,7 @@ void GradScaler::update() {
   for (const auto& [opt, st] : per_opt_) {
     if (st.stage == Stage::ready) continue;
     checked = true;
-    overflow |= !st.non_finite.empty();
+    overflow |= st.found_inf;
   }
   STRATA_CHECK(checked, "[grad_scaler] update(): no optimizer was unscaled or stepped through this scaler since the "
                         "last update()");

@@ -4,6 +4,7 @@
 // skipped while the scale backs off. Device-agnostic: built on raw tensor ops.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -46,7 +47,7 @@ struct NonFiniteGrad {
 ///
 /// The finiteness check reads one number per gradient to the host (a device sync on
 /// CUDA). With DDP the gradients are already averaged, so every rank skips the same
-/// steps; a sharded optimizer must agree on non_finite() across ranks itself.
+/// steps; a sharded optimizer agrees through unscale_(opt, any_rank).
 /// Not thread-safe; the optimizers must outlive their use between update() calls.
 class GradScaler {
  public:
@@ -57,9 +58,23 @@ class GradScaler {
   /// Divides opt's gradients by the scale in place and records which are non-finite.
   /// Throws if called twice for `opt` since the last update(), or after step(opt).
   void unscale_(Optimizer& opt);
-  /// unscale_(opt) unless done already, then opt.step() when every gradient is finite.
-  /// Returns whether the optimizer stepped. Throws if called twice since update().
+  /// Whether any rank found a non-finite gradient, given this rank's finding (collective:
+  /// e.g. an all-reduce max of the flag over the ranks that shard one optimizer).
+  using AnyRank = std::function<bool(bool found_inf)>;
+  /// unscale_(opt), then the skip decision agreed through `any_rank` (FSDP's
+  /// ShardedGradScaler): where the optimizer holds one shard of the parameters (ZeRO),
+  /// every rank skips the same steps and backs off / grows the same scale.
+  void unscale_(Optimizer& opt, const AnyRank& any_rank);
+  /// unscale_(opt) unless done already, then opt.step() when no gradient is non-finite
+  /// (on any rank, after unscale_(opt, any_rank)). Returns whether the optimizer stepped.
+  /// Throws if called twice since update().
   bool step(Optimizer& opt);
+  /// As step(opt), running `do_step` instead of opt.step() (ZeRO: the slice step and the
+  /// parameters' all-gather).
+  bool step(Optimizer& opt, const std::function<void()>& do_step);
+  /// Whether opt's step is skipped: a non-finite gradient here or, after
+  /// unscale_(opt, any_rank), on any rank (false when opt was not unscaled).
+  bool found_inf(const Optimizer& opt) const;
   /// New scale from this iteration's checks: scale * backoff_factor if any optimizer saw
   /// a non-finite gradient (growth counter reset), else after growth_interval clean
   /// iterations in a row scale * growth_factor. Forgets the per-optimizer records.
@@ -92,6 +107,7 @@ class GradScaler {
   struct PerOptimizer {
     Stage stage = Stage::ready;
     std::vector<NonFiniteGrad> non_finite;
+    bool found_inf = false;  // non_finite is not empty here, or on another rank (agreed)
   };
 
   GradScalerOptions opts_;

@@ -90,10 +90,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in);
 ///            lives from the unit's launch in backward until finalize() copies it into
 ///            the flat gradients.
 /// Each category only grows during backward at these stages, so the peak is reached at
-/// finalize() and ranks sharing one allocator peak at N times it. Stages 2 and 3 free each
-/// unit's staged gradients (and stage 3 its gathered parameters) when the comm thread
-/// completes the unit's collective, so their peak depends on timing: docs/zero.md bounds
-/// it (shard + 2 units); strata::Error for them here.
+/// finalize() and ranks sharing one allocator peak at N times it. Stages 2 and 3 depend
+/// on their units: plan_backward_peak(in, zero_backward_schedule(zero)) in
+/// zero_schedule.h replays their schedule; strata::Error for them here.
 MemoryPlan plan_backward_peak(const MemoryPlanInput& in);
 
 /// The LayerNorm/dropout regions of a pre-LN transformer (outside the tensor-parallel

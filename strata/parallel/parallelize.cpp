@@ -92,12 +92,26 @@ double ParallelModel::clip_grad_norm(double max_norm) {
   return total;
 }
 
+void ParallelModel::unscale_(optim::GradScaler& scaler) {
+  if (!zero_) {
+    scaler.unscale_(optimizer());
+    return;
+  }
+  comm::ProcessGroup& dp = replica_group();
+  scaler.unscale_(optimizer(), [&dp](bool found_inf) {
+    const Tensor f = ops::full({1}, found_inf ? 1.0 : 0.0, DType::f64);
+    return comm::all_reduce_host(dp, f, comm::ReduceOp::max).item<double>() > 0;
+  });
+}
+
 void ParallelModel::step(optim::GradScaler* scaler) {
   if (zero_) {
-    // The scaler's overflow check would have to be agreed across the shards first.
-    STRATA_CHECK(scaler == nullptr || !scaler->is_enabled(),
-                 "[parallelize] f16 loss scaling is not supported with ZeRO (use bf16)");
-    zero_->step();
+    if (scaler && scaler->is_enabled()) {
+      scaler->step(zero_->optimizer(), [this] { zero_->step(); });  // a skipped step gathers nothing
+      scaler->update();
+    } else {
+      zero_->step();
+    }
     return;
   }
   if (scaler) {

@@ -11,6 +11,7 @@
 #include <strata/optim/clip.h>
 #include <strata/parallel/bucket_plan.h>
 #include <strata/parallel/coalesced.h>
+#include <strata/parallel/zero_schedule.h>
 #include <strata/parallel/zero_state.h>
 #include <strata/tensor/ops.h>
 
@@ -265,6 +266,15 @@ std::vector<FlatUnit> ZeroDataParallel::units() const {
   std::vector<FlatUnit> out;
   for (auto& u : s_->units) out.push_back(u.layout);
   return out;
+}
+
+ZeroBackwardSchedule zero_backward_schedule(const ZeroDataParallel& z) {
+  std::vector<FlatUnit> units = z.units();
+  const size_t n = units.size();
+  return ZeroBackwardSchedule{.units = std::move(units),
+                              .launch_order = zero_launch_order(n, ZeroPolicy::for_stage(z.stage()).units_by_module()),
+                              .reduce_scatter_depth = kZeroReduceScatterDepth,
+                              .prefetch = z.options().prefetch};
 }
 
 const ZeroStepStats& ZeroDataParallel::last_stats() const { return s_->last; }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <strata/core/error.h>
+#include <strata/parallel/zero_schedule.h>
 
 namespace strata::parallel {
 
@@ -121,14 +122,20 @@ ZeroUnitPlan plan_zero_units(const std::vector<ZeroPlanParam>& params, const Zer
       plan.entry_of[size_t(idx[e])] = int(e);
     }
   }
+  plan.launch_order = zero_launch_order(plan.units.size(), by_module);
+  return plan;
+}
+
+std::vector<int> zero_launch_order(size_t units, bool by_module) {
   // Backward completes module units in reverse forward order with the root (holding
   // the tied embedding) last; size units are already in backward order.
-  for (size_t k = 0; k < plan.units.size(); ++k) plan.launch_order.push_back(int(k));
-  if (by_module) {
-    std::reverse(plan.launch_order.begin() + 1, plan.launch_order.end());
-    std::rotate(plan.launch_order.begin(), plan.launch_order.begin() + 1, plan.launch_order.end());
+  std::vector<int> order;
+  for (size_t k = 0; k < units; ++k) order.push_back(int(k));
+  if (by_module && units > 0) {
+    std::reverse(order.begin() + 1, order.end());
+    std::rotate(order.begin(), order.begin() + 1, order.end());
   }
-  return plan;
+  return order;
 }
 
 }  // namespace strata::parallel

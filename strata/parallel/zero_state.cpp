@@ -8,6 +8,7 @@
 #include <strata/autograd/lambda_node.h>
 #include <strata/core/memory.h>
 #include <strata/core/trace.h>
+#include <strata/parallel/zero_schedule.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::parallel::detail {
@@ -115,7 +116,7 @@ void ZeroState::begin_iteration() {
   if (active) return;
   active = true;
   next_launch = 0;
-  in_flight = nullptr;
+  staged.clear();
   stats = ZeroStepStats{};
   for (auto& u : units) {
     u.pending = int(u.layout.params.size());
@@ -146,14 +147,17 @@ void ZeroState::launch_ready() {
   }
 }
 
-void ZeroState::wait_in_flight() {
-  if (!in_flight) return;
-  if (in_flight->rs_work && !in_flight->rs_work->is_completed()) {
-    const auto t = ZeroClock::now();
-    in_flight->rs_work->wait();
-    stats.wait_s += seconds_since(t);
+void ZeroState::retire_staged(size_t keep) {
+  while (staged.size() > keep) {
+    ZeroUnit& u = *staged.front();
+    staged.pop_front();
+    if (u.rs_work && !u.rs_work->is_completed()) {
+      const auto t = ZeroClock::now();
+      u.rs_work->wait();
+      stats.wait_s += seconds_since(t);
+    }
+    u.rs_in = Tensor();  // the last reference: the comm thread dropped its own before completing
   }
-  in_flight = nullptr;
 }
 
 void ZeroState::launch(ZeroUnit& u) {
@@ -171,10 +175,10 @@ void ZeroState::launch(ZeroUnit& u) {
     }
     rs_in = u.grad_flat;
   } else {
-    // One unit's staging at a time: the previous one must be sent before this one is
-    // allocated, so backward never holds more than two units of full gradients.
-    // The staging is charged to grads: it is the unit's full gradient, moved.
-    wait_in_flight();
+    // At most L = kZeroReduceScatterDepth (zero_schedule.h) units staged: unit i-L's reduce-scatter is waited
+    // for and its staging freed before unit i's is allocated. The staging is charged to
+    // grads: it is the unit's full gradient, moved.
+    retire_staged(size_t(kZeroReduceScatterDepth - 1));
     {
       MemoryScope scope(MemCategory::grads);
       rs_in = ops::zeros({u.layout.padded()}, u.dtype, device);
@@ -195,7 +199,10 @@ void ZeroState::launch(ZeroUnit& u) {
   }
   trace::tag_next_op("unit", &u - units.data());
   u.rs_work = group.reduce_scatter(rs_in, u.rs_out, comm::ReduceOp::avg);
-  in_flight = &u;
+  if (!policy.persistent_flat_grads()) {
+    u.rs_in = std::move(rs_in);
+    staged.push_back(&u);
+  }
   ++stats.reduce_scatters;
 }
 
@@ -246,9 +253,10 @@ void ZeroState::finalize() {
         ops::add_(u.grad_shard, u.rs_out);
     }
     u.rs_out = Tensor();
+    if (!staged.empty() && staged.front() == &u) retire_staged(staged.size() - 1);  // waited: free its staging
   }
   stats.wait_s += seconds_since(t);
-  in_flight = nullptr;
+  STRATA_CHECK(staged.empty(), "[zero] ", staged.size(), " staged units left after finalize");
   for (auto& u : units) reshard(u);  // stage 3: nothing stays gathered
   grads_fresh = false;
   active = false;

@@ -3,6 +3,7 @@
 // parameters' post-accumulate hooks. What a stage shards is read from ZeroPolicy.
 #pragma once
 #include <chrono>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@ struct ZeroUnit {
   int pending = 0;          // parameters whose gradient has not arrived
   std::vector<char> ready;  // per layout entry
   bool launched = false;
+  Tensor rs_in;             // stages 2-3: the staged full gradient (padded), held until its reduce-scatter is waited on
   Tensor rs_out;            // where the reduce-scatter lands (grad_shard, or a comm buffer to add)
   std::optional<comm::Work> rs_work;
   // Stage 3 gather state.
@@ -65,7 +67,7 @@ struct ZeroState {
   bool full_params = false;  // stage 3: summon_full_params() in effect
   bool grads_fresh = true;   // gradient slices hold nothing yet (zero_grad since last finalize)
   size_t next_launch = 0;
-  ZeroUnit* in_flight = nullptr;  // the unit whose gradient staging the last reduce-scatter reads
+  std::deque<ZeroUnit*> staged;  // stages 2-3: launched units still holding rs_in, launch order
   ZeroStepStats stats, last;
 
   ZeroState(comm::ProcessGroup& g, const ZeroOptions& o)
@@ -94,10 +96,11 @@ struct ZeroState {
   void on_grad(int p);
   void launch_ready();
   void launch(ZeroUnit& u);
-  /// Blocks until the reduce-scatter reading the last staged gradients completed (the
-  /// comm thread then dropped the staging): bounds backward's full gradients to the unit
-  /// being filled plus the one being sent.
-  void wait_in_flight();
+  /// Waits (on this, the compute thread) for the oldest staged units' reduce-scatters and
+  /// frees their staging until at most `keep` remain. The comm thread drops an op's
+  /// tensors before it completes the op, so the staging's bytes go here, at a point of
+  /// the compute thread's schedule, whatever the comm thread's timing.
+  void retire_staged(size_t keep);
   void finalize();
   /// Every unit's gradients so far counted as complete and launched (ZeroDataParallel::reduce_accumulated).
   void reduce_accumulated();

@@ -2,7 +2,9 @@
 // moments, K = 12): the ZeRO paper's formulas exactly, and its Table 1 (Ψ = 7.5B, N = 64).
 #include <gtest/gtest.h>
 
+#include <strata/core/error.h>
 #include <strata/parallel/memory_plan.h>
+#include <strata/parallel/zero_schedule.h>
 
 using namespace strata;
 using parallel::MemoryPlanInput;
@@ -61,6 +63,59 @@ TEST(SixteenBitPlan, F32PlanUnchanged) {
   in.world_size = 4;
   in.zero_stage = 1;
   EXPECT_EQ(plan_memory(in).total(), 8 * 1000 + 8 * 1000 / 4);
+}
+
+}  // namespace
+
+namespace {
+
+// The backward-peak replay on hand-made schedules, worked by hand (one rank, B = 2).
+parallel::ZeroBackwardSchedule schedule(std::vector<std::vector<int>> params, std::vector<int64_t> numels_by_param,
+                                        std::vector<int> launch_order, int depth) {
+  parallel::ZeroBackwardSchedule z;
+  for (size_t k = 0; k < params.size(); ++k) {
+    std::vector<int64_t> ns;
+    for (int p : params[k]) ns.push_back(numels_by_param[size_t(p)]);
+    z.units.push_back(parallel::make_flat_unit("unit", params[k], ns, 1));
+  }
+  z.launch_order = std::move(launch_order);
+  z.reduce_scatter_depth = depth;
+  return z;
+}
+
+// Stage 2: parameters 0..3 of 10, 20, 30, 40 elements; units in backward order {3},
+// {2, 1}, {0}. Gradient slices 200 B. With L = 2 the peak is at unit 1's launch: its
+// .grads (100 B) + unit 0's staging (80 B, still being sent) + its own staging (100 B);
+// with L = 1 unit 0's staging is freed first: 200 + 100 + 100.
+TEST(SixteenBitPlan, BackwardPeakStage2Windows) {
+  const std::vector<int64_t> numels{10, 20, 30, 40};
+  MemoryPlanInput in = input(100, 1, 2);
+  const auto z2 = schedule({{3}, {2, 1}, {0}}, numels, {0, 1, 2}, 2);
+  in.flat_units = {40, 50, 10};
+  EXPECT_EQ(parallel::plan_backward_peak(in, z2).grads, 200 + 100 + 80 + 100);
+  EXPECT_EQ(parallel::plan_backward_peak(in, schedule({{3}, {2, 1}, {0}}, numels, {0, 1, 2}, 1)).grads,
+            200 + 100 + 100);
+  EXPECT_EQ(parallel::plan_backward_peak(in, z2).comm, 0);
+  EXPECT_EQ(parallel::plan_backward_peak(in, z2).optimizer, plan_memory(in).optimizer);
+  EXPECT_THROW(parallel::plan_backward_peak(in), Error) << "stage 2 needs its schedule";
+}
+
+// Stage 3: root {0 (10 elements, the embedding), 5 (4, ln_f)}, wrapped units {1, 2} and
+// {3, 4} (20 + 20, 30 + 30), launched 2, 1, root. Gathered (comm): the root (28 B), unit 2
+// (120 B) prefetched when backward starts and unit 1 (80 B) when backward reaches unit 2.
+// Gradients at L = 2: slices 228 B + ln_f's .grad 8 B (it waits for the root's launch)
+// + unit 1's .grads 80 B + the stagings of units 2 and 1 (120 + 80 B).
+TEST(SixteenBitPlan, BackwardPeakStage3RootAndPrefetch) {
+  const std::vector<int64_t> numels{10, 20, 20, 30, 30, 4};
+  MemoryPlanInput in = input(114, 1, 3);
+  in.flat_units = {14, 40, 60};
+  const auto p = parallel::plan_backward_peak(in, schedule({{0, 5}, {1, 2}, {3, 4}}, numels, {2, 1, 0}, 2));
+  EXPECT_EQ(p.comm, 28 + 120 + 80);
+  EXPECT_EQ(p.grads, 228 + 8 + 80 + 120 + 80);
+  EXPECT_EQ(p.params, 228);
+  auto no_prefetch = schedule({{0, 5}, {1, 2}, {3, 4}}, numels, {2, 1, 0}, 2);
+  no_prefetch.prefetch = false;
+  EXPECT_EQ(parallel::plan_backward_peak(in, no_prefetch).comm, 28 + 120);
 }
 
 }  // namespace

@@ -19,9 +19,11 @@
 
 #include <strata/comm/local.h>
 #include <strata/core/memory.h>
+#include <strata/core/thread_memory.h>
 #include <strata/optim/grad_scaler.h>
 #include <strata/parallel/memory_plan.h>
 #include <strata/parallel/zero.h>
+#include <strata/parallel/zero_schedule.h>
 #include "equivalence.h"
 
 namespace strata::testing {
@@ -257,8 +259,10 @@ TEST(HalfStatesTrain, F16ParamsTracksF32Over200Steps) {
 struct Result {
   std::vector<double> losses;
   nn::NamedTensors state;
-  parallel::MemoryPlan measured{};  // this rank's static bytes after the last step (before zero_grad)
-  parallel::MemoryPlan peak{};      // per category, the allocator's peak over the last backward + finalize
+  parallel::MemoryPlan measured{};  // all ranks' static bytes after the last step (before zero_grad)
+  parallel::MemoryPlan rank_static{};  // this rank's own (ThreadMemoryScope), same moment
+  parallel::MemoryPlan peak{};      // this rank's per-category peak over the last backward + finalize
+  std::optional<parallel::ZeroBackwardSchedule> schedule;  // ZeRO's units and launch order
   std::vector<int64_t> units;       // ZeRO: the flat units' element counts
   int64_t reduce_bytes = 0;  // all-reduce + reduce-scatter bytes this rank sent in the last step
   int64_t gather_bytes = 0;  // all-gather bytes this rank sent in the last step
@@ -267,14 +271,14 @@ struct Result {
 constexpr int kSteps = 4;
 constexpr int64_t kBatch = 8;
 
-Result one_process(const std::string& kind) {
+Result one_process(const std::string& kind, DType dt = DType::bf16) {
   auto model = make_model(kind, kModelSeed);
-  model->to(DType::bf16);
+  model->to(dt);
   auto opt = adamw(1e-2, 1e-3)(model->named_parameters());
   Result r;
   for (int s = 0; s < kSteps; ++s) {
     auto [x, y] = make_batch(kind, kBatch, s);
-    Tensor loss = batch_loss(*model, input_for(x, DType::bf16), y);
+    Tensor loss = batch_loss(*model, input_for(x, dt), y);
     r.losses.push_back(loss.item<double>());
     backward(loss);
     opt->step();
@@ -286,11 +290,37 @@ Result one_process(const std::string& kind) {
 
 int64_t mem(MemCategory c) { return cpu_memory().stats(c).current; }
 
-// Every rank of `g` trains its shard; rank 0's static bytes are measured as the difference
-// of the allocator's counters over all ranks (they share it) divided by N after the last
-// optimizer step, with the model's buffers and the batch excluded by measuring from a
-// barrier after the model is built. Returns rank-averaged losses.
-Result layout(comm::ProcessGroup& g, const std::string& kind, int stage, DType dt = DType::bf16) {
+parallel::MemoryPlan categories(const MemoryTracker& t, bool peak) {
+  auto v = [&](MemCategory c) { return peak ? t.stats(c).peak : t.stats(c).current; };
+  return {v(MemCategory::params), v(MemCategory::grads), v(MemCategory::optimizer), v(MemCategory::comm)};
+}
+
+struct Units {
+  parallel::DDPOptions ddp{};          // DDP buckets, ZeRO-1/2 units
+  std::vector<std::string> wrap{};     // ZeRO-3 units
+};
+
+// Units small enough that the GPT (Ψ = 1952, 2 blocks) splits into several: at stages
+// 1-2 byte caps (5 bf16 units, 9 f32 ones; DDP several buckets), at stage 3 each block's
+// attention and MLP (4 wrapped units; the LayerNorms join the root, whose gradients then
+// arrive all through backward), so the backward peak depends on the launch windows.
+Units small_units() {
+  Units u;
+  u.ddp.bucket_cap_mb = 1200.0 / (1 << 20);
+  u.ddp.first_bucket_mb = u.ddp.last_bucket_mb = 600.0 / (1 << 20);
+  u.wrap = {"h.0.attn", "h.0.mlp", "h.1.attn", "h.1.mlp"};
+  return u;
+}
+
+// Every rank of `g` trains its shard. Memory: the allocator's counters over all ranks
+// (they share it) after the last optimizer step, and each rank's own counters
+// (ThreadMemoryScope: what the rank's thread allocated and freed) after that step and,
+// as peaks, from the end of the last forward to the end of finalize(). Returns
+// rank-averaged losses.
+Result layout(comm::ProcessGroup& g, const std::string& kind, int stage, DType dt = DType::bf16,
+              const Units& units = {}) {
+  MemoryTracker mine;
+  ThreadMemoryScope scope(mine);
   const int n = g.size(), rank = g.rank();
   auto model = make_model(kind, rank == 0 ? kModelSeed : kModelSeed + 77 * uint64_t(rank));
   model->to(dt);
@@ -302,7 +332,7 @@ Result layout(comm::ProcessGroup& g, const std::string& kind, int stage, DType d
   std::shared_ptr<comm::ProcessGroup> world(&g, [](comm::ProcessGroup*) {});
   const parallel::ParallelDims dims = parallel::ParallelDims{.zero_stage = stage}.resolve(n);
   auto pm = parallel::parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
-                                  {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {},
+                                  {.dims = dims, .ddp = units.ddp, .fsdp_prefetch = true, .fsdp_wrap = units.wrap,
                                    .make_optimizer = adamw(1e-2, 1e-3)});
   const int64_t per = kBatch / n;
   Result r;
@@ -315,17 +345,11 @@ Result layout(comm::ProcessGroup& g, const std::string& kind, int stage, DType d
     const bool last = s + 1 == kSteps;
     if (last) {  // the backward peak: every category's high-water mark from here to finalize
       g.barrier().wait();
-      if (rank == 0) cpu_memory().reset_peaks();
-      g.barrier().wait();
+      mine.reset_peaks();
     }
     backward(loss);
     pm->finalize();
-    if (last) {
-      g.barrier().wait();
-      auto pk = [](MemCategory c) { return cpu_memory().stats(c).peak; };
-      r.peak = {pk(MemCategory::params), pk(MemCategory::grads), pk(MemCategory::optimizer), pk(MemCategory::comm)};
-      g.barrier().wait();
-    }
+    if (last) r.peak = categories(mine, true);
     pm->step();
     const auto after = sent();
     r.reduce_bytes = after.first - before.first;
@@ -336,12 +360,15 @@ Result layout(comm::ProcessGroup& g, const std::string& kind, int stage, DType d
       loss = Tensor();
       r.measured = {mem(MemCategory::params), mem(MemCategory::grads), mem(MemCategory::optimizer),
                     mem(MemCategory::comm)};
+      r.rank_static = categories(mine, false);
       g.barrier().wait();
     }
     pm->zero_grad();
   }
-  if (pm->zero())
+  if (pm->zero()) {
     for (const auto& u : pm->zero()->units()) r.units.push_back(u.numel);
+    r.schedule = parallel::zero_backward_schedule(*pm->zero());
+  }
   {
     auto full = pm->zero() ? std::optional(pm->zero()->summon_full_params()) : std::nullopt;
     for (const auto& [name, t] : model->state_dict()) r.state.emplace_back(name, ops::clone(t));
@@ -351,13 +378,17 @@ Result layout(comm::ProcessGroup& g, const std::string& kind, int stage, DType d
 
 comm::CommOptions native_comm() { return comm::CommOptions{.algorithm = comm::Algorithm::native, .timeout_s = 120}; }
 
-void check_layout(const std::string& kind, int stage, int n, comm::CommOptions opts = native_comm()) {
-  const Result ref = one_process(kind);
+void check_layout(const std::string& kind, int stage, int n, comm::CommOptions opts = native_comm(),
+                  DType dt = DType::bf16, const Units& units = small_units()) {
+  const Result ref = one_process(kind, dt);
   std::vector<Result> got(static_cast<size_t>(n));
   const int64_t p0 = mem(MemCategory::params), g0 = mem(MemCategory::grads), o0 = mem(MemCategory::optimizer),
                 c0 = mem(MemCategory::comm);
-  comm::run_local(n, [&](comm::ProcessGroup& g) { got[size_t(g.rank())] = layout(g, kind, stage); }, opts);
-  const std::string what = kind + " stage " + std::to_string(stage) + " N=" + std::to_string(n) + " " +
+  comm::run_local(
+      n, [&](comm::ProcessGroup& g) { got[size_t(g.rank())] = layout(g, kind, stage, dt, units); },
+      opts);
+  const std::string what = kind + " " + dtype_name(dt) + " stage " + std::to_string(stage) + " N=" +
+                           std::to_string(n) + " " +
                            comm::algorithm_name(opts.algorithm) + " reduce_dtype " +
                            comm::reduce_dtype_name(opts.reduce_dtype);
   for (int r = 0; r < n; ++r) {
@@ -366,7 +397,7 @@ void check_layout(const std::string& kind, int stage, int n, comm::CommOptions o
                                                                                        << ": worst " << worst;
     for (const auto& [name, t] : got[size_t(r)].state) {
       if (name.find("running") == std::string::npos) {
-        EXPECT_EQ(t.dtype(), DType::bf16) << name;
+        EXPECT_EQ(t.dtype(), dt) << name;
       }
     }
   }
@@ -380,29 +411,40 @@ void check_layout(const std::string& kind, int stage, int n, comm::CommOptions o
   for (const auto& p : model->parameters()) in.param_elements += p.numel();
   in.optimizer_states = 2;
   in.world_size = n;
-  in.zero_stage = n == 1 ? 0 : stage;
-  in.ddp_bucket_bytes = (n > 1 && stage == 0) ? 2 * in.param_elements : 0;  // bf16 buckets
+  in.zero_stage = stage;
+  in.ddp_bucket_bytes = (n > 1 && stage == 0) ? int64_t(element_size(dt)) * in.param_elements : 0;  // one bucket copy
   in.flat_units = got[0].units;
-  in = parallel::sixteen_bit_states(in);
+  if (dt != DType::f32) in = parallel::sixteen_bit_states(in);
   const parallel::MemoryPlan plan = parallel::plan_memory(in);
   const parallel::MemoryPlan& m = got[0].measured;
   EXPECT_EQ(m.params - p0, n * plan.params) << what;
   EXPECT_EQ(m.grads - g0, n * plan.grads) << what;
   EXPECT_EQ(m.optimizer - o0, n * plan.optimizer) << what;
   EXPECT_EQ(m.comm - c0, n * plan.comm) << what;
-  // the backward peak (reset after forward, read after finalize): exact at stages 0-1
-  // with the local backend's native reduction, which stages nothing
-  const parallel::MemoryPlan& pk = got[0].peak;
-  if (in.zero_stage <= 1 && opts.algorithm == comm::Algorithm::native) {
-    const parallel::MemoryPlan bp = parallel::plan_backward_peak(in);
-    EXPECT_EQ(pk.params - p0, n * bp.params) << what << " backward peak";
-    EXPECT_EQ(pk.grads - g0, n * bp.grads) << what << " backward peak";
-    EXPECT_EQ(pk.optimizer - o0, n * bp.optimizer) << what << " backward peak";
-    EXPECT_EQ(pk.comm - c0, n * bp.comm) << what << " backward peak";
+  // Each rank's own bytes (its thread's allocations and frees) after the step equal the
+  // plan, and so does its backward peak (reset after forward, read after finalize), per
+  // category, with the local backend's native reduction, which stages nothing.
+  const parallel::MemoryPlan bp =
+      got[0].schedule ? parallel::plan_backward_peak(in, *got[0].schedule) : parallel::plan_backward_peak(in);
+  for (int r = 0; r < n; ++r) {
+    const parallel::MemoryPlan &rs = got[size_t(r)].rank_static, &pk = got[size_t(r)].peak;
+    const std::string who = what + " rank " + std::to_string(r);
+    EXPECT_EQ(rs.params, plan.params) << who;
+    EXPECT_EQ(rs.grads, plan.grads) << who;
+    EXPECT_EQ(rs.optimizer, plan.optimizer) << who;
+    EXPECT_EQ(rs.comm, plan.comm) << who;
+    if (opts.algorithm != comm::Algorithm::native) continue;  // ring: its chunk scratch is the comm thread's
+    EXPECT_EQ(pk.params, bp.params) << who << " backward peak";
+    EXPECT_EQ(pk.grads, bp.grads) << who << " backward peak";
+    EXPECT_EQ(pk.optimizer, bp.optimizer) << who << " backward peak";
+    EXPECT_EQ(pk.comm, bp.comm) << who << " backward peak";
   }
-  std::printf("[bf16_params] %s: backward peak per rank params %lld grads %lld optimizer %lld comm %lld\n",
-              what.c_str(), (long long)((pk.params - p0) / n), (long long)((pk.grads - g0) / n),
-              (long long)((pk.optimizer - o0) / n), (long long)((pk.comm - c0) / n));
+  const parallel::MemoryPlan& pk = got[0].peak;
+  std::printf("[bf16_params] %s: %zu units; backward peak per rank params %lld grads %lld optimizer %lld comm %lld "
+              "(plan %lld %lld %lld %lld)\n",
+              what.c_str(), got[0].units.size(), (long long)pk.params, (long long)pk.grads, (long long)pk.optimizer,
+              (long long)pk.comm, (long long)bp.params, (long long)bp.grads, (long long)bp.optimizer,
+              (long long)bp.comm);
   std::printf("[bf16_params] %s: per rank params %lld grads %lld optimizer %lld comm %lld bytes (Psi %lld)\n",
               what.c_str(), (long long)((m.params - p0) / n), (long long)((m.grads - g0) / n),
               (long long)((m.optimizer - o0) / n), (long long)((m.comm - c0) / n), (long long)in.param_elements);
@@ -415,7 +457,14 @@ TEST(HalfStatesLayouts, DdpMatchesOneProcessAndPlan) {
 
 TEST(HalfStatesLayouts, Zero123MatchOneProcessAndPlan) {
   for (int stage : {1, 2, 3})
-    for (int n : {2, 4}) check_layout("gpt", stage, n);
+    for (int n : {1, 2, 4}) check_layout("gpt", stage, n);
+}
+
+// The same planner serves f32 states (B = 4, no masters): the static bytes and the
+// backward peak per rank equal it at stages 2 and 3 too.
+TEST(HalfStatesLayouts, F32ZeroBackwardPeakMatchesPlan) {
+  for (int stage : {2, 3})
+    for (int n : {1, 2, 4}) check_layout("gpt", stage, n, native_comm(), DType::f32);
 }
 
 // comm.reduce_dtype at each setting on the counted ring algorithm (the tests above run
@@ -469,6 +518,126 @@ TEST(HalfStatesLayouts, BytesSentPerStepHalveAgainstF32) {
                     (long long)f.reduce_bytes, (long long)h.reduce_bytes, (long long)f.gather_bytes,
                     (long long)h.gather_bytes);
       }
+}
+
+}  // namespace
+}  // namespace strata::testing
+
+namespace strata::testing {
+namespace {
+
+// f16_params under ZeRO-1/2/3 at N = 2 against one process, through ParallelModel as the
+// trainer drives it: scale(loss).backward(), finalize, unscale_ (the found-inf flag agreed
+// over the dp ranks: each rank checks only its gradient shard), step (skipped on every
+// rank together), update. From scale 2^31 with backoff x0.25 the first 7 steps
+// overflow on every layout and in one process, and 2^17 fits them all (no growth: the
+// scale stays there); in between, whether a scale overflows depends on the f16 values a
+// layout computes (a rank's half batch), so the schedule steps over that band. At step
+// kInject an inf is written into one gradient element: under ZeRO into rank 1's shard
+// only, so rank 0's own check finds nothing and must skip by agreement (in one process
+// into the first parameter's gradient: the whole step is skipped there). The skipped
+// steps, the scales, the losses and the parameters must match the one-process run's.
+struct F16Layout {
+  std::vector<double> losses, scales;
+  std::vector<bool> stepped;
+  nn::NamedTensors state;
+  int agreed_only = 0;  // steps skipped although this rank's own shard was finite
+};
+
+constexpr int kF16Steps = 30;
+constexpr int kInject = 12;
+
+void inject_inf(optim::Optimizer& opt) {
+  Tensor g = opt.named_parameters().front().second.grad();
+  Tensor first = ops::narrow(ops::reshape(g, {g.numel()}), 0, 0, 1);  // a view: .grad is contiguous
+  ops::fill_(first, INFINITY);
+}
+const optim::GradScalerOptions kF16Scaler{
+    .init_scale = 2147483648.0 /* 2^31 */, .backoff_factor = 0.25, .growth_interval = 1000};
+
+F16Layout f16_one_process() {
+  auto model = make_model("gpt", kModelSeed);
+  model->to(DType::f16);
+  auto opt = adamw(1e-2, 1e-3)(model->named_parameters());
+  optim::GradScaler scaler(kF16Scaler);
+  F16Layout r;
+  for (int s = 0; s < kF16Steps; ++s) {
+    auto [x, y] = make_batch("gpt", kBatch, s);
+    Tensor loss = batch_loss(*model, x, y);
+    r.losses.push_back(loss.item<double>());
+    r.scales.push_back(scaler.get_scale());
+    backward(scaler.scale(loss));
+    if (s == kInject) inject_inf(*opt);
+    r.stepped.push_back(scaler.step(*opt));
+    scaler.update();
+    opt->zero_grad();
+  }
+  r.state = model->state_dict();
+  return r;
+}
+
+F16Layout f16_layout(comm::ProcessGroup& g, int stage) {
+  const int n = g.size(), rank = g.rank();
+  auto model = make_model("gpt", rank == 0 ? kModelSeed : kModelSeed + 77 * uint64_t(rank));
+  model->to(DType::f16);
+  std::shared_ptr<comm::ProcessGroup> world(&g, [](comm::ProcessGroup*) {});
+  const parallel::ParallelDims dims = parallel::ParallelDims{.zero_stage = stage}.resolve(n);
+  auto pm = parallel::parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
+                                  {.dims = dims, .ddp = small_units().ddp, .fsdp_prefetch = true,
+                                   .fsdp_wrap = small_units().wrap, .make_optimizer = adamw(1e-2, 1e-3)});
+  optim::GradScaler scaler(kF16Scaler);
+  const int64_t per = kBatch / n;
+  F16Layout r;
+  for (int s = 0; s < kF16Steps; ++s) {
+    auto [x, y] = make_batch("gpt", kBatch, s);
+    Tensor xs = ops::narrow(x, 0, rank * per, per), ys = ops::narrow(y, 0, rank * per, per);
+    Tensor loss = pm->forward_with([&] { return batch_loss(*model, xs, ys); });
+    r.losses.push_back(rank_mean(g, loss.item<double>()));
+    r.scales.push_back(scaler.get_scale());
+    backward(scaler.scale(loss));
+    pm->finalize();
+    if (s == kInject && rank == 1) inject_inf(pm->optimizer());
+    pm->unscale_(scaler);
+    r.stepped.push_back(!scaler.found_inf(pm->optimizer()));
+    r.agreed_only += scaler.found_inf(pm->optimizer()) && scaler.non_finite(pm->optimizer()).empty();
+    pm->step(&scaler);
+    pm->zero_grad();
+  }
+  {
+    auto full = pm->zero() ? std::optional(pm->zero()->summon_full_params()) : std::nullopt;
+    for (const auto& [name, t] : model->state_dict()) r.state.emplace_back(name, ops::clone(t));
+  }
+  return r;
+}
+
+TEST(HalfStatesLayouts, F16ParamsZeroAgreesOnSkippedStepsAndMatchesOneProcess) {
+  const F16Layout ref = f16_one_process();
+  int skipped = 0;
+  for (bool b : ref.stepped) skipped += !b;
+  ASSERT_GT(skipped, 0) << "scale 2^31 must overflow f16 gradients, or the agreement is not exercised";
+  ASSERT_LT(skipped, kF16Steps - 10) << "the run must train after the overflows";
+  int agreed_only = 0;
+  for (int stage : {1, 2, 3}) {
+    std::vector<F16Layout> got(2);
+    comm::run_local(2, [&](comm::ProcessGroup& g) { got[size_t(g.rank())] = f16_layout(g, stage); }, native_comm());
+    const std::string what = "f16_params stage " + std::to_string(stage) + " N=2";
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(got[size_t(r)].stepped, ref.stepped) << what << " rank " << r << ": skipped steps";
+      EXPECT_EQ(got[size_t(r)].scales, ref.scales) << what << " rank " << r << ": loss scales";
+      std::string worst;
+      EXPECT_LT(max_relative_error(got[size_t(r)].state, ref.state, &worst), kParamTol) << what << " rank " << r
+                                                                                         << ": worst " << worst;
+    }
+    for (int s = 0; s < kF16Steps; ++s)
+      EXPECT_NEAR(got[0].losses[size_t(s)], ref.losses[size_t(s)], kLossTol * ref.losses[size_t(s)])
+          << what << " step " << s;
+    agreed_only += got[0].agreed_only + got[1].agreed_only;
+    std::printf("[f16_params] %s: %d of %d steps skipped on every rank as in one process (%d + %d skipped by a rank "
+                "whose own shard was finite), scale 2^31 -> %g, loss %.4f -> %.4f (one process %.4f -> %.4f)\n",
+                what.c_str(), skipped, kF16Steps, got[0].agreed_only, got[1].agreed_only, got[0].scales.back(),
+                got[0].losses.front(), got[0].losses.back(), ref.losses.front(), ref.losses.back());
+  }
+  EXPECT_GE(agreed_only, 3) << "rank 0 must have skipped step " << kInject << " by agreement at every stage";
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <strata/optim/clip.h>
 #include <strata/parallel/checkpoint_io.h>
 #include <strata/parallel/zero.h>
+#include <strata/parallel/zero_schedule.h>
 
 namespace strata::testing {
 
@@ -112,10 +113,12 @@ struct UnitBytes {
   int64_t max_unit = 0;     // the largest padded unit
   int64_t max_wrapped = 0;  // the largest padded unit other than unit 0 (stage 3's root)
   int64_t root = 0;         // unit 0 padded
-  /// Gradient bytes backward may hold: the slices, the unit being sent and the one being
-  /// filled; stage 3 also the root unit, whose gradients arrive at both ends of backward
-  /// (ln_f first, the tied embedding last).
-  int64_t grads_bound(int stage) const { return shard + 2 * max_unit + (stage == 3 ? root : 0); }
+  int depth = parallel::kZeroReduceScatterDepth;  // L
+  /// Gradient bytes backward may hold: the slices, the L staged units (being sent) and
+  /// the one being filled; stage 3 also the root unit, whose gradients arrive at both
+  /// ends of backward (ln_f first, the tied embedding last). plan_backward_peak() gives
+  /// the exact peak; this is the simple bound.
+  int64_t grads_bound(int stage) const { return shard + (depth + 1) * max_unit + (stage == 3 ? root : 0); }
   /// Gathered parameter bytes at stage 3: the root, the current unit and the prefetched one.
   int64_t gathered_bound() const { return root + 2 * max_wrapped; }
 };

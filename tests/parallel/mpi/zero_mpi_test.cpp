@@ -84,7 +84,7 @@ TEST(ZeroMpi, StaticMemoryMatchesFormulas) {
   }
 }
 
-// Per process: gradient bytes at every hook (stages 2-3, ring) within shard + 2 units
+// Per process: gradient bytes at every hook (stages 2-3, ring) within shard + L + 1 units
 // (stage 3: + the root unit);
 // stage 3's gathered bytes (native: no collective scratch) within root + 2 units during
 // forward and backward, and none left after the step.
