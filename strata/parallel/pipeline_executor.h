@@ -62,8 +62,10 @@ class PipelineExecutor {
   std::vector<PipelineStageSpec> my_stages() const;
   const PipelineStepStats& last_stats() const { return stats_; }
   /// Exchanges posted by the executor's thread and progressed in its waits (on), or each
-  /// handed to its channel group's comm thread (off, the default; the benchmark compares).
+  /// handed to its channel group's comm thread (off). The constructor picks
+  /// default_inline_exchanges() for this host; `strata bench pp --exchanges` compares.
   void set_inline_exchanges(bool on);
+  bool inline_exchanges() const { return inline_; }
 
  private:
   struct Pending {  // a posted exchange: its Work and, for a receive, the buffer it fills
@@ -95,6 +97,15 @@ class PipelineExecutor {
   // is neither or the link is unused).
   std::vector<std::shared_ptr<comm::ProcessGroup>> channels_[2];
   std::vector<std::unique_ptr<Pending>> pending_;
+  bool inline_ = false;
 };
+
+/// The executor's default for how exchanges run, from `host_ranks` ranks on this host
+/// (ProcessGroup::host_ranks) of `threads` compute threads each and the host's `cores`:
+/// inline (posted by the compute thread, progressed by it while it waits for the data,
+/// polling without sleeping) when host_ranks x threads >= cores, i.e. the compute threads
+/// fill the cores and a comm thread could only run by preempting one; comm threads
+/// otherwise, which then have a core to progress the transfers on during the compute.
+bool default_inline_exchanges(int host_ranks, int threads, int cores);
 
 }  // namespace strata::parallel
