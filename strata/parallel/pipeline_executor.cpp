@@ -60,10 +60,12 @@ PipelineExecutor::PipelineExecutor(std::shared_ptr<nn::Module> model, PipelinePl
 
 bool default_inline_exchanges(int host_ranks, int threads, int cores) {
   // Measured on 2 cores (docs/pipeline.md, "Inline or threaded exchanges"): with 2 ranks
-  // of 1 thread, inline exchanges waited ~0.3 ms less per exchange than comm threads,
-  // whose sleeping polls (they must not spin beside the compute) and two thread hand-offs
-  // cost that on every message. With a free core a comm thread progresses a transfer
-  // while the compute runs, which inline exchanges cannot (they move only in waits).
+  // of 1 thread, a receive whose sender posted late completed 0.27-0.35 ms after the post
+  // with sleeping polls, ~5-20 us polling without sleep; comm threads must sleep between
+  // polls (they share the cores with the compute) and add two thread hand-offs. With a
+  // free core a comm thread progresses a transfer while the compute runs, which inline
+  // exchanges cannot (they move only in waits). Other jobs' load is not counted: on a
+  // loaded host threads were faster (parallel.pp_exchanges: thread overrides).
   return int64_t(std::max(host_ranks, 1)) * std::max(threads, 1) >= int64_t(std::max(cores, 1));
 }
 

@@ -11,11 +11,19 @@
 
 namespace strata::parallel {
 
-/// parallel.{pp_schedule, microbatches, pp_virtual}.
+/// parallel.pp_exchanges: how the pipeline's exchanges run.
+enum class PipelineExchanges {
+  automatic,  ///< default_inline_exchanges() for this host
+  inline_,    ///< posted and progressed by the compute thread
+  thread,     ///< handed to each channel's comm thread
+};
+
+/// parallel.{pp_schedule, microbatches, pp_virtual, pp_exchanges}.
 struct PipelineOptions {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int microbatches = 1;    ///< m: micro-batches per step (the batch is cut into m)
   int virtual_stages = 1;  ///< v: model chunks per rank (interleaved)
+  PipelineExchanges exchanges = PipelineExchanges::automatic;
 };
 
 /// What the last step did on this rank.
