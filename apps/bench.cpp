@@ -572,7 +572,7 @@ struct PpBenchArgs {
   std::vector<std::string> sets;
   int steps = 3;
   std::vector<int> microbatches{1, 2, 4, 8, 16};
-  std::string exchanges = "thread";
+  std::string exchanges = "auto";
   std::vector<std::string> schedules;
 };
 
@@ -721,9 +721,9 @@ Command add_bench_command(CLI::App& parent) {
   pp->add_option("--steps", po->steps, "Timed steps per row")->check(CLI::PositiveNumber);
   pp->add_option("--microbatches", po->microbatches, "Micro-batch counts m")->check(CLI::PositiveNumber);
   pp->add_option("--exchanges", po->exchanges,
-                 "thread (comm threads, the default), inline (posted and progressed by the compute thread) or both "
-                 "(alternating)")
-      ->check(CLI::IsMember({"inline", "thread", "both"}));
+                 "auto (the executor's choice for this host, the default), thread (comm threads), inline (posted "
+                 "and progressed by the compute thread) or both (alternating)")
+      ->check(CLI::IsMember({"auto", "inline", "thread", "both"}));
   pp->add_option("--schedules", po->schedules, "Schedules to run (default: all)")
       ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
   CLI::App* soak = cmd->add_subcommand("soak", "A long run checkpointing on schedule: is the allocator's peak flat?");

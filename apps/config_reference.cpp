@@ -174,6 +174,10 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"parallel.microbatches", "integer", "0",
      "Micro-batches per step at pp > 1; 0 = pp (one per stage). Each data-parallel rank's batch must divide by it."},
     {"parallel.pp_virtual", "integer", "1", "Model chunks per rank for the `interleaved` schedule (v)."},
+    {"parallel.pp_exchanges", "string", "auto",
+     "How pipeline exchanges run: `inline` (posted and progressed by the compute thread, which polls while it "
+     "waits), `thread` (each channel's comm thread) or `auto`: inline when this host's ranks x compute threads "
+     ">= its cores, else thread. Pick `thread` on a host loaded by other jobs (docs/pipeline.md)."},
     {"parallel.pp_layers", "list of integers", "[]",
      "Blocks (GPT) or layers (MLP: a Linear with its activation and dropout) per pipeline stage, e.g. [3, 1]; "
      "empty = balanced by parameter count."},

@@ -28,10 +28,11 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
                                  const PpBenchOptions& o) {
   using parallel::ScheduleKind;
   const int pp = world->size();
-  std::vector<bool> modes;  // inline exchanges?
-  if (o.exchanges == "inline" || o.exchanges == "both") modes.push_back(true);
-  if (o.exchanges == "thread" || o.exchanges == "both") modes.push_back(false);
-  STRATA_CHECK(!modes.empty(), "bench pp: --exchanges is inline, thread or both, got '", o.exchanges, "'");
+  std::vector<int> modes;  // 1: inline exchanges, 0: comm threads, -1: the executor's default
+  if (o.exchanges == "auto") modes.push_back(-1);
+  if (o.exchanges == "inline" || o.exchanges == "both") modes.push_back(1);
+  if (o.exchanges == "thread" || o.exchanges == "both") modes.push_back(0);
+  STRATA_CHECK(!modes.empty(), "bench pp: --exchanges is auto, inline, thread or both, got '", o.exchanges, "'");
   std::vector<ScheduleKind> kinds;
   for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved})
     if (o.schedules.empty() ||
@@ -68,7 +69,7 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
       for (int s = 0; s <= o.steps; ++s)
         for (size_t i = 0; i < modes.size(); ++i) {
           const size_t mi = s % 2 ? modes.size() - 1 - i : i;
-          pm->pipeline()->set_inline_exchanges(modes[mi]);
+          if (modes[mi] >= 0) pm->pipeline()->set_inline_exchanges(modes[mi] == 1);
           world->barrier().wait();
           cpu_memory().reset_peaks();
           const int64_t before = cpu_memory().stats(MemCategory::activations).current;
@@ -92,7 +93,7 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
         r.schedule = parallel::schedule_name(k);
         r.m = m;
         r.v = v;
-        r.exchanges = modes[mi] ? "inline" : "thread";
+        r.exchanges = (modes[mi] < 0 ? pm->pipeline()->inline_exchanges() : modes[mi] == 1) ? "inline" : "thread";
         r.step_s = host_reduce(*world, step, comm::ReduceOp::max);
         const Tensor all_busy = comm::all_gather_host(*world, ops::full({1}, busy, DType::f64));
         std::vector<double> rank_busy(all_busy.data<double>(), all_busy.data<double>() + pp);

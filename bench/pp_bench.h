@@ -19,10 +19,11 @@ struct PpBenchOptions {
   int64_t per_mb = 4;   ///< sequences per micro-batch
   int64_t seq = 64;     ///< tokens per sequence
   int64_t vocab = 256;  ///< token ids drawn in [0, vocab)
-  /// How the executor's exchanges run: "thread" (each handed to its channel's comm
-  /// thread, the executor's default), "inline" (posted and progressed by the compute
-  /// thread), or "both": every row in both modes, their steps alternating, with the ratio.
-  std::string exchanges = "thread";
+  /// How the executor's exchanges run: "auto" (the executor's default for this host,
+  /// parallel::default_inline_exchanges), "thread" (each handed to its channel's comm
+  /// thread), "inline" (posted and progressed by the compute thread), or "both": every
+  /// row in both modes, their steps alternating, with the ratio.
+  std::string exchanges = "auto";
   /// Schedules to run (names as parallel.pp_schedule; empty: all three).
   std::vector<std::string> schedules;
 };

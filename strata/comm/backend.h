@@ -20,6 +20,15 @@ class Request {
   virtual bool wait_until(Deadline deadline) = 0;
   /// The peer rank this request waits on, or -1 for a collective (used in error messages).
   virtual int peer() const { return -1; }
+  /// How wait_until polls a transport that progresses only inside its own calls (mpi).
+  /// true: the waiting thread has nothing else to run (an inline exchange, waited on by
+  /// the compute thread that needs its data, ProcessGroup::set_inline_p2p): poll without
+  /// sleeping, yielding the core between polls, so a message completes within
+  /// microseconds of its arrival. false: the waiter is a comm thread sharing the cores
+  /// with compute threads: point-to-point waits sleep ~50 us between polls past a short
+  /// spin (on a VM such a sleep lasts 120-250 us: that much latency per message).
+  /// Backends that block on a condition (local) ignore it.
+  bool busy_poll = false;
 };
 
 /// One collective on contiguous buffers, already validated by ProcessGroup.
@@ -73,6 +82,9 @@ class Backend {
   /// concurrently with this backend's other calls (ProcessGroup::set_inline_p2p): mpi
   /// (every call under the process-wide MPI lock) and local (per-channel locks).
   virtual bool p2p_any_thread() const { return false; }
+  /// Ranks of the whole job (the world this group was split from) running on this
+  /// rank's host, this one included (mpi: by host identity; local: the world's threads).
+  virtual int host_ranks() const { return size(); }
   /// Throws CommError naming a peer that is known to be dead (cheap; polled while waiting).
   virtual void check_peers() {}
   /// "rank 3 (pid 1234 on host-a)": how error messages name a group rank.

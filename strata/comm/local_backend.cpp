@@ -35,10 +35,11 @@ struct Channel {
 
 // State shared by all ranks of one local group.
 struct Shared {
-  explicit Shared(int n_) : n(n_), in(n_), out(n_), color_key(n_), children(n_) {
+  explicit Shared(int n_, int world_n_ = 0) : n(n_), world_n(world_n_ > 0 ? world_n_ : n_), in(n_), out(n_), color_key(n_), children(n_) {
     for (int i = 0; i < n * n; ++i) channels.push_back(std::make_unique<Channel>());
   }
   const int n;
+  const int world_n;  // ranks of the world this group was split from (all threads of this process)
 
   std::mutex mu;  // barrier, abort, split bookkeeping
   std::condition_variable cv;
@@ -155,6 +156,7 @@ class LocalBackend final : public Backend {
   const char* kind() const override { return "local"; }
   int rank() const override { return rank_; }
   int size() const override { return sh_->n; }
+  int host_ranks() const override { return sh_->world_n; }
 
   std::unique_ptr<Request> isend(const void* data, int64_t bytes, int dst, int tag) override {
     return post(/*is_send=*/true, const_cast<void*>(data), bytes, dst, tag);
@@ -191,7 +193,7 @@ class LocalBackend final : public Backend {
       std::stable_sort(members.begin(), members.end(),
                        [&](int a, int b) { return s.color_key[size_t(a)].second < s.color_key[size_t(b)].second; });
       if (members.front() == rank_) {
-        auto child = std::make_shared<Shared>(int(members.size()));
+        auto child = std::make_shared<Shared>(int(members.size()), s.world_n);
         s.children[size_t(rank_)] = child;
         std::lock_guard<std::mutex> lk(s.mu);
         s.descendants.push_back(child);

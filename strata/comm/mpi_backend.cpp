@@ -331,6 +331,12 @@ class MpiBackend final : public Backend {
   std::unique_ptr<Backend> split(int color, int key, Deadline deadline) override;
 
   bool p2p_any_thread() const override { return true; }
+  int host_ranks() const override {
+    int n = 0;  // world ranks on this host (same boot id, pid namespace and host name)
+    for (const PeerInfo& p : rt_->peers)
+      n += p.host_key == rt_->self.host_key && std::strcmp(p.host, rt_->self.host) == 0;
+    return std::max(n, 1);
+  }
   void check_peers() override {
     if (aborted_.load()) STRATA_THROW(CommError, "group aborted: ", abort_reason());
     // Every dead peer, not the first: when one rank is killed another survivor may exit
@@ -416,16 +422,19 @@ bool MpiRequest::wait_until(Deadline deadline) {
     // completion (a slow or dead peer) poll every millisecond.
     if (now - t0 > std::chrono::seconds(1))
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    else if (spin > 64 && user_p2p_)
+    else if (spin > 64 && user_p2p_ && !busy_poll)
       // A caller's point-to-point message (a pipeline exchange) usually waits for the
       // peer's compute: past a short spin, poll every ~50 us instead of yield-spinning.
       // On 2 cores the spinning comm threads took the cores the compute threads needed:
       // `strata bench pp` steps were 2-6x longer under load (docs/pipeline.md). A message
-      // the peer has posted completes within a few MPI_Tests, so this adds up to ~50 us
-      // (plus a wake-up) per exchange. Native collectives and the host algorithms' own
-      // messages (tags above the user range) keep spinning: their many short rounds
-      // and pipelined fragments progress only inside MPI_Test (a ring all-reduce of
-      // 0.5-4 MiB ran 2-6x slower with this poll).
+      // the peer has posted completes within a few MPI_Tests, so this adds one sleep (a
+      // 50 us sleep lasts ~125 us with the default timer slack) plus a wake-up per
+      // message: 150-250 us measured from the send's post to the receive's completion,
+      // against 5-20 us spinning. Waits with nothing else to run on their thread (inline
+      // exchanges: Request::busy_poll) therefore keep yield-spinning. Native collectives
+      // and the host algorithms' own messages (tags above the user range) keep spinning
+      // too: their many short rounds and pipelined fragments progress only inside
+      // MPI_Test (a ring all-reduce of 0.5-4 MiB ran 2-6x slower with this poll).
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     else if (spin > 64)
       sched_yield();

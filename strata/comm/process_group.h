@@ -130,6 +130,11 @@ class ProcessGroup {
   /// by the group until it completes; the destructor completes inline ops still in flight.
   void set_inline_p2p(bool on);
   bool inline_p2p() const;
+  /// Ranks of the whole job (the world this group was split from) on this rank's host,
+  /// this one included: with get_num_threads() compute threads each, they fill
+  /// host_ranks() x threads of the host's cores (the pipeline picks inline exchanges
+  /// when that is all of them). mpi: processes on this host; local: the world's ranks.
+  int host_ranks() const { return backend_->host_ranks(); }
 
   /// Collective over this group (every rank calls it): ranks with the same color >= 0
   /// form a new group, ranked by (key, rank); color < 0 returns nullptr.

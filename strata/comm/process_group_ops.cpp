@@ -420,6 +420,9 @@ Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) 
       } else {
         try {
           b->reqs = post_batch(*backend_, b->batch, b->bytes.counted);
+          // Waited on by a caller with nothing else to run (not a comm thread beside the
+          // compute): poll without sleeping (Request::busy_poll).
+          for (auto& r : b->reqs) r->busy_poll = true;
         } catch (...) {
           err = op_failure(b->info, std::current_exception());
           b->failed = true;

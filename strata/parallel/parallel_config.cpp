@@ -38,8 +38,17 @@ void check_devices(const ParallelConfig& c, int line) {
   n.fail("mode", "was removed ('" + mode + "'): " + instead);
 }
 
-// parallel.{pp_schedule, microbatches, pp_virtual, pp_layers}.
+// parallel.{pp_schedule, microbatches, pp_virtual, pp_layers, pp_exchanges}.
 void read_pipeline(const ConfigNode& n, ParallelConfig& c) {
+  const std::string ex = n.get("pp_exchanges", std::string("auto"));
+  if (ex == "auto")
+    c.pipeline.exchanges = PipelineExchanges::automatic;
+  else if (ex == "inline")
+    c.pipeline.exchanges = PipelineExchanges::inline_;
+  else if (ex == "thread")
+    c.pipeline.exchanges = PipelineExchanges::thread;
+  else
+    n.fail("pp_exchanges", "expected one of auto|inline|thread, got '" + ex + "'");
   const std::string sched = n.get("pp_schedule", std::string(schedule_name(c.pipeline.schedule)));
   if (!parse_schedule(sched, c.pipeline.schedule))
     n.fail("pp_schedule", "expected one of gpipe|1f1b|interleaved, got '" + sched + "'");

@@ -28,7 +28,7 @@ struct ParallelConfig {
   bool sequence_parallel = false;  ///< parallel.sequence_parallel: at tp > 1, LayerNorm and dropout
                                    ///<   on sequence shards (Megatron-SP); ignored at tp 1
   PipelineOptions pipeline;   ///< parallel.{pp_schedule: gpipe|1f1b|interleaved (1f1b),
-                              ///<   microbatches (default: pp), pp_virtual (1)}
+                              ///<   microbatches (default: pp), pp_virtual (1), pp_exchanges: auto|inline|thread}
   std::vector<int64_t> pp_layers;  ///< parallel.pp_layers: blocks per stage; empty: balanced
 
   /// True when the run uses DataParallel thread replicas (parallel.replicas or .devices).

@@ -306,6 +306,8 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
     keep_stages(*model, opts.pp_plan, mine);
     if (!opts.pp_plan.tied.empty()) embed_group = ppg.new_group({0, d.pp - 1}, "embedding");
     pipe = std::make_unique<PipelineExecutor>(model, opts.pp_plan, shape, std::move(stages), ppg);
+    if (opts.pipeline.exchanges != PipelineExchanges::automatic)
+      pipe->set_inline_exchanges(opts.pipeline.exchanges == PipelineExchanges::inline_);
   }
   // 2b. Context parallel on mesh["cp"]: ring attention in this rank's blocks (after the
   // pipeline split: the stages' own), every sequence split over cp (the first stage

@@ -5,12 +5,14 @@
 #include <chrono>
 #include <ctime>
 #include <string>
+#include <thread>
 
 #include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
 #include <strata/autograd/grad_mode.h>
 #include <strata/core/error.h>
 #include <strata/core/memory.h>
+#include <strata/core/threads.h>
 #include <strata/core/trace.h>
 #include <strata/tensor/ops.h>
 
@@ -52,13 +54,25 @@ PipelineExecutor::PipelineExecutor(std::shared_ptr<nn::Module> model, PipelinePl
           {from, to}, pp_.name() + (act ? "/pp-act[" : "/pp-grad[") + std::to_string(from) + "->" + std::to_string(to) + "]");
     }
   }
+  set_inline_exchanges(
+      default_inline_exchanges(pp_.host_ranks(), get_num_threads(), int(std::thread::hardware_concurrency())));
+}
+
+bool default_inline_exchanges(int host_ranks, int threads, int cores) {
+  // Measured on 2 cores (docs/pipeline.md, "Inline or threaded exchanges"): with 2 ranks
+  // of 1 thread, a receive whose sender posted late completed 0.27-0.35 ms after the post
+  // with sleeping polls, ~5-20 us polling without sleep; comm threads must sleep between
+  // polls (they share the cores with the compute) and add two thread hand-offs. With a
+  // free core a comm thread progresses a transfer while the compute runs, which inline
+  // exchanges cannot (they move only in waits). Other jobs' load is not counted: on a
+  // loaded host threads were faster (parallel.pp_exchanges: thread overrides).
+  return int64_t(std::max(host_ranks, 1)) * std::max(threads, 1) >= int64_t(std::max(cores, 1));
 }
 
 void PipelineExecutor::set_inline_exchanges(bool on) {
   // On: posted by this thread and progressed in its waits, no hop to the channel's comm
-  // thread. Off (the default): measured faster on the 2-core host under load, where the
-  // compute thread that also progresses the exchanges was preempted 3-5x more (see
-  // docs/pipeline.md, "inline exchanges"); `strata bench pp --exchanges both` compares.
+  // thread. Off: each handed to the channel group's comm thread.
+  inline_ = on;
   for (const auto& kind : channels_)
     for (const auto& g : kind)
       if (g) g->set_inline_p2p(on);

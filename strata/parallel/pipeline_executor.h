@@ -11,11 +11,19 @@
 
 namespace strata::parallel {
 
-/// parallel.{pp_schedule, microbatches, pp_virtual}.
+/// parallel.pp_exchanges: how the pipeline's exchanges run.
+enum class PipelineExchanges {
+  automatic,  ///< default_inline_exchanges() for this host
+  inline_,    ///< posted and progressed by the compute thread
+  thread,     ///< handed to each channel's comm thread
+};
+
+/// parallel.{pp_schedule, microbatches, pp_virtual, pp_exchanges}.
 struct PipelineOptions {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int microbatches = 1;    ///< m: micro-batches per step (the batch is cut into m)
   int virtual_stages = 1;  ///< v: model chunks per rank (interleaved)
+  PipelineExchanges exchanges = PipelineExchanges::automatic;
 };
 
 /// What the last step did on this rank.
@@ -62,8 +70,10 @@ class PipelineExecutor {
   std::vector<PipelineStageSpec> my_stages() const;
   const PipelineStepStats& last_stats() const { return stats_; }
   /// Exchanges posted by the executor's thread and progressed in its waits (on), or each
-  /// handed to its channel group's comm thread (off, the default; the benchmark compares).
+  /// handed to its channel group's comm thread (off). The constructor picks
+  /// default_inline_exchanges() for this host; `strata bench pp --exchanges` compares.
   void set_inline_exchanges(bool on);
+  bool inline_exchanges() const { return inline_; }
 
  private:
   struct Pending {  // a posted exchange: its Work and, for a receive, the buffer it fills
@@ -95,6 +105,15 @@ class PipelineExecutor {
   // is neither or the link is unused).
   std::vector<std::shared_ptr<comm::ProcessGroup>> channels_[2];
   std::vector<std::unique_ptr<Pending>> pending_;
+  bool inline_ = false;
 };
+
+/// The executor's default for how exchanges run, from `host_ranks` ranks on this host
+/// (ProcessGroup::host_ranks) of `threads` compute threads each and the host's `cores`:
+/// inline (posted by the compute thread, progressed by it while it waits for the data,
+/// polling without sleeping) when host_ranks x threads >= cores, i.e. the compute threads
+/// fill the cores and a comm thread could only run by preempting one; comm threads
+/// otherwise, which then have a core to progress the transfers on during the compute.
+bool default_inline_exchanges(int host_ranks, int threads, int cores);
 
 }  // namespace strata::parallel

@@ -150,6 +150,16 @@ TEST(BatchP2P, CollectivesAndP2PAreNumberedApart) {
   }, o);
 }
 
+// Local ranks are threads of one process: a sub-group's host_ranks() is its world's size.
+TEST(LocalGroups, HostRanksIsTheWorldSize) {
+  run_local(3, [](ProcessGroup& g) {
+    EXPECT_EQ(g.host_ranks(), 3);
+    auto sub = g.split(g.rank() == 2 ? 1 : 0, 0, "sub");
+    ASSERT_NE(sub, nullptr);
+    EXPECT_EQ(sub->host_ranks(), 3);
+  });
+}
+
 // set_inline_p2p: the caller posts and the waiter progresses; no comm thread is started.
 TEST(InlineP2P, RingAndMixedBatchesWithoutACommThread) {
   for (int n : {2, 3}) {

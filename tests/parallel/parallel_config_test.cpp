@@ -160,6 +160,9 @@ TEST(PipelineConfig, KeysAndDefaults) {
   EXPECT_EQ(c.pipeline.microbatches, 4);  // one per stage
   EXPECT_EQ(c.pipeline.virtual_stages, 1);
   EXPECT_TRUE(c.pp_layers.empty());
+  EXPECT_EQ(c.pipeline.exchanges, PipelineExchanges::automatic);
+  EXPECT_EQ(load("parallel: {pp: 2, pp_exchanges: inline}\n").pipeline.exchanges, PipelineExchanges::inline_);
+  EXPECT_EQ(load("parallel: {pp: 2, pp_exchanges: thread}\n").pipeline.exchanges, PipelineExchanges::thread);
   c = load("parallel: {pp: 2, pp_schedule: interleaved, microbatches: 6, pp_virtual: 2, pp_layers: [1, 2, 2, 3]}\n");
   EXPECT_EQ(c.pipeline.schedule, ScheduleKind::interleaved);
   EXPECT_EQ(c.pipeline.microbatches, 6);
@@ -176,6 +179,7 @@ TEST(PipelineConfig, ErrorsNameTheKey) {
   EXPECT_NE(error_of("parallel: {pp: 2, pp_virtual: 2}\n").find("parallel.pp_virtual"), std::string::npos);
   EXPECT_NE(error_of("parallel: {pp: 2, microbatches: -1}\n").find("parallel.microbatches"), std::string::npos);
   EXPECT_NE(error_of("parallel: {pp: 2, pp_layers: [3, 1, 1]}\n").find("parallel.pp_layers"), std::string::npos);
+  EXPECT_NE(error_of("parallel: {pp: 2, pp_exchanges: nccl}\n").find("parallel.pp_exchanges"), std::string::npos);
   EXPECT_EQ(error_of("parallel: {pp: 1, pp_virtual: 2}\n"), "");  // no pipeline: not checked
 }
 

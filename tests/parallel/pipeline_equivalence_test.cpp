@@ -13,6 +13,7 @@
 #include <strata/comm/local.h>
 #include <strata/parallel/checkpoint_io.h>
 #include <strata/parallel/sharded_checkpoint.h>
+#include <strata/parallel/pipeline_executor.h>
 #include <strata/parallel/pipeline_stage.h>
 #include "pipeline_harness.h"
 
@@ -30,13 +31,15 @@ std::string label(const PpCase& c) {
          (c.checkpoint ? " ckpt" : "");
 }
 
-void check_case(const PpCase& c) {
+// exchanges: 1 inline, 0 on comm threads, -1 the executor's default for this host.
+void check_case(const PpCase& c, int exchanges = -1) {
   const PpRun ref = pp_reference(c);
   const int world = c.pp * c.dp;
   std::vector<PpRun> runs(static_cast<size_t>(world));
   comm::run_local(world, [&](comm::ProcessGroup& g) {
     std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
     auto pm = pp_parallelize(w, c, pp_gpt(c));
+    if (exchanges >= 0) pm->pipeline()->set_inline_exchanges(exchanges == 1);
     runs[size_t(g.rank())] = pp_train(*pm, c);
   });
   for (int r = 0; r < world; ++r) {
@@ -69,6 +72,25 @@ TEST(PipelineEquivalence, EveryScheduleAndMicroBatchCountEqualsOneProcess) {
         ++n;
       }
   EXPECT_EQ(n, 14);  // 3 m values x 2 pp for gpipe and 1f1b; m = pp only for interleaved
+}
+
+// Whichever way the exchanges run (the default picks one per host), the model is the same.
+TEST(PipelineEquivalence, InlineAndThreadedExchangesEqualOneProcess) {
+  for (int exchanges : {1, 0}) {
+    SCOPED_TRACE(exchanges ? "inline exchanges" : "exchanges on comm threads");
+    check_case({.kind = ScheduleKind::one_f_one_b, .pp = 2, .m = 3}, exchanges);
+    check_case({.kind = ScheduleKind::interleaved, .pp = 2, .m = 2, .v = 2}, exchanges);
+  }
+}
+
+// Inline when the job's compute threads fill the host's cores, comm threads when a core is free.
+TEST(PipelineExchanges, InlineWhenTheComputeThreadsFillTheCores) {
+  EXPECT_TRUE(default_inline_exchanges(2, 1, 2));   // mpirun -np 2, one thread each, 2 cores
+  EXPECT_TRUE(default_inline_exchanges(4, 1, 2));   // oversubscribed
+  EXPECT_TRUE(default_inline_exchanges(2, 8, 16));  // 2 ranks x 8 threads on 16 cores
+  EXPECT_FALSE(default_inline_exchanges(2, 1, 16));  // 14 cores free for comm threads
+  EXPECT_FALSE(default_inline_exchanges(1, 1, 2));
+  EXPECT_TRUE(default_inline_exchanges(0, 0, 0));    // degenerate counts read as 1
 }
 
 TEST(PipelineEquivalence, UntiedHeadAndActivationCheckpointing) {

@@ -46,6 +46,16 @@ TEST(MpiBatchP2P, InlineRingAndMixed) {
   g.set_inline_p2p(false);
 }
 
+// Every rank of an mpirun on one host counts them all, in the world and in a sub-group
+// (the pipeline picks inline exchanges from it).
+TEST(MpiGroups, HostRanksCountsTheWorldsProcessesOnThisHost) {
+  EXPECT_EQ(g_world->host_ranks(), g_world->size());
+  auto solo = g_world->split(g_world->rank(), 0, "solo");
+  ASSERT_NE(solo, nullptr);
+  EXPECT_EQ(solo->size(), 1);
+  EXPECT_EQ(solo->host_ranks(), g_world->size());
+}
+
 TEST(MpiCollectives, LargeMessagesAllAlgorithms) {
   ProcessGroup& g = *g_world;
   const int n = g.size();
