@@ -37,7 +37,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 /// gelu(linear(x, w, b), tanh_approx) with the bias and GELU in one pass after a
 /// bias-free GEMM, and in backward the GELU and bias gradients in one pass (node
 /// "LinearGeluBackward"). Saves x, w, b and the GEMM output (not the pre-activation).
-/// Off the CPU, under autocast or with mixed dtypes: linear then gelu.
+/// Off the CPU, for 16-bit dtypes, under autocast or with mixed dtypes: linear then gelu.
 Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_approx);
 
 // ---------------------------------------------------------------- elementwise (fn_elementwise.cpp)
