@@ -75,4 +75,42 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   });
 }
 
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_approx) {
+  // f32 / f64 only: with 16-bit tensors the unfused path rounds y + b to 16 bits before the
+  // GELU, and the 16-bit training tests' bounds are set on that path
+  const bool fused = x.device().is_cpu() && w.device().is_cpu() && w.dtype() == x.dtype() &&
+                     (x.dtype() == DType::f32 || x.dtype() == DType::f64) &&
+                     (!b.defined() || (b.device().is_cpu() && b.dtype() == x.dtype())) &&
+                     !autocast::wants_low_precision({x, w, b});
+  if (!fused) return gelu(linear(x, w, b), tanh_approx);
+  STRATA_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), "[linear_gelu] input ", shape_str(x.shape()),
+               " does not match weight ", shape_str(w.shape()), " (out, in)");
+  const int64_t in = w.size(1), outf = w.size(0);
+  Tensor x2 = ops::reshape(x, {-1, in});  // (M, in)
+  Tensor y = ops::empty({x2.size(0), outf}, x.dtype(), x.device());
+  ops::gemm_(y, x2, ops::transpose(w, 0, 1), 1.0, 0.0);  // (M, out), no bias
+  Shape out_shape = x.shape();
+  out_shape.back() = outf;
+  Tensor out = ops::view(ops::bias_gelu(y, b, tanh_approx), out_shape);  // gelu(y + b)
+  if (!any_requires_grad(x, w, b)) return out;
+  const bool need_x = x.requires_grad(), need_w = w.requires_grad();
+  const bool has_b = b.defined(), need_b = has_b && b.requires_grad();
+  SavedTensor sx(need_w ? x2 : Tensor()), sw(need_x ? w : Tensor()), sy(y), sb(b);
+  const Shape xs = x.shape();
+  std::vector<Tensor> inputs{x, w};
+  if (b.defined()) inputs.push_back(b);
+  return record_fn("LinearGeluBackward", out, inputs, [=](const Tensor& g) {
+    const Tensor bias = has_b ? sb.get("LinearGeluBackward") : Tensor();
+    auto [dh, gb] = ops::bias_gelu_backward(ops::reshape(g, {-1, outf}), sy.get("LinearGeluBackward"), bias,
+                                            tanh_approx, need_b);  // (M, out), (out)
+    Tensor gx, gw;
+    if (need_x) gx = ops::reshape(ops::matmul(dh, sw.get("LinearGeluBackward")), xs);  // (M,out)@(out,in)
+    if (need_w) {
+      gw = ops::empty({outf, in}, g.dtype(), g.device());
+      ops::gemm_(gw, ops::transpose(dh, 0, 1), sx.get("LinearGeluBackward"));  // (out,M)@(M,in)
+    }
+    return std::vector{gx, gw, gb};
+  });
+}
+
 }  // namespace strata

@@ -34,6 +34,11 @@ Tensor gather(const Tensor& t, int64_t dim, const Tensor& idx);
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// x (..., in) @ w(out, in)^T + b(out); b may be undefined. One GEMM, no transposed copy.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+/// gelu(linear(x, w, b), tanh_approx) with the bias and GELU in one pass after a
+/// bias-free GEMM, and in backward the GELU and bias gradients in one pass (node
+/// "LinearGeluBackward"). Saves x, w, b and the GEMM output (not the pre-activation).
+/// Off the CPU, for 16-bit dtypes, under autocast or with mixed dtypes: linear then gelu.
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_approx);
 
 // ---------------------------------------------------------------- elementwise (fn_elementwise.cpp)
 Tensor add(const Tensor& a, const Tensor& b);

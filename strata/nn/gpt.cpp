@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <typeinfo>
 
 #include <strata/autograd/autocast.h>
 #include <strata/autograd/grad_mode.h>
@@ -82,8 +83,17 @@ GPTMLP::GPTMLP(const GPTConfig& cfg, Generator& gen) {
 }
 
 Tensor GPTMLP::forward(const Tensor& x) {
-  Tensor h = (*child("c_fc"))(x);  // (B, T, 4C)
-  h = (*child("gelu"))(h);
+  // c_fc's bias and the GELU run as one pass after a bias-free GEMM (linear_gelu), unless
+  // c_fc was swapped for another layer (tensor parallelism) or either child has forward
+  // hooks (ZeRO-3 gathers), which must then see their own calls. Same values either way.
+  const auto fc = std::dynamic_pointer_cast<Linear>(child("c_fc"));
+  const auto act = std::dynamic_pointer_cast<GELU>(child("gelu"));
+  Tensor h;
+  if (fc && act && typeid(*fc) == typeid(Linear) && typeid(*act) == typeid(GELU) && !fc->has_forward_hooks() &&
+      !act->has_forward_hooks())
+    h = linear_gelu(x, fc->weight(), fc->bias(), act->tanh_approx());  // (B, T, 4C)
+  else
+    h = (*child("gelu"))((*child("c_fc"))(x));
   return (*child("dropout"))((*child("c_proj"))(h));  // (B, T, C)
 }
 

@@ -40,6 +40,9 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Registers a pre/post forward hook; returns an id for remove_forward_hooks.
   int register_forward_hooks(ForwardPreHook pre, ForwardHook post);
   void remove_forward_hooks(int id);
+  /// Whether a forward hook is registered (a parent that fuses this module's forward with
+  /// a sibling's must then call it through operator() instead).
+  bool has_forward_hooks() const { return !hooks_.empty(); }
   virtual std::string type_name() const = 0;
 
   /// "blocks.0.attn.qkv.weight" style names in registration order, own parameters

@@ -138,6 +138,14 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim);
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim);
 
+/// gelu(y + b) with b (C) broadcast over the rows of y (..., C), in one pass (a Linear's
+/// bias fused with the GELU after it); b may be undefined. CPU only.
+Tensor bias_gelu(const Tensor& y, const Tensor& b, bool tanh_approx);
+/// (dh, db) of bias_gelu: dh = dout * gelu'(y + b), db = dh summed over rows (undefined
+/// unless need_bias_grad), in one pass.
+std::pair<Tensor, Tensor> bias_gelu_backward(const Tensor& dout, const Tensor& y, const Tensor& b, bool tanh_approx,
+                                             bool need_bias_grad);
+
 /// Over the last dim of x (..., C); weight/bias (C) may be undefined.
 /// Returns y, mean (rows), rstd (rows).
 std::tuple<Tensor, Tensor, Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,

@@ -178,11 +178,6 @@ void with_compare(CompareOp op, G&& g) {
   }
 }
 
-constexpr double kSqrt1_2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-constexpr double kGeluC = 0.044715;
-
 template <class T>
 inline T sigmoid_of(T x) {
   return T(1) / (T(1) + vexp(-x));
@@ -198,11 +193,8 @@ void with_unary(UnaryOp op, G&& g) {
     case UnaryOp::rsqrt: return g([](T x) { return T(1) / std::sqrt(x); });
     case UnaryOp::abs: return g([](T x) { return std::abs(x); });
     case UnaryOp::relu: return g([](T x) { return x > T(0) ? x : T(0); });
-    case UnaryOp::gelu: return g([](T x) { return T(0.5) * x * (T(1) + verf(x * T(kSqrt1_2))); });
-    case UnaryOp::gelu_tanh:
-      return g([](T x) {
-        return T(0.5) * x * (T(1) + vtanh(T(kSqrt2OverPi) * (x + T(kGeluC) * x * x * x)));
-      });
+    case UnaryOp::gelu: return g([](T x) { return gelu_erf_of(x); });
+    case UnaryOp::gelu_tanh: return g([](T x) { return gelu_tanh_of(x); });
     case UnaryOp::tanh: return g([](T x) { return vtanh(x); });
     case UnaryOp::sigmoid: return g([](T x) { return sigmoid_of(x); });
     case UnaryOp::sign: return g([](T x) { return T((x > T(0)) - (x < T(0))); });
@@ -214,19 +206,8 @@ void with_unary(UnaryOp op, G&& g) {
 template <class T, class G>
 void with_act_grad(ActGrad kind, G&& g) {
   switch (kind) {
-    case ActGrad::gelu:
-      return g([](T dy, T x) {
-        const T cdf = T(0.5) * (T(1) + verf(x * T(kSqrt1_2)));
-        const T pdf = T(kInvSqrt2Pi) * vexp(T(-0.5) * x * x);
-        return dy * (cdf + x * pdf);
-      });
-    case ActGrad::gelu_tanh:
-      return g([](T dy, T x) {
-        const T x2 = x * x;
-        const T t = vtanh(T(kSqrt2OverPi) * (x + T(kGeluC) * x2 * x));
-        const T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluC) * x2);
-        return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
-      });
+    case ActGrad::gelu: return g([](T dy, T x) { return dy * gelu_erf_grad_of(x); });
+    case ActGrad::gelu_tanh: return g([](T dy, T x) { return dy * gelu_tanh_grad_of(x); });
     case ActGrad::relu: return g([](T dy, T y) { return y > T(0) ? dy : T(0); });
     case ActGrad::tanh: return g([](T dy, T y) { return dy * (T(1) - y * y); });
     case ActGrad::sigmoid: return g([](T dy, T y) { return dy * y * (T(1) - y); });

@@ -127,6 +127,75 @@ template <class T>
   else return std::erf(x);
 }
 
+// GELU. The tanh form 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3), is computed
+// as x * sigmoid(2u) = x / (1 + exp(-2u)): the same function, without the cancellation of
+// 1 + tanh u for x << 0 (there the tanh form loses every digit below x ~ -5; this keeps
+// ~1e-7 relative, ~1e-5 at x ~ -9 where the f32 rounding of u itself is amplified by
+// exp). One exp and one division, as Sleef's tanhf costs PyTorch. The derivative
+// s + x s (1 - s) du/dx, s = sigmoid(2u), du/dx = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+inline constexpr double kGeluSqrt2OverPi = 0.79788456080286535588;
+inline constexpr double kGeluCubic = 0.044715;
+inline constexpr double kGeluSqrt1_2 = 0.70710678118654752440;
+inline constexpr double kGeluInvSqrt2Pi = 0.39894228040143267794;
+
+namespace detail {
+// exp(z) for the sigmoid: z clamped to [-87, 89] (exp_f32's polynomial without its
+// special cases; NaN maps to 0, the caller's x carries it). Above ~88.4 it returns inf
+// (2^128), so x / (1 + e) is exactly -0 for x << 0, as the tanh form gives.
+[[gnu::always_inline]] inline float exp_clamped_f32(float z) {
+  z = z < -87.0f ? -87.0f : z;
+  z = z > 89.0f ? 89.0f : z;
+  z = z == z ? z : 0.0f;
+  const float n = (z * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = z - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * std::bit_cast<float>((int32_t(n) + 127) << 23);  // n in [-126, 128]; 128: inf
+}
+template <class T>
+[[gnu::always_inline]] inline T gelu_exp(T z) {
+  if constexpr (std::is_same_v<T, float>) return exp_clamped_f32(z);
+  else return std::exp(z);
+}
+}  // namespace detail
+
+/// gelu(x), tanh approximation (GPT-2's): x * sigmoid(2u).
+template <class T>
+[[gnu::always_inline]] inline T gelu_tanh_of(T x) {
+  const T z = T(-2 * kGeluSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x);  // -2u
+  return x / (T(1) + detail::gelu_exp(z));
+}
+/// d gelu_tanh / dx. x is clamped to +-30, beyond which the derivative is exactly 1 or 0
+/// (without it, x s (1 - s) du would be 0 * inf for |x| > 1e19).
+template <class T>
+[[gnu::always_inline]] inline T gelu_tanh_grad_of(T x) {
+  x = x > T(30) ? T(30) : x;
+  x = x < T(-30) ? T(-30) : x;
+  const T x2 = x * x;
+  const T z = T(-2 * kGeluSqrt2OverPi) * (x + T(kGeluCubic) * x2 * x);
+  const T s = T(1) / (T(1) + detail::gelu_exp(z));
+  const T du2 = T(2 * kGeluSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x2);  // 2 du/dx
+  return s + x * s * (T(1) - s) * du2;
+}
+/// gelu(x) = x Phi(x), exact (erf).
+template <class T>
+[[gnu::always_inline]] inline T gelu_erf_of(T x) {
+  return T(0.5) * x * (T(1) + verf(x * T(kGeluSqrt1_2)));
+}
+/// d gelu_erf / dx = Phi(x) + x phi(x).
+template <class T>
+[[gnu::always_inline]] inline T gelu_erf_grad_of(T x) {
+  const T cdf = T(0.5) * (T(1) + verf(x * T(kGeluSqrt1_2)));
+  const T pdf = T(kGeluInvSqrt2Pi) * vexp(T(-0.5) * x * x);
+  return cdf + x * pdf;
+}
+
 /// Which activation derivative act_grad_kernel applies: out = grad * f'(x or y).
 enum class ActGrad { gelu, gelu_tanh, relu, tanh, sigmoid };
 

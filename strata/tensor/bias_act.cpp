@@ -1,0 +1,47 @@
+// Front ends of the fused bias + GELU ops (tensor/cpu/bias_act.h): checks, outputs, then
+// the kernel for the device. CPU only for now; callers (autograd linear_gelu) fall back to
+// linear + gelu elsewhere.
+#include <strata/tensor/cpu/bias_act.h>
+#include <strata/tensor/dispatch.h>
+#include <strata/tensor/ops.h>
+
+namespace strata::ops {
+namespace {
+
+using BiasGeluFn = void(const Tensor&, const Tensor&, Tensor&, bool);
+using BiasGeluBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, bool);
+const KernelTable<BiasGeluFn> kBiasGelu{"bias_gelu", {&cpu::bias_gelu_kernel, nullptr}};
+const KernelTable<BiasGeluBwdFn> kBiasGeluBwd{"bias_gelu_backward", {&cpu::bias_gelu_backward_kernel, nullptr}};
+
+void check_rows(const char* op, const Tensor& y, const Tensor& b) {
+  STRATA_CHECK(y.defined() && y.dim() >= 1, "[", op, "] input must be a defined tensor of at least 1 dim");
+  if (!b.defined()) return;
+  STRATA_CHECK(b.shape() == Shape{y.size(-1)}, "[", op, "] bias must have shape (", y.size(-1), "), got ",
+               shape_str(b.shape()));
+  STRATA_CHECK(b.dtype() == y.dtype(), "[", op, "] bias dtype ", dtype_name(b.dtype()), " does not match input ",
+               dtype_name(y.dtype()));
+}
+
+}  // namespace
+
+Tensor bias_gelu(const Tensor& y, const Tensor& b, bool tanh_approx) {
+  check_rows("bias_gelu", y, b);
+  const Device d = b.defined() ? common_device("bias_gelu", y, b) : y.device();
+  Tensor out = empty(y.shape(), y.dtype(), d);
+  kBiasGelu(d)(contiguous(y), b.defined() ? contiguous(b) : b, out, tanh_approx);
+  return out;
+}
+
+std::pair<Tensor, Tensor> bias_gelu_backward(const Tensor& dout, const Tensor& y, const Tensor& b, bool tanh_approx,
+                                             bool need_bias_grad) {
+  check_rows("bias_gelu_backward", y, b);
+  STRATA_CHECK(dout.defined() && dout.shape() == y.shape() && dout.dtype() == y.dtype(), "[bias_gelu_backward] grad ",
+               dout.defined() ? dout.str() : std::string("undefined"), " does not match input ", y.str());
+  const Device d = common_device("bias_gelu_backward", dout, y);
+  Tensor dh = empty(y.shape(), y.dtype(), d);
+  Tensor db = need_bias_grad ? empty({y.size(-1)}, y.dtype(), d) : Tensor();
+  kBiasGeluBwd(d)(contiguous(dout), contiguous(y), b.defined() ? contiguous(b) : b, dh, db, tanh_approx);
+  return {dh, db};
+}
+
+}  // namespace strata::ops

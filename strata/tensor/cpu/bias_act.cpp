@@ -1,0 +1,122 @@
+// Bias + GELU in one pass over (rows, n), forward and backward. The pre-activation
+// h = y + b is never stored: backward recomputes it from y and b (one add per element,
+// b stays in L1), which saves the broadcast copy of the bias before the GEMM and, in
+// backward, the second read of dh that a separate column sum would make.
+#include <strata/tensor/cpu/bias_act.h>
+
+#include <algorithm>
+#include <vector>
+
+#include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/elementwise.h>
+#include <strata/tensor/cpu/widen.h>
+#include <strata/tensor/dispatch.h>
+
+namespace strata::cpu {
+namespace {
+
+template <bool Tanh, class A>
+[[gnu::always_inline]] inline A gelu_fn(A h) {
+  if constexpr (Tanh) return gelu_tanh_of(h);
+  else return gelu_erf_of(h);
+}
+template <bool Tanh, class A>
+[[gnu::always_inline]] inline A gelu_grad_fn(A h) {
+  if constexpr (Tanh) return gelu_tanh_grad_of(h);
+  else return gelu_erf_grad_of(h);
+}
+
+template <class T, bool Tanh, class A = acc_t<T>>
+void forward_impl(const T* y, const T* b, T* out, int64_t rows, int64_t n) {
+  parallel_for_simd(rows, std::max<int64_t>(1, 16384 / n), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* yr = y + r * n;
+      T* o = out + r * n;
+      if (b) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) o[j] = st<T>(gelu_fn<Tanh>(A(ld(yr[j]) + ld(b[j]))));
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) o[j] = st<T>(gelu_fn<Tanh>(ld(yr[j])));
+      }
+    }
+  });
+}
+
+// Rows in blocks whose size depends only on the row count (as layer_norm_backward): each
+// block sums its db partial, the partials are added in block order afterwards.
+constexpr int64_t kMinRowBlock = 32, kMaxBlocks = 256;
+
+template <class T, bool Tanh, class A = acc_t<T>>
+void backward_impl(const T* g, const T* y, const T* b, T* dh, T* db, int64_t rows, int64_t n) {
+  const int64_t block = std::max(kMinRowBlock, (rows + kMaxBlocks - 1) / kMaxBlocks);
+  const int64_t blocks = (rows + block - 1) / block;
+  std::vector<A> part(db ? size_t(blocks * n) : 0, A(0));
+  const int64_t grain = std::max<int64_t>(1, 16384 / (block * n));
+  parallel_for_simd(blocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
+      A* p = db ? part.data() + blk * n : nullptr;
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* gr = g + r * n;
+        const T* yr = y + r * n;
+        T* d = dh + r * n;
+        if (b && p) {
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) {
+            const A v = ld(gr[j]) * gelu_grad_fn<Tanh>(A(ld(yr[j]) + ld(b[j])));
+            d[j] = st<T>(v);
+            p[j] += v;
+          }
+        } else if (b) {
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) d[j] = st<T>(ld(gr[j]) * gelu_grad_fn<Tanh>(A(ld(yr[j]) + ld(b[j]))));
+        } else {
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) d[j] = st<T>(ld(gr[j]) * gelu_grad_fn<Tanh>(ld(yr[j])));
+        }
+      }
+    }
+  });
+  if (!db) return;
+  for (int64_t blk = 1; blk < blocks; ++blk) {
+    const A* p = part.data() + blk * n;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) part[size_t(j)] += p[j];
+  }
+  for (int64_t j = 0; j < n; ++j) db[j] = st<T>(blocks > 0 ? part[size_t(j)] : A(0));
+}
+
+template <class T>
+const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+}  // namespace
+
+void bias_gelu_kernel(const Tensor& y, const Tensor& b, Tensor& out, bool tanh_approx) {
+  const int64_t n = y.size(-1), rows = n > 0 ? y.numel() / n : 0;
+  if (rows == 0 || n == 0) return;
+  STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_gelu", [&] {
+    const scalar_t* bp = ptr_or_null<scalar_t>(b);
+    if (tanh_approx) forward_impl<scalar_t, true>(y.data<scalar_t>(), bp, out.data<scalar_t>(), rows, n);
+    else forward_impl<scalar_t, false>(y.data<scalar_t>(), bp, out.data<scalar_t>(), rows, n);
+  });
+}
+
+void bias_gelu_backward_kernel(const Tensor& dout, const Tensor& y, const Tensor& b, Tensor& dh, Tensor& db,
+                               bool tanh_approx) {
+  const int64_t n = y.size(-1), rows = n > 0 ? y.numel() / n : 0;
+  STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_gelu_backward", [&] {
+    scalar_t* dbp = db.defined() ? db.data<scalar_t>() : nullptr;
+    if (n == 0) return;
+    if (tanh_approx)
+      backward_impl<scalar_t, true>(dout.data<scalar_t>(), y.data<scalar_t>(), ptr_or_null<scalar_t>(b),
+                                    dh.data<scalar_t>(), dbp, rows, n);
+    else
+      backward_impl<scalar_t, false>(dout.data<scalar_t>(), y.data<scalar_t>(), ptr_or_null<scalar_t>(b),
+                                     dh.data<scalar_t>(), dbp, rows, n);
+  });
+}
+
+}  // namespace strata::cpu
