@@ -172,6 +172,9 @@ elseif(CASE STREQUAL "plan_70b_cost")
   endif()
   set(big --set model.n_layer=86 --set model.n_embd=8192 --set model.n_head=64 --set model.vocab_size=32000
           --set model.block_size=4096 --set train.batch_size=1024 --set model.dropout=0)
+  if(NOT WITH_CUDA)  # gpt_1p3b.yaml says run.device cuda, which a build without CUDA refuses
+    list(APPEND big --set run.device=cpu)
+  endif()
   # 5 rounds of `strata config show` on the same config (same binary, libraries and config
   # loading: ~1-2 s and ~225 MB here, nearly all of it the CUDA, MPI and BLAS libraries
   # being loaded) and `strata plan`, interleaved; each one's fastest round counts (the host
