@@ -48,17 +48,40 @@ void probe(int64_t step, std::vector<int64_t>& out) {
     out.push_back(v);
 }
 
-// Trains one rank; `record` (or null) receives its probes.
-void train_rank(const TrainConfig& cfg, std::shared_ptr<comm::ProcessGroup> world, int64_t every,
-                std::vector<int64_t>* record) {
+// The caching allocator's OS allocations per size class since `before`, as flat
+// {class bytes, new blocks} pairs, at most kGrewPairs of them (a fixed size, gathered
+// over mpi); zeros pad.
+constexpr int kGrewPairs = 8;
+std::vector<int64_t> classes_grown(const std::vector<std::pair<int64_t, int64_t>>& before) {
+  std::vector<int64_t> out;
+  for (const auto& [cls, n] : cpu_os_allocs_by_class()) {
+    int64_t was = 0;
+    for (const auto& [c, m] : before)
+      if (c == cls) was = m;
+    if (n > was && out.size() < 2 * size_t(kGrewPairs)) {
+      out.push_back(cls);
+      out.push_back(n - was);
+    }
+  }
+  out.resize(2 * size_t(kGrewPairs), 0);
+  return out;
+}
+
+// Trains one rank; `record` (or null) receives its probes, then the size classes the
+// cache obtained new blocks of after the probe step (classes_grown).
+void train_rank(const TrainConfig& cfg, std::shared_ptr<comm::ProcessGroup> world, int64_t every, int64_t probe_step,
+                std::vector<int64_t>* record, std::vector<int64_t>* grew) {
   TrainerOptions opts{.verbose = false, .write_files = true};
   opts.world = std::move(world);
+  std::vector<std::pair<int64_t, int64_t>> at_probe;
   if (record)
-    opts.after_step = [every, record](int64_t step) {
+    opts.after_step = [every, probe_step, record, &at_probe](int64_t step) {
       if (step % every == 0) probe(step, *record);
+      if (step == probe_step) at_probe = cpu_os_allocs_by_class();
     };
   Trainer trainer(cfg, opts);
   trainer.train();
+  if (grew) *grew = classes_grown(at_probe);
 }
 
 double mib(int64_t b) { return double(b) / double(1 << 20); }
@@ -67,7 +90,8 @@ double mib(int64_t b) { return double(b) / double(1 << 20); }
 // the tensor peak always; the reserved peak too when `reserved_counts` (one rank per
 // process: with thread-ranks the cache's size classes depend on how the ranks' steps
 // interleave, so its reserve may still creep up without any tensor being leaked).
-bool report(const std::string& who, const std::vector<int64_t>& rows, int64_t probe_step, bool reserved_counts) {
+bool report(const std::string& who, const std::vector<int64_t>& rows, const int64_t* grew, int64_t probe_step,
+            bool reserved_counts) {
   std::printf("%s\n| step | tensor peak MiB | tensor now MiB | reserved peak MiB | reserved now MiB | RSS MiB | RSS peak MiB |\n"
               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
               who.c_str());
@@ -87,6 +111,14 @@ bool report(const std::string& who, const std::vector<int64_t>& rows, int64_t pr
               (long long)(last[1] - at_probe[1]), (long long)at_probe[3], (long long)last[3],
               (long long)(last[3] - at_probe[3]), mib(at_probe[5]), mib(last[5]),
               flat ? "flat" : "GREW");
+  // Which size classes the reserve grew in: the cache had no free block of the class
+  // when one was asked for, so more blocks of it were live at once than ever before.
+  std::string classes;
+  for (int i = 0; i < kGrewPairs && grew[2 * i] > 0; ++i)
+    classes += (i ? ", " : "") + std::to_string(grew[2 * i]) + " B x " + std::to_string(grew[2 * i + 1]);
+  if (!classes.empty())
+    std::printf("%s: new OS blocks after step %lld (size class x blocks): %s\n\n", who.c_str(), (long long)probe_step,
+                classes.c_str());
   return flat;
 }
 
@@ -107,7 +139,7 @@ int bench_soak(const SoakArgs& a) {
   cfg.train.resume.clear();  // a fresh run: the checkpoints in run.dir are overwritten
 
   if (a.backend == "local") {
-    std::vector<int64_t> rows;
+    std::vector<int64_t> rows, grew;
     // Each rank thread gets a default generator of its own, as each process has under
     // mpirun (the Trainer seeds it; the ranks' threads must not share one).
     comm::run_local(
@@ -117,19 +149,22 @@ int bench_soak(const SoakArgs& a) {
           DefaultGeneratorOverride use(own);
           // Non-owning: the group outlives the Trainer, which lives in this call.
           std::shared_ptr<comm::ProcessGroup> world(std::shared_ptr<void>(), &g);
-          train_rank(cfg, world, a.checkpoint_every, g.rank() == 0 ? &rows : nullptr);
+          train_rank(cfg, world, a.checkpoint_every, a.probe, g.rank() == 0 ? &rows : nullptr,
+                     g.rank() == 0 ? &grew : nullptr);
         },
         cfg.comm);
     std::printf("soak: %s, %d ranks (local backend: threads of one process), %lld steps, checkpoint every %lld\n\n",
                 a.config.c_str(), a.ranks, (long long)a.steps, (long long)a.checkpoint_every);
-    return report("process (all ranks)", rows, a.probe, /*reserved_counts=*/false) ? 0 : 1;
+    return report("process (all ranks)", rows, grew.data(), a.probe, /*reserved_counts=*/false) ? 0 : 1;
   }
 
   if (!comm::launched_by_mpi()) STRATA_THROW(ConfigError, "bench soak --backend mpi: start it under mpirun");
   auto world = comm::init_mpi_world(cfg.comm);
-  std::vector<int64_t> rows;
-  train_rank(cfg, world, a.checkpoint_every, &rows);
+  std::vector<int64_t> rows, grew;
+  train_rank(cfg, world, a.checkpoint_every, a.probe, &rows, &grew);
   const Tensor all = comm::all_gather_host(*world, ops::from_vector<int64_t>(rows, {int64_t(rows.size())}));
+  const std::vector<int64_t> grew_all =
+      comm::all_gather_host(*world, ops::from_vector<int64_t>(grew, {int64_t(grew.size())})).to_vector<int64_t>();
   if (world->rank() != 0) return 0;
   std::printf("soak: %s, %d ranks (mpi), %lld steps, checkpoint every %lld\n\n", a.config.c_str(), world->size(),
               (long long)a.steps, (long long)a.checkpoint_every);
@@ -138,7 +173,8 @@ int bench_soak(const SoakArgs& a) {
   for (int r = 0; r < world->size(); ++r) {
     const std::vector<int64_t> mine(v.begin() + ptrdiff_t(r) * ptrdiff_t(rows.size()),
                                     v.begin() + ptrdiff_t(r + 1) * ptrdiff_t(rows.size()));
-    flat &= report("rank " + std::to_string(r), mine, a.probe, /*reserved_counts=*/true);
+    flat &= report("rank " + std::to_string(r), mine, &grew_all[size_t(r) * 2 * kGrewPairs], a.probe,
+                   /*reserved_counts=*/true);
   }
   std::fflush(stdout);
   return flat ? 0 : 1;

@@ -33,3 +33,33 @@ if(STRATA_SANITIZE)
   # -O1 after the build type's -O3: the last -O wins.
   message(STATUS "strata: sanitizers ${STRATA_SANITIZE}")
 endif()
+
+# A sanitized build runs several times slower (measured on this suite: ASan+UBSan at -O1
+# about 2-4x, TSan 5-15x), so the ctest limits of the e2e and dist tests, sized for
+# Release, would end slow-but-passing runs. strata_sanitize_test_timeouts() (called at
+# the end of tests/CMakeLists.txt) multiplies every TIMEOUT property of the directory's
+# tests by STRATA_SANITIZE_TIMEOUT_SCALE (default 4 for address/undefined, 10 for thread;
+# 1 without sanitizers). gtest tests have no TIMEOUT of their own: ctest --timeout
+# (scripts/sanitize.sh gives 1200 s) bounds them.
+if("thread" IN_LIST _strata_san_list)
+  set(_strata_timeout_scale_default 10)
+elseif(STRATA_SANITIZE)
+  set(_strata_timeout_scale_default 4)
+else()
+  set(_strata_timeout_scale_default 1)
+endif()
+set(STRATA_SANITIZE_TIMEOUT_SCALE "${_strata_timeout_scale_default}" CACHE STRING
+    "Factor on the ctest TIMEOUT of every test in a sanitized build (default 4 for ASan/UBSan, 10 for TSan)")
+function(strata_sanitize_test_timeouts)
+  if(NOT STRATA_SANITIZE OR STRATA_SANITIZE_TIMEOUT_SCALE EQUAL 1)
+    return()
+  endif()
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(t IN LISTS tests)
+    get_test_property(${t} TIMEOUT limit)
+    if(limit)
+      math(EXPR limit "${limit} * ${STRATA_SANITIZE_TIMEOUT_SCALE}")
+      set_tests_properties(${t} PROPERTIES TIMEOUT ${limit})
+    endif()
+  endforeach()
+endfunction()

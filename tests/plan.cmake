@@ -21,7 +21,7 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   foreach(case ${strata_plan_cases})
     add_test(NAME e2e_${case}
              COMMAND ${CMAKE_COMMAND} -DCASE=${case} -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
-                     -DSCRIPT=${strata_script_cmd} -DGNU_TIME=${strata_plan_time}
+                     -DSCRIPT=${strata_script_cmd} -DGNU_TIME=${strata_plan_time} -DWITH_CUDA=${STRATA_WITH_CUDA}
                      -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/${case} -P ${strata_plan_script})
     set_tests_properties(e2e_${case} PROPERTIES LABELS e2e TIMEOUT 120)
   endforeach()
@@ -104,7 +104,13 @@ elseif(CASE STREQUAL "plan_configured_stage")
     if(c MATCHES "_dp\\.yaml$")  # thread replicas live in one process
       set(ranks 1)
     endif()
-    run(0 plan --config ${c} --ranks ${ranks} --gflops 10)
+    # A build without CUDA refuses run.device cuda (gpt_1p3b.yaml): plan it for the CPU.
+    file(READ ${c} text)
+    set(on_cpu)
+    if(NOT WITH_CUDA AND text MATCHES "device: *cuda")
+      set(on_cpu --set run.device=cpu)
+    endif()
+    run(0 plan --config ${c} --ranks ${ranks} --gflops 10 ${on_cpu})
     if(c MATCHES "_(dp|tp|pp|zero3|3d|cp)\\.yaml$")
       expect(OUT "<- configured")
       expect_not(OUT "choice: ")
@@ -166,6 +172,9 @@ elseif(CASE STREQUAL "plan_70b_cost")
   endif()
   set(big --set model.n_layer=86 --set model.n_embd=8192 --set model.n_head=64 --set model.vocab_size=32000
           --set model.block_size=4096 --set train.batch_size=1024 --set model.dropout=0)
+  if(NOT WITH_CUDA)  # gpt_1p3b.yaml says run.device cuda, which a build without CUDA refuses
+    list(APPEND big --set run.device=cpu)
+  endif()
   # 5 rounds of `strata config show` on the same config (same binary, libraries and config
   # loading: ~1-2 s and ~225 MB here, nearly all of it the CUDA, MPI and BLAS libraries
   # being loaded) and `strata plan`, interleaved; each one's fastest round counts (the host

@@ -22,13 +22,18 @@ using detail::strip_slashes;
 
 using detail::PieceRecord;
 
-// Every rank's bytes on every rank: lengths first, then one all_gather padded to the max.
+// Every rank's bytes on every rank: lengths first, then one all_gather padded to the max,
+// rounded up to 64 bytes. The rounding keeps the buffers' size class when a payload's
+// length moves by a character between checkpoints: step 2's {"bytes":N,"crc32":C} is 80
+// or 81 characters as the CRC has 9 or 10 decimal digits, and at 4 ranks 320 or 324
+// bytes straddle two size classes of the caching allocator, whose reserve then grew by a
+// block the first time the smaller one came up (bench soak, docs/reliability.md).
 std::vector<std::string> all_gather_bytes(comm::ProcessGroup* group, const std::string& mine) {
   if (!group) return {mine};
   const int n = group->size();
   const Tensor lens = comm::all_gather_host(*group, ops::from_vector(std::vector<int64_t>{int64_t(mine.size())}, {1}));
   const int64_t* l = lens.data<int64_t>();
-  const int64_t width = std::max<int64_t>(1, *std::max_element(l, l + n));
+  const int64_t width = (std::max<int64_t>(1, *std::max_element(l, l + n)) + 63) / 64 * 64;
   Tensor buf = ops::zeros({width}, DType::u8);
   std::memcpy(buf.data<uint8_t>(), mine.data(), mine.size());
   const Tensor all = comm::all_gather_host(*group, buf);

@@ -94,6 +94,7 @@ class CachingCpuAllocator final : public Allocator {
       }
       if (!p) throw std::bad_alloc();
       os_allocs_.fetch_add(1, kRelaxed);
+      if (cacheable(size)) os_allocs_by_bin_[bin(size)].fetch_add(1, kRelaxed);
       bump_peak(peak_reserved_, reserved_.fetch_add(int64_t(size), kRelaxed) + int64_t(size));
     }
     allocated_.fetch_add(int64_t(size), kRelaxed);
@@ -144,6 +145,13 @@ class CachingCpuAllocator final : public Allocator {
   }
   size_t limit() const { return limit_.load(kRelaxed); }
   void set_limit(size_t bytes) { limit_.store(bytes, kRelaxed); }
+
+  std::vector<std::pair<int64_t, int64_t>> os_allocs_by_class() const {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (size_t i = 0; i < kNumBins; ++i)
+      if (const int64_t n = os_allocs_by_bin_[i].load(kRelaxed)) out.emplace_back(int64_t(class_of_bin(i)), n);
+    return out;
+  }
 
   CpuAllocatorStats stats() const {
     return {.allocated_bytes = allocated_.load(kRelaxed),
@@ -207,6 +215,7 @@ class CachingCpuAllocator final : public Allocator {
   std::array<Bin, kNumBins> bins_;
   std::atomic<int64_t> allocated_{0}, reserved_{0}, peak_reserved_{0}, cached_bytes_{0}, cached_blocks_{0};
   std::atomic<int64_t> requests_{0}, cache_hits_{0}, os_allocs_{0}, os_frees_{0};
+  std::array<std::atomic<int64_t>, kNumBins> os_allocs_by_bin_{};
 };
 
 // Never destroyed: tensors in static storage may be freed after main() returns.
@@ -219,6 +228,7 @@ CachingCpuAllocator& the_allocator() {
 }  // namespace
 
 CpuAllocatorStats cpu_allocator_stats() { return the_allocator().stats(); }
+std::vector<std::pair<int64_t, int64_t>> cpu_os_allocs_by_class() { return the_allocator().os_allocs_by_class(); }
 void empty_cache() { the_allocator().empty_cache(); }
 bool cpu_caching_enabled() { return the_allocator().enabled(); }
 void set_cpu_caching(bool on) { the_allocator().set_enabled(on); }

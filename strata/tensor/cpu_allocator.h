@@ -4,6 +4,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace strata {
 
@@ -29,6 +31,12 @@ inline constexpr size_t kCpuAlignment = 64;
 
 /// A snapshot of the counters. Thread-safe.
 CpuAllocatorStats cpu_allocator_stats();
+
+/// OS allocations (cache misses) so far per cached size class: {class bytes, count} for
+/// every class with a nonzero count, smallest first. A rise of the reserved peak between
+/// two snapshots is exactly the classes whose count rose (`strata bench soak` names them).
+/// Thread-safe.
+std::vector<std::pair<int64_t, int64_t>> cpu_os_allocs_by_class();
 
 /// Returns every cached (free) CPU block to the OS; blocks in use are untouched.
 /// Thread-safe. Tensor accounting (cpu_memory()) does not change: it counts live bytes only.

@@ -80,6 +80,29 @@ TEST_F(CpuAllocator, ReusesTheBlockOfTheSameSizeClass) {
   EXPECT_NE(other_class->data(), p);
 }
 
+// The per-class OS counts (bench soak's explanation of a reserve rise): a miss counts in
+// its class, a hit in none.
+TEST_F(CpuAllocator, CountsOsAllocationsPerSizeClass) {
+  auto count = [](int64_t cls) {
+    for (const auto& [c, n] : cpu_os_allocs_by_class())
+      if (c == cls) return n;
+    return int64_t(0);
+  };
+  const int64_t c320 = count(320), c1024 = count(1024);
+  {
+    auto a = block(300), b = block(310);  // both 320-byte blocks, the cache holds none of them
+    EXPECT_EQ(count(320), c320 + 2);
+  }
+  auto c = block(257);  // the cache serves it
+  EXPECT_EQ(count(320), c320 + 2);
+  EXPECT_EQ(count(1024), c1024);
+  auto d = block(1000);
+  EXPECT_EQ(count(1024), c1024 + 1);
+  int64_t total = 0;
+  for (const auto& [cls, n] : cpu_os_allocs_by_class()) total += n;
+  EXPECT_LE(total, cpu_allocator_stats().os_allocs);  // blocks of 64 MiB and above are in no class
+}
+
 TEST_F(CpuAllocator, CategoryCountersCountRequestedBytesExactly) {
   MemoryTracker& t = cpu_memory();
   const int64_t params0 = t.stats(MemCategory::params).current, grads0 = t.stats(MemCategory::grads).current;
