@@ -11,6 +11,7 @@
 #include <strata/autograd/gradcheck.h>
 #include <strata/core/threads.h>
 #include <strata/tensor/ops.h>
+#include "tests/threads_guard.h"
 
 using namespace strata;
 
@@ -26,14 +27,7 @@ double gelu_tanh_grad_ref(double x) {
   return s + x * s * (1 - s) * 2 * kK * (1 + 3 * 0.044715 * x * x);
 }
 
-class ThreadsGuard {
- public:
-  explicit ThreadsGuard(int n) : saved_(get_num_threads()) { set_num_threads(n); }
-  ~ThreadsGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
+using strata::testing::ThreadsGuard;
 
 Tensor leaf64(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
   Generator g(seed);

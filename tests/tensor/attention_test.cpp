@@ -9,6 +9,7 @@
 #include <strata/tensor/attention_composed.h>
 #include <strata/tensor/ops.h>
 #include "tests/test_tensors.h"
+#include "tests/threads_guard.h"
 
 using namespace strata;
 
@@ -72,14 +73,7 @@ void expect_close(const Tensor& got, const Vec& want, double tol, const std::str
     ASSERT_NEAR(g[i], want[i], tol * (1 + std::abs(want[i]))) << what << " element " << i;
 }
 
-class ThreadsGuard {
- public:
-  explicit ThreadsGuard(int n) : saved_(get_num_threads()) { set_num_threads(n); }
-  ~ThreadsGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
+using strata::testing::ThreadsGuard;
 
 class CausalAttention : public ::testing::TestWithParam<DType> {};
 INSTANTIATE_TEST_SUITE_P(Float, CausalAttention, ::testing::Values(DType::f32, DType::f64),

@@ -9,6 +9,7 @@
 #include <strata/core/threads.h>
 #include <strata/tensor/ops.h>
 #include "tests/test_tensors.h"
+#include "tests/threads_guard.h"
 
 using namespace strata;
 
@@ -18,15 +19,7 @@ using Vec = std::vector<double>;
 
 using strata::testing::rnd;
 
-// Restores the thread count a test changed.
-class ThreadsGuard {
- public:
-  ThreadsGuard() : saved_(get_num_threads()) {}
-  ~ThreadsGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
+using strata::testing::ThreadsGuard;
 
 struct Case {
   int64_t N, C, H, W, O, k;

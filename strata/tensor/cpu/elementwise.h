@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+
+#include <strata/tensor/cpu/exp_poly.h>
 #include <type_traits>
 
 #include <strata/tensor/ops.h>
@@ -22,13 +24,7 @@ namespace strata::cpu {
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - n * 0.693359375f;  // x - n ln2, ln2 split in two for accuracy
   r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  const float p = detail::exp_poly_f32(r);
   const float half_scale = std::bit_cast<float>((int32_t(n) + 126) << 23);  // 2^(n-1), n in [-125, 128]
   float y = p * half_scale * 2.0f;
   y = x > 88.72283f ? std::numeric_limits<float>::infinity() : y;
@@ -149,13 +145,7 @@ namespace detail {
   const float n = (z * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = z - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  const float p = detail::exp_poly_f32(r);
   return p * std::bit_cast<float>((int32_t(n) + 127) << 23);  // n in [-126, 128]; 128: inf
 }
 template <class T>

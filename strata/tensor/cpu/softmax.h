@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include <strata/tensor/cpu/exp_poly.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/tensor.h>
 
@@ -29,13 +30,7 @@ inline T vexp(T x) {
     const float n = t - kRound;                                                // round(v / ln2)
     const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);  // the same, as int
     const float r = v - n * 0.693359375f + n * 2.12194440e-4f;                 // v - n ln2, in two parts
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    const float p = detail::exp_poly_f32(r);
     const float half_scale = std::bit_cast<float>((ni + 126) << 23);  // 2^(n-1), n in [-124, 128]
     const float e = p * half_scale * 2.0f;
     return x < kLo ? 0.0f : (x > kHi ? std::numeric_limits<float>::infinity() : e);

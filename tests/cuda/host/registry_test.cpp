@@ -78,6 +78,9 @@ TEST(KernelRegistry, EveryFrontEndOpHasACudaKernel) {
   // (parallel.cp).
   cpu_only.insert({"adam_step_mixed_", "sgd_step_mixed_", "attention_block_forward", "attention_block_backward",
                    "attention_block_delta"});
+  // The fused bias + GELU of the GPT MLP: autograd's linear_gelu uses it on the CPU only and
+  // runs linear + gelu (which have CUDA kernels) on other devices.
+  cpu_only.insert({"bias_gelu", "bias_gelu_backward"});
 #ifndef STRATA_WITH_CUDNN
   cpu_only.insert({"conv2d", "conv2d_backward"});
 #endif
