@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "apps/config.h"
+#include "tests/apps/test_files.h"
 
 namespace strata::apps {
 namespace {
@@ -65,7 +66,7 @@ TEST(ConfigReference, EveryKeyReadIsDocumentedAndEveryDocumentedKeyIsRead) {
   std::vector<ConfigKeyRead> all;
   auto add = [&](const std::vector<ConfigKeyRead>& r) { all.insert(all.end(), r.begin(), r.end()); };
   for (const char* v : kVariants) add(reads_of(ConfigNode::load_string(v, {}, "variant"), std::string("variant:\n") + v));
-  for (const std::string& f : config_files()) add(reads_of(ConfigNode::load_file(f), f));
+  for (const std::string& f : config_files()) add(reads_of(ConfigNode::load_file(f, kNoCudaSets), f));
   // Every value a selector accepts (model.type, data.dataset, optim.name, ...), set on each
   // variant: a new dataset or model is read even before a config above uses it. The mix
   // may be invalid (gpt on images); the keys read before the error count.

@@ -30,7 +30,7 @@ struct Case {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const auto& e : std::filesystem::directory_iterator(kSrc + "/configs"))
-    if (e.path().extension() == ".yaml") out.push_back({e.path().string(), {}});
+    if (e.path().extension() == ".yaml") out.push_back({e.path().string(), kNoCudaSets});
   out.push_back({kTinyMlp, {}});
   out.push_back({kTinyMlp, {"model.hidden=[64, 32, 16]", "model.dropout=0"}});
   out.push_back({kTinyMlp, {"model.hidden=[48, 24, 12, 6]", "model.dropout=0.2", "model.activation=gelu"}});
@@ -106,9 +106,10 @@ TEST(Planner, LargeGptCountsInClosedForm) {
 // Planning allocates no tensor: the allocator's peak does not move while every layout of
 // a 70B GPT over 1024 ranks is planned.
 TEST(Planner, SeventyBillionIsPlannedWithoutATensor) {
-  const TrainConfig cfg = TrainConfig::load(
-      kSrc + "/configs/gpt_1p3b.yaml", {"model.n_layer=86", "model.n_embd=8192", "model.n_head=64",
-                                        "model.vocab_size=32000", "model.block_size=4096", "train.batch_size=1024"});
+  std::vector<std::string> sets = {"model.n_layer=86",        "model.n_embd=8192",     "model.n_head=64",
+                                   "model.vocab_size=32000", "model.block_size=4096", "train.batch_size=1024"};
+  sets.insert(sets.end(), kNoCudaSets.begin(), kNoCudaSets.end());
+  const TrainConfig cfg = TrainConfig::load(kSrc + "/configs/gpt_1p3b.yaml", sets);
   cpu_memory().reset_peaks();
   const int64_t before = cpu_memory().total_peak();
   const auto plans = plan_layouts(cfg, 1024, PlanAssumptions{.flops_per_s = 4e11, .bytes_per_s = 5e10});

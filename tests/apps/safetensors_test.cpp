@@ -56,7 +56,7 @@ Tensor make(const Shape& shape, int seed) {
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
+         (a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0);  // empty: no data pointer
 }
 
 // Expects fn to throw DataError whose message contains every string in `parts`.
