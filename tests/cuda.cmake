@@ -15,6 +15,10 @@ add_executable(strata_test_cuda ${strata_cuda_test_srcs})
 target_link_libraries(strata_test_cuda PRIVATE strata strata_apps strata_warnings GTest::gtest GTest::gtest_main
                       $<$<BOOL:${STRATA_WITH_CUDA}>:CUDA::cudart> OpenMP::OpenMP_CXX)
 target_compile_definitions(strata_test_cuda PRIVATE STRATA_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+# The cuDNN tests (conv2d, the CNN step) run when strata_tensor was built with cuDNN.
+if(STRATA_WITH_CUDNN)
+  target_compile_definitions(strata_test_cuda PRIVATE STRATA_WITH_CUDNN)
+endif()
 gtest_discover_tests(strata_test_cuda PROPERTIES LABELS cuda DISCOVERY_TIMEOUT 60)
 
 # `strata info` reports the backend: compiled in or not, and the devices or why there are none.

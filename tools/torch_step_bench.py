@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """PyTorch's CPU training step for the same models, batch sizes and optimizers as
 configs/fashion_mlp.yaml, fashion_cnn.yaml and gpt_char.yaml, for a side-by-side
-comparison with `strata bench train`. Random inputs of the right shapes (the data
+comparison with `strata bench train` (on the CPU, or a GPU with --device cuda). Random inputs of the right shapes (the data
 pipeline is not timed in either). The GPT is initialised as strata's (nanoGPT's): normal
 std 0.02, residual projections 0.02/sqrt(2L), zero biases. Usage:
     python3 tools/torch_step_bench.py --threads 1 --steps 50
     python3 tools/torch_step_bench.py --models gpt --block-size 128 --batch 16 --optimizer adamw
+    python3 tools/torch_step_bench.py --models gpt --device cuda --precision bf16 --layers 12 --heads 12 --embd 768 \
+        --block-size 1024 --batch 8
 scripts/bench_vs_torch.sh runs it against strata, pinned and alternating.
 """
 import argparse
@@ -35,7 +37,8 @@ def mlp():
     m = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.1), nn.Linear(256, 128), nn.ReLU(),
                       nn.Dropout(0.1), nn.Linear(128, 10))
     b = batch(128)
-    x, y = torch.randn(b, 1, 28, 28), torch.randint(0, 10, (b,))
+    x, y = torch.randn(b, 1, 28, 28, device=ARGS.device), torch.randint(0, 10, (b,), device=ARGS.device)
+    m.to(ARGS.device)
     return m, make_opt(m, torch.optim.Adam(m.parameters(), 1e-3)), lambda: F.cross_entropy(m(x), y), b
 
 
@@ -45,7 +48,8 @@ def cnn():
     m = nn.Sequential(*block(1, 32), *block(32, 64), nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
                       nn.Dropout(0.25), nn.Linear(128, 10))
     b = batch(128)
-    x, y = torch.randn(b, 1, 28, 28), torch.randint(0, 10, (b,))
+    x, y = torch.randn(b, 1, 28, 28, device=ARGS.device), torch.randint(0, 10, (b,), device=ARGS.device)
+    m.to(ARGS.device)
     return m, torch.optim.AdamW(m.parameters(), 2e-3, weight_decay=1e-4), lambda: F.cross_entropy(m(x), y), b
 
 
@@ -62,7 +66,7 @@ class Block(nn.Module):
         q, k, v = s.c_attn(s.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, s.h, C // s.h).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(C // s.h)
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), 1)
         att = att.masked_fill(mask, float("-inf")).softmax(-1)
         x = x + s.c_proj((att @ v).transpose(1, 2).reshape(B, T, C))
         return x + s.proj(F.gelu(s.fc(s.ln_2(x)), approximate="tanh"))
@@ -76,7 +80,7 @@ class GPT(nn.Module):
         s.ln_f = nn.LayerNorm(C)
 
     def forward(s, idx):
-        x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1]))
+        x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1], device=idx.device))
         for b in s.h:
             x = b(x)
         return F.linear(s.ln_f(x), s.wte.weight)
@@ -93,9 +97,10 @@ def gpt_init(m, L):
 
 def gpt():
     T, b = ARGS.block_size, batch(32)
-    m = GPT(T=T)
-    gpt_init(m, 4)
-    x, y = torch.randint(0, 256, (b, T)), torch.randint(0, 256, (b, T))
+    m = GPT(T=T, L=ARGS.layers, H=ARGS.heads, C=ARGS.embd)
+    gpt_init(m, ARGS.layers)
+    m.to(ARGS.device)
+    x, y = (torch.randint(0, 256, (b, T), device=ARGS.device) for _ in range(2))
     opt = torch.optim.AdamW(m.parameters(), 2e-3, betas=(0.9, 0.95), weight_decay=0.1)
     return m, opt, lambda: F.cross_entropy(m(x).view(-1, 256), y.view(-1)), b * T
 
@@ -111,6 +116,12 @@ def main():
                     help="adamw: AdamW for every model (the MLP's config uses Adam)")
     ap.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay where --optimizer adamw sets it")
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                    help="bf16: forward and loss under torch.autocast (strata's run.precision: bf16)")
+    ap.add_argument("--layers", type=int, default=4, help="GPT layers")
+    ap.add_argument("--heads", type=int, default=4, help="GPT heads")
+    ap.add_argument("--embd", type=int, default=128, help="GPT width")
     a = ap.parse_args()
     global ARGS
     ARGS = a
@@ -122,11 +133,14 @@ def main():
 
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn()
+            with torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                loss = loss_fn()
             loss.backward()
             if name == "gpt":
                 torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
             opt.step()
+            if a.device.startswith("cuda"):
+                torch.cuda.synchronize()
 
         for _ in range(a.warmup):
             step()

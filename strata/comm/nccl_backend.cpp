@@ -232,6 +232,17 @@ std::unique_ptr<Request> NcclBackend::launch(const Collective& c) {
   if (c.kind == OpKind::gather && root) local_copy(at(out, r), in);
   if (c.kind == OpKind::scatter && root) local_copy(out, at(in, r));
   if (c.kind == OpKind::all_to_all) local_copy(at(out, r), at(in, r));
+  // A group of one: every collective is the identity (the sum, min, max, product or
+  // average of one value is that value), so only all_gather and reduce_scatter have a
+  // copy left to make, and NCCL is not called. This also sidesteps NCCL's one-rank path
+  // for ncclAvg (2.28.9, H100, 2026-11-27): a 262147-element ReduceScatter left elements
+  // 262144.. (32 x 8192: its PreMulSum kernel's last block stops at a rounded-down
+  // boundary, as far as the symptom shows) unwritten, in f32, f64, f16 and bf16, where
+  // ncclSum (a plain copy there) was right. tests/comm/mpi/nccl_collectives_test.cpp.
+  if (n == 1 && c.kind != OpKind::barrier) {
+    if (c.kind == OpKind::all_gather || c.kind == OpKind::reduce_scatter) local_copy(out, in);
+    return std::make_unique<NcclRequest>(std::move(l), -1);
+  }
 
   const size_t cnt = size_t(count);
   st_->with_comm(op, [&](ncclComm_t comm) {

@@ -58,7 +58,8 @@ TEST(CudaGemm, BatchedUniformAndBroadcast) {
     // broadcast a single matrix over the batch (stride 0)
     const Tensor w = rand_cpu({8, 5}, dt, 22);
     expect_close(ops::matmul(gpu(q), gpu(w)), ops::matmul(q, w), "batch @ matrix");
-    expect_close(ops::matmul(gpu(ops::transpose(w, 0, 1)), gpu(q)), ops::matmul(ops::transpose(w, 0, 1), q),
+    const Tensor m = rand_cpu({16, 5}, dt, 25);  // (5, 16) as a transposed view, @ (2, 3, 16, 8)
+    expect_close(ops::matmul(gpu(ops::transpose(m, 0, 1)), gpu(q)), ops::matmul(ops::transpose(m, 0, 1), q),
                  "matrix @ batch");
     // broadcast batch dims that are not uniform strides: per-matrix calls
     const Tensor x = rand_cpu({4, 1, 5, 7}, dt, 23), y = rand_cpu({1, 3, 7, 2}, dt, 24);
