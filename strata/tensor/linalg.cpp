@@ -82,7 +82,6 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     const int64_t nb = shape_numel(batch);
     const int64_t nbd = int64_t(batch.size());
     std::vector<int64_t> oa(size_t(nb), 0), ob(size_t(nb), 0);
-    bool uniform = true;  // offsets are i * (oa[1], ob[1])
     for (int64_t i = 0; i < nb; ++i) {
       int64_t rem = i;
       for (int64_t dd = nbd - 1; dd >= 0; --dd) {
@@ -91,16 +90,31 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
         oa[size_t(i)] += idx * ta.strides()[dd];
         ob[size_t(i)] += idx * tb.strides()[dd];
       }
-      if (i > 0) uniform = uniform && oa[size_t(i)] == i * oa[1] && ob[size_t(i)] == i * ob[1];
     }
-    if (auto* batched = kGemmBatched.find(d); batched && uniform && nb > 1) {
-      batched(out.dtype(), nb, n, m, k, mat_ref(ta, la, 0), oa[1], mat_ref(tb, lb, 0), ob[1], out.raw_data(),
-              std::max<int64_t>(m, 1), n * m);
-    } else {
+    // Strided-batched calls (CUDA) over the largest run of trailing batch dims whose
+    // matrices step by one stride: all of them for a contiguous batch, the heads within
+    // each sequence for attention's (B, H) views into a packed qkv (one call per b, not
+    // one GEMM per (b, h): 2 x 3000 launches a step of a small GPT otherwise).
+    const auto runs_of = [&](int64_t inner) {
       for (int64_t i = 0; i < nb; ++i) {
-        auto* o = static_cast<char*>(out.raw_data()) + i * n * m * int64_t(element_size(out.dtype()));
-        kGemm(d)(out.dtype(), n, m, k, 1.0, mat_ref(ta, la, oa[size_t(i)]), mat_ref(tb, lb, ob[size_t(i)]), 0.0, o,
-                 std::max<int64_t>(m, 1));
+        const int64_t first = i - i % inner, j = i % inner;
+        if (oa[size_t(i)] != oa[size_t(first)] + j * oa[1] || ob[size_t(i)] != ob[size_t(first)] + j * ob[1])
+          return false;
+      }
+      return true;
+    };
+    int64_t inner = nb;
+    for (int64_t dd = 0; dd < nbd && inner > 1 && !runs_of(inner); ++dd) inner /= batch[size_t(dd)];
+    const int64_t es = int64_t(element_size(out.dtype()));
+    const bool batched = inner > 1 && kGemmBatched.find(d) != nullptr;
+    for (int64_t first = 0; first < nb; first += batched ? inner : 1) {
+      auto* o = static_cast<char*>(out.raw_data()) + first * n * m * es;
+      if (batched) {
+        kGemmBatched(d)(out.dtype(), inner, n, m, k, mat_ref(ta, la, oa[size_t(first)]), oa[1],
+                        mat_ref(tb, lb, ob[size_t(first)]), ob[1], o, std::max<int64_t>(m, 1), n * m);
+      } else {
+        kGemm(d)(out.dtype(), n, m, k, 1.0, mat_ref(ta, la, oa[size_t(first)]), mat_ref(tb, lb, ob[size_t(first)]), 0.0,
+                 o, std::max<int64_t>(m, 1));
       }
     }
   }

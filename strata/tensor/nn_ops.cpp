@@ -433,10 +433,18 @@ std::array<Tensor, 3> attention_head_views(const Tensor& qkv, int64_t head_dim) 
   const auto part = [&](int64_t i) { return permute(select(t5, 2, i), {0, 2, 1, 3}); };
   return {part(0), part(1), part(2)};
 }
+
+// The views' batch (B, H) has no single stride, so a matmul on them makes one batched
+// GEMM call per sequence; contiguous (B, H, T, hd) copies (one copy kernel each) make it
+// one call for the whole batch (the small GPT on a GPU: docs/cuda.md).
+std::array<Tensor, 3> attention_heads(const Tensor& qkv, int64_t head_dim) {
+  const auto [q, k, v] = attention_head_views(qkv, head_dim);
+  return {contiguous(q), contiguous(k), contiguous(v)};
+}
 }  // namespace
 
 void composed_causal_attention(const Tensor& qkv, Tensor& y, Tensor& probs, int64_t head_dim) {
-  const auto [q, k, v] = attention_head_views(qkv, head_dim);
+  const auto [q, k, v] = attention_heads(qkv, head_dim);
   const int64_t B = qkv.size(0), T = qkv.size(1), H = q.size(1);
   Tensor s = binary_scalar(BinaryOp::mul, matmul(q, transpose(k, -1, -2)), 1.0 / std::sqrt(double(head_dim)));
   s = masked_fill(s, to_device(causal_mask(T), qkv.device()), -std::numeric_limits<double>::infinity());
@@ -447,10 +455,10 @@ void composed_causal_attention(const Tensor& qkv, Tensor& y, Tensor& probs, int6
 
 void composed_causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, Tensor& dqkv,
                                         int64_t head_dim) {
-  const auto [q, k, v] = attention_head_views(qkv, head_dim);
+  const auto [q, k, v] = attention_heads(qkv, head_dim);
   const int64_t B = qkv.size(0), T = qkv.size(1), H = q.size(1);
   const double scale = 1.0 / std::sqrt(double(head_dim));
-  const Tensor g = transpose(view(dy, {B, T, H, head_dim}), 1, 2);  // (B, H, T, hd)
+  const Tensor g = contiguous(transpose(view(dy, {B, T, H, head_dim}), 1, 2));  // (B, H, T, hd)
   const Tensor ds = softmax_backward(matmul(g, transpose(v, -1, -2)), probs, -1);
   auto [dq, dk, dv] = attention_head_views(dqkv, head_dim);
   copy_(dq, binary_scalar(BinaryOp::mul, matmul(ds, k), scale));

@@ -1,8 +1,10 @@
 // CUDA matmul / gemm_ (cuBLAS) vs the CPU (OpenBLAS): plain, transposed views, 1-d
-// operands, k = 0, batched with uniform strides (strided-batched call) and with
-// broadcast batch dims (per-matrix calls), f32 / f64, TF32, and f16 / bf16 against an
+// operands, k = 0, batched with uniform strides (strided-batched call), attention's
+// head views (one strided-batched call per sequence) and broadcast batch dims, f32 / f64, TF32, and f16 / bf16 against an
 // f32 reference of the rounded inputs. Skips without a GPU.
 #include <gtest/gtest.h>
+
+#include <strata/tensor/cpu/op_profile.h>
 
 #include "../cuda_test_util.h"
 
@@ -65,6 +67,35 @@ TEST(CudaGemm, BatchedUniformAndBroadcast) {
     const Tensor x = rand_cpu({4, 1, 5, 7}, dt, 23), y = rand_cpu({1, 3, 7, 2}, dt, 24);
     expect_close(ops::matmul(gpu(x), gpu(y)), ops::matmul(x, y), "(4,1) x (1,3) batch broadcast");
   }
+}
+
+// Attention's q, k, v are (B, H, T, hd) views into a packed (B, T, 3*H*hd) tensor: the
+// heads of one sequence step by hd, the sequences by T*3*H*hd, so no single stride spans
+// the batch. matmul makes one strided-batched call per sequence over its H heads, not
+// B*H single GEMMs (the kernel calls are counted by the op profiler).
+TEST(CudaGemm, AttentionHeadViewsBatchPerSequence) {
+  STRATA_REQUIRE_GPU();
+  const int64_t B = 3, T = 16, H = 4, hd = 8;
+  const Tensor qkv = rand_cpu({B, T, 3 * H * hd}, DType::f32, 50);
+  const auto heads = [&](const Tensor& t, int64_t i) {
+    return ops::permute(ops::select(ops::view(t, {B, T, 3, H, hd}), 2, i), {0, 2, 1, 3});
+  };
+  const Tensor g = gpu(qkv);
+  cpu::op_profile::start();
+  const Tensor s = ops::matmul(heads(g, 0), ops::transpose(heads(g, 1), -1, -2));
+  cpu::op_profile::stop();
+  int64_t batched = 0, single = 0;
+  for (const auto& st : cpu::op_profile::results()) {
+    if (st.name == "matmul_batched") batched += st.calls;
+    if (st.name == "matmul") single += st.calls;
+  }
+  EXPECT_EQ(batched, B) << "one strided-batched call per sequence";
+  EXPECT_EQ(single, 0);
+  expect_close(s, ops::matmul(heads(qkv, 0), ops::transpose(heads(qkv, 1), -1, -2)), "q @ k^T of head views");
+  expect_close(ops::matmul(ops::softmax(s, -1), heads(g, 2)),
+               ops::matmul(ops::softmax(ops::matmul(heads(qkv, 0), ops::transpose(heads(qkv, 1), -1, -2)), -1),
+                           heads(qkv, 2)),
+               "probs @ v");
 }
 
 TEST(CudaGemm, Tf32IsOptInAndClose) {
