@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include <strata/comm/device_mesh.h>
 #include <strata/core/error.h>
@@ -76,7 +77,19 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
           const auto t0 = std::chrono::steady_clock::now();
           pm->pipeline_step(tokens, tokens, shp);
           pm->finalize();
-          const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          const auto t1 = std::chrono::steady_clock::now();
+          const double dt = std::chrono::duration<double>(t1 - t0).count();
+          if (const char* tl = std::getenv("STRATA_PP_TIMELINE"); tl != nullptr && *tl != 0) {
+            // The whole step (pipeline_step + finalize), after the executor's block for it.
+            const std::string path = std::string(tl) + "." + std::to_string(world->rank());
+            if (FILE* f = std::fopen(path.c_str(), "a")) {
+              const auto ns = [](auto t) {
+                return (long long)std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+              };
+              std::fprintf(f, "S %lld %lld\n", ns(t0), ns(t1));
+              std::fclose(f);
+            }
+          }
           pm->zero_grad();
           if (s == 0) continue;  // warm-up
           Acc& a = acc[mi];

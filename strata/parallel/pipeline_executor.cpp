@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <string>
 #include <thread>
@@ -21,6 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 double thread_cpu_s() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -54,6 +59,8 @@ PipelineExecutor::PipelineExecutor(std::shared_ptr<nn::Module> model, PipelinePl
           {from, to}, pp_.name() + (act ? "/pp-act[" : "/pp-grad[") + std::to_string(from) + "->" + std::to_string(to) + "]");
     }
   }
+  if (const char* e = std::getenv("STRATA_PP_TIMELINE"); e != nullptr && *e != 0)
+    timeline_path_ = std::string(e) + "." + std::to_string(pp_.rank());
   set_inline_exchanges(
       default_inline_exchanges(pp_.host_ranks(), get_num_threads(), int(std::thread::hardware_concurrency())));
 }
@@ -170,10 +177,14 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
                       {{"ops", int64_t(a.ops.size())}});
       const auto t0 = Clock::now();
       for (const CommOp& o : a.ops) {
+        const int64_t n0 = timeline_path_.empty() ? 0 : now_ns();
+        const double c0 = timeline_path_.empty() ? 0 : thread_cpu_s();
         if (a.kind == Action::Kind::post)
           post(o, mb_shape);
         else
           wait(o);
+        if (!timeline_path_.empty())
+          note(a.kind == Action::Kind::post ? 'P' : 'W', &o, o.mb, o.stage, n0, now_ns(), thread_cpu_s() - c0);
       }
       stats_.comm_s += since(t0);
       continue;
@@ -211,10 +222,48 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
     }
     stats_.compute_s += since(t0);
     stats_.compute_cpu_s += thread_cpu_s() - c0;
+    if (!timeline_path_.empty())
+      note(a.kind == Action::Kind::forward ? 'F' : 'B', nullptr, a.mb, a.stage,
+           std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count(), now_ns(),
+           thread_cpu_s() - c0);
   }
   STRATA_CHECK(pending_.empty(), "[pipeline] ", pending_.size(), " exchange(s) posted but never waited for");
   slots_.clear();
-  return share_loss(loss_sum / double(m));
+  const int64_t l0 = timeline_path_.empty() ? 0 : now_ns();
+  const double lc0 = timeline_path_.empty() ? 0 : thread_cpu_s();
+  const double loss = share_loss(loss_sum / double(m));
+  if (!timeline_path_.empty()) {
+    note('L', nullptr, -1, -1, l0, now_ns(), thread_cpu_s() - lc0);
+    write_timeline();
+  }
+  return loss;
+}
+
+void PipelineExecutor::note(char kind, const CommOp* o, int mb, int stage, int64_t t0, int64_t t1, double cpu_s) {
+  timeline_.push_back({kind, o ? *o : CommOp{CommOp::Dir::send, CommOp::Msg::act, -1, -1, -1}, mb, stage, t0, t1,
+                       int64_t(cpu_s * 1e9)});
+}
+
+void PipelineExecutor::write_timeline() {
+  // One block per step: a header, then one line per event,
+  //   <kind> <mb> <stage> <dir s|r|-> <msg a|g|-> <peer> <t0 ns> <t1 ns> <thread CPU ns>
+  // (for P/W the message's micro-batch and producing stage, as CommOp).
+  FILE* f = std::fopen(timeline_path_.c_str(), "a");
+  if (f == nullptr) {
+    timeline_.clear();
+    return;  // a diagnostics file that cannot be written changes nothing else
+  }
+  std::fprintf(f, "step %lld rank %d pp %d schedule %s m %d v %d inline %d\n", (long long)timeline_step_++, pp_.rank(),
+               shape_.pp, schedule_name(shape_.kind), shape_.microbatches, shape_.virtual_stages, int(inline_));
+  for (const TimelineEvent& e : timeline_) {
+    const bool comm = e.kind == 'P' || e.kind == 'W';
+    std::fprintf(f, "%c %d %d %c %c %d %lld %lld %lld\n", e.kind, e.mb, e.stage,
+                 comm ? (e.op.dir == CommOp::Dir::send ? 's' : 'r') : '-',
+                 comm ? (e.op.msg == CommOp::Msg::act ? 'a' : 'g') : '-', comm ? e.op.peer : -1, (long long)e.t0,
+                 (long long)e.t1, (long long)e.cpu);
+  }
+  std::fclose(f);
+  timeline_.clear();
 }
 
 double PipelineExecutor::share_loss(double local_on_last) {
