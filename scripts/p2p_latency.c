@@ -8,7 +8,10 @@
  *   mpirun --allow-run-as-root --oversubscribe -np 2 /tmp/p2p_latency [bytes] [poll] [n]
  *
  * poll: spin (MPI_Test in a loop), yield (MPI_Test + sched_yield, strata's inline wait),
- * sleep50 (MPI_Test + 50 us sleep, strata's comm-thread wait). The sender computes compute_us (3000)
+ * sleep50 (MPI_Test + 50 us sleep, strata's comm-thread wait), or late: the receiver
+ * posts its receive 0.7 ms after the send was posted and times MPI_Irecv to completion
+ * (what completing an arrived message costs the receiver), or latecold: late, after
+ * streaming through 32 MiB (caches cold, as after a forward or backward). The sender computes compute_us (3000)
  * after its post (a busy loop, no MPI) and waits for its send only then.
  */
 #define _GNU_SOURCE
@@ -30,6 +33,10 @@ static void busy(double us) {
   volatile double x = 0;
   while (now_us() - t < us) x += 1.0;
 }
+
+static int late_mode(const char* poll) { return strncmp(poll, "late", 4) == 0; }
+
+static double evict[4 << 20];  // 32 MiB, beyond the last-level cache
 
 static int cmp(const void* a, const void* b) {
   const double x = *(const double*)a, y = *(const double*)b;
@@ -59,6 +66,12 @@ int main(int argc, char** argv) {
       MPI_Wait(&q, MPI_STATUS_IGNORE);
       MPI_Send(&t_post, 1, MPI_DOUBLE, 1, 8, MPI_COMM_WORLD);
     } else {
+      const int late = strncmp(poll, "late", 4) == 0;
+      if (late) busy(1000);  // the send is posted (and waiting) before this receive
+      if (strcmp(poll, "latecold") == 0) {  // as after a compute: MPI's code and data out of the caches
+        for (size_t k = 0; k < sizeof(evict) / sizeof(evict[0]); k += 8) evict[k] += 1.0;
+      }
+      const double t_irecv = now_us();
       MPI_Request q;
       MPI_Irecv(buf, (int)bytes, MPI_BYTE, 0, 7, MPI_COMM_WORLD, &q);
       int done = 0;
@@ -73,13 +86,13 @@ int main(int argc, char** argv) {
       }
       const double t_done = now_us();
       MPI_Recv(&t_post, 1, MPI_DOUBLE, 0, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      lat[i] = t_done - t_post;
+      lat[i] = late ? t_done - t_irecv : t_done - t_post;
     }
   }
   if (rank == 1) {
     qsort(lat, (size_t)n, sizeof(double), cmp);
-    printf("%ld bytes, poll %s, %d messages: send post -> receive complete us p10 %.1f p50 %.1f p90 %.1f max %.1f\n",
-           bytes, poll, n, lat[n / 10], lat[n / 2], lat[n * 9 / 10], lat[n - 1]);
+    printf("%ld bytes, poll %s, %d messages: %s us p10 %.1f p50 %.1f p90 %.1f max %.1f\n",
+           bytes, poll, n, late_mode(poll) ? "receive post -> complete (data there)" : "send post -> receive complete", lat[n / 10], lat[n / 2], lat[n * 9 / 10], lat[n - 1]);
   }
   free(lat);
   free(buf);

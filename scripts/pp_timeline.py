@@ -89,6 +89,68 @@ def stats(ranks, pick):
             print("  %-46s %s" % (k, med(v)))
 
 
+def replay(st, durations, latency_ns=0):
+    """Makespan of the ranks' compute orders as recorded, every compute taking
+    durations[(rank, kind, mb, stage)], a message `latency_ns` from its producer's end to
+    its consumer's start, nothing else (no posts, no waits, no gaps)."""
+    order = [[e for e in s["ev"] if e["k"] in "FB"] for s in st]
+    owner = {(e["k"], e["mb"], e["st"]): r for r, o in enumerate(order) for e in o}
+    S = 1 + max(k[2] for k in owner)
+    end, pos, t = {}, [0] * len(order), [0] * len(order)
+    progress = True
+    while progress:
+        progress = False
+        for r, o in enumerate(order):
+            while pos[r] < len(o):
+                e = o[pos[r]]
+                k, mb, sg = e["k"], e["mb"], e["st"]
+                dep = ("F", mb, sg - 1) if k == "F" and sg > 0 else ("B", mb, sg + 1) if k == "B" and sg < S - 1 else None
+                if dep is not None and dep not in end:
+                    break
+                start = t[r]
+                if dep is not None:
+                    start = max(start, end[dep] + (latency_ns if owner[dep] != r else 0))
+                t[r] = start + durations[(r, k, mb, sg)]
+                end[(k, mb, sg)] = t[r]
+                pos[r] += 1
+                progress = True
+    if any(pos[r] < len(o) for r, o in enumerate(order)):
+        sys.exit("replay: the recorded orders deadlock")
+    return max(t)
+
+
+def explain(st):
+    """Splits the schedule's span into: the formula's ideal, the stages' imbalance, the
+    compute times' variation (jitter), and everything else (exchanges, posts, gaps)."""
+    order = [[e for e in s["ev"] if e["k"] in "FB"] for s in st]
+    actual = {(r, e["k"], e["mb"], e["st"]): e["t1"] - e["t0"] for r, o in enumerate(order) for e in o}
+    means = {}
+    for (r, k, mb, sg), d in actual.items():
+        means.setdefault((r, k), []).append(d)
+    means = {key: sum(v) / len(v) for key, v in means.items()}
+    by_mean = {key: means[(key[0], key[1])] for key in actual}
+    P = len(st)
+    busy = [sum(d for key, d in actual.items() if key[0] == r) for r in range(P)]
+    span = max(o[-1]["t1"] for o in order) - min(o[0]["t0"] for o in order)
+    step = max(s["S"][1] - s["S"][0] for s in st) if all(s["S"] for s in st) else float("nan")
+    m, v = st[0]["m"], st[0]["v"]
+    formula = (P - 1) / (v * m + P - 1)
+    ideal = max(busy) / (1 - formula)
+    r_mean = replay(st, by_mean)
+    r_act = replay(st, actual)
+    print("where the step went (ms): busiest rank's compute %.2f; at the formula's bubble that is a step of %.2f;" %
+          (max(busy) / 1e6, ideal / 1e6))
+    print("  replayed with each rank's mean F / B time, no communication cost: %.2f (stage imbalance %+.2f)" %
+          (r_mean / 1e6, (r_mean - ideal) / 1e6))
+    print("  replayed with the measured F / B times, no communication cost:    %.2f (compute-time variation %+.2f)" %
+          (r_act / 1e6, (r_act - r_mean) / 1e6))
+    print("  the schedule as run (first compute start to last compute end):    %.2f (exchanges, posts, gaps %+.2f)" %
+          (span / 1e6, (span - r_act) / 1e6))
+    print("  the step (pipeline_step + finalize):                              %.2f (loss all-reduce, tied sum, "
+          "finalize %+.2f)" % (step / 1e6, (step - span) / 1e6))
+    return ideal, r_mean, r_act, span, step
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("prefix")
@@ -96,6 +158,8 @@ def main():
     ap.add_argument("--schedule", default=None)
     ap.add_argument("--m", type=int, default=None)
     ap.add_argument("--events", action="store_true", help="print every rank's events")
+    ap.add_argument("--explain", action="store_true",
+                    help="split every matching step's excess over the formula by cause (replays)")
     ap.add_argument("--stats", action="store_true",
                     help="medians of the per-exchange costs over every matching step (all ranks)")
     a = ap.parse_args()
@@ -110,6 +174,17 @@ def main():
         sys.exit("no step matches")
     if a.stats:
         stats(ranks, pick)
+    if a.explain:
+        rows = []
+        for k in pick:
+            print("step %d:" % k, end=" ")
+            rows.append(explain([r[k] for r in ranks]))
+        rows.sort(key=lambda x: x[4])
+        med = rows[len(rows) // 2]
+        print("median step %d of %d: formula step %.2f, + imbalance %.2f, + variation %.2f, + exchanges %.2f, "
+              "+ after the schedule %.2f = %.2f ms" % (len(rows) // 2, len(rows), med[0] / 1e6, (med[1] - med[0]) / 1e6,
+                                                      (med[2] - med[1]) / 1e6, (med[3] - med[2]) / 1e6,
+                                                      (med[4] - med[3]) / 1e6, med[4] / 1e6))
     i = a.step if a.step is not None else pick[-1]
     st = [r[i] for r in ranks]
     P = len(st)
