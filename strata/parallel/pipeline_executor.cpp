@@ -59,6 +59,9 @@ PipelineExecutor::PipelineExecutor(std::shared_ptr<nn::Module> model, PipelinePl
           {from, to}, pp_.name() + (act ? "/pp-act[" : "/pp-grad[") + std::to_string(from) + "->" + std::to_string(to) + "]");
     }
   }
+  std::vector<int> all(static_cast<size_t>(P), 0);
+  for (int r = 0; r < P; ++r) all[size_t(r)] = r;
+  loss_group_ = pp_.new_group(all, pp_.name() + "/pp-loss");
   if (const char* e = std::getenv("STRATA_PP_TIMELINE"); e != nullptr && *e != 0)
     timeline_path_ = std::string(e) + "." + std::to_string(pp_.rank());
   set_inline_exchanges(
@@ -83,6 +86,7 @@ void PipelineExecutor::set_inline_exchanges(bool on) {
   for (const auto& kind : channels_)
     for (const auto& g : kind)
       if (g) g->set_inline_p2p(on);
+  loss_group_->set_inline_p2p(on);
 }
 
 std::vector<PipelineStageSpec> PipelineExecutor::my_stages() const {
@@ -127,12 +131,17 @@ void PipelineExecutor::post(const CommOp& o, const Shape& mb_shape) {
   }
   int peer = 0;
   comm::ProcessGroup& g = channel(o, peer);
-  Action label{.kind = Action::Kind::post, .mb = -1, .stage = -1, .ops = {o}};
+  // The label Action{post, {o}}.str() gives, without its string streams (a post is on the
+  // critical path: every microsecond here is one of the bubble's).
+  const bool send = o.dir == CommOp::Dir::send;
+  char label[96];
+  std::snprintf(label, sizeof label, "pipeline post[%s %s(%d,%d)%s%d]", send ? "send" : "recv",
+                o.msg == CommOp::Msg::act ? "act" : "grad", o.mb, o.stage, send ? "->" : "<-", o.peer);
   try {
     p->work = g.batch_isend_irecv(
-        {{o.dir == CommOp::Dir::send ? comm::P2POp::Kind::send : comm::P2POp::Kind::recv, p->buf, peer,
+        {{send ? comm::P2POp::Kind::send : comm::P2POp::Kind::recv, p->buf, peer,
           o.tag(shape_.stages(), comm::ProcessGroup::kMaxUserTag)}},
-        "pipeline " + label.str());
+        label);
   } catch (const Error& e) {
     fail(o, e.what());
   }
@@ -268,9 +277,23 @@ void PipelineExecutor::write_timeline() {
 
 double PipelineExecutor::share_loss(double local_on_last) {
   // The loss lives on the last stage's rank: every pp rank gets it.
-  const bool holds_loss = shape_.owner(shape_.stages() - 1) == pp_.rank();
+  const int last = shape_.owner(shape_.stages() - 1);
+  const bool holds_loss = last == pp_.rank();
   Tensor l = ops::full({1}, holds_loss ? local_on_last : 0.0, DType::f64).to(pp_.device());
-  pp_.all_reduce(l, comm::ReduceOp::sum).wait();
+  if (!inline_) {
+    pp_.all_reduce(l, comm::ReduceOp::sum).wait();
+    return ops::to_cpu(l).item<double>();
+  }
+  // Inline exchanges: the last stage's rank sends its loss to every other rank, posted
+  // and completed here. The comm thread's all-reduce added its wake-ups (and, on a host
+  // whose cores the ranks fill, a preemption) after every step. The value is the same
+  // bits as the sum of it and zeros.
+  std::vector<comm::P2POp> ops;
+  for (int r = 0; r < shape_.pp; ++r)
+    if (holds_loss && r != last)
+      ops.push_back({comm::P2POp::Kind::send, l, r, 0});
+  if (!holds_loss) ops.push_back({comm::P2POp::Kind::recv, l, last, 0});
+  loss_group_->batch_isend_irecv(std::move(ops), "pipeline loss").wait();
   return ops::to_cpu(l).item<double>();
 }
 
