@@ -272,9 +272,9 @@ struct BatchOp {
 };
 
 // "recv f32 x 100 from rank 0 tag 3". Built only for messages (errors, timeouts, the
-// queued op's description): formatting every op's text and the batch's description cost
-// ~30 us of CPU per inline post, a pipeline exchange's largest fixed cost
-// (docs/pipeline.md, "Where the per-exchange time went").
+// queued op's description): formatting every op's text, the batch's description and the
+// caller's label on each inline post cost 3-7 us of CPU per pipeline exchange, on the
+// critical path (docs/pipeline.md, "Where the step goes").
 std::string op_text(const BatchOp& o) {
   return strata::detail::str_cat(o.send ? "send " : "recv ", dtype_name(o.user.dtype()), " x ", o.user.numel(),
                                  o.send ? " to rank " : " from rank ", o.peer, " tag ", o.tag);
