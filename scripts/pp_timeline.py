@@ -43,7 +43,7 @@ def label(e):
     if e["k"] in "FB":
         return "%s%d@%d" % (e["k"], e["mb"], e["st"])
     if e["k"] == "L":
-        return "loss all-reduce"
+        return "loss exchange"
     what = "%s(%d,%d)" % ("act" if e["msg"] == "a" else "grad", e["mb"], e["st"])
     verb = "post" if e["k"] == "P" else "wait"
     return "%s %s %s" % (verb, "send" if e["dir"] == "s" else "recv", what)
@@ -224,7 +224,7 @@ def main():
         S = s["S"]
         lats.sort()
         q = lambda p: lats[min(len(lats) - 1, int(p * len(lats)))] / 1e3 if lats else float("nan")
-        print("rank %d: step %.2f ms, schedule span %.2f (first event %.2f, loss all-reduce end %.2f): compute %.2f, "
+        print("rank %d: step %.2f ms, schedule span %.2f (first event %.2f, loss exchange end %.2f): compute %.2f, "
               "posting %.2f, waiting for the peer's send %.2f, latency after it %.2f, waiting on sends %.2f, "
               "between events %.2f; after the executor %.2f" %
               (r, (S[1] - S[0]) / 1e6 if S else float("nan"), span / 1e6, ms(ev[0]["t0"]), ms(ev[-1]["t1"]), comp / 1e6,
@@ -275,7 +275,7 @@ def main():
     path.reverse()
     span = sum(tot.values())
     print("critical path (%.2f ms): compute %.2f, transfer (send post -> receive complete, receiver waiting) %.2f, "
-          "local (posting, waits that did not block on the peer, gaps, loss all-reduce) %.2f" %
+          "local (posting, waits that did not block on the peer, gaps, loss exchange) %.2f" %
           (span / 1e6, tot["compute"] / 1e6, tot["transfer"] / 1e6, tot["local"] / 1e6))
     if a.events:
         for (rr, what, t0, t1) in path:
