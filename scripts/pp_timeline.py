@@ -146,7 +146,7 @@ def explain(st):
           (r_act / 1e6, (r_act - r_mean) / 1e6))
     print("  the schedule as run (first compute start to last compute end):    %.2f (exchanges, posts, gaps %+.2f)" %
           (span / 1e6, (span - r_act) / 1e6))
-    print("  the step (pipeline_step + finalize):                              %.2f (loss all-reduce, tied sum, "
+    print("  the step (pipeline_step + finalize):                              %.2f (loss exchange, tied sum, "
           "finalize %+.2f)" % (step / 1e6, (step - span) / 1e6))
     return ideal, r_mean, r_act, span, step
 
