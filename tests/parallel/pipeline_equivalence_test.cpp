@@ -197,20 +197,26 @@ TEST(PipelineEquivalence, DataParallelTimesPipelineWithZero1) {
 }
 
 TEST(PipelineEquivalence, TiedCopiesStayIdentical) {
+  // Both ways of summing the tied gradients: the all-reduce (comm threads) and the swap +
+  // add on the calling thread (inline exchanges).
   const PpCase c{.kind = ScheduleKind::one_f_one_b, .pp = 4, .m = 4, .steps = 4};
-  std::vector<Tensor> wte(4);
-  comm::run_local(4, [&](comm::ProcessGroup& g) {
-    std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
-    auto pm = pp_parallelize(w, c, pp_gpt(c));
-    pp_train(*pm, c);
-    for (const auto& [n, t] : pm->module().named_parameters())
-      if (n == "wte.weight") wte[size_t(g.rank())] = t;
-  });
-  ASSERT_TRUE(wte[0].defined());
-  ASSERT_TRUE(wte[3].defined());
-  EXPECT_FALSE(wte[1].defined());
-  EXPECT_FALSE(wte[2].defined());
-  EXPECT_EQ(wte[0].to_vector<float>(), wte[3].to_vector<float>());  // bit for bit
+  for (bool inline_exchanges : {false, true}) {
+    SCOPED_TRACE(inline_exchanges ? "inline exchanges" : "exchanges on comm threads");
+    std::vector<Tensor> wte(4);
+    comm::run_local(4, [&](comm::ProcessGroup& g) {
+      std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+      auto pm = pp_parallelize(w, c, pp_gpt(c));
+      pm->pipeline()->set_inline_exchanges(inline_exchanges);
+      pp_train(*pm, c);
+      for (const auto& [n, t] : pm->module().named_parameters())
+        if (n == "wte.weight") wte[size_t(g.rank())] = t;
+    });
+    ASSERT_TRUE(wte[0].defined());
+    ASSERT_TRUE(wte[3].defined());
+    EXPECT_FALSE(wte[1].defined());
+    EXPECT_FALSE(wte[2].defined());
+    EXPECT_EQ(wte[0].to_vector<float>(), wte[3].to_vector<float>());  // bit for bit
+  }
 }
 
 TEST(PipelineStages, GlobalNamesAndBalancedSplit) {
