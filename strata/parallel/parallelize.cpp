@@ -216,7 +216,7 @@ double ParallelModel::pipeline_step(const Tensor& input, const Tensor& target, c
         g = ops::zeros(p.shape(), p.dtype(), p.device());
         p.set_grad(g);
       }
-      if (pipeline_->inline_exchanges() && embed_group_->size() == 2) {
+      if (pipeline_->inline_exchanges() && embed_group_->size() == 2 && embed_group_->device().is_cpu()) {
         // Inline exchanges (the pipeline's own choice for this host): the two copies'
         // gradients are swapped by one batch this thread posts and completes, then summed.
         // The comm thread's all-reduce added its wake-ups after every step (docs/pipeline.md,

@@ -59,9 +59,11 @@ PipelineExecutor::PipelineExecutor(std::shared_ptr<nn::Module> model, PipelinePl
           {from, to}, pp_.name() + (act ? "/pp-act[" : "/pp-grad[") + std::to_string(from) + "->" + std::to_string(to) + "]");
     }
   }
-  std::vector<int> all(static_cast<size_t>(P), 0);
-  for (int r = 0; r < P; ++r) all[size_t(r)] = r;
-  loss_group_ = pp_.new_group(all, pp_.name() + "/pp-loss");
+  if (pp_.device().is_cpu()) {  // inline point-to-point exists on the host backends only
+    std::vector<int> all(static_cast<size_t>(P), 0);
+    for (int r = 0; r < P; ++r) all[size_t(r)] = r;
+    loss_group_ = pp_.new_group(all, pp_.name() + "/pp-loss");
+  }
   if (const char* e = std::getenv("STRATA_PP_TIMELINE"); e != nullptr && *e != 0)
     timeline_path_ = std::string(e) + "." + std::to_string(pp_.rank());
   set_inline_exchanges(
@@ -86,7 +88,7 @@ void PipelineExecutor::set_inline_exchanges(bool on) {
   for (const auto& kind : channels_)
     for (const auto& g : kind)
       if (g) g->set_inline_p2p(on);
-  loss_group_->set_inline_p2p(on);
+  if (loss_group_) loss_group_->set_inline_p2p(on);
 }
 
 std::vector<PipelineStageSpec> PipelineExecutor::my_stages() const {
@@ -280,7 +282,7 @@ double PipelineExecutor::share_loss(double local_on_last) {
   const int last = shape_.owner(shape_.stages() - 1);
   const bool holds_loss = last == pp_.rank();
   Tensor l = ops::full({1}, holds_loss ? local_on_last : 0.0, DType::f64).to(pp_.device());
-  if (!inline_) {
+  if (!inline_ || !loss_group_) {
     pp_.all_reduce(l, comm::ReduceOp::sum).wait();
     return ops::to_cpu(l).item<double>();
   }

@@ -107,8 +107,9 @@ class PipelineExecutor {
   // channels_[msg][sending rank]: the 2-rank group {sender, receiver} (null when this rank
   // is neither or the link is unused).
   std::vector<std::shared_ptr<comm::ProcessGroup>> channels_[2];
-  // Every pp rank: the last stage's loss goes to the others on it, as one inline batch
-  // of sends when exchanges are inline (no comm-thread round trip after the schedule).
+  // Every pp rank (host backends only; null on nccl): the last stage's loss goes to the
+  // others on it, as one inline batch of sends when exchanges are inline (no comm-thread
+  // round trip after the schedule).
   std::shared_ptr<comm::ProcessGroup> loss_group_;
   std::vector<std::unique_ptr<Pending>> pending_;
   bool inline_ = false;
