@@ -37,26 +37,11 @@ STRATA_AVX512 inline __m512 exp_clamped(__m512 z) {
   return _mm512_scalef_ps(p, n);
 }
 
-// 1 / (d 2^-8) for d in [1, inf]: vrcp14ps (2^-14) and one Newton step. The 2^-8 keeps
-// the reciprocal of d up to 2^128 a normal float (vrcp14ps of inf is 0).
+// 1 / (d 2^-8) for d in [1, inf): vrcp14ps (2^-14) and one Newton step. The 2^-8 keeps
+// the reciprocal of d up to 2^128 a normal float.
 STRATA_AVX512 inline __m512 recip_scaled(__m512 ds) {
   const __m512 r = _mm512_rcp14_ps(ds);
   return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(ds, r, _mm512_set1_ps(1.0f)), r);
-}
-
-// gelu_tanh(h) = h / (1 + exp(-2u)), u = sqrt(2/pi) (h + 0.044715 h^3).
-STRATA_AVX512 inline __m512 gelu(__m512 h) {
-  const __m512 h2 = _mm512_mul_ps(h, h);
-  const __m512 z = _mm512_mul_ps(h, _mm512_fmadd_ps(h2, _mm512_set1_ps(-2 * kK * kCubic), _mm512_set1_ps(-2 * kK)));
-  const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_clamped(z));
-  const __m512 ds = _mm512_mul_ps(d, _mm512_set1_ps(0x1p-8f));
-  const __m512 r = recip_scaled(ds);
-  const __m512 y0 = _mm512_mul_ps(h, r);                                    // ~ h / ds
-  __m512 y = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(ds, y0, h), y0);           // + r (h - ds y0)
-  y = _mm512_mul_ps(y, _mm512_set1_ps(0x1p-8f));                            // h / d
-  y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(d, _mm512_set1_ps(1.0f), _CMP_EQ_OQ), h);  // h / 1 (h = +-inf)
-  const __mmask16 big = _mm512_cmp_ps_mask(d, _mm512_set1_ps(__builtin_inff()), _CMP_EQ_OQ);
-  return _mm512_mask_mul_ps(y, big, h, _mm512_setzero_ps());                // h / inf = +-0
 }
 
 // gelu_tanh'(h) = s + h s (1 - s) 2 du/dh, s = 1 / (1 + exp(-2u)); h clamped to +-30
@@ -81,15 +66,6 @@ STRATA_AVX512 inline __m512 load(const float* p, __mmask16 m) { return _mm512_ma
 
 }  // namespace
 
-STRATA_AVX512 void gelu_tanh_row_avx512(const float* y, const float* b, float* o, int64_t n) {
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
-    __m512 h = load(y + j, m);
-    if (b) h = _mm512_add_ps(h, load(b + j, m));
-    _mm512_mask_storeu_ps(o + j, m, gelu(h));
-  }
-}
-
 STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, const float* b, float* d, float* p,
                                              int64_t n) {
   for (int64_t j = 0; j < n; j += 16) {
@@ -107,9 +83,6 @@ STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, con
 #else
 
 namespace strata::cpu {
-void gelu_tanh_row_avx512(const float*, const float*, float*, int64_t) {
-  STRATA_THROW(Error, "[gelu_tanh_row_avx512] not built for this target (kHaveGeluAvx512 is false)");
-}
 void gelu_tanh_grad_row_avx512(const float*, const float*, const float*, float*, float*, int64_t) {
   STRATA_THROW(Error, "[gelu_tanh_grad_row_avx512] not built for this target (kHaveGeluAvx512 is false)");
 }
