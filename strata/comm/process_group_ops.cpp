@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 namespace strata::comm {
 
@@ -306,7 +308,7 @@ detail::TimedOut batch_timed_out(Backend& be, const std::vector<BatchOp>& batch,
 
 // A batch posted by the caller (set_inline_p2p): progressed by whoever waits on its Work.
 struct ProcessGroup::InlineBatch {
-  std::timed_mutex mu;  // held while posting or progressing
+  std::mutex mu;  // held while posting or progressing
   std::atomic<bool> finished{false};
   bool failed = false;  // its buffers stay with the group (the transport may still touch them)
   OpInfo info;
@@ -319,8 +321,21 @@ struct ProcessGroup::InlineBatch {
 };
 
 bool ProcessGroup::progress_inline(InlineBatch& b, Deadline until) {
-  std::unique_lock<std::timed_mutex> lk(b.mu, std::defer_lock);
-  if (!lk.try_lock_until(until)) return b.finished.load();  // another thread is on it
+  // Another thread may be on it: poll for the lock until `until`. Not a timed lock:
+  // std::timed_mutex::try_lock_until on the steady clock is pthread_mutex_clocklock, which
+  // ThreadSanitizer does not intercept (llvm-project issue 62623): it saw no acquisition,
+  // reported the unlock as one of an unlocked mutex, and could check nothing this lock
+  // orders. Contention is rare and short: a second waiter on the same Work, or
+  // is_completed() polling beside a wait; the destructor waits with Deadline::max().
+  std::unique_lock<std::mutex> lk(b.mu, std::try_to_lock);
+  for (int spin = 0; !lk.owns_lock(); ++spin) {
+    if (Clock::now() >= until) return b.finished.load();
+    if (spin < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    lk.try_lock();
+  }
   if (b.finished.load()) return true;
   std::exception_ptr err;
   try {
@@ -395,12 +410,16 @@ Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) 
     if (inline_p2p_ && queue_.empty() && !running_ && backend_->p2p_any_thread()) {
       // Posted here, progressed by the waiter: no comm-thread hop (set_inline_p2p).
       auto b = std::make_shared<InlineBatch>();
-      std::lock_guard<std::timed_mutex> blk(b->mu);
       info.seq = next_p2p_seq_++;
       std::erase_if(inline_ops_, [](const auto& o) { return o->finished.load() && !o->failed; });
       inline_ops_.push_back(b);
       const std::string failure = failure_;
       lk.unlock();
+      // Taken after qmu_ is released: progress_inline takes qmu_ under b->mu (fail_group),
+      // so the other order could deadlock in principle (TSan: lock-order inversion), and
+      // no other thread can reach b before this returns its Work (the destructor, which
+      // also progresses inline_ops_, must not race with an op being issued).
+      std::lock_guard<std::mutex> blk(b->mu);
       b->info = std::move(info);
       b->batch = std::move(batch);
       b->state = std::make_shared<detail::WorkState>();
