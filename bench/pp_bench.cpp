@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include <strata/comm/device_mesh.h>
 #include <strata/core/error.h>
@@ -62,6 +63,7 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
       struct Acc {
         double step = 0, busy = 0, cpu = 0, wait = 0;
         int64_t peak = 0;
+        std::vector<double> steps, busies;  // per timed step, this rank's
       };
       std::vector<Acc> acc(modes.size());
       // One warm-up step per mode, then the modes' steps alternate (same minutes, same
@@ -76,12 +78,26 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
           const auto t0 = std::chrono::steady_clock::now();
           pm->pipeline_step(tokens, tokens, shp);
           pm->finalize();
-          const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          const auto t1 = std::chrono::steady_clock::now();
+          const double dt = std::chrono::duration<double>(t1 - t0).count();
+          if (const char* tl = std::getenv("STRATA_PP_TIMELINE"); tl != nullptr && *tl != 0) {
+            // The whole step (pipeline_step + finalize), after the executor's block for it.
+            const std::string path = std::string(tl) + "." + std::to_string(world->rank());
+            if (FILE* f = std::fopen(path.c_str(), "a")) {
+              const auto ns = [](auto t) {
+                return (long long)std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+              };
+              std::fprintf(f, "S %lld %lld\n", ns(t0), ns(t1));
+              std::fclose(f);
+            }
+          }
           pm->zero_grad();
           if (s == 0) continue;  // warm-up
           Acc& a = acc[mi];
           a.step += dt;
           a.busy += pm->pipeline()->last_stats().compute_s;
+          a.steps.push_back(dt);
+          a.busies.push_back(pm->pipeline()->last_stats().compute_s);
           a.cpu += pm->pipeline()->last_stats().compute_cpu_s;
           a.wait += pm->pipeline()->last_stats().comm_s;
           a.peak = std::max(a.peak, cpu_memory().stats(MemCategory::activations).peak - before);
@@ -110,6 +126,26 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
         r.formula = parallel::bubble_formula(shape);
         r.formula_imbalance = parallel::imbalance_bubble(shape, rank_busy);
         r.peak_act = acc[mi].peak;  // this rank's; rank 0 prints its own (stage 0)
+        {
+          // Per step: the busiest rank's 1 - busy / (slowest rank's step); the median over
+          // steps is not moved by the few steps another process (or RT throttling) stalled.
+          const int n = int(acc[mi].steps.size());
+          std::vector<double> mine(acc[mi].steps);
+          mine.insert(mine.end(), acc[mi].busies.begin(), acc[mi].busies.end());
+          const Tensor all = comm::all_gather_host(*world, ops::from_vector(mine, {int64_t(mine.size())}));
+          const double* d = all.data<double>();
+          std::vector<double> per_step;
+          for (int k = 0; k < n; ++k) {
+            double st = 0, bu = 0;
+            for (int q = 0; q < pp; ++q) {
+              st = std::max(st, d[size_t(q) * 2 * n + size_t(k)]);
+              bu = std::max(bu, d[size_t(q) * 2 * n + size_t(n + k)]);
+            }
+            per_step.push_back(1.0 - bu / st);
+          }
+          std::sort(per_step.begin(), per_step.end());
+          r.bubble_median = per_step.empty() ? 0.0 : per_step[per_step.size() / 2];
+        }
         rows.push_back(r);
       }
       if (modes.size() == 2) rows[first].thread_ratio = rows[first].step_s / rows[first + 1].step_s;
@@ -125,11 +161,13 @@ std::string format_pp_bench(const std::vector<PpBenchRow>& rows, int pp) {
          "bubble = 1 - busy/step of the busiest rank (mean over ranks beside it); formula = (p-1)/(v m+p-1); "
          "ratio = bubble/formula;\nimbal. = the busiest rank's simulated bubble with each rank's forwards and backwards "
          "as long as its measured busy time says (the ideal for these stages), and bubble/imbal.;\n"
+         "med. = the median over steps of the busiest rank's 1 - busy/step (robust to steps stalled by other processes), "
+         "and med./formula;\n"
          "exch = exchanges on comm threads or inline\n";
   const bool both = std::any_of(rows.begin(), rows.end(), [](const PpBenchRow& r) { return r.thread_ratio > 0; });
-  std::snprintf(buf, sizeof buf, "%-12s %4s %2s %-6s %9s %9s %8s %9s %8s %8s %8s %8s %8s %8s%s %16s\n", "schedule", "m", "v",
-                "exch", "step ms", "busy ms", "cpu ms", "wait ms", "bubble", "mean", "formula", "ratio", "imbal.", "ratio",
-                both ? " inl/thr" : "", "stage-0 act MiB");
+  std::snprintf(buf, sizeof buf, "%-12s %4s %2s %-6s %9s %9s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s%s %16s\n", "schedule", "m",
+                "v", "exch", "step ms", "busy ms", "cpu ms", "wait ms", "bubble", "mean", "formula", "ratio", "med.", "ratio",
+                "imbal.", "ratio", both ? " inl/thr" : "", "stage-0 act MiB");
   out += buf;
   for (const auto& r : rows) {
     char ab[16] = "";
@@ -137,10 +175,10 @@ std::string format_pp_bench(const std::vector<PpBenchRow>& rows, int pp) {
       std::snprintf(ab, sizeof ab, " %7.2f", r.thread_ratio);
     else if (both)
       std::snprintf(ab, sizeof ab, " %7s", "");
-    std::snprintf(buf, sizeof buf, "%-12s %4d %2d %-6s %9.2f %9.2f %8.2f %9.2f %8.3f %8.3f %8.3f %8.2f %8.3f %8.2f%s %16.2f\n",
+    std::snprintf(buf, sizeof buf, "%-12s %4d %2d %-6s %9.2f %9.2f %8.2f %9.2f %8.3f %8.3f %8.3f %8.2f %8.3f %8.2f %8.3f %8.2f%s %16.2f\n",
                   r.schedule.c_str(), r.m, r.v, r.exchanges.c_str(), r.step_s * 1e3, r.busy_s * 1e3, r.busy_cpu_s * 1e3, r.wait_s * 1e3,
                   r.bubble_busiest, r.bubble, r.formula, r.formula > 0 ? r.bubble_busiest / r.formula : 0.0,
-                  r.formula_imbalance, r.formula_imbalance > 0 ? r.bubble_busiest / r.formula_imbalance : 0.0, ab,
+                  r.bubble_median, r.formula > 0 ? r.bubble_median / r.formula : 0.0, r.formula_imbalance, r.formula_imbalance > 0 ? r.bubble_busiest / r.formula_imbalance : 0.0, ab,
                   double(r.peak_act) / (1 << 20));
     out += buf;
   }

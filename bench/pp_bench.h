@@ -38,6 +38,9 @@ struct PpBenchRow {
   /// The busiest rank's (most forward+backward time) 1 - busy / step, with the slowest
   /// rank's step: the bubble the formula describes (the others also idle for its extra work).
   double bubble_busiest = 0;
+  /// The median over timed steps of that step's busiest rank's 1 - busy / step (slowest
+  /// rank's step): the mean's figure without the steps another process stalled.
+  double bubble_median = 0;
   double wait_s = 0;     ///< mean over ranks of the time blocked posting/waiting on exchanges
   double formula = 0;    ///< (p-1)/(m+p-1), interleaved (p-1)/(v m+p-1)
   /// The bubble an ideal pipeline of these stages would have: the busiest rank's, simulated

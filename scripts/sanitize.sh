@@ -11,6 +11,10 @@
 #         more than one thread are libgomp's, not strata's (seconds)
 # Usage: scripts/sanitize.sh [asan|tsan|omp|all] [extra ctest arguments, e.g. -R Checkpoint]
 # Env: JOBS (build and ctest parallelism, default nproc), CCACHE_DIR etc. as for any build.
+#      TSAN_GTESTS: a gtest filter for the tsan mode's in-process runs of strata_test_comm
+#      and strata_test_parallel (default: every test), to rerun what a change touched
+#      (ctest arguments such as -R select the dist tests as usual); set, it also skips
+#      the activation-checkpoint run (strata_test_autograd, Checkpoint.*) and its build.
 #      KEEP_GOING=1: TSan reports every race of a process instead of stopping at the first
 #      (the process still fails, exit 66), logs go to <build>/san-logs/ and are
 #      summarised by scripts/sanitize/tsan_summary.sh; ASan/UBSan logs go there too.
@@ -76,8 +80,10 @@ run_tsan() {
   configure "$b" thread
   # Only what the TSan suite runs: the CLI (dist tests run it under mpirun), the comm and
   # parallel test binaries and the mpi test programs.
-  cmake --build "$b" -j "$JOBS" --target strata_cli strata_test_comm strata_test_parallel strata_test_comm_mpi \
-    strata_comm_mpi_fault strata_test_parallel_mpi strata_test_autograd
+  local targets=(strata_cli strata_test_comm strata_test_parallel strata_test_comm_mpi strata_comm_mpi_fault
+    strata_test_parallel_mpi)
+  [ -z "${TSAN_GTESTS:-}" ] && targets+=(strata_test_autograd)
+  cmake --build "$b" -j "$JOBS" --target "${targets[@]}"
   local tlog=""
   if [ "$halt" = 0 ]; then
     rm -rf "$b/san-logs" && mkdir -p "$b/san-logs"
@@ -85,11 +91,13 @@ run_tsan() {
   fi
   export TSAN_OPTIONS="halt_on_error=$halt:second_deadlock_stack=1:suppressions=$sup/tsan.supp:print_suppressions=0$tlog"
   local t0=$SECONDS rc=0
-  for t in comm parallel; do  # every gtest of the binary in one process
-    (cd "$b/tests" && "./strata_test_$t" --gtest_brief=1) || rc=$?
+  for t in comm parallel; do  # every gtest of the binary (or TSAN_GTESTS) in one process
+    (cd "$b/tests" && "./strata_test_$t" --gtest_brief=1 --gtest_filter="${TSAN_GTESTS:-*}") || rc=$?
   done
   # Activation-checkpoint replay beside another thread's draws (the race TSan found).
-  (cd "$b/tests" && ./strata_test_autograd --gtest_brief=1 --gtest_filter='Checkpoint.*') || rc=$?
+  if [ -z "${TSAN_GTESTS:-}" ]; then
+    (cd "$b/tests" && ./strata_test_autograd --gtest_brief=1 --gtest_filter='Checkpoint.*') || rc=$?
+  fi
   ctest --test-dir "$b" --output-on-failure -j "$JOBS" --timeout 1200 -L dist "$@" || rc=$?
   echo "sanitize.sh: tsan suite: exit $rc in $((SECONDS - t0)) s"
   if [ "$halt" = 0 ] && compgen -G "$b/san-logs/tsan.*" >/dev/null; then "$sup/tsan_summary.sh" "$b"/san-logs/tsan.*; fi

@@ -113,4 +113,45 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_
   });
 }
 
+Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
+  Shape out_shape = x.shape();
+  if (!out_shape.empty()) out_shape.back() = w.dim() == 2 ? w.size(0) : -1;
+  // f32 / f64 on the CPU, the residual exactly the Linear's output shape (no broadcast);
+  // otherwise the unfused ops, which give the same values
+  const bool fused = x.device().is_cpu() && w.device().is_cpu() && residual.device().is_cpu() &&
+                     w.dtype() == x.dtype() && residual.dtype() == x.dtype() &&
+                     (x.dtype() == DType::f32 || x.dtype() == DType::f64) &&
+                     (!b.defined() || (b.device().is_cpu() && b.dtype() == x.dtype())) &&
+                     residual.shape() == out_shape && !autocast::wants_low_precision({x, w, b, residual});
+  if (!fused) return add(residual, linear(x, w, b));
+  STRATA_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), "[linear_residual] input ", shape_str(x.shape()),
+               " does not match weight ", shape_str(w.shape()), " (out, in)");
+  const int64_t in = w.size(1), outf = w.size(0);
+  Tensor x2 = ops::reshape(x, {-1, in});  // (M, in)
+  Tensor y = ops::empty({x2.size(0), outf}, x.dtype(), x.device());
+  ops::gemm_(y, x2, ops::transpose(w, 0, 1), 1.0, 0.0);  // (M, out), no bias
+  ops::bias_residual_(y, b, residual);                    // y = residual + (y + b)
+  Tensor out = ops::view(y, out_shape);
+  if (!any_requires_grad(x, w, b, residual)) return out;
+  const bool need_x = x.requires_grad(), need_w = w.requires_grad();
+  const bool need_b = b.defined() && b.requires_grad(), need_r = residual.requires_grad();
+  SavedTensor sx(need_w ? x2 : Tensor()), sw(need_x ? w : Tensor());
+  const Shape xs = x.shape();
+  std::vector<Tensor> inputs{x, w, residual};
+  if (b.defined()) inputs.push_back(b);
+  return record_fn("LinearResidualBackward", out, inputs, [=](const Tensor& g) {
+    Tensor g2 = ops::reshape(g, {-1, outf});  // (M, out)
+    Tensor gx, gw, gb;
+    if (need_x) gx = ops::reshape(ops::matmul(g2, sw.get("LinearResidualBackward")), xs);  // (M,out)@(out,in)
+    if (need_w) {
+      gw = ops::empty({outf, in}, g.dtype(), g.device());
+      ops::gemm_(gw, ops::transpose(g2, 0, 1), sx.get("LinearResidualBackward"));  // (out,M)@(M,in)
+    }
+    if (need_b) gb = ops::sum(g2, {0});
+    // the residual's gradient is g itself (no copy): the engine adds it to the other
+    // consumers' gradients of the residual stream as it would AddBackward's
+    return std::vector{gx, gw, need_r ? g : Tensor(), gb};
+  });
+}
+
 }  // namespace strata

@@ -39,6 +39,12 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 /// "LinearGeluBackward"). Saves x, w, b and the GEMM output (not the pre-activation).
 /// Off the CPU, for 16-bit dtypes, under autocast or with mixed dtypes: linear then gelu.
 Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_approx);
+/// residual + linear(x, w, b) with the bias and the residual added in one pass after a
+/// bias-free GEMM (a transformer's output projection into the residual stream; node
+/// "LinearResidualBackward", which passes the gradient to the residual uncopied and saves
+/// x and w only). residual has the Linear's output shape. Off the CPU, for 16-bit dtypes,
+/// under autocast or with mixed dtypes: add(residual, linear(x, w, b)).
+Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual);
 
 // ---------------------------------------------------------------- elementwise (fn_elementwise.cpp)
 Tensor add(const Tensor& a, const Tensor& b);

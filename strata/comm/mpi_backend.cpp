@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <span>
 #include <sstream>
 #include <thread>
 
@@ -386,7 +387,11 @@ bool MpiRequest::wait_until(Deadline deadline) {
   MpiRuntime& rt = b_->runtime();
   const auto t0 = Clock::now();
   auto next_check = t0 + std::chrono::milliseconds(10);
-  std::vector<MPI_Status> st(reqs.size());
+  // One status per piece; a message under 1 GiB is one piece, kept off the heap (this runs
+  // once per wait, on the pipeline's critical path).
+  MPI_Status one[1];
+  std::vector<MPI_Status> many(reqs.size() > 1 ? reqs.size() : 0);
+  const std::span<MPI_Status> st = reqs.size() > 1 ? std::span<MPI_Status>(many) : std::span<MPI_Status>(one, reqs.size());
   for (int64_t spin = 0;; ++spin) {
     int flag = 0;
     {

@@ -171,6 +171,8 @@ class ProcessGroup {
   void run_task(Task& t);
   /// Drives an inline batch until it completed (true) or `until` passed (false).
   bool progress_inline(InlineBatch& b, Deadline until);
+  /// describe() of an inline batch, its ops' text built on first use (only messages need it).
+  std::string describe_inline(InlineBatch& b) const;
   /// Counts a completed op in stats().
   void count_op(const OpInfo& info, const SentBytes& bytes, double seconds);
   /// Marks the group failed (first failure wins), logs it and aborts the backend.

@@ -2,10 +2,13 @@
 // caller's thread, then one queued body per op for the comm thread (process_group.cpp).
 #include <strata/comm/algorithms.h>
 #include <strata/comm/process_group_detail.h>
+#include <strata/core/trace.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 namespace strata::comm {
 
@@ -268,8 +271,29 @@ struct BatchOp {
   bool send;
   Tensor user, buf;
   int peer, tag;
-  std::string text;  // "recv f32 x 100 from rank 0 tag 3"
 };
+
+// "recv f32 x 100 from rank 0 tag 3". Built only for messages (errors, timeouts, the
+// queued op's description): formatting every op's text, the batch's description and the
+// caller's label on each inline post cost 3-7 us of CPU per pipeline exchange, on the
+// critical path (docs/pipeline.md, "Where the step goes").
+std::string op_text(const BatchOp& o) {
+  return strata::detail::str_cat(o.send ? "send " : "recv ", dtype_name(o.user.dtype()), " x ", o.user.numel(),
+                                 o.send ? " to rank " : " from rank ", o.peer, " tag ", o.tag);
+}
+
+// OpInfo::ops of a batch: "2 ops (1.0 KiB): send ...; recv ...".
+std::string batch_text(const std::vector<BatchOp>& batch, int64_t payload) {
+  std::string s = strata::detail::str_cat(batch.size(), batch.size() == 1 ? " op (" : " ops (", format_bytes(payload), "): ");
+  for (size_t k = 0; k < batch.size(); ++k) {
+    if (k == 16) {
+      s += strata::detail::str_cat("; ... (", batch.size() - k, " more)");
+      break;
+    }
+    s += (k ? "; " : "") + op_text(batch[k]);
+  }
+  return s;
+}
 
 // Posts every op of a batch on the transport (none waits on another).
 std::vector<std::unique_ptr<Request>> post_batch(Backend& be, const std::vector<BatchOp>& batch, int64_t& counted) {
@@ -294,7 +318,7 @@ detail::TimedOut batch_timed_out(Backend& be, const std::vector<BatchOp>& batch,
   std::vector<int> named;
   for (size_t j = k; j < reqs.size(); ++j) {
     if (j > k && reqs[j]->wait_until(Clock::now())) continue;
-    pending += (pending.empty() ? "" : "; ") + batch[j].text;
+    pending += (pending.empty() ? "" : "; ") + op_text(batch[j]);
     if (std::find(named.begin(), named.end(), batch[j].peer) != named.end()) continue;
     named.push_back(batch[j].peer);
     peers += (peers.empty() ? "" : ", ") + be.describe_peer(batch[j].peer);
@@ -306,7 +330,7 @@ detail::TimedOut batch_timed_out(Backend& be, const std::vector<BatchOp>& batch,
 
 // A batch posted by the caller (set_inline_p2p): progressed by whoever waits on its Work.
 struct ProcessGroup::InlineBatch {
-  std::timed_mutex mu;  // held while posting or progressing
+  std::mutex mu;  // held while posting or progressing
   std::atomic<bool> finished{false};
   bool failed = false;  // its buffers stay with the group (the transport may still touch them)
   OpInfo info;
@@ -318,9 +342,27 @@ struct ProcessGroup::InlineBatch {
   std::shared_ptr<detail::WorkState> state;
 };
 
+std::string ProcessGroup::describe_inline(InlineBatch& b) const {
+  if (b.info.ops.empty()) b.info.ops = batch_text(b.batch, b.info.bytes);
+  return describe(b.info);
+}
+
 bool ProcessGroup::progress_inline(InlineBatch& b, Deadline until) {
-  std::unique_lock<std::timed_mutex> lk(b.mu, std::defer_lock);
-  if (!lk.try_lock_until(until)) return b.finished.load();  // another thread is on it
+  // Another thread may be on it: poll for the lock until `until`. Not a timed lock:
+  // std::timed_mutex::try_lock_until on the steady clock is pthread_mutex_clocklock, which
+  // ThreadSanitizer does not intercept (llvm-project issue 62623): it saw no acquisition,
+  // reported the unlock as one of an unlocked mutex, and could check nothing this lock
+  // orders. Contention is rare and short: a second waiter on the same Work, or
+  // is_completed() polling beside a wait; the destructor waits with Deadline::max().
+  std::unique_lock<std::mutex> lk(b.mu, std::try_to_lock);
+  for (int spin = 0; !lk.owns_lock(); ++spin) {
+    if (Clock::now() >= until) return b.finished.load();
+    if (spin < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    lk.try_lock();
+  }
   if (b.finished.load()) return true;
   std::exception_ptr err;
   try {
@@ -333,6 +375,7 @@ bool ProcessGroup::progress_inline(InlineBatch& b, Deadline until) {
       if (!o.send) copy_back(o.user, o.buf);
     count_op(b.info, b.bytes, std::chrono::duration<double>(Clock::now() - b.t0).count());
   } catch (...) {
+    b.info.ops = batch_text(b.batch, b.info.bytes);
     err = op_failure(b.info, std::current_exception());
     b.failed = true;
   }
@@ -363,15 +406,18 @@ Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) 
   for (size_t k = 0; k < ops.size(); ++k) {
     const P2POp& o = ops[k];
     const bool send = o.kind == P2POp::Kind::send;
-    const std::string where = strata::detail::str_cat("batch_isend_irecv op ", k, " (", send ? "send" : "recv",
-                                                      label.empty() ? "" : ", " + label, ")");
-    check_tensor(where.c_str(), o.tensor, !send);
-    check_peer(where.c_str(), o.peer, rank_, size_, o.tag);
-    BatchOp b{send, o.tensor, staged(o.tensor, send), o.peer, o.tag,
-              strata::detail::str_cat(send ? "send " : "recv ", dtype_name(o.tensor.dtype()), " x ",
-                                      o.tensor.numel(), send ? " to rank " : " from rank ", o.peer, " tag ", o.tag)};
+    try {
+      check_tensor("batch_isend_irecv", o.tensor, !send);
+      check_peer("batch_isend_irecv", o.peer, rank_, size_, o.tag);
+    } catch (const Error&) {  // the same checks again, naming the op (built only on failure)
+      const std::string where = strata::detail::str_cat("batch_isend_irecv op ", k, " (", send ? "send" : "recv",
+                                                        label.empty() ? "" : ", " + label, ")");
+      check_tensor(where.c_str(), o.tensor, !send);
+      check_peer(where.c_str(), o.peer, rank_, size_, o.tag);
+      throw;
+    }
     payload += o.tensor.nbytes();
-    batch.push_back(std::move(b));
+    batch.push_back(BatchOp{send, o.tensor, staged(o.tensor, send), o.peer, o.tag});
   }
   // A send must not read what a receive of the same batch writes: it sends a copy.
   auto written = [&](const Tensor& t) {
@@ -382,30 +428,32 @@ Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) 
   OpInfo info{.kind = OpKind::batch_isend_irecv, .dtype = ops[0].tensor.dtype(), .count = int64_t(ops.size()),
               .bytes = payload, .peer = ops[0].peer, .tag = ops[0].tag};
   info.label = std::move(label);
-  info.ops = strata::detail::str_cat(ops.size(), ops.size() == 1 ? " op (" : " ops (", format_bytes(payload), "): ");
-  for (size_t k = 0; k < batch.size(); ++k) {
-    if (k == 16) {
-      info.ops += strata::detail::str_cat("; ... (", batch.size() - k, " more)");
-      break;
-    }
-    info.ops += (k ? "; " : "") + batch[k].text;
-  }
   {
     std::unique_lock<std::mutex> lk(qmu_);
     if (inline_p2p_ && queue_.empty() && !running_ && backend_->p2p_any_thread()) {
       // Posted here, progressed by the waiter: no comm-thread hop (set_inline_p2p).
       auto b = std::make_shared<InlineBatch>();
-      std::lock_guard<std::timed_mutex> blk(b->mu);
       info.seq = next_p2p_seq_++;
       std::erase_if(inline_ops_, [](const auto& o) { return o->finished.load() && !o->failed; });
       inline_ops_.push_back(b);
       const std::string failure = failure_;
       lk.unlock();
+      // Taken after qmu_ is released: progress_inline takes qmu_ under b->mu (fail_group),
+      // so the other order could deadlock in principle (TSan: lock-order inversion), and
+      // no other thread can reach b before this returns its Work (the destructor, which
+      // also progresses inline_ops_, must not race with an op being issued).
+      std::lock_guard<std::mutex> blk(b->mu);
       b->info = std::move(info);
       b->batch = std::move(batch);
       b->state = std::make_shared<detail::WorkState>();
       b->state->timeout_s = opts_.timeout_s * 1.1 + 2.0;
-      b->state->what = describe(b->info);
+      // The full description (every op) is built when something goes wrong (describe_inline);
+      // `what` (the trace's label, Work::wait's own backstop timeout) names the op and group.
+      if (trace::enabled())
+        b->state->what = describe_inline(*b);
+      else
+        b->state->what = "batch_isend_irecv p2p seq " + std::to_string(b->info.seq) + " in group '" + name_ + "'" +
+                         (b->info.label.empty() ? "" : " [" + b->info.label + "]");
       b->state->progress = [this, w = std::weak_ptr<InlineBatch>(b)](Deadline until) {
         const auto p = w.lock();  // gone: completed and let go by the group
         return !p || progress_inline(*p, until);
@@ -416,7 +464,7 @@ Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) 
       std::exception_ptr err;
       if (!failure.empty()) {
         err = std::make_exception_ptr(CommError(strata::detail::str_cat(
-            "[batch_isend_irecv] ", b->state->what, ": the group is unusable after an earlier failure: ", failure)));
+            "[batch_isend_irecv] ", describe_inline(*b), ": the group is unusable after an earlier failure: ", failure)));
       } else {
         try {
           b->reqs = post_batch(*backend_, b->batch, b->bytes.counted);
@@ -424,6 +472,7 @@ Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) 
           // compute): poll without sleeping (Request::busy_poll).
           for (auto& r : b->reqs) r->busy_poll = true;
         } catch (...) {
+          b->info.ops = batch_text(b->batch, b->info.bytes);
           err = op_failure(b->info, std::current_exception());
           b->failed = true;
         }
@@ -435,6 +484,7 @@ Work ProcessGroup::batch_isend_irecv(std::vector<P2POp> ops, std::string label) 
       return Work(b->state);
     }
   }
+  info.ops = batch_text(batch, payload);
   return enqueue(std::move(info), [this, batch = std::move(batch)](const OpInfo& i, SentBytes& bytes) {
     std::vector<std::unique_ptr<Request>> reqs = post_batch(*backend_, batch, bytes.counted);
     for (size_t k = 0; k < reqs.size(); ++k) {

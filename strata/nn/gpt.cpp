@@ -17,6 +17,28 @@ namespace strata::nn {
 namespace {
 constexpr double kInitStd = 0.02;
 double resid_std(const GPTConfig& c) { return kInitStd / std::sqrt(2.0 * double(c.n_layer)); }
+
+// residual + drop(proj(y)) (residual undefined: drop(proj(y))). When proj is a plain
+// Linear and drop does nothing, neither with forward hooks (ZeRO-3 gathers are hooks),
+// the bias and the residual go into one pass after proj's bias-free GEMM
+// (linear_residual), as Megatron-LM's bias_dropout_add fusion; tensor parallelism swaps
+// proj for a RowParallelLinear and keeps the unfused ops. Same values either way.
+Tensor project_residual(Module& proj, Module& drop, const Tensor& y, const Tensor& residual) {
+  const auto* lin = dynamic_cast<const Linear*>(&proj);
+  const auto* d = dynamic_cast<const Dropout*>(&drop);
+  if (residual.defined() && lin && typeid(*lin) == typeid(Linear) && !proj.has_forward_hooks() && d &&
+      typeid(*d) == typeid(Dropout) && !drop.has_forward_hooks() && (d->p() == 0 || !d->is_training()))
+    return proj.traced([&] { return linear_residual(y, lin->weight(), lin->bias(), residual); });
+  Tensor out = drop(proj(y));
+  return residual.defined() ? residual + out : out;
+}
+
+// Whether a block may call m's forward_add (fusing its residual) instead of operator().
+template <class M>
+M* fusable(const std::shared_ptr<Module>& m) {
+  auto* p = dynamic_cast<M*>(m.get());
+  return p && typeid(*p) == typeid(M) && !p->has_forward_hooks() ? p : nullptr;
+}
 }  // namespace
 
 // ---------------------------------------------------------------- attention
@@ -38,7 +60,12 @@ double CausalSelfAttention::attention_dropout() const {
   return d ? d->p() : 0.0;
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) {
+Tensor CausalSelfAttention::forward(const Tensor& x) { return forward_impl(x, Tensor()); }
+Tensor CausalSelfAttention::forward_add(const Tensor& x, const Tensor& residual) {
+  return forward_impl(x, residual);
+}
+
+Tensor CausalSelfAttention::forward_impl(const Tensor& x, const Tensor& residual) {
   STRATA_CHECK(x.dim() == 3, "[CausalSelfAttention] expects (B, T, C), got ", shape_str(x.shape()));
   Tensor qkv = (*child("c_attn"))(x);  // (B, T, 3*Hl*hd); x may be a sequence shard (B, T/tp, C)
   const int64_t b = qkv.size(0), t = qkv.size(1), hd = head_dim_;
@@ -54,10 +81,11 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   if (attention_fn_) {  // replaced (ring attention): it draws the dropout masks from our generator
     const bool drop = attn_drop && attn_drop->p() > 0 && attn_drop->is_training();
     Generator* gen = drop ? attn_dropout->own_generator() : nullptr;
-    return (*resid_dropout)((*c_proj)(attention_fn_(qkv, hd, drop ? attn_drop->p() : 0.0, gen)));
+    return project_residual(*c_proj, *resid_dropout, attention_fn_(qkv, hd, drop ? attn_drop->p() : 0.0, gen),
+                            residual);
   }
   if (attn_drop && (attn_drop->p() == 0 || !attn_drop->is_training()) && !autocast_dtype())
-    return (*resid_dropout)((*c_proj)(causal_attention(qkv, hd)));
+    return project_residual(*c_proj, *resid_dropout, causal_attention(qkv, hd), residual);
   auto parts = split(qkv, {cl, cl, cl}, -1);  // 3 x (B, T, Hl*hd)
   auto heads = [&](const Tensor& p) { return transpose(reshape(p, {b, t, h, hd}), 1, 2); };  // (B, Hl, T, hd)
   Tensor q = mul(heads(parts[0]), 1.0 / std::sqrt(double(hd)));  // scale q: fewer elements than scores
@@ -70,7 +98,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   att = (*attn_dropout)(att);
   Tensor y = matmul(att, v);                              // (B, Hl, T, hd)
   y = reshape(contiguous(transpose(y, 1, 2)), {b, t, cl});  // (B, T, Hl*hd)
-  return (*resid_dropout)((*c_proj)(y));
+  return project_residual(*c_proj, *resid_dropout, y, residual);
 }
 
 // ---------------------------------------------------------------- MLP
@@ -82,7 +110,10 @@ GPTMLP::GPTMLP(const GPTConfig& cfg, Generator& gen) {
   register_module("dropout", std::make_shared<Dropout>(cfg.dropout, gen));
 }
 
-Tensor GPTMLP::forward(const Tensor& x) {
+Tensor GPTMLP::forward(const Tensor& x) { return forward_impl(x, Tensor()); }
+Tensor GPTMLP::forward_add(const Tensor& x, const Tensor& residual) { return forward_impl(x, residual); }
+
+Tensor GPTMLP::forward_impl(const Tensor& x, const Tensor& residual) {
   // c_fc's bias and the GELU run as one pass after a bias-free GEMM (linear_gelu), unless
   // c_fc was swapped for another layer (tensor parallelism) or either child has forward
   // hooks (ZeRO-3 gathers), which must then see their own calls. Same values either way.
@@ -94,7 +125,7 @@ Tensor GPTMLP::forward(const Tensor& x) {
     h = linear_gelu(x, fc->weight(), fc->bias(), act->tanh_approx());  // (B, T, 4C)
   else
     h = (*child("gelu"))((*child("c_fc"))(x));
-  return (*child("dropout"))((*child("c_proj"))(h));  // (B, T, C)
+  return project_residual(*child("c_proj"), *child("dropout"), h, residual);  // (B, T, C)
 }
 
 // ---------------------------------------------------------------- block
@@ -106,8 +137,16 @@ GPTBlock::GPTBlock(const GPTConfig& cfg, Generator& gen) {
 }
 
 Tensor GPTBlock::forward(const Tensor& x) {
-  Tensor h = x + (*child("attn"))((*child("ln_1"))(x));
-  return h + (*child("mlp"))((*child("ln_2"))(h));
+  // x + attn(ln_1(x)), the residual added inside attn's output projection when it can be
+  Tensor a = (*child("ln_1"))(x);
+  Tensor h;
+  if (auto* attn = fusable<CausalSelfAttention>(child("attn")))
+    h = attn->traced([&] { return attn->forward_add(a, x); });
+  else
+    h = x + (*child("attn"))(a);
+  Tensor m = (*child("ln_2"))(h);
+  if (auto* mlp = fusable<GPTMLP>(child("mlp"))) return mlp->traced([&] { return mlp->forward_add(m, h); });
+  return h + (*child("mlp"))(m);
 }
 
 // ---------------------------------------------------------------- model

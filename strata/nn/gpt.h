@@ -30,12 +30,17 @@ class CausalSelfAttention : public Module, public ReplaceableAttention {
   CausalSelfAttention(const GPTConfig& cfg, Generator& gen);
   /// x (B, T, C) -> (B, T, C)
   Tensor forward(const Tensor& x) override;
+  /// residual + forward(x), residual (B, T, C): c_proj's bias and the residual are added
+  /// in one pass after its GEMM (linear_residual) when c_proj is a plain Linear and
+  /// resid_dropout does nothing (p = 0 or eval), neither with forward hooks.
+  Tensor forward_add(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return "CausalSelfAttention"; }
   int64_t head_dim() const { return head_dim_; }
   void set_attention_fn(AttentionFn fn) override { attention_fn_ = std::move(fn); }
   double attention_dropout() const override;
 
  private:
+  Tensor forward_impl(const Tensor& x, const Tensor& residual);
   AttentionFn attention_fn_;
   /// (T, T) u8, 1 above the diagonal (future positions); cached for the last T.
   const Tensor& causal_mask(int64_t t);
@@ -48,7 +53,13 @@ class GPTMLP : public Module {
  public:
   GPTMLP(const GPTConfig& cfg, Generator& gen);
   Tensor forward(const Tensor& x) override;
+  /// residual + forward(x), with c_proj's bias and the residual in one pass, as
+  /// CausalSelfAttention::forward_add.
+  Tensor forward_add(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return "GPTMLP"; }
+
+ private:
+  Tensor forward_impl(const Tensor& x, const Tensor& residual);
 };
 
 /// Pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(x)). Children ln_1, attn, ln_2, mlp.

@@ -31,14 +31,28 @@ Tensor Module::forward(const Tensor&) {
   STRATA_THROW(Error, "[", type_name(), "] has no single-tensor forward(x); call its own forward overload");
 }
 
-Tensor Module::operator()(const Tensor& x) {
-  trace::Scope slice;  // tracing: this module's forward, and its name on the nodes it creates
+namespace {
+// Tracing: a module's forward as a slice, and its name on the nodes it creates.
+struct ForwardTraceScope {
+  trace::Scope slice;
   std::optional<trace::LabelScope> in_module;
-  if (trace::enabled()) {
-    std::string name = trace::object_name(this);
-    in_module.emplace(trace::intern(name.empty() ? type_name() : name));
+  explicit ForwardTraceScope(const Module& m) {
+    if (!trace::enabled()) return;
+    std::string name = trace::object_name(&m);
+    in_module.emplace(trace::intern(name.empty() ? m.type_name() : name));
     slice.begin("forward " + trace::label(trace::current_label()));
   }
+};
+}  // namespace
+
+Tensor Module::traced(const std::function<Tensor()>& fn) {
+  STRATA_CHECK(hooks_.empty(), "[", type_name(), "] traced() skips forward hooks; call it through operator()");
+  ForwardTraceScope scope(*this);
+  return fn();
+}
+
+Tensor Module::operator()(const Tensor& x) {
+  ForwardTraceScope scope(*this);
   if (hooks_.empty()) return forward(x);
   for (auto& h : hooks_)
     if (h.pre) h.pre(*this);

@@ -43,6 +43,10 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Whether a forward hook is registered (a parent that fuses this module's forward with
   /// a sibling's must then call it through operator() instead).
   bool has_forward_hooks() const { return !hooks_.empty(); }
+  /// Runs fn (a fused variant of this module's forward, called by a parent) under this
+  /// module's trace scope, as operator() runs forward(). Runs no hooks: call it only when
+  /// has_forward_hooks() is false.
+  Tensor traced(const std::function<Tensor()>& fn);
   virtual std::string type_name() const = 0;
 
   /// "blocks.0.attn.qkv.weight" style names in registration order, own parameters

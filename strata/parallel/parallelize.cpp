@@ -8,6 +8,7 @@
 #include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
 #include <strata/core/config.h>
+#include <strata/core/memory.h>
 #include <strata/optim/clip.h>
 #include <strata/parallel/tp_checkpoint.h>
 
@@ -182,6 +183,8 @@ void ParallelModel::load_state(const ShardedCheckpointReader& ck, bool with_opti
 void ParallelModel::set_pipeline(std::unique_ptr<PipelineExecutor> exec, std::shared_ptr<comm::ProcessGroup> embed_group) {
   pipeline_ = std::move(exec);
   embed_group_ = std::move(embed_group);
+  // Its batch_isend_irecv (the tied sum under inline exchanges) runs on the caller's thread.
+  if (embed_group_) embed_group_->set_inline_p2p(true);
   copies_.clear();
   bool first = false, last = false;
   for (const auto& s : pipeline_->my_stages()) {
@@ -213,7 +216,25 @@ double ParallelModel::pipeline_step(const Tensor& input, const Tensor& target, c
         g = ops::zeros(p.shape(), p.dtype(), p.device());
         p.set_grad(g);
       }
-      embed_group_->all_reduce(g, comm::ReduceOp::sum).wait();
+      if (pipeline_->inline_exchanges() && embed_group_->size() == 2 && embed_group_->device().is_cpu()) {
+        // Inline exchanges (the pipeline's own choice for this host): the two copies'
+        // gradients are swapped by one batch this thread posts and completes, then summed.
+        // The comm thread's all-reduce added its wake-ups after every step (docs/pipeline.md,
+        // "Where the step goes"). a + b == b + a in IEEE arithmetic, so both copies get the
+        // same bits, as from the all-reduce of two.
+        Tensor theirs;
+        {
+          MemoryScope scope(MemCategory::comm);
+          theirs = ops::empty(g.shape(), g.dtype(), g.device());
+        }
+        const int peer = 1 - embed_group_->rank();
+        embed_group_->batch_isend_irecv({{comm::P2POp::Kind::send, g, peer, 0}, {comm::P2POp::Kind::recv, theirs, peer, 0}},
+                                        "pipeline tied gradient " + n)
+            .wait();
+        ops::add_(g, theirs);
+      } else {
+        embed_group_->all_reduce(g, comm::ReduceOp::sum).wait();
+      }
     }
   }
   // The dp reduction of the gradients the micro-batches accumulated (DDP buckets, ZeRO

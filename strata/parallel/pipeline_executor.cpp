@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <string>
 #include <thread>
@@ -21,6 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 double thread_cpu_s() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -54,6 +59,13 @@ PipelineExecutor::PipelineExecutor(std::shared_ptr<nn::Module> model, PipelinePl
           {from, to}, pp_.name() + (act ? "/pp-act[" : "/pp-grad[") + std::to_string(from) + "->" + std::to_string(to) + "]");
     }
   }
+  if (pp_.device().is_cpu()) {  // inline point-to-point exists on the host backends only
+    std::vector<int> all(static_cast<size_t>(P), 0);
+    for (int r = 0; r < P; ++r) all[size_t(r)] = r;
+    loss_group_ = pp_.new_group(all, pp_.name() + "/pp-loss");
+  }
+  if (const char* e = std::getenv("STRATA_PP_TIMELINE"); e != nullptr && *e != 0)
+    timeline_path_ = std::string(e) + "." + std::to_string(pp_.rank());
   set_inline_exchanges(
       default_inline_exchanges(pp_.host_ranks(), get_num_threads(), int(std::thread::hardware_concurrency())));
 }
@@ -76,6 +88,7 @@ void PipelineExecutor::set_inline_exchanges(bool on) {
   for (const auto& kind : channels_)
     for (const auto& g : kind)
       if (g) g->set_inline_p2p(on);
+  if (loss_group_) loss_group_->set_inline_p2p(on);
 }
 
 std::vector<PipelineStageSpec> PipelineExecutor::my_stages() const {
@@ -120,12 +133,17 @@ void PipelineExecutor::post(const CommOp& o, const Shape& mb_shape) {
   }
   int peer = 0;
   comm::ProcessGroup& g = channel(o, peer);
-  Action label{.kind = Action::Kind::post, .mb = -1, .stage = -1, .ops = {o}};
+  // The label Action{post, {o}}.str() gives, without its string streams (a post is on the
+  // critical path: every microsecond here is one of the bubble's).
+  const bool send = o.dir == CommOp::Dir::send;
+  char label[96];
+  std::snprintf(label, sizeof label, "pipeline post[%s %s(%d,%d)%s%d]", send ? "send" : "recv",
+                o.msg == CommOp::Msg::act ? "act" : "grad", o.mb, o.stage, send ? "->" : "<-", o.peer);
   try {
     p->work = g.batch_isend_irecv(
-        {{o.dir == CommOp::Dir::send ? comm::P2POp::Kind::send : comm::P2POp::Kind::recv, p->buf, peer,
+        {{send ? comm::P2POp::Kind::send : comm::P2POp::Kind::recv, p->buf, peer,
           o.tag(shape_.stages(), comm::ProcessGroup::kMaxUserTag)}},
-        "pipeline " + label.str());
+        label);
   } catch (const Error& e) {
     fail(o, e.what());
   }
@@ -170,10 +188,14 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
                       {{"ops", int64_t(a.ops.size())}});
       const auto t0 = Clock::now();
       for (const CommOp& o : a.ops) {
+        const int64_t n0 = timeline_path_.empty() ? 0 : now_ns();
+        const double c0 = timeline_path_.empty() ? 0 : thread_cpu_s();
         if (a.kind == Action::Kind::post)
           post(o, mb_shape);
         else
           wait(o);
+        if (!timeline_path_.empty())
+          note(a.kind == Action::Kind::post ? 'P' : 'W', &o, o.mb, o.stage, n0, now_ns(), thread_cpu_s() - c0);
       }
       stats_.comm_s += since(t0);
       continue;
@@ -211,17 +233,69 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
     }
     stats_.compute_s += since(t0);
     stats_.compute_cpu_s += thread_cpu_s() - c0;
+    if (!timeline_path_.empty())
+      note(a.kind == Action::Kind::forward ? 'F' : 'B', nullptr, a.mb, a.stage,
+           std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count(), now_ns(),
+           thread_cpu_s() - c0);
   }
   STRATA_CHECK(pending_.empty(), "[pipeline] ", pending_.size(), " exchange(s) posted but never waited for");
   slots_.clear();
-  return share_loss(loss_sum / double(m));
+  const int64_t l0 = timeline_path_.empty() ? 0 : now_ns();
+  const double lc0 = timeline_path_.empty() ? 0 : thread_cpu_s();
+  const double loss = share_loss(loss_sum / double(m));
+  if (!timeline_path_.empty()) {
+    note('L', nullptr, -1, -1, l0, now_ns(), thread_cpu_s() - lc0);
+    write_timeline();
+  }
+  return loss;
+}
+
+void PipelineExecutor::note(char kind, const CommOp* o, int mb, int stage, int64_t t0, int64_t t1, double cpu_s) {
+  timeline_.push_back({kind, o ? *o : CommOp{CommOp::Dir::send, CommOp::Msg::act, -1, -1, -1}, mb, stage, t0, t1,
+                       int64_t(cpu_s * 1e9)});
+}
+
+void PipelineExecutor::write_timeline() {
+  // One block per step: a header, then one line per event,
+  //   <kind> <mb> <stage> <dir s|r|-> <msg a|g|-> <peer> <t0 ns> <t1 ns> <thread CPU ns>
+  // (for P/W the message's micro-batch and producing stage, as CommOp).
+  FILE* f = std::fopen(timeline_path_.c_str(), "a");
+  if (f == nullptr) {
+    timeline_.clear();
+    return;  // a diagnostics file that cannot be written changes nothing else
+  }
+  std::fprintf(f, "step %lld rank %d pp %d schedule %s m %d v %d inline %d\n", (long long)timeline_step_++, pp_.rank(),
+               shape_.pp, schedule_name(shape_.kind), shape_.microbatches, shape_.virtual_stages, int(inline_));
+  for (const TimelineEvent& e : timeline_) {
+    const bool comm = e.kind == 'P' || e.kind == 'W';
+    std::fprintf(f, "%c %d %d %c %c %d %lld %lld %lld\n", e.kind, e.mb, e.stage,
+                 comm ? (e.op.dir == CommOp::Dir::send ? 's' : 'r') : '-',
+                 comm ? (e.op.msg == CommOp::Msg::act ? 'a' : 'g') : '-', comm ? e.op.peer : -1, (long long)e.t0,
+                 (long long)e.t1, (long long)e.cpu);
+  }
+  std::fclose(f);
+  timeline_.clear();
 }
 
 double PipelineExecutor::share_loss(double local_on_last) {
   // The loss lives on the last stage's rank: every pp rank gets it.
-  const bool holds_loss = shape_.owner(shape_.stages() - 1) == pp_.rank();
+  const int last = shape_.owner(shape_.stages() - 1);
+  const bool holds_loss = last == pp_.rank();
   Tensor l = ops::full({1}, holds_loss ? local_on_last : 0.0, DType::f64).to(pp_.device());
-  pp_.all_reduce(l, comm::ReduceOp::sum).wait();
+  if (!inline_ || !loss_group_) {
+    pp_.all_reduce(l, comm::ReduceOp::sum).wait();
+    return ops::to_cpu(l).item<double>();
+  }
+  // Inline exchanges: the last stage's rank sends its loss to every other rank, posted
+  // and completed here. The comm thread's all-reduce added its wake-ups (and, on a host
+  // whose cores the ranks fill, a preemption) after every step. The value is the same
+  // bits as the sum of it and zeros.
+  std::vector<comm::P2POp> ops;
+  for (int r = 0; r < shape_.pp; ++r)
+    if (holds_loss && r != last)
+      ops.push_back({comm::P2POp::Kind::send, l, r, 0});
+  if (!holds_loss) ops.push_back({comm::P2POp::Kind::recv, l, last, 0});
+  loss_group_->batch_isend_irecv(std::move(ops), "pipeline loss").wait();
   return ops::to_cpu(l).item<double>();
 }
 

@@ -88,6 +88,9 @@ class PipelineExecutor {
   comm::ProcessGroup& channel(const CommOp& o, int& peer) const;
   [[noreturn]] void fail(const CommOp& o, const std::string& why) const;
   double share_loss(double local_on_last);
+  /// STRATA_PP_TIMELINE: one event per action / exchange op of the running step.
+  void note(char kind, const CommOp* o, int mb, int stage, int64_t t0, int64_t t1, double cpu_s);
+  void write_timeline();
 
   std::shared_ptr<nn::Module> model_;
   PipelinePlan plan_;
@@ -104,8 +107,25 @@ class PipelineExecutor {
   // channels_[msg][sending rank]: the 2-rank group {sender, receiver} (null when this rank
   // is neither or the link is unused).
   std::vector<std::shared_ptr<comm::ProcessGroup>> channels_[2];
+  // Every pp rank (host backends only; null on nccl): the last stage's loss goes to the
+  // others on it, as one inline batch of sends when exchanges are inline (no comm-thread
+  // round trip after the schedule).
+  std::shared_ptr<comm::ProcessGroup> loss_group_;
   std::vector<std::unique_ptr<Pending>> pending_;
   bool inline_ = false;
+  // STRATA_PP_TIMELINE=<prefix>: every step's actions, with steady_clock times, appended
+  // to <prefix>.<pp rank> (scripts/pp_timeline.py merges the ranks and prints the
+  // critical path). Off: one branch per action.
+  struct TimelineEvent {
+    char kind;  // F, B, P (op posted), W (op waited for), L (loss all-reduce)
+    CommOp op;
+    int mb, stage;
+    int64_t t0, t1;  // steady_clock ns (one clock for every process on a host)
+    int64_t cpu;     // the thread's CPU ns inside it
+  };
+  std::string timeline_path_;
+  std::vector<TimelineEvent> timeline_;
+  int64_t timeline_step_ = 0;
 };
 
 /// The executor's default for how exchanges run, from `host_ranks` ranks on this host

@@ -12,6 +12,8 @@ using BiasGeluFn = void(const Tensor&, const Tensor&, Tensor&, bool);
 using BiasGeluBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, bool);
 const KernelTable<BiasGeluFn> kBiasGelu{"bias_gelu", {&cpu::bias_gelu_kernel, nullptr}};
 const KernelTable<BiasGeluBwdFn> kBiasGeluBwd{"bias_gelu_backward", {&cpu::bias_gelu_backward_kernel, nullptr}};
+using BiasResidualFn = void(Tensor&, const Tensor&, const Tensor&);
+const KernelTable<BiasResidualFn> kBiasResidual{"bias_residual_", {&cpu::bias_residual_kernel, nullptr}};
 
 void check_rows(const char* op, const Tensor& y, const Tensor& b) {
   STRATA_CHECK(y.defined() && y.dim() >= 1, "[", op, "] input must be a defined tensor of at least 1 dim");
@@ -42,6 +44,17 @@ std::pair<Tensor, Tensor> bias_gelu_backward(const Tensor& dout, const Tensor& y
   Tensor db = need_bias_grad ? empty({y.size(-1)}, y.dtype(), d) : Tensor();
   kBiasGeluBwd(d)(contiguous(dout), contiguous(y), b.defined() ? contiguous(b) : b, dh, db, tanh_approx);
   return {dh, db};
+}
+
+void bias_residual_(Tensor& y, const Tensor& b, const Tensor& r) {
+  check_rows("bias_residual_", y, b);
+  STRATA_CHECK(y.is_contiguous(), "[bias_residual_] y must be contiguous (it is written in place), got ", y.str());
+  STRATA_CHECK(r.defined() && r.numel() == y.numel() && r.size(-1) == y.size(-1) && r.dtype() == y.dtype(),
+               "[bias_residual_] residual ", r.defined() ? r.str() : std::string("undefined"),
+               " does not match y ", y.str(), " (same rows, columns and dtype)");
+  const Device d = common_device("bias_residual_", y, r);
+  if (b.defined()) (void)common_device("bias_residual_", y, b);
+  kBiasResidual(d)(y, b.defined() ? contiguous(b) : b, contiguous(r));
 }
 
 }  // namespace strata::ops

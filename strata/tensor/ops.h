@@ -145,6 +145,10 @@ Tensor bias_gelu(const Tensor& y, const Tensor& b, bool tanh_approx);
 /// unless need_bias_grad), in one pass.
 std::pair<Tensor, Tensor> bias_gelu_backward(const Tensor& dout, const Tensor& y, const Tensor& b, bool tanh_approx,
                                              bool need_bias_grad);
+/// y = r + (y + b) in place, one pass: a Linear's bias and the residual add after it,
+/// onto the bias-free GEMM output y (rows, C), contiguous; r has y's element count and
+/// last dim (any shape, e.g. (B, T, C)); b (C) may be undefined. CPU only.
+void bias_residual_(Tensor& y, const Tensor& b, const Tensor& r);
 
 /// Over the last dim of x (..., C); weight/bias (C) may be undefined.
 /// Returns y, mean (rows), rstd (rows).

@@ -3,6 +3,7 @@
 // and the missing-rank report of a collective that one rank never joins.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -194,6 +195,34 @@ TEST(InlineP2P, QueuedBehindCollectivesAndPolledByIsCompleted) {
     w.wait();
     expect_values(read_tensor(in), {double(other), 1.0}, 0, "swapped");
     expect_values(read_tensor(t), std::vector<double>(64, 2.0), 0, "all_reduce before it");
+  });
+}
+
+// Two threads wait on one inline batch while a third polls it: one progresses it, the
+// others wait for its lock (a polled lock, visible to ThreadSanitizer, which a timed lock
+// was not), and all see it complete with the data in place.
+TEST(InlineP2P, SeveralWaitersOnOneBatch) {
+  run_local(2, [](ProcessGroup& g) {
+    g.set_inline_p2p(true);
+    const int other = 1 - g.rank();
+    if (g.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0's waiters meet
+    Tensor out = make_tensor(DType::f32, {double(g.rank()), 2.0}), in = ops::zeros({2}, DType::f32);
+    Work w = g.batch_isend_irecv({{P2POp::Kind::send, out, other, 5}, {P2POp::Kind::recv, in, other, 5}}, "shared");
+    std::atomic<int> done{0};
+    std::thread waiter([&] {
+      w.wait();
+      done.fetch_add(1);
+    });
+    std::thread poller([&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      while (!w.is_completed()) ASSERT_LT(seconds_since(t0), 20.0) << "is_completed never saw the batch complete";
+      done.fetch_add(1);
+    });
+    w.wait();
+    waiter.join();
+    poller.join();
+    EXPECT_EQ(done.load(), 2);
+    expect_values(read_tensor(in), {double(other), 2.0}, 0, "swapped");
   });
 }
 

@@ -5,8 +5,12 @@
 // pp 2 checkpoint resumes at pp 1 and pp 4.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -84,6 +88,88 @@ TEST(PipelineEquivalence, InlineAndThreadedExchangesEqualOneProcess) {
 }
 
 // Inline when the job's compute threads fill the host's cores, comm threads when a core is free.
+TEST(PipelineTimeline, EveryActionOfEveryRankIsRecordedInOrder) {
+  // STRATA_PP_TIMELINE: each rank appends every step's actions; the recorded run still
+  // trains the reference model (inline exchanges, so the loss goes over the inline group).
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("strata_pp_timeline_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string prefix = (dir / "tl").string();
+  ASSERT_EQ(::setenv("STRATA_PP_TIMELINE", prefix.c_str(), 1), 0);
+  const PpCase c{.kind = ScheduleKind::interleaved, .pp = 2, .m = 4, .v = 2, .steps = 2};
+  check_case(c, 1);
+  ::unsetenv("STRATA_PP_TIMELINE");
+  struct Ev {
+    char k;
+    int mb, st;
+    char dir, msg;
+    int64_t t0, t1;
+  };
+  std::vector<std::vector<std::vector<Ev>>> ranks(2);  // [rank][step][event]
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(prefix + "." + std::to_string(r));
+    ASSERT_TRUE(in) << "no timeline file for rank " << r;
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string k;
+      ls >> k;
+      if (k == "step") {
+        ranks[size_t(r)].emplace_back();
+        continue;
+      }
+      ASSERT_FALSE(ranks[size_t(r)].empty()) << line;
+      Ev e{};
+      int peer = 0;
+      long long t0 = 0, t1 = 0, cpu = 0;
+      e.k = k[0];
+      ls >> e.mb >> e.st >> e.dir >> e.msg >> peer >> t0 >> t1 >> cpu;
+      ASSERT_TRUE(ls) << line;
+      e.t0 = t0;
+      e.t1 = t1;
+      ranks[size_t(r)].back().push_back(e);
+    }
+  }
+  std::filesystem::remove_all(dir);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(ranks[size_t(r)].size(), size_t(c.steps)) << "rank " << r;
+    for (const auto& step : ranks[size_t(r)]) {
+      int f = 0, b = 0, posts = 0, waits = 0;
+      for (size_t i = 0; i < step.size(); ++i) {
+        const Ev& e = step[i];
+        EXPECT_LE(e.t0, e.t1);
+        if (i > 0) {
+          EXPECT_GE(e.t0, step[i - 1].t1) << "rank " << r << " event " << i << " overlaps the one before";
+        }
+        f += e.k == 'F';
+        b += e.k == 'B';
+        posts += e.k == 'P';
+        waits += e.k == 'W';
+        if (e.k == 'F' || e.k == 'B') {
+          EXPECT_EQ(e.st % 2, r) << "stage " << e.st << " runs on rank " << e.st % 2;
+        }
+      }
+      EXPECT_EQ(f, c.m * c.v) << "rank " << r;  // v stages of m micro-batches each
+      EXPECT_EQ(b, c.m * c.v) << "rank " << r;
+      EXPECT_EQ(posts, waits) << "rank " << r;
+      EXPECT_GT(posts, 0);
+      EXPECT_EQ(step.back().k, 'L') << "rank " << r << ": the loss exchange closes the step";
+    }
+  }
+  // Every receive completed after its sender posted the send (same clock on every rank).
+  for (int r = 0; r < 2; ++r)
+    for (size_t s = 0; s < size_t(c.steps); ++s)
+      for (const Ev& w : ranks[size_t(r)][s]) {
+        if (w.k != 'W' || w.dir != 'r') continue;
+        const auto& other = ranks[size_t(1 - r)][s];
+        const auto send = std::find_if(other.begin(), other.end(), [&](const Ev& p) {
+          return p.k == 'P' && p.dir == 's' && p.msg == w.msg && p.mb == w.mb && p.st == w.st;
+        });
+        ASSERT_NE(send, other.end()) << "rank " << r << " received a message nobody sent";
+        EXPECT_LE(send->t0, w.t1) << "rank " << r << " completed a receive before its send was posted";
+      }
+}
+
 TEST(PipelineExchanges, InlineWhenTheComputeThreadsFillTheCores) {
   EXPECT_TRUE(default_inline_exchanges(2, 1, 2));   // mpirun -np 2, one thread each, 2 cores
   EXPECT_TRUE(default_inline_exchanges(4, 1, 2));   // oversubscribed
@@ -111,20 +197,26 @@ TEST(PipelineEquivalence, DataParallelTimesPipelineWithZero1) {
 }
 
 TEST(PipelineEquivalence, TiedCopiesStayIdentical) {
+  // Both ways of summing the tied gradients: the all-reduce (comm threads) and the swap +
+  // add on the calling thread (inline exchanges).
   const PpCase c{.kind = ScheduleKind::one_f_one_b, .pp = 4, .m = 4, .steps = 4};
-  std::vector<Tensor> wte(4);
-  comm::run_local(4, [&](comm::ProcessGroup& g) {
-    std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
-    auto pm = pp_parallelize(w, c, pp_gpt(c));
-    pp_train(*pm, c);
-    for (const auto& [n, t] : pm->module().named_parameters())
-      if (n == "wte.weight") wte[size_t(g.rank())] = t;
-  });
-  ASSERT_TRUE(wte[0].defined());
-  ASSERT_TRUE(wte[3].defined());
-  EXPECT_FALSE(wte[1].defined());
-  EXPECT_FALSE(wte[2].defined());
-  EXPECT_EQ(wte[0].to_vector<float>(), wte[3].to_vector<float>());  // bit for bit
+  for (bool inline_exchanges : {false, true}) {
+    SCOPED_TRACE(inline_exchanges ? "inline exchanges" : "exchanges on comm threads");
+    std::vector<Tensor> wte(4);
+    comm::run_local(4, [&](comm::ProcessGroup& g) {
+      std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
+      auto pm = pp_parallelize(w, c, pp_gpt(c));
+      pm->pipeline()->set_inline_exchanges(inline_exchanges);
+      pp_train(*pm, c);
+      for (const auto& [n, t] : pm->module().named_parameters())
+        if (n == "wte.weight") wte[size_t(g.rank())] = t;
+    });
+    ASSERT_TRUE(wte[0].defined());
+    ASSERT_TRUE(wte[3].defined());
+    EXPECT_FALSE(wte[1].defined());
+    EXPECT_FALSE(wte[2].defined());
+    EXPECT_EQ(wte[0].to_vector<float>(), wte[3].to_vector<float>());  // bit for bit
+  }
 }
 
 TEST(PipelineStages, GlobalNamesAndBalancedSplit) {

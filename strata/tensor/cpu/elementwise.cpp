@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
+#include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/gelu_avx512.h>
 #include <strata/tensor/cpu/loops.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
@@ -274,6 +277,19 @@ void compare_scalar_kernel(CompareOp op, Tensor& out, const Tensor& a, double s)
   });
 }
 
+namespace {
+// The f32 tanh GELU's gradient at x86-64-v4 on contiguous operands: the AVX-512 rows
+// without a division (gelu_avx512.h), as the fused bias_gelu_backward uses, so the fused
+// and unfused GPT MLPs compute the same gradients.
+bool gelu_avx512_applies(const Tensor& out, const std::vector<const Tensor*>& in) {
+  if (!kHaveGeluAvx512 || out.dtype() != DType::f32 || simd_level() != SimdLevel::v4 || !out.is_contiguous())
+    return false;
+  for (const Tensor* t : in)
+    if (t->dtype() != DType::f32 || !t->is_contiguous() || t->shape() != out.shape()) return false;
+  return true;
+}
+}  // namespace
+
 void unary_kernel(UnaryOp op, Tensor& out, const Tensor& a) {
   STRATA_DISPATCH_FLOAT16(out.dtype(), "unary", [&] {
     with_unary<acc_t<scalar_t>>(op, [&](auto f) { map1<scalar_t, scalar_t>(out, a, f); });
@@ -296,6 +312,15 @@ void masked_fill_kernel(Tensor& out, const Tensor& t, const Tensor& mask, double
 }
 
 void act_grad_kernel(ActGrad kind, Tensor& out, const Tensor& grad, const Tensor& x) {
+  if (kind == ActGrad::gelu_tanh && gelu_avx512_applies(out, {&grad, &x})) {
+    const float* g = grad.data<float>();
+    const float* xp = x.data<float>();
+    float* d = out.data<float>();
+    parallel_for(out.numel(), 16384, [&](int64_t b, int64_t e) {
+      gelu_tanh_grad_row_avx512(g + b, xp + b, nullptr, d + b, nullptr, e - b);
+    });
+    return;
+  }
   STRATA_DISPATCH_FLOAT16(out.dtype(), "activation_backward", [&] {
     with_act_grad<acc_t<scalar_t>>(kind, [&](auto f) { map2<scalar_t, scalar_t, scalar_t>(out, grad, x, f); });
   });

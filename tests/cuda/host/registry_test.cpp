@@ -81,6 +81,9 @@ TEST(KernelRegistry, EveryFrontEndOpHasACudaKernel) {
   // The fused bias + GELU of the GPT MLP: autograd's linear_gelu uses it on the CPU only and
   // runs linear + gelu (which have CUDA kernels) on other devices.
   cpu_only.insert({"bias_gelu", "bias_gelu_backward"});
+  // Likewise the bias + residual add after the transformer's output projections
+  // (autograd's linear_residual; residual + linear elsewhere).
+  cpu_only.insert({"bias_residual_"});
 #ifndef STRATA_WITH_CUDNN
   cpu_only.insert({"conv2d", "conv2d_backward"});
 #endif

@@ -1,0 +1,91 @@
+// See gelu_avx512.h. Scalar twins: gelu_tanh_of / gelu_tanh_grad_of (cpu/elementwise.h).
+#include <strata/tensor/cpu/gelu_avx512.h>
+
+#include <strata/core/error.h>
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+// GCC 12's avx512fintrin.h starts masked intrinsics from _mm512_undefined_ps(), which
+// -Wmaybe-uninitialized reports inside the headers (GCC bug 105593)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#define STRATA_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,fma")))
+
+namespace strata::cpu {
+namespace {
+
+constexpr float kK = 0.79788456080286535588f;  // sqrt(2/pi)
+constexpr float kCubic = 0.044715f;
+
+// exp(z), z clamped to [-87, 89] (NaN -> the clamp's bound; the caller's x carries NaN):
+// z = n ln2 + r, Cephes' polynomial on r, times 2^n (n = 128: inf).
+STRATA_AVX512 inline __m512 exp_clamped(__m512 z) {
+  z = _mm512_min_ps(_mm512_max_ps(z, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(89.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), z);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+// 1 / (d 2^-8) for d in [1, inf): vrcp14ps (2^-14) and one Newton step. The 2^-8 keeps
+// the reciprocal of d up to 2^128 a normal float.
+STRATA_AVX512 inline __m512 recip_scaled(__m512 ds) {
+  const __m512 r = _mm512_rcp14_ps(ds);
+  return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(ds, r, _mm512_set1_ps(1.0f)), r);
+}
+
+// gelu_tanh'(h) = s + h s (1 - s) 2 du/dh, s = 1 / (1 + exp(-2u)); h clamped to +-30
+// (vmaxps / vminps return their second operand when either is NaN: NaN stays NaN).
+STRATA_AVX512 inline __m512 gelu_grad(__m512 h) {
+  h = _mm512_min_ps(_mm512_set1_ps(30.0f), _mm512_max_ps(_mm512_set1_ps(-30.0f), h));
+  const __m512 h2 = _mm512_mul_ps(h, h);
+  const __m512 z = _mm512_mul_ps(h, _mm512_fmadd_ps(h2, _mm512_set1_ps(-2 * kK * kCubic), _mm512_set1_ps(-2 * kK)));
+  const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_clamped(z));
+  const __m512 ds = _mm512_mul_ps(d, _mm512_set1_ps(0x1p-8f));
+  __m512 r = recip_scaled(ds);
+  r = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(ds, r, _mm512_set1_ps(1.0f)), r);  // second Newton step: ~0.5 ulp
+  __m512 s = _mm512_mul_ps(r, _mm512_set1_ps(0x1p-8f));
+  s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(d, _mm512_set1_ps(__builtin_inff()), _CMP_EQ_OQ),
+                         _mm512_setzero_ps());  // 1 / inf
+  const __m512 du2 = _mm512_fmadd_ps(h2, _mm512_set1_ps(2 * kK * 3 * kCubic), _mm512_set1_ps(2 * kK));
+  const __m512 t = _mm512_mul_ps(_mm512_mul_ps(h, s), _mm512_sub_ps(_mm512_set1_ps(1.0f), s));
+  return _mm512_fmadd_ps(t, du2, s);
+}
+
+STRATA_AVX512 inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+
+}  // namespace
+
+STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, const float* b, float* d, float* p,
+                                             int64_t n) {
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+    __m512 h = load(y + j, m);
+    if (b) h = _mm512_add_ps(h, load(b + j, m));
+    const __m512 v = _mm512_mul_ps(load(g + j, m), gelu_grad(h));
+    _mm512_mask_storeu_ps(d + j, m, v);
+    if (p) _mm512_mask_storeu_ps(p + j, m, _mm512_add_ps(load(p + j, m), v));
+  }
+}
+
+}  // namespace strata::cpu
+
+#else
+
+namespace strata::cpu {
+void gelu_tanh_grad_row_avx512(const float*, const float*, const float*, float*, float*, int64_t) {
+  STRATA_THROW(Error, "[gelu_tanh_grad_row_avx512] not built for this target (kHaveGeluAvx512 is false)");
+}
+}  // namespace strata::cpu
+
+#endif
