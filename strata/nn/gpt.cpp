@@ -33,11 +33,16 @@ Tensor project_residual(Module& proj, Module& drop, const Tensor& y, const Tenso
   return residual.defined() ? residual + out : out;
 }
 
-// Whether a block may call m's forward_add (fusing its residual) instead of operator().
+// Whether a block may call m's forward_add (fusing its residual) instead of operator():
+// only where linear_residual fuses (f32/f64 on the CPU, no autocast). Elsewhere the add
+// stays outside m, after m's locals are gone, so the forward's peak memory is unchanged
+// (CudaAutocast.GptForwardHoldsLessActivationMemoryInBf16).
 template <class M>
-M* fusable(const std::shared_ptr<Module>& m) {
+M* fusable(const std::shared_ptr<Module>& m, const Tensor& x) {
   auto* p = dynamic_cast<M*>(m.get());
-  return p && typeid(*p) == typeid(M) && !p->has_forward_hooks() ? p : nullptr;
+  const bool fuses_here =
+      x.device().is_cpu() && (x.dtype() == DType::f32 || x.dtype() == DType::f64) && !autocast_dtype();
+  return p && fuses_here && typeid(*p) == typeid(M) && !p->has_forward_hooks() ? p : nullptr;
 }
 }  // namespace
 
@@ -137,15 +142,19 @@ GPTBlock::GPTBlock(const GPTConfig& cfg, Generator& gen) {
 }
 
 Tensor GPTBlock::forward(const Tensor& x) {
-  // x + attn(ln_1(x)), the residual added inside attn's output projection when it can be
-  Tensor a = (*child("ln_1"))(x);
+  // x + attn(ln_1(x)), the residual added inside attn's output projection when it can be.
+  // ln_1(x) is released before the MLP runs, as the temporary of `x + attn(ln_1(x))` was:
+  // under autocast nothing saves the f32 tensor, and holding it raised the forward's peak.
   Tensor h;
-  if (auto* attn = fusable<CausalSelfAttention>(child("attn")))
-    h = attn->traced([&] { return attn->forward_add(a, x); });
-  else
-    h = x + (*child("attn"))(a);
+  {
+    const Tensor a = (*child("ln_1"))(x);
+    if (auto* attn = fusable<CausalSelfAttention>(child("attn"), x))
+      h = attn->traced([&] { return attn->forward_add(a, x); });
+    else
+      h = x + (*child("attn"))(a);
+  }
   Tensor m = (*child("ln_2"))(h);
-  if (auto* mlp = fusable<GPTMLP>(child("mlp"))) return mlp->traced([&] { return mlp->forward_add(m, h); });
+  if (auto* mlp = fusable<GPTMLP>(child("mlp"), h)) return mlp->traced([&] { return mlp->forward_add(m, h); });
   return h + (*child("mlp"))(m);
 }
 
