@@ -21,6 +21,15 @@ inline Tensor leaf(const std::vector<float>& v, const Shape& s) {
   return t;
 }
 
+/// An f64 leaf that requires grad, uniform in [lo, hi) from a generator seeded with `seed`
+/// (gradcheck inputs).
+inline Tensor leaf64(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
+  Generator g(seed);
+  Tensor t = ops::uniform(s, lo, hi, g, DType::f64);
+  t.set_requires_grad(true);
+  return t;
+}
+
 /// (shape s) i64 token ids uniform in [0, vocab), from a generator seeded with `seed`.
 inline Tensor random_tokens(const Shape& s, int64_t vocab, uint64_t seed) {
   Generator g(seed);

@@ -11,6 +11,7 @@
 #include <strata/autograd/gradcheck.h>
 #include <strata/core/threads.h>
 #include <strata/tensor/ops.h>
+#include "tests/test_tensors.h"
 #include "tests/threads_guard.h"
 
 using namespace strata;
@@ -29,12 +30,7 @@ double gelu_tanh_grad_ref(double x) {
 
 using strata::testing::ThreadsGuard;
 
-Tensor leaf64(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
-  Generator g(seed);
-  Tensor t = ops::uniform(s, lo, hi, g, DType::f64);
-  t.set_requires_grad(true);
-  return t;
-}
+using strata::testing::leaf64;
 
 }  // namespace
 

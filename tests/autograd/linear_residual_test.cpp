@@ -8,18 +8,14 @@
 #include <strata/autograd/functions.h>
 #include <strata/autograd/gradcheck.h>
 #include <strata/tensor/ops.h>
+#include "tests/test_tensors.h"
 #include "tests/threads_guard.h"
 
 using namespace strata;
 
 namespace {
 
-Tensor leaf64(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
-  Generator g(seed);
-  Tensor t = ops::uniform(s, lo, hi, g, DType::f64);
-  t.set_requires_grad(true);
-  return t;
-}
+using strata::testing::leaf64;
 
 }  // namespace
 

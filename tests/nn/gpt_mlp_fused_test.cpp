@@ -26,15 +26,21 @@ bool graph_has(const Tensor& y, const std::string& name) {
   return false;
 }
 
-}  // namespace
-
-TEST(LinearGelu, GptMlpFusesOnlyPlainChildren) {
+// One block of width 8, two heads, context 8, vocabulary 11.
+nn::GPTConfig tiny_config() {
   nn::GPTConfig cfg;
   cfg.vocab = 11;
   cfg.block_size = 8;
   cfg.n_layer = 1;
   cfg.n_head = 2;
   cfg.n_embd = 8;
+  return cfg;
+}
+
+}  // namespace
+
+TEST(LinearGelu, GptMlpFusesOnlyPlainChildren) {
+  nn::GPTConfig cfg = tiny_config();
   Generator gen(3);
   auto mlp = std::make_shared<nn::GPTMLP>(cfg, gen);
   Generator gx(4);
@@ -56,12 +62,7 @@ TEST(LinearGelu, GptMlpFusesOnlyPlainChildren) {
 }
 
 TEST(LinearResidual, GptBlockFusesOnlyPlainProjectionsWithoutDropout) {
-  nn::GPTConfig cfg;
-  cfg.vocab = 11;
-  cfg.block_size = 8;
-  cfg.n_layer = 1;
-  cfg.n_head = 2;
-  cfg.n_embd = 8;
+  nn::GPTConfig cfg = tiny_config();
   cfg.dropout = 0.25;
   Generator gen(3);
   auto block = std::make_shared<nn::GPTBlock>(cfg, gen);
