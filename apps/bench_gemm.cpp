@@ -1,0 +1,404 @@
+// The GEMM benchmarks and the per-kernel step profile (apps/bench_gemm.h).
+#include "apps/bench_gemm.h"
+
+#include <cblas.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "apps/flops.h"
+#include "apps/trainer.h"
+#include <strata/core/threads.h>
+#include <strata/tensor/cpu/gemm.h>
+#include <strata/tensor/cpu/op_profile.h>
+#include <strata/tensor/ops.h>
+
+namespace strata::apps::bench_detail {
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
+int bench_gemm(int64_t n, int repeat, int threads) {
+  set_num_threads(threads);
+  Generator gen(0);
+  const Tensor a = ops::uniform({n, n}, -1, 1, gen);
+  const Tensor b = ops::uniform({n, n}, -1, 1, gen);
+  Tensor c = ops::zeros({n, n});
+  const double flops = 2.0 * double(n) * double(n) * double(n);
+  const int in = int(n);
+  auto direct = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, in, in, in, 1.0f, a.data<float>(), in, b.data<float>(), in,
+                0.0f, c.data<float>(), in);
+  };
+  // Warm-up: thread pool start, page faults.
+  for (int i = 0; i < 2; ++i) {
+    (void)ops::matmul(a, b);
+    direct();
+  }
+  // Interleaved, so machine noise hits both alike.
+  std::vector<double> t_ops, t_blas;
+  long faults = 0;
+  for (int r = 0; r < repeat; ++r) {
+    const long f0 = minor_faults();
+    t_ops.push_back(time_runs(1, [&] { (void)ops::matmul(a, b); }).front());
+    faults += minor_faults() - f0;
+    t_blas.push_back(time_runs(1, direct).front());
+  }
+  std::sort(t_ops.begin(), t_ops.end());
+  std::sort(t_blas.begin(), t_blas.end());
+  auto report = [&](const char* name, const std::vector<double>& t) {
+    std::printf("%-12s %lld^3  median %8.2f GFLOP/s  best %8.2f GFLOP/s  (%.3f ms)\n", name, (long long)n,
+                flops / t[t.size() / 2] / 1e9, flops / t.front() / 1e9, t[t.size() / 2] * 1e3);
+  };
+  std::printf("gemm f32, %d threads, %d runs\n", get_num_threads(), repeat);
+  report("ops::matmul", t_ops);
+  report("cblas_sgemm", t_blas);
+  std::printf("ops::matmul / cblas_sgemm: %.3f  (ops::matmul: %.1f minor page faults per call)\n",
+              t_blas[t_blas.size() / 2] / t_ops[t_ops.size() / 2], double(faults) / repeat);
+  return 0;
+}
+
+// ---------------------------------------------------------------- bench gemm --shapes model
+
+// One GEMM as the kernels call it: C(m,n) = op(A) op(B) (+ C when accumulate), with the
+// operands' leading dimensions (the attention reads q, k, v from the packed projection).
+struct GemmShape {
+  int64_t m, n, k, lda, ldb;
+  bool ta, tb, accumulate;
+  auto key() const { return std::tie(m, n, k, lda, ldb, ta, tb, accumulate); }
+  bool operator<(const GemmShape& o) const { return key() < o.key(); }
+  double flops() const { return 2.0 * double(m) * double(n) * double(k); }
+};
+
+std::mutex g_shapes_mu;
+std::map<GemmShape, int64_t>* g_shapes = nullptr;  // calls per shape while recording
+
+void record_gemm(DType dt, int64_t m, int64_t n, int64_t k, cpu::MatRef a, cpu::MatRef b, double beta) {
+  if (dt != DType::f32) return;
+  std::lock_guard<std::mutex> lock(g_shapes_mu);
+  if (g_shapes) ++(*g_shapes)[{m, n, k, a.ld, b.ld, a.trans, b.trans, beta != 0.0}];
+}
+
+// The f32 GEMMs of one training step of the config (after one untimed step), at the given
+// thread count (the conv kernels size their per-thread GEMMs by it).
+std::map<GemmShape, int64_t> model_gemm_shapes(const std::string& config, const std::vector<std::string>& sets,
+                                               int threads) {
+  TrainConfig cfg = TrainConfig::load(config, sets);
+  cfg.train.resume.clear();
+  cfg.run.threads = threads;
+  Trainer trainer(cfg, {.verbose = false, .write_files = false});
+  trainer.step();
+  std::map<GemmShape, int64_t> shapes;
+  {
+    std::lock_guard<std::mutex> lock(g_shapes_mu);
+    g_shapes = &shapes;
+  }
+  cpu::set_gemm_observer(&record_gemm);
+  trainer.step();
+  cpu::set_gemm_observer(nullptr);
+  std::lock_guard<std::mutex> lock(g_shapes_mu);
+  g_shapes = nullptr;
+  return shapes;
+}
+
+// (rows x cols) operand with leading dimension ld, as a strided view; transposed: a view
+// of a (cols x rows) matrix, as the kernels pass it.
+Tensor strided_operand(int64_t rows, int64_t cols, int64_t ld, bool trans, Generator& gen) {
+  if (!trans) return ops::narrow(ops::uniform({rows, ld}, -1, 1, gen), 1, 0, cols);
+  return ops::transpose(ops::narrow(ops::uniform({cols, ld}, -1, 1, gen), 1, 0, rows), 0, 1);
+}
+
+struct GemmTiming {
+  double t_ops, t_blas;  // median seconds per call, wall clock
+  double c_ops, c_blas;  // the same in process CPU time (all threads)
+};
+
+// ops::matmul (ops::gemm_ with beta 1 when the kernel accumulates) against cblas_sgemm on
+// the same operands, alternating sample by sample (order flipped each time), each sample
+// long enough (>= ~2 ms) for the clock; medians.
+GemmTiming time_gemm(const GemmShape& s, int samples) {
+  Generator gen(0);
+  const Tensor a = strided_operand(s.m, s.k, s.lda, s.ta, gen);
+  const Tensor b = strided_operand(s.k, s.n, s.ldb, s.tb, gen);
+  Tensor c = ops::zeros({s.m, s.n});
+  Tensor acc = ops::zeros({s.m, s.n});
+  const float* ap = static_cast<const float*>(a.raw_data());
+  const float* bp = static_cast<const float*>(b.raw_data());
+  auto blas = [&] {
+    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, int(s.m),
+                int(s.n), int(s.k), 1.0f, ap, int(s.lda), bp, int(s.ldb), s.accumulate ? 1.0f : 0.0f,
+                c.data<float>(), int(s.n));
+  };
+  auto wrapped = [&] {
+    if (s.accumulate) ops::gemm_(acc, a, b, 1.0, 1.0);
+    else (void)ops::matmul(a, b);
+  };
+  for (int i = 0; i < 3; ++i) {
+    wrapped();
+    blas();
+  }
+  const double once = std::max(1e-7, time_runs(3, blas)[1]);
+  const int reps = int(std::clamp(2e-3 / once, 1.0, 1e5));
+  std::vector<double> t_ops, t_blas, c_ops, c_blas;
+  auto sample = [&](auto& f, std::vector<double>& out, std::vector<double>& cpu) {
+    const double c0 = process_cpu_seconds();
+    const auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) f();
+    out.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
+    cpu.push_back((process_cpu_seconds() - c0) / reps);
+  };
+  for (int i = 0; i < samples; ++i) {
+    if (i % 2 == 0) {
+      sample(wrapped, t_ops, c_ops);
+      sample(blas, t_blas, c_blas);
+    } else {
+      sample(blas, t_blas, c_blas);
+      sample(wrapped, t_ops, c_ops);
+    }
+  }
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(t_ops), median(t_blas), median(c_ops), median(c_blas)};
+}
+
+struct ModelCase {
+  std::string name, config;
+  std::vector<std::string> sets;
+};
+
+// The configs whose GEMMs `--shapes model` lists: the GPT at both benchmark shapes and the
+// CNN at both batches (docs/benchmarks.md), looked up under the working directory, then
+// under the source tree.
+std::vector<ModelCase> model_cases() {
+  auto find = [](const std::string& rel) {
+    if (std::filesystem::exists(rel)) return rel;
+    return std::string(STRATA_SOURCE_DIR) + "/" + rel;
+  };
+  const std::string gpt = find("configs/gpt_char.yaml"), cnn = find("configs/fashion_cnn.yaml");
+  return {{"GPT L4 C128 T64 B32", gpt, {"model.block_size=64", "train.batch_size=32"}},
+          {"GPT L4 C128 T128 B16", gpt, {"model.block_size=128", "train.batch_size=16"}},
+          {"CNN B64", cnn, {"train.batch_size=64"}},
+          {"CNN B128", cnn, {"train.batch_size=128"}}};
+}
+
+int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
+  std::printf("f32 GEMMs of one training step (recorded at the kernels' cpu::gemm), ops::matmul vs cblas_sgemm\n");
+  std::printf("on the same operands and leading dimensions, alternating; medians of %d samples of >= 2 ms each.\n",
+              samples);
+  std::printf("ratio = cblas time / ops time (wall clock); cpu ratio: the same in process CPU time, which other\n"
+              "jobs on a shared host disturb far less.\n");
+  std::printf("A GEMM with beta=1 (the kernels accumulate) goes through ops::gemm_(out, a, b, 1, 1).\n");
+  for (int threads : thread_counts) {
+    set_num_threads(threads);
+    const GemmShape square{1024, 1024, 1024, 1024, 1024, false, false, false};
+    const GemmTiming sq = time_gemm(square, samples);
+    std::printf("\n== %d thread(s) ==\n1024^3: ops::matmul %.1f GFLOP/s, cblas_sgemm %.1f GFLOP/s, ratio %.3f "
+                "(CPU time: %.3f)\n",
+                get_num_threads(), square.flops() / sq.t_ops / 1e9, square.flops() / sq.t_blas / 1e9,
+                sq.t_blas / sq.t_ops, sq.c_blas / sq.c_ops);
+    for (const ModelCase& mc : model_cases()) {
+      const auto shapes = model_gemm_shapes(mc.config, mc.sets, threads);
+      set_num_threads(threads);
+      std::vector<std::pair<GemmShape, int64_t>> rows(shapes.begin(), shapes.end());
+      std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) {
+        return x.first.flops() * double(x.second) > y.first.flops() * double(y.second);
+      });
+      double total_flops = 0, sum_ops = 0, sum_blas = 0, cpu_ops = 0, cpu_blas = 0;
+      for (const auto& [s, calls] : rows) total_flops += s.flops() * double(calls);
+      std::printf("\n%s (%s): %zu shapes, %.2f GFLOP of GEMM per step\n", mc.name.c_str(), mc.config.c_str(),
+                  rows.size(), total_flops / 1e9);
+      std::printf("%6s %6s %6s %5s %5s %3s %6s %6s  %6s  %10s %10s %6s %9s\n", "m", "n", "k", "lda", "ldb", "op",
+                  "calls", "flop%", "", "ops GF/s", "blas GF/s", "ratio", "cpu ratio");
+      for (const auto& [s, calls] : rows) {
+        const GemmTiming t = time_gemm(s, samples);
+        sum_ops += t.t_ops * double(calls);
+        sum_blas += t.t_blas * double(calls);
+        cpu_ops += t.c_ops * double(calls);
+        cpu_blas += t.c_blas * double(calls);
+        const char op[3] = {s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', 0};
+        std::printf("%6lld %6lld %6lld %5lld %5lld %3s %6lld %5.1f%%  %6s  %10.1f %10.1f %6.3f %9.3f\n",
+                    (long long)s.m, (long long)s.n, (long long)s.k, (long long)s.lda, (long long)s.ldb, op,
+                    (long long)calls, 100.0 * s.flops() * double(calls) / total_flops, s.accumulate ? "beta=1" : "",
+                    s.flops() / t.t_ops / 1e9, s.flops() / t.t_blas / 1e9, t.t_blas / t.t_ops, t.c_blas / t.c_ops);
+      }
+      std::printf("step's GEMM time: ops %.2f ms, blas %.2f ms, ratio %.3f (%.1f GFLOP/s through ops); "
+                  "CPU time: ops %.2f ms, blas %.2f ms, ratio %.3f\n",
+                  sum_ops * 1e3, sum_blas * 1e3, sum_blas / sum_ops, total_flops / sum_ops / 1e9, cpu_ops * 1e3,
+                  cpu_blas * 1e3, cpu_blas / cpu_ops);
+    }
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------- bench train --ops
+
+// A kernel's row label: the table's op name, with the op for the enum-selected kernels.
+std::string op_label(const cpu::op_profile::Stat& s) {
+  static const std::map<std::string, std::vector<const char*>> kEnums{
+      {"binary", {"add", "sub", "mul", "div", "pow", "maximum", "minimum"}},
+      {"binary_scalar", {"add", "sub", "mul", "div", "pow", "maximum", "minimum"}},
+      {"compare", {"eq", "ne", "lt", "le", "gt", "ge"}},
+      {"compare_scalar", {"eq", "ne", "lt", "le", "gt", "ge"}},
+      {"unary", {"neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "sign",
+                 "square", "reciprocal"}},
+      {"activation_backward", {"gelu", "gelu_tanh", "relu", "tanh", "sigmoid"}}};
+  if (s.sub < 0) return s.name;
+  const auto it = kEnums.find(s.name);
+  if (it == kEnums.end() || size_t(s.sub) >= it->second.size()) return s.name + "[" + std::to_string(s.sub) + "]";
+  return s.name + " " + it->second[size_t(s.sub)];
+}
+
+// `steps` training steps with cpu::op_profile recording: per phase and kernel the self
+// time per step (GEMMs apart, per shape, with their achieved rate against the same shape
+// timed alone through cblas_sgemm), and what the kernels leave unexplained (autograd,
+// tensor and module bookkeeping, allocation).
+void print_op_profile(Trainer& trainer, int64_t steps, double unprofiled_step, double model_flops) {
+  // The recorder's own cost, measured as it lands: 4000 empty GEMM-keyed scopes nested in
+  // one caller. Part of each scope's bookkeeping falls inside its own interval (inflating
+  // tiny kernels: the attention's per-head GEMMs) and part in the caller's self time.
+  double in_scope = 0, in_caller = 0;
+  {
+    constexpr int kScopes = 4000;
+    cpu::op_profile::start();
+    {
+      cpu::op_profile::Scope caller("calibrate");
+      for (int i = 0; i < kScopes; ++i) {
+        cpu::op_profile::Scope s;
+        s.begin("gemm", -1, 0, cpu::op_profile::gemm_key(64, 32, 64, 64, 384, false, false, false));
+      }
+    }
+    cpu::op_profile::stop();
+    for (const auto& st : cpu::op_profile::results())
+      (st.name == "calibrate" ? in_caller : in_scope) += st.self_cpu_s / kScopes;
+  }
+  cpu::op_profile::start();
+  const double c0 = cpu::op_profile::thread_cpu_seconds();
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) trainer.step();
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count() / double(steps);
+  const double step_cpu = (cpu::op_profile::thread_cpu_seconds() - c0) / double(steps);
+  cpu::op_profile::stop();
+  const std::vector<cpu::op_profile::Stat> stats = cpu::op_profile::results();
+  const double n = double(steps);
+  std::printf("\nop profile: %lld profiled steps, %.2f ms/step of the main thread's CPU time (%.2f ms wall; "
+              "unprofiled median %.2f ms wall)\n"
+              "cpu ms: the kernel's own CPU time per step, without the kernels it calls (the attention's GEMMs are "
+              "under gemm); step%%: of the step's CPU time\n",
+              (long long)steps, step_cpu * 1e3, wall * 1e3, unprofiled_step * 1e3);
+  // Per (phase, op), GEMMs folded into one "gemm" row per phase.
+  struct Row {
+    double cpu = 0, wall = 0;
+    int64_t calls = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Row> rows;
+  std::map<std::string, Row> phases;
+  struct GemmRow {
+    int64_t calls = 0;
+    double cpu = 0, wall = 0;
+  };
+  std::map<GemmShape, GemmRow> gemms;
+  double gemm_cpu = 0, gemm_wall = 0, gemm_flops = 0, kernels_cpu = 0;
+  for (const auto& st : stats) {
+    const bool is_gemm = st.name.rfind("gemm ", 0) == 0;
+    Row& r = rows[{st.phase, is_gemm ? std::string("gemm (all shapes)") : op_label(st)}];
+    r.cpu += st.self_cpu_s;
+    r.wall += st.self_s;
+    r.calls += st.calls;
+    Row& ph = phases[st.phase];
+    ph.cpu += st.self_cpu_s;
+    ph.wall += st.self_s;
+    kernels_cpu += st.self_cpu_s;
+    if (!is_gemm) continue;
+    gemm_cpu += st.self_cpu_s;
+    gemm_wall += st.self_s;
+    gemm_flops += st.flops;
+    char ta = 'N', tb = 'N';
+    int acc = 0;
+    long long m, nn, k, lda, ldb;
+    if (std::sscanf(st.name.c_str(), "gemm %lld x %lld x %lld, lda %lld, ldb %lld, %c%c, beta %d", &m, &nn, &k, &lda,
+                    &ldb, &ta, &tb, &acc) == 8) {
+      GemmRow& e = gemms[GemmShape{m, nn, k, lda, ldb, ta == 'T', tb == 'T', acc != 0}];
+      e.calls += st.calls;
+      e.cpu += st.self_cpu_s;
+      e.wall += st.self_s;
+    }
+  }
+  std::vector<std::pair<std::pair<std::string, std::string>, Row>> sorted(rows.begin(), rows.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) {
+    if (x.first.first != y.first.first) return x.first.first < y.first.first;
+    return x.second.cpu > y.second.cpu;
+  });
+  std::printf("%-10s %-36s %8s %9s %7s %9s\n", "phase", "kernel", "calls", "cpu ms", "step%", "wall ms");
+  for (const auto& [key, r] : sorted)
+    std::printf("%-10s %-36s %8.1f %9.3f %6.1f%% %9.3f\n", key.first.c_str(), key.second.c_str(),
+                double(r.calls) / n, r.cpu / n * 1e3, 100.0 * r.cpu / n / step_cpu, r.wall / n * 1e3);
+  for (const auto& [ph, r] : phases)
+    std::printf("%-10s %-36s %8s %9.3f %6.1f%% %9.3f\n", ph.c_str(), "(all kernels)", "", r.cpu / n * 1e3,
+                100.0 * r.cpu / n / step_cpu, r.wall / n * 1e3);
+  std::printf("%-10s %-36s %8s %9.3f %6.1f%%\n", "-", "outside kernels (autograd, tensors, data)", "",
+              (step_cpu - kernels_cpu / n) * 1e3, 100.0 * (step_cpu - kernels_cpu / n) / step_cpu);
+  int64_t scopes = 0;
+  for (const auto& st : stats) scopes += st.calls;
+  std::printf("profiler overhead: %.1f scopes/step x (%.2f us in the scope + %.2f us in its caller) = %.2f ms/step "
+              "of the CPU time above\n",
+              double(scopes) / n, in_scope * 1e6, in_caller * 1e6, double(scopes) / n * (in_scope + in_caller) * 1e3);
+  std::printf("GEMM: %.3f GFLOP/step in %.2f ms/step of CPU time = %.1f%% of the step: %.1f GFLOP/s "
+              "(wall clock: %.2f ms, %.1f GFLOP/s)\n",
+              gemm_flops / n / 1e9, gemm_cpu / n * 1e3, 100.0 * gemm_cpu / n / step_cpu, gemm_flops / gemm_cpu / 1e9,
+              gemm_wall / n * 1e3, gemm_flops / gemm_wall / 1e9);
+  // Each shape's rate in the step against the same shape alone (cblas_sgemm on warm
+  // operands, CPU time), the bench gemm --shapes model measure.
+  std::vector<std::pair<GemmShape, GemmRow>> gs(gemms.begin(), gemms.end());
+  std::sort(gs.begin(), gs.end(), [](const auto& x, const auto& y) { return x.second.cpu > y.second.cpu; });
+  std::printf("%6s %6s %6s %5s %5s %3s %4s %7s %7s %9s %10s %6s\n", "m", "n", "k", "lda", "ldb", "op", "beta",
+              "calls", "cpu ms", "step GF/s", "alone GF/s", "ratio");
+  double alone_cpu = 0;
+  for (const auto& [g, r] : gs) {
+    const GemmTiming t = time_gemm(g, 5);
+    const double in_step = g.flops() * double(r.calls) / r.cpu / 1e9, alone = g.flops() / t.c_blas / 1e9;
+    alone_cpu += t.c_blas * double(r.calls);
+    const char op[3] = {g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', 0};
+    std::printf("%6lld %6lld %6lld %5lld %5lld %3s %4d %7.1f %7.2f %9.1f %10.1f %6.3f\n", (long long)g.m,
+                (long long)g.n, (long long)g.k, (long long)g.lda, (long long)g.ldb, op, g.accumulate ? 1 : 0,
+                double(r.calls) / n, r.cpu / n * 1e3, in_step, alone, in_step / alone);
+  }
+  if (alone_cpu <= 0) return;
+  const double alone_rate = gemm_flops / alone_cpu;
+  std::printf("the step's GEMMs, each shape timed alone (cblas_sgemm, CPU time): %.2f ms/step, %.1f GFLOP/s\n",
+              alone_cpu / n * 1e3, alone_rate / 1e9);
+  // MFU two ways, in CPU time, peaks measured now: against the 1024^3 GEMM (the trainer's
+  // measure), and against the rate the step's own GEMM shapes reach alone (what a step
+  // made of nothing but its GEMMs, run at their standalone speed, would score).
+  Generator gen(0);
+  const Tensor a = ops::uniform({1024, 1024}, -1, 1, gen), b = ops::uniform({1024, 1024}, -1, 1, gen);
+  double best = 1e30;
+  for (int i = 0; i < 6; ++i) {
+    const double t = cpu::op_profile::thread_cpu_seconds();
+    (void)ops::matmul(a, b);
+    if (i > 0) best = std::min(best, cpu::op_profile::thread_cpu_seconds() - t);
+  }
+  const double peak = 2.0 * 1024 * 1024 * 1024 / best, unprof = step_cpu - double(scopes) / n * (in_scope + in_caller);
+  std::printf("MFU (CPU time, profiler overhead taken out: %.2f ms/step, %.1f GFLOP/s): %.1f%% of the 1024^3 peak "
+              "(%.1f GFLOP/s), %.1f%% of the model's own GEMM shapes alone (%.1f GFLOP/s)\n",
+              unprof * 1e3, model_flops / unprof / 1e9, 100.0 * model_flops / unprof / peak, peak / 1e9,
+              100.0 * model_flops / unprof / alone_rate, alone_rate / 1e9);
+}
+
+}  // namespace strata::apps::bench_detail
