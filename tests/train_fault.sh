@@ -139,9 +139,11 @@ for r in $survivors; do
   fi
   [ -n "$line" ] || continue
   # The op, its sequence number and group, and this rank in it: the world (np ranks, rank r)
-  # or, under pp, a 2-rank exchange channel ('world/pp-act[..]', 'world/pp-grad[..]').
+  # or, under pp, a 2-rank group: an exchange channel ('world/pp-act[..]', 'world/pp-grad[..]')
+  # or the first and last stages' tied-embedding group ('embedding'), whose gradient sum
+  # is a batch_isend_irecv under inline exchanges.
   echo "$line" | grep -Eq "[a-z_]+ seq [0-9]+ in group '[^']+' \(mpi, $np ranks\) on rank $r" ||
-    echo "$line" | grep -Eq "[a-z_]+ seq [0-9]+ in group 'world/pp-[a-z]+\[[0-9]+->[0-9]+\]' \(mpi, 2 ranks\) on rank [01]" ||
+    echo "$line" | grep -Eq "[a-z_0-9]+ seq [0-9]+ in group '(world/pp-[a-z]+\[[0-9]+->[0-9]+\]|embedding)' \(mpi, 2 ranks\) on rank [01]" ||
     fail "rank $r's report names no op: $line"
   # A kill that lands inside the schedule is reported by the pipeline executor; one that
   # lands in the step's loss all-reduce or a checkpoint collective names that op instead.
@@ -152,8 +154,19 @@ for r in $survivors; do
   if [ "$mode" != stop ]; then
     # A 2-rank pp channel names the peer by its group rank and then its world rank:
     # "lost peer: rank 0 (world rank 1) (pid N on host)" (seen under TSan's timing).
-    echo "$line" | grep -Eq "lost peer: .*(rank $victim|\(world rank $victim\)) \(pid $pid on " ||
-      fail "rank $r's report does not name rank $victim (pid $pid): $line"
+    if echo "$line" | grep -Eq "lost peer: .*(rank $victim|\(world rank $victim\)) \(pid $pid on "; then
+      named_victim=$((${named_victim:-0} + 1))
+    else
+      # A cascade: a survivor whose op involves only another survivor (under pp, the first
+      # and last stages' tied-embedding sum) sees that one exit after it reported the death.
+      other=$(echo "$line" | sed -nE 's/.*lost peer: .*\(pid ([0-9]+) on .*/\1/p')
+      cascade=""
+      for o in $survivors; do
+        [ "$(cat "pid.$o")" = "$other" ] && [ "$(cat "exit.$o" 2> /dev/null)" = 3 ] && cascade=$o
+      done
+      [ -n "$cascade" ] || fail "rank $r's report does not name rank $victim (pid $pid): $line"
+      echo "note: rank $r reports the exit of survivor rank $cascade, after rank $victim's death"
+    fi
   elif echo "$line" | grep -q "timed out after $timeout_s s (comm.timeout_s)"; then
     timeouts=$((${timeouts:-0} + 1))
     # ...and names the stopped rank (issue 13 item 5: the survivors' status exchange).
@@ -163,6 +176,7 @@ for r in $survivors; do
   [ "$status" = 3 ] && reported=$((reported + 1))
 done
 [ "$reported" -ge 1 ] || fail "no survivor reported the failure in strata's words and exited 3"
+[ "$mode" = stop ] || [ "${named_victim:-0}" -ge 1 ] || fail "no survivor named rank $victim (pid $pid) in its report"
 if [ "$mode" = stop ]; then
   # A hung peer is found by the timeout only (the survivor that times out first aborts,
   # so the other may report that one's death instead): not before it, not long after.
