@@ -11,6 +11,7 @@
 #include <strata/autograd/gradcheck.h>
 #include <strata/core/threads.h>
 #include <strata/tensor/ops.h>
+#include "tests/gelu_reference.h"
 #include "tests/test_tensors.h"
 #include "tests/threads_guard.h"
 
@@ -18,15 +19,8 @@ using namespace strata;
 
 namespace {
 
-constexpr double kK = 0.79788456080286535588;  // sqrt(2/pi)
-
-// f64 references: gelu_tanh(x) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
-double z_of(double x) { return -2 * kK * (x + 0.044715 * x * x * x); }
-double gelu_tanh_ref(double x) { return x / (1 + std::exp(z_of(x))); }
-double gelu_tanh_grad_ref(double x) {
-  const double s = 1 / (1 + std::exp(z_of(x)));
-  return s + x * s * (1 - s) * 2 * kK * (1 + 3 * 0.044715 * x * x);
-}
+using strata::testing::gelu_tanh_grad_ref;
+using strata::testing::gelu_tanh_ref;
 
 using strata::testing::ThreadsGuard;
 
@@ -46,7 +40,7 @@ TEST(GeluAccuracy, TanhFormF32AgainstF64OverAWideRange) {
   const auto dy = ops::gelu_backward(ops::full({n}, 1.0), x, true).to_vector<double>();
   double worst_y = 0, worst_dy = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const double v = xs[size_t(i)], z = std::min(std::abs(z_of(v)), 100.0);
+    const double v = xs[size_t(i)], z = std::min(std::abs(strata::testing::gelu_z(v)), 100.0);
     const double ry = gelu_tanh_ref(v), rdy = gelu_tanh_grad_ref(v);
     // relative to the value, widened by |z|: the f32 rounding of u is amplified by exp(z)
     // in the tails (at x ~ -9, |z| ~ 70, the f32 argument alone costs ~4e-6)
@@ -91,7 +85,8 @@ TEST(GeluAccuracy, F64KernelsMatchTheFormula) {
     ASSERT_NEAR(y[size_t(i)], gelu_tanh_ref(v), 1e-14 * (1 + std::abs(v))) << v;
     // the tanh form agrees away from the tail
     if (v > -5) {
-      ASSERT_NEAR(y[size_t(i)], 0.5 * v * (1 + std::tanh(kK * (v + 0.044715 * v * v * v))), 1e-13) << v;
+      const double u = strata::testing::kGeluK * (v + 0.044715 * v * v * v);
+      ASSERT_NEAR(y[size_t(i)], 0.5 * v * (1 + std::tanh(u)), 1e-13) << v;
     }
     ASSERT_NEAR(dy[size_t(i)], gelu_tanh_grad_ref(v), 1e-13) << v;
   }

@@ -11,17 +11,14 @@
 #include <strata/tensor/cpu/simd_level.h>
 #include <strata/tensor/ops.h>
 
+#include "tests/gelu_reference.h"
+
 using namespace strata;
 
 namespace {
 
-constexpr double kK = 0.79788456080286535588;  // sqrt(2/pi)
-double z_of(double x) { return -2 * kK * (x + 0.044715 * x * x * x); }
-double gelu_ref(double x) { return x / (1 + std::exp(z_of(x))); }
-double gelu_grad_ref(double x) {
-  const double s = 1 / (1 + std::exp(z_of(x)));
-  return s + x * s * (1 - s) * 2 * kK * (1 + 3 * 0.044715 * x * x);
-}
+double gelu_ref(double x) { return strata::testing::gelu_tanh_ref(x); }
+double gelu_grad_ref(double x) { return strata::testing::gelu_tanh_grad_ref(x); }
 
 struct LevelGuard {
   cpu::SimdLevel saved = cpu::simd_level();
@@ -52,7 +49,7 @@ TEST(BiasGeluLevels, AgainstF64OverAWideRangeAtEveryLevel) {
     const auto dy = ops::bias_gelu_backward(ones, x, Tensor(), true, false).first.to_vector<double>();
     double worst = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const double v = xs[size_t(i)], z = std::min(std::abs(z_of(v)), 100.0);
+      const double v = xs[size_t(i)], z = std::min(std::abs(strata::testing::gelu_z(v)), 100.0);
       const double ry = gelu_ref(v), rdy = gelu_grad_ref(v);
       ASSERT_NEAR(y[size_t(i)], ry, 3e-7 * (1 + z) * std::abs(ry) + 1e-37)
           << "gelu(" << v << ") at " << cpu::simd_level_name(lvl);
