@@ -250,6 +250,16 @@ int64_t gpt_activation_bytes(const ActivationInput& a) {
   return bytes;
 }
 
+// What a backward holds on top of the stored activations, at its largest: in a block's MLP,
+// GELU's backward holds the gradients of its output and of c_fc's (4N·C/tp each), and
+// c_fc's weight gradient (4C²/tp) exists before it is accumulated. Once per rank (one
+// backward runs at a time); the freeing of the backwarded micro-batch's own activations
+// as its backward proceeds is not subtracted (PlannerMemory measures each rank's peak).
+int64_t gpt_backward_transient_bytes(const ActivationInput& a) {
+  const int64_t n = a.batch * a.seq, tp = a.tp;
+  return (8 * n * a.embd / tp + 4 * a.embd * a.embd / tp) * 4;
+}
+
 // ---------------------------------------------------------------- layouts
 int peak_in_flight(const parallel::ScheduleShape& s, int rank) {
   switch (s.kind) {
@@ -369,6 +379,7 @@ LayoutPlan plan_layout(const TrainConfig& cfg, const ModelCounts& counts, const 
       ends.last = last;
       ends.pipeline = pp > 1;  // a rank's stages: its output (or the logits) per in-flight micro-batch
       if (first || last || pp > 1) act += int64_t(in_flight[size_t(r)]) * gpt_activation_bytes(ends);
+      if (layers_max > 0) act += gpt_backward_transient_bytes(ai);
     } else {
       act = b * counts.activations_per_sample * kF32;  // mlp, cnn: an estimate (ModelCounts)
     }

@@ -74,6 +74,9 @@ struct ActivationInput {
   bool pipeline = false;
 };
 int64_t gpt_activation_bytes(const ActivationInput& in);
+/// What one block's backward holds on top of the stored activations at its largest (the
+/// MLP's output-gradient pair and c_fc's weight gradient); a rank's peak adds it once.
+int64_t gpt_backward_transient_bytes(const ActivationInput& in);
 
 /// The most (micro-batch, chunk) pairs pipeline rank `rank` has forwarded and not yet
 /// backwarded under `shape`, in closed form (what parallel::simulate() reports, without
@@ -92,7 +95,7 @@ struct PlanAssumptions {
 /// What one pipeline rank holds (every dp and tp rank of it alike).
 struct RankBytes {
   parallel::MemoryPlan memory;  ///< static: params, grads, optimizer state, DDP buckets
-  int64_t activations = 0;      ///< stored activations of its peak in-flight micro-batches
+  int64_t activations = 0;      ///< its peak: stored activations of its peak in-flight micro-batches + one backward's transients
   int in_flight = 1;
   int64_t total() const { return memory.total() + activations; }
 };
@@ -103,7 +106,7 @@ struct LayoutPlan {
   parallel::ScheduleKind schedule = parallel::ScheduleKind::one_f_one_b;
   int microbatches = 1, virtual_stages = 1;
   parallel::MemoryPlan memory;  ///< static bytes of the rank with the most in total
-  int64_t activations = 0;      ///< that rank's in-flight micro-batches' stored activations
+  int64_t activations = 0;      ///< that rank's peak (in-flight micro-batches' stored activations + one backward's transients)
   int in_flight = 1;            ///< its peak in-flight micro-batches (chunks, interleaved)
   int64_t dp_bytes = 0, tp_bytes = 0, pp_bytes = 0;  ///< sent per step by one rank
   double bubble = 0;
