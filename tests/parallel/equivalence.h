@@ -150,6 +150,34 @@ inline nn::NamedTensors reference_state(const EquivCase& c, int n, std::vector<d
   return model->state_dict();
 }
 
+/// One step's forward and backward on this rank's share of (x, y): `accum` micro-batches of
+/// `micro` rows from row rank * per, gradients synchronised only on the last (no_sync
+/// before it), as PyTorch's DDP gradient accumulation. `w` is a DDP-like wrapper
+/// (forward_with, finalize, no_sync). Returns the sum of the micro-batches' losses / accum
+/// when `want_loss` (reading a loss waits for the device), else 0.
+template <class Wrapper>
+double accumulate_micro_batches(Wrapper& w, nn::Module& model, const Tensor& x, const Tensor& y, int rank,
+                                int64_t per, int accum, bool want_loss) {
+  const int64_t micro = per / accum;
+  double step_loss = 0;
+  for (int m = 0; m < accum; ++m) {
+    Tensor xm = ops::narrow(x, 0, rank * per + m * micro, micro), ym = ops::narrow(y, 0, rank * per + m * micro, micro);
+    auto step_micro = [&] {
+      Tensor loss = w.forward_with([&] { return batch_loss(model, xm, ym); }) * (1.0 / double(accum));
+      if (want_loss) step_loss += loss.item<double>();
+      backward(loss);
+      w.finalize();
+    };
+    if (m + 1 < accum) {
+      auto guard = w.no_sync();
+      step_micro();
+    } else {
+      step_micro();
+    }
+  }
+  return step_loss;
+}
+
 /// Trains under DDP on this rank of `group` (model and batches on c.device; the layout
 /// built by parallelize(), DDP at N > 1) and returns the state (parameters and buffers,
 /// after a final buffer sync). Each rank starts from a different init, so the wrap-time
@@ -164,26 +192,11 @@ inline nn::NamedTensors ddp_state(comm::ProcessGroup& group, const EquivCase& c,
   STRATA_CHECK(pm->ddp() != nullptr || n == 1, "[test] parallelize applied no DDP at ", n, " ranks");
   STRATA_CHECK(c.batch % (int64_t(n) * c.accum) == 0, "[test] batch ", c.batch, " does not split into ", n,
                " ranks x ", c.accum, " micro-batches");
-  const int64_t per = c.batch / n, micro = per / c.accum;
+  const int64_t per = c.batch / n;
   for (int s = 0; s < c.steps; ++s) {
     auto [xb, yb] = make_batch(c.model, c.batch, s);
-    const Tensor x = xb.to(c.device), y = yb.to(c.device);
-    double step_loss = 0;
-    for (int m = 0; m < c.accum; ++m) {
-      Tensor xm = ops::narrow(x, 0, r * per + m * micro, micro), ym = ops::narrow(y, 0, r * per + m * micro, micro);
-      auto step_micro = [&] {
-        Tensor loss = pm->forward_with([&] { return batch_loss(*model, xm, ym); }) * (1.0 / double(c.accum));
-        if (losses) step_loss += loss.item<double>();
-        backward(loss);
-        pm->finalize();
-      };
-      if (m + 1 < c.accum) {
-        auto guard = pm->no_sync();
-        step_micro();
-      } else {
-        step_micro();
-      }
-    }
+    const double step_loss = accumulate_micro_batches(*pm, *model, xb.to(c.device), yb.to(c.device), r, per, c.accum,
+                                                     losses != nullptr);
     if (losses) losses->push_back(rank_mean(group, step_loss));
     pm->step();
     if (c.optimizer_zero_grad)

@@ -11,7 +11,7 @@
 
 #include <strata/comm/local.h>
 #include <strata/parallel/checkpoint_io.h>
-#include "equivalence.h"
+#include "layout_rank.h"
 
 namespace strata::testing {
 namespace {
@@ -24,51 +24,10 @@ parallel::OptimizerFactory adam() {
 }
 
 // One rank of a layout (stage 0: DDP) training the MLP in `dt` (bf16: 16-bit model states).
-struct LayoutRun {
-  std::shared_ptr<nn::Module> model;
-  std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  std::unique_ptr<optim::Optimizer> opt;
-  std::unique_ptr<parallel::ZeroDataParallel> zero;
-  DType dt;
-
-  LayoutRun(comm::ProcessGroup& g, int stage, DType d) : model(make_model("mlp", kModelSeed)), dt(d) {
-    model->to(dt);
-    if (stage == 0) {
-      ddp = parallel::apply_ddp(model, g, {});
-      opt = adam()(model->named_parameters());
-    } else {
-      zero = parallel::apply_zero(model, g, {.stage = stage, .bucket_cap_mb = 100.0 * 4 / (1 << 20), .wrap = {}},
-                                  adam());
-    }
-  }
-  optim::Optimizer& optimizer() { return zero ? zero->optimizer() : *opt; }
-  void step(comm::ProcessGroup& g, int s) {
-    auto [x, y] = make_batch("mlp", 8, s);
-    const int64_t per = 8 / g.size();
-    Tensor xr = ops::to_dtype(ops::narrow(x, 0, g.rank() * per, per), dt), yr = ops::narrow(y, 0, g.rank() * per, per);
-    if (zero) {
-      backward(zero->forward_with([&] { return batch_loss(*model, xr, yr); }));
-      zero->finalize();
-      zero->step();
-      zero->zero_grad();
-    } else {
-      backward(ddp->forward_with([&] { return batch_loss(*model, xr, yr); }));
-      ddp->finalize();
-      opt->step();
-      ddp->zero_grad();
-    }
-  }
-  void save(comm::ProcessGroup& g, const std::string& dir, int stage) {
-    auto pieces = zero ? zero->state_pieces() : parallel::replicated_pieces(*model, opt.get(), g.rank());
-    parallel::save_sharded(dir, g, pieces, stage, {{parallel::kOptimizerMetaKey, optimizer().state_dict().scalars}});
-  }
-  void load(const std::string& dir) {
-    parallel::CheckpointReader ck(dir);
-    if (zero)
-      parallel::load_zero(ck, *zero, true);
-    else
-      parallel::load_replicated(ck, *model, opt.get());
-  }
+struct LayoutRun : MlpLayoutRank {
+  LayoutRun(comm::ProcessGroup& g, int stage, DType d)
+      : MlpLayoutRank(g, stage, kModelSeed, adam(), 100.0 * 4 / (1 << 20), d) {}
+  void step(comm::ProcessGroup& g, int s) { MlpLayoutRank::step(g, s, 8); }
   // The full weights: f32 masters where the optimizer keeps them, else the parameters;
   // plus the bf16 parameters and the moments (gathered over ranks by the caller).
   std::map<std::string, std::vector<float>> weights() {

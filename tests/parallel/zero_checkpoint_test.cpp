@@ -12,6 +12,7 @@
 #include <strata/comm/local.h>
 #include <strata/parallel/checkpoint_io.h>
 #include <strata/tensor/file_io.h>
+#include "layout_rank.h"
 #include "zero_equivalence.h"
 
 namespace strata::testing {
@@ -19,56 +20,14 @@ namespace {
 namespace fs = std::filesystem;
 
 // One rank's training setup at a layout: stage 0 = DDP (N = 1: plain DDP of one rank).
-struct Layout {
-  std::shared_ptr<nn::Module> model;
-  std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  std::unique_ptr<optim::Optimizer> opt;
-  std::unique_ptr<parallel::ZeroDataParallel> zero;
-
-  Layout(comm::ProcessGroup& g, int stage, uint64_t seed) : model(make_model("mlp", seed)) {
-    if (stage == 0) {
-      ddp = parallel::apply_ddp(model, g, {});
-      opt = make_optimizer("adam", *model);
-    } else {
-      zero = parallel::apply_zero(model, g, {.stage = stage, .bucket_cap_mb = 200.0 * 4 / (1 << 20), .wrap = {}},
-                                  optimizer_factory("adam"));
-    }
-  }
-  optim::Optimizer& optimizer() { return zero ? zero->optimizer() : *opt; }
-
-  void step(comm::ProcessGroup& g, int s, int64_t batch) {
-    auto [x, y] = make_batch("mlp", batch, s);
-    const int64_t per = batch / g.size();
-    Tensor xr = ops::narrow(x, 0, g.rank() * per, per), yr = ops::narrow(y, 0, g.rank() * per, per);
-    if (zero) {
-      backward(zero->forward_with([&] { return batch_loss(*model, xr, yr); }));
-      zero->finalize();
-      zero->step();
-      zero->zero_grad();
-    } else {
-      backward(ddp->forward_with([&] { return batch_loss(*model, xr, yr); }));
-      ddp->finalize();
-      opt->step();
-      ddp->zero_grad();
-    }
-  }
-  void save(comm::ProcessGroup& g, const std::string& dir, int stage) {
-    auto pieces = zero ? zero->state_pieces() : parallel::replicated_pieces(*model, opt.get(), g.rank());
-    const nlohmann::json meta = {{parallel::kOptimizerMetaKey, optimizer().state_dict().scalars}};
-    parallel::save_sharded(dir, g, pieces, stage, meta);
-  }
+struct Layout : MlpLayoutRank {
+  Layout(comm::ProcessGroup& g, int stage, uint64_t seed)
+      : MlpLayoutRank(g, stage, seed, optimizer_factory("adam"), 200.0 * 4 / (1 << 20)) {}
   // Every rank's pieces, gathered (the v1 writers below lay them out by hand).
   std::vector<parallel::ShardPiece> pieces(comm::ProcessGroup& g) {
     auto p = zero ? zero->state_pieces() : parallel::replicated_pieces(*model, opt.get(), g.rank());
     for (auto& x : p) x.data = ops::clone(x.data);  // views of live buffers
     return p;
-  }
-  void load(const std::string& dir) {
-    parallel::ShardedCheckpointReader ck(dir);
-    if (zero)
-      parallel::load_zero(ck, *zero, true);
-    else
-      parallel::load_replicated(ck, *model, opt.get());
   }
   nn::NamedTensors state() { return zero ? zero->full_state_dict() : model->state_dict(); }
 };

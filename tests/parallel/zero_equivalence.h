@@ -64,7 +64,7 @@ inline ZeroResult zero_state(comm::ProcessGroup& group, const ZeroCase& zc, std:
   STRATA_CHECK(zero != nullptr, "[test] parallelize applied no ZeRO at stage ", zc.stage);
   ZeroResult res;
   for (const auto& u : zero->units()) res.padded_elems += u.padded();
-  const int64_t per = c.batch / n, micro = per / c.accum;
+  const int64_t per = c.batch / n;
   auto sent = [&] {
     const comm::CommStats st = group.stats();
     return st[comm::OpKind::reduce_scatter].bytes_sent + st[comm::OpKind::all_gather].bytes_sent;
@@ -72,23 +72,8 @@ inline ZeroResult zero_state(comm::ProcessGroup& group, const ZeroCase& zc, std:
   for (int s = 0; s < c.steps; ++s) {
     const int64_t before = sent();
     auto [xb, yb] = make_batch(c.model, c.batch, s);
-    const Tensor x = xb.to(c.device), y = yb.to(c.device);
-    double step_loss = 0;
-    for (int m = 0; m < c.accum; ++m) {
-      Tensor xm = ops::narrow(x, 0, r * per + m * micro, micro), ym = ops::narrow(y, 0, r * per + m * micro, micro);
-      auto step_micro = [&] {
-        Tensor loss = zero->forward_with([&] { return batch_loss(*model, xm, ym); }) * (1.0 / double(c.accum));
-        if (losses) step_loss += loss.item<double>();
-        backward(loss);
-        zero->finalize();
-      };
-      if (m + 1 < c.accum) {
-        auto guard = zero->no_sync();
-        step_micro();
-      } else {
-        step_micro();
-      }
-    }
+    const double step_loss = accumulate_micro_batches(*zero, *model, xb.to(c.device), yb.to(c.device), r, per, c.accum,
+                                                     losses != nullptr);
     if (losses) losses->push_back(rank_mean(group, step_loss));
     if (zc.clip > 0) res.norms.push_back(zero->clip_grad_norm(zc.clip));
     zero->step();
