@@ -341,7 +341,7 @@ Command add_bench_command(CLI::App& parent) {
                  "and progressed by the compute thread) or both (alternating)")
       ->check(CLI::IsMember({"auto", "inline", "thread", "both"}));
   pp->add_option("--schedules", po->schedules, "Schedules to run (default: all)")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
   CLI::App* soak = cmd->add_subcommand("soak", "A long run checkpointing on schedule: is the allocator's peak flat?");
   auto so = std::make_shared<SoakArgs>();
   soak->add_option("-c,--config", so->config, "YAML config")->required();

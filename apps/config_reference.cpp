@@ -170,7 +170,9 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "all-reduces (Megatron-SP); block_size must divide by tp."},
     {"parallel.pp", "integer", "1", "Pipeline stages."},
     {"parallel.pp_schedule", "string", "1f1b",
-     "Pipeline schedule at pp > 1: `gpipe`, `1f1b` or `interleaved` (interleaved 1F1B, `pp_virtual` chunks per rank)."},
+     "Pipeline schedule at pp > 1: `gpipe`, `1f1b`, `interleaved` (interleaved 1F1B, `pp_virtual` chunks per rank) "
+     "or `zb-h1` (zero bubble: 1F1B with the linear layers' weight gradients deferred into the cool-down's idle "
+     "time)."},
     {"parallel.microbatches", "integer", "0",
      "Micro-batches per step at pp > 1; 0 = pp (one per stage). Each data-parallel rank's batch must divide by it."},
     {"parallel.pp_virtual", "integer", "1", "Model chunks per rank for the `interleaved` schedule (v)."},

@@ -264,7 +264,9 @@ int64_t gpt_backward_transient_bytes(const ActivationInput& a) {
 int peak_in_flight(const parallel::ScheduleShape& s, int rank) {
   switch (s.kind) {
     case parallel::ScheduleKind::gpipe: return s.microbatches;
-    case parallel::ScheduleKind::one_f_one_b: return std::min(s.microbatches, s.pp - rank);
+    case parallel::ScheduleKind::one_f_one_b:
+    case parallel::ScheduleKind::zb_h1:  // 1F1B's order (its deferred W inputs are not counted)
+      return std::min(s.microbatches, s.pp - rank);
     case parallel::ScheduleKind::interleaved:  // Megatron's warm-up forwards, then one more before the first backward
       return std::min(s.microbatches * s.virtual_stages, (s.pp - rank - 1) * 2 + (s.virtual_stages - 1) * s.pp + 1);
   }

@@ -35,7 +35,7 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
   if (o.exchanges == "thread" || o.exchanges == "both") modes.push_back(0);
   STRATA_CHECK(!modes.empty(), "bench pp: --exchanges is auto, inline, thread or both, got '", o.exchanges, "'");
   std::vector<ScheduleKind> kinds;
-  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved})
+  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved, ScheduleKind::zb_h1})
     if (o.schedules.empty() ||
         std::find(o.schedules.begin(), o.schedules.end(), parallel::schedule_name(k)) != o.schedules.end())
       kinds.push_back(k);

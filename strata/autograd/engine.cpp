@@ -134,4 +134,24 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   }
 }
 
+namespace {
+thread_local DeferredGrads* t_deferred = nullptr;
+}  // namespace
+
+DeferWeightGrads::DeferWeightGrads(DeferredGrads& into) : prev_(t_deferred) { t_deferred = &into; }
+DeferWeightGrads::~DeferWeightGrads() { t_deferred = prev_; }
+DeferredGrads* DeferWeightGrads::active() { return t_deferred; }
+
+void run_deferred(DeferredGrads& work) {
+  NoGradGuard no_grad;
+  cpu::op_profile::Phase profile_phase("backward");
+  for (auto& f : work) f();
+  work.clear();
+}
+
+void accumulate_grad(const Tensor& t, const Tensor& g) {
+  STRATA_CHECK(t.defined() && t.requires_grad() && !t.grad_fn(), "[accumulate_grad] not a leaf that requires grad");
+  gradient_edge(t).fn->apply(g);
+}
+
 }  // namespace strata

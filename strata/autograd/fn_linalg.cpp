@@ -1,10 +1,36 @@
 // Differentiable matmul and linear. Backward GEMMs read transposed views, so no
 // operand is ever copied to be transposed.
 #include <strata/autograd/autocast.h>
+#include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
 #include <strata/autograd/lambda_node.h>
 
 namespace strata {
+namespace {
+
+// w if it is a leaf that needs its gradient (one a DeferWeightGrads scope may defer), else
+// undefined (an autocast copy, or no gradient wanted).
+Tensor leaf_weight(const Tensor& w) { return w.requires_grad() && !w.grad_fn() ? w : Tensor(); }
+
+// A linear's weight gradient g2^T x2 (out, in), from the output-gradient rows g2 (M, out)
+// and the input rows x2 (M, in): returned now, or, inside a DeferWeightGrads scope with
+// `leaf` defined, appended to the scope to be accumulated into the leaf later (then
+// undefined is returned). The deferred work holds g2 and x2; holding them also keeps the
+// engine from adding other gradients into g2's bytes in place (it only reuses a
+// gradient nothing else holds).
+Tensor weight_grad(const Tensor& g2, const Tensor& x2, const Tensor& leaf) {
+  const auto compute = [](const Tensor& dy, const Tensor& x) {
+    Tensor gw = ops::empty({dy.size(1), x.size(1)}, dy.dtype(), dy.device());
+    ops::gemm_(gw, ops::transpose(dy, 0, 1), x);  // (out,M)@(M,in)
+    return gw;
+  };
+  DeferredGrads* later = DeferWeightGrads::active();
+  if (!later || !leaf.defined()) return compute(g2, x2);
+  later->push_back([g2, x2, leaf, compute] { accumulate_grad(leaf, compute(g2, x2)); });
+  return Tensor();
+}
+
+}  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (autocast::wants_low_precision({a, b}))
@@ -60,16 +86,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   const bool need_b = b.defined() && b.requires_grad();
   SavedTensor sx(need_w ? x2 : Tensor()), sw(need_x ? w : Tensor());
   const Shape xs = x.shape();
+  const Tensor wl = leaf_weight(w);
   std::vector<Tensor> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
   return record_fn("LinearBackward", y, inputs, [=](const Tensor& g) {
     Tensor g2 = ops::reshape(g, {-1, outf});  // (M, out)
     Tensor gx, gw, gb;
     if (need_x) gx = ops::reshape(ops::matmul(g2, sw.get("LinearBackward")), xs);  // (M,out)@(out,in)
-    if (need_w) {
-      gw = ops::empty({outf, in}, g.dtype(), g.device());
-      ops::gemm_(gw, ops::transpose(g2, 0, 1), sx.get("LinearBackward"));  // (out,M)@(M,in)
-    }
+    if (need_w) gw = weight_grad(g2, sx.get("LinearBackward"), wl);
     if (need_b) gb = ops::sum(g2, {0});
     return std::vector{gx, gw, gb};
   });
@@ -97,6 +121,7 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_
   const bool has_b = b.defined(), need_b = has_b && b.requires_grad();
   SavedTensor sx(need_w ? x2 : Tensor()), sw(need_x ? w : Tensor()), sy(y), sb(b);
   const Shape xs = x.shape();
+  const Tensor wl = leaf_weight(w);
   std::vector<Tensor> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
   return record_fn("LinearGeluBackward", out, inputs, [=](const Tensor& g) {
@@ -105,10 +130,7 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_
                                             tanh_approx, need_b);  // (M, out), (out)
     Tensor gx, gw;
     if (need_x) gx = ops::reshape(ops::matmul(dh, sw.get("LinearGeluBackward")), xs);  // (M,out)@(out,in)
-    if (need_w) {
-      gw = ops::empty({outf, in}, g.dtype(), g.device());
-      ops::gemm_(gw, ops::transpose(dh, 0, 1), sx.get("LinearGeluBackward"));  // (out,M)@(M,in)
-    }
+    if (need_w) gw = weight_grad(dh, sx.get("LinearGeluBackward"), wl);
     return std::vector{gx, gw, gb};
   });
 }
@@ -137,16 +159,14 @@ Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const 
   const bool need_b = b.defined() && b.requires_grad(), need_r = residual.requires_grad();
   SavedTensor sx(need_w ? x2 : Tensor()), sw(need_x ? w : Tensor());
   const Shape xs = x.shape();
+  const Tensor wl = leaf_weight(w);
   std::vector<Tensor> inputs{x, w, residual};
   if (b.defined()) inputs.push_back(b);
   return record_fn("LinearResidualBackward", out, inputs, [=](const Tensor& g) {
     Tensor g2 = ops::reshape(g, {-1, outf});  // (M, out)
     Tensor gx, gw, gb;
     if (need_x) gx = ops::reshape(ops::matmul(g2, sw.get("LinearResidualBackward")), xs);  // (M,out)@(out,in)
-    if (need_w) {
-      gw = ops::empty({outf, in}, g.dtype(), g.device());
-      ops::gemm_(gw, ops::transpose(g2, 0, 1), sx.get("LinearResidualBackward"));  // (out,M)@(M,in)
-    }
+    if (need_w) gw = weight_grad(g2, sx.get("LinearResidualBackward"), wl);
     if (need_b) gb = ops::sum(g2, {0});
     // the residual's gradient is g itself (no copy): the engine adds it to the other
     // consumers' gradients of the residual stream as it would AddBackward's

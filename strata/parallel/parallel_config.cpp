@@ -51,7 +51,7 @@ void read_pipeline(const ConfigNode& n, ParallelConfig& c) {
     n.fail("pp_exchanges", "expected one of auto|inline|thread, got '" + ex + "'");
   const std::string sched = n.get("pp_schedule", std::string(schedule_name(c.pipeline.schedule)));
   if (!parse_schedule(sched, c.pipeline.schedule))
-    n.fail("pp_schedule", "expected one of gpipe|1f1b|interleaved, got '" + sched + "'");
+    n.fail("pp_schedule", "expected one of gpipe|1f1b|interleaved|zb-h1, got '" + sched + "'");
   // 0 (the default) = one per stage, pp.
   const int64_t m = n.get("microbatches", int64_t(0));
   n.check_range("microbatches", double(m), 0, 1 << 20);

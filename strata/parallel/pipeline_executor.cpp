@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -204,7 +205,8 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
     Slot& sl = slots_[size_t(a.stage)][size_t(a.mb)];
     const auto t0 = Clock::now();
     const double c0 = thread_cpu_s();
-    trace::Scope ts(a.kind == Action::Kind::forward ? "F" : "B", trace::Cat::pipeline,
+    trace::Scope ts(a.kind == Action::Kind::forward ? "F" : a.kind == Action::Kind::backward ? "B" : "W",
+                    trace::Cat::pipeline,
                     {{"mb", int64_t(a.mb)}, {"stage", int64_t(a.stage)}});
     if (a.kind == Action::Kind::forward) {
       if (st.first()) {
@@ -222,19 +224,27 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
         loss_sum += sl.loss.item<double>();
       }
       stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
-    } else {
-      if (st.last())
-        backward(sl.loss * (1.0 / double(m)));
-      else
-        backward(sl.out, sl.out_grad);
+    } else if (a.kind == Action::Kind::backward) {
+      {
+        // zb-h1: B computes the input's gradient (and the parameters' other than the
+        // linear layers' weights); the weights' gradients wait in the slot for W.
+        std::optional<DeferWeightGrads> defer;
+        if (splits_backward(shape_.kind)) defer.emplace(sl.weight_grads);
+        if (st.last())
+          backward(sl.loss * (1.0 / double(m)));
+        else
+          backward(sl.out, sl.out_grad);
+      }
       if (!st.first()) sl.in_grad = sl.in.grad();
       sl.in = sl.out = sl.loss = sl.out_grad = Tensor();  // the micro-batch's activations go
       --in_flight;
+    } else {
+      run_deferred(sl.weight_grads);
     }
     stats_.compute_s += since(t0);
     stats_.compute_cpu_s += thread_cpu_s() - c0;
     if (!timeline_path_.empty())
-      note(a.kind == Action::Kind::forward ? 'F' : 'B', nullptr, a.mb, a.stage,
+      note(a.kind == Action::Kind::forward ? 'F' : a.kind == Action::Kind::backward ? 'B' : 'G', nullptr, a.mb, a.stage,
            std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count(), now_ns(),
            thread_cpu_s() - c0);
   }

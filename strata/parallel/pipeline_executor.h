@@ -2,6 +2,7 @@
 // rank's stages (pipeline_stage.h) and the pp group's point-to-point ops, so GPipe, 1F1B
 // and interleaved 1F1B share one implementation and differ only in the list.
 #pragma once
+#include <strata/autograd/engine.h>
 #include <memory>
 #include <vector>
 
@@ -102,6 +103,7 @@ class PipelineExecutor {
   // Per (stage, micro-batch) of the running step.
   struct Slot {
     Tensor in, out, loss, in_grad, out_grad;
+    DeferredGrads weight_grads;  ///< zb-h1: what its B deferred to its W
   };
   std::vector<std::vector<Slot>> slots_;
   // channels_[msg][sending rank]: the 2-rank group {sender, receiver} (null when this rank

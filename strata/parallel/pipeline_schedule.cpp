@@ -53,6 +53,29 @@ std::vector<Action> compute_order(const ScheduleShape& s, int r) {
       for (int k = total - warm; k < total; ++k) B(mb_of(k), bchunk(k) * p + r);
       break;
     }
+    case ScheduleKind::zb_h1: {
+      // 1F1B's order with each backward split into B (input gradient) and W (weight
+      // gradients), as torch.distributed.pipelining's zero-bubble 1F1B lists: rank r's
+      // first r steady-state cycles are F B (its W's wait), the later ones F B W, each
+      // cool-down B is followed by a W, and the W's still pending run last. On equal F, B
+      // and W this is ZB-H1's (p-1)(F+B-W) of idle time per rank (simulate(): 3m + p - 1
+      // slots), against 1F1B's (p-1)(F+B+W).
+      const int warm = std::min(p - r - 1, m);
+      int w = 0;
+      const auto W = [&] { out.push_back(compute(Action::Kind::weight, w++, r)); };
+      for (int i = 0; i < warm; ++i) F(i, r);
+      for (int i = 0; i < m - warm; ++i) {
+        F(warm + i, r);
+        B(i, r);
+        if (i >= r) W();
+      }
+      for (int i = m - warm; i < m; ++i) {
+        B(i, r);
+        W();
+      }
+      while (w < m) W();
+      break;
+    }
   }
   return out;
 }
@@ -70,12 +93,15 @@ const char* schedule_name(ScheduleKind k) {
     case ScheduleKind::gpipe: return "gpipe";
     case ScheduleKind::one_f_one_b: return "1f1b";
     case ScheduleKind::interleaved: return "interleaved";
+    case ScheduleKind::zb_h1: return "zb-h1";
   }
   return "?";
 }
 
+bool splits_backward(ScheduleKind k) { return k == ScheduleKind::zb_h1; }
+
 bool parse_schedule(const std::string& s, ScheduleKind& out) {
-  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved})
+  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved, ScheduleKind::zb_h1})
     if (s == schedule_name(k)) {
       out = k;
       return true;
@@ -101,7 +127,7 @@ int CommOp::tag(int stages, int max_tag) const {
 }
 
 std::string Action::str() const {
-  if (is_compute()) return detail::str_cat(kind == Kind::forward ? "F" : "B", mb, "@", stage);
+  if (is_compute()) return detail::str_cat(kind == Kind::forward ? "F" : kind == Kind::backward ? "B" : "W", mb, "@", stage);
   std::string s = kind == Kind::post ? "post[" : "wait[";
   for (size_t i = 0; i < ops.size(); ++i) s += (i ? ", " : "") + op_str(ops[i]);
   return s + "]";
@@ -277,7 +303,7 @@ ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<A
 
   std::vector<size_t> pc(size_t(P), 0);
   std::vector<int64_t> t(size_t(P), 0);
-  std::vector<std::vector<int>> fwd(size_t(S), std::vector<int>(size_t(m), 0)), bwd = fwd;
+  std::vector<std::vector<int>> fwd(size_t(S), std::vector<int>(size_t(m), 0)), bwd = fwd, wgt = fwd;
   std::vector<std::vector<int>> got_act = fwd, got_grad = fwd;
   std::vector<int> in_flight(size_t(P), 0);
   sim.busy.assign(size_t(P), 0);
@@ -298,13 +324,20 @@ ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<A
             if (fwd[s][mb]++) return fail(r, a, "forward twice");
             if (a.stage > 0 && !got_act[s - 1][mb]) return fail(r, a, "input activation not received");
             sim.peak_in_flight[R] = std::max(sim.peak_in_flight[R], ++in_flight[R]);
-          } else {
+          } else if (a.kind == Action::Kind::backward) {
             if (!fwd[s][mb]) return fail(r, a, "backward before forward");
             if (bwd[s][mb]++) return fail(r, a, "backward twice");
             if (a.stage < S - 1 && !got_grad[s + 1][mb]) return fail(r, a, "output gradient not received");
             --in_flight[R];
+          } else {
+            if (!splits_backward(shape.kind)) return fail(r, a, "a weight pass in a schedule whose backward is whole");
+            if (!bwd[s][mb]) return fail(r, a, "weight pass before its backward");
+            if (wgt[s][mb]++) return fail(r, a, "weight pass twice");
           }
-          std::string cell = (a.kind == Action::Kind::forward ? "F" : "B") + std::to_string(a.mb);
+          std::string cell = (a.kind == Action::Kind::forward    ? "F"
+                              : a.kind == Action::Kind::backward ? "B"
+                                                                 : "W") +
+                             std::to_string(a.mb);
           if (shape.virtual_stages > 1) cell += "." + std::to_string(a.stage / P);
           sim.cells[R].resize(size_t(t[R]), "");
           for (int64_t c = 0; c < cost_of(R); ++c) sim.cells[R].push_back(cell);
@@ -361,8 +394,10 @@ ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<A
     }
   for (int s = 0; s < S; ++s)
     for (int mb = 0; mb < m; ++mb)
-      if (!fwd[size_t(s)][size_t(mb)] || !bwd[size_t(s)][size_t(mb)]) {
-        sim.error = "micro-batch " + std::to_string(mb) + " never ran " + (fwd[size_t(s)][size_t(mb)] ? "backward" : "forward") +
+      if (!fwd[size_t(s)][size_t(mb)] || !bwd[size_t(s)][size_t(mb)] ||
+          (splits_backward(shape.kind) && !wgt[size_t(s)][size_t(mb)])) {
+        sim.error = "micro-batch " + std::to_string(mb) + " never ran " +
+                    (!fwd[size_t(s)][size_t(mb)] ? "forward" : !bwd[size_t(s)][size_t(mb)] ? "backward" : "its weight pass") +
                     " on stage " + std::to_string(s);
         return sim;
       }
@@ -381,6 +416,7 @@ ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<A
 
 double bubble_formula(const ScheduleShape& s) {
   const double p = s.pp, vm = double(s.virtual_stages) * s.microbatches;
+  if (splits_backward(s.kind)) return (p - 1) / (3 * vm + p - 1);
   return (p - 1) / (vm + p - 1);
 }
 
@@ -398,9 +434,11 @@ double imbalance_bubble(const ScheduleShape& s, const std::vector<double>& busy)
 
 std::string bubble_formula_str(const ScheduleShape& s) {
   const int p = s.pp, vm = s.virtual_stages * s.microbatches;
+  const bool zb = splits_backward(s.kind);
   char buf[160];
   std::snprintf(buf, sizeof buf, "%s = %d/%d = %.3f",
-                s.virtual_stages > 1 ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)", p - 1, vm + p - 1, bubble_formula(s));
+                zb ? "(p-1)/(3m+p-1)" : s.virtual_stages > 1 ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)", p - 1,
+                (zb ? 3 * vm : vm) + p - 1, bubble_formula(s));
   return buf;
 }
 

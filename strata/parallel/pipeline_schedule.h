@@ -10,11 +10,14 @@
 namespace strata::parallel {
 
 /// parallel.pp_schedule: GPipe (all forwards, then all backwards), 1F1B (warm-up, one
-/// forward one backward, cool-down) and interleaved 1F1B (v model chunks per rank,
-/// Megatron-LM's order).
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
+/// forward one backward, cool-down), interleaved 1F1B (v model chunks per rank,
+/// Megatron-LM's order) and ZB-H1 (zero bubble, Qi et al. 2023: 1F1B with each backward
+/// split into the input gradient B, on the critical path, and the weight gradients W,
+/// deferred into what would be the cool-down's idle time; 1F1B's activation memory plus
+/// the deferred W's inputs).
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 
-/// "gpipe", "1f1b", "interleaved"
+/// "gpipe", "1f1b", "interleaved", "zb-h1"
 const char* schedule_name(ScheduleKind k);
 /// The kind named by `s`; false when `s` names none.
 bool parse_schedule(const std::string& s, ScheduleKind& out);
@@ -54,12 +57,14 @@ struct CommOp {
 /// wait for it just before that compute, post each send right after the compute that
 /// produced it, and wait for all sends at the end of the step.
 struct Action {
-  enum class Kind { forward, backward, post, wait } kind;
-  int mb = -1;     ///< forward / backward
-  int stage = -1;  ///< forward / backward
+  /// backward: the whole backward, or (zb-h1) only its input gradient; weight (zb-h1):
+  /// the weight gradients that micro-batch's backward deferred.
+  enum class Kind { forward, backward, post, wait, weight } kind;
+  int mb = -1;     ///< forward / backward / weight
+  int stage = -1;  ///< forward / backward / weight
   std::vector<CommOp> ops;  ///< post / wait
-  bool is_compute() const { return kind == Kind::forward || kind == Kind::backward; }
-  /// "F3@1", "B0@2", "post[send act(2,0)->1, recv grad(1,1)<-1]", "wait[recv grad(1,1)<-1]"
+  bool is_compute() const { return kind == Kind::forward || kind == Kind::backward || kind == Kind::weight; }
+  /// "F3@1", "B0@2", "W0@2", "post[send act(2,0)->1, recv grad(1,1)<-1]", "wait[recv grad(1,1)<-1]"
   std::string str() const;
 };
 
@@ -110,7 +115,12 @@ struct ScheduleSim {
 ScheduleSim simulate(const ScheduleShape& shape, const std::vector<std::vector<Action>>& lists,
                      const std::vector<int64_t>& rank_cost = {});
 
-/// The bubble fraction the formula predicts: (p-1)/(m+p-1), or (p-1)/(v*m+p-1) interleaved.
+/// True for the schedules that split each backward into B and W (zb-h1).
+bool splits_backward(ScheduleKind k);
+
+/// The bubble fraction the formula predicts: (p-1)/(m+p-1), (p-1)/(v*m+p-1) interleaved,
+/// and (p-1)/(3m+p-1) for zb-h1 with F, B and W of equal cost and m >= p (its idle time
+/// is (p-1)(F+B-W) against 1F1B's (p-1)(F+B+W)).
 double bubble_formula(const ScheduleShape& shape);
 /// The bubble of the busiest rank for ranks of unequal cost: simulate() with rank r's
 /// forwards and backwards each taking rank_busy[r] (any unit; scaled to integer slots,

@@ -78,6 +78,23 @@ TEST(PipelineEquivalence, EveryScheduleAndMicroBatchCountEqualsOneProcess) {
   EXPECT_EQ(n, 14);  // 3 m values x 2 pp for gpipe and 1f1b; m = pp only for interleaved
 }
 
+// ZB-H1: each backward split into B (input gradients) and W (the linear layers' weight
+// gradients, deferred), the same model as one process: pp 2 and 4, m below, at and above
+// pp, the untied head, activation checkpointing (the recomputed blocks defer too), comm-
+// thread exchanges, and dp 2 x pp 2 with ZeRO-1.
+TEST(PipelineEquivalence, ZeroBubbleEqualsOneProcess) {
+  for (int pp : {2, 4})
+    for (int m : {1, pp, 2 * pp + 1}) {
+      const PpCase c{.kind = ScheduleKind::zb_h1, .pp = pp, .m = m};
+      SCOPED_TRACE(label(c));
+      check_case(c);
+    }
+  check_case({.kind = ScheduleKind::zb_h1, .pp = 2, .m = 3, .tied = false});
+  check_case({.kind = ScheduleKind::zb_h1, .pp = 2, .m = 4, .checkpoint = true});
+  check_case({.kind = ScheduleKind::zb_h1, .pp = 2, .m = 3}, /*exchanges=*/0);
+  check_case({.kind = ScheduleKind::zb_h1, .pp = 2, .m = 2, .dp = 2, .zero_stage = 1});
+}
+
 // Whichever way the exchanges run (the default picks one per host), the model is the same.
 TEST(PipelineEquivalence, InlineAndThreadedExchangesEqualOneProcess) {
   for (int exchanges : {1, 0}) {
