@@ -40,7 +40,7 @@ def parse(path):
 
 
 def label(e):
-    if e["k"] in "FB":
+    if e["k"] in "FBG":  # G: a zb-h1 weight pass (W)
         return "%s%d@%d" % (e["k"], e["mb"], e["st"])
     if e["k"] == "L":
         return "loss exchange"
@@ -93,7 +93,7 @@ def replay(st, durations, latency_ns=0):
     """Makespan of the ranks' compute orders as recorded, every compute taking
     durations[(rank, kind, mb, stage)], a message `latency_ns` from its producer's end to
     its consumer's start, nothing else (no posts, no waits, no gaps)."""
-    order = [[e for e in s["ev"] if e["k"] in "FB"] for s in st]
+    order = [[e for e in s["ev"] if e["k"] in "FBG"] for s in st]
     owner = {(e["k"], e["mb"], e["st"]): r for r, o in enumerate(order) for e in o}
     S = 1 + max(k[2] for k in owner)
     end, pos, t = {}, [0] * len(order), [0] * len(order)
@@ -104,7 +104,8 @@ def replay(st, durations, latency_ns=0):
             while pos[r] < len(o):
                 e = o[pos[r]]
                 k, mb, sg = e["k"], e["mb"], e["st"]
-                dep = ("F", mb, sg - 1) if k == "F" and sg > 0 else ("B", mb, sg + 1) if k == "B" and sg < S - 1 else None
+                dep = (("F", mb, sg - 1) if k == "F" and sg > 0 else ("B", mb, sg + 1) if k == "B" and sg < S - 1
+                       else ("B", mb, sg) if k == "G" else None)
                 if dep is not None and dep not in end:
                     break
                 start = t[r]
@@ -122,7 +123,7 @@ def replay(st, durations, latency_ns=0):
 def explain(st):
     """Splits the schedule's span into: the formula's ideal, the stages' imbalance, the
     compute times' variation (jitter), and everything else (exchanges, posts, gaps)."""
-    order = [[e for e in s["ev"] if e["k"] in "FB"] for s in st]
+    order = [[e for e in s["ev"] if e["k"] in "FBG"] for s in st]
     actual = {(r, e["k"], e["mb"], e["st"]): e["t1"] - e["t0"] for r, o in enumerate(order) for e in o}
     means = {}
     for (r, k, mb, sg), d in actual.items():
@@ -134,7 +135,7 @@ def explain(st):
     span = max(o[-1]["t1"] for o in order) - min(o[0]["t0"] for o in order)
     step = max(s["S"][1] - s["S"][0] for s in st) if all(s["S"] for s in st) else float("nan")
     m, v = st[0]["m"], st[0]["v"]
-    formula = (P - 1) / (v * m + P - 1)
+    formula = (P - 1) / (3 * m + P - 1) if st[0]["schedule"] == "zb-h1" else (P - 1) / (v * m + P - 1)
     ideal = max(busy) / (1 - formula)
     r_mean = replay(st, by_mean)
     r_act = replay(st, actual)
@@ -202,7 +203,7 @@ def main():
 
     for r, s in enumerate(st):
         ev = s["ev"]
-        comp = sum(e["t1"] - e["t0"] for e in ev if e["k"] in "FB")
+        comp = sum(e["t1"] - e["t0"] for e in ev if e["k"] in "FBG")
         post = sum(e["t1"] - e["t0"] for e in ev if e["k"] == "P")
         wait_peer = wait_lat = wait_send = 0
         lats = []
