@@ -66,6 +66,13 @@ TEST(ThreeDEquivalence, Dp2Tp2Pp2DdpAndZero2AndZero3) {
   check({.dp = 2, .tp = 2, .pp = 2, .zero = 3, .sp = true, .m = 2, .clip = 0.05});
 }
 
+// ZB-H1's deferred weight gradients through tp's sharded linears, ZeRO-3's gathered units
+// and ZeRO-2, with sequence parallelism and clipping.
+TEST(ThreeDEquivalence, ZeroBubbleUnderTpAndZero) {
+  check({.dp = 2, .tp = 1, .pp = 2, .zero = 3, .kind = ScheduleKind::zb_h1, .m = 2, .clip = 0.05});
+  check({.dp = 2, .tp = 2, .pp = 2, .zero = 2, .sp = true, .kind = ScheduleKind::zb_h1, .m = 4, .clip = 0.05});
+}
+
 TEST(ThreeDEquivalence, Tp2InterleavedUntiedAndTp4) {
   check({.dp = 1, .tp = 2, .pp = 2, .zero = 0, .kind = ScheduleKind::interleaved, .m = 2, .v = 2, .tied = false,
          .clip = 0.05});
