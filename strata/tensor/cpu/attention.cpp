@@ -27,6 +27,13 @@
 #include <strata/tensor/cpu/softmax.h>
 #include <strata/tensor/dispatch.h>
 
+// The vector helpers of attention_tile.h are instantiated at the end of this file, outside
+// that header's -Wpsabi silence: the same note, for the same reason (always inlined into
+// functions built for the vectors' ISA).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 namespace strata::cpu {
 namespace {
 
@@ -136,32 +143,9 @@ inline void pack_transposed(const T* src, int64_t ld, int64_t rows, int64_t cols
 }
 
 // dst (rows x ldd) = src (rows x cols at row stride ld); columns [cols, ldd) zero.
-template <class T>
+template <int kBytes, class T>
 inline void pack_rows(const T* src, int64_t ld, int64_t rows, int64_t cols, T* dst, int64_t ldd) {
-  for (int64_t r = 0; r < rows; ++r) {
-    std::copy(src + r * ld, src + r * ld + cols, dst + r * ldd);
-    std::fill(dst + r * ldd + cols, dst + (r + 1) * ldd, T(0));
-  }
-}
-
-// Row of scores -> probabilities over [0, e), exactly 0 on [e, m): -inf there first, so
-// the loops over [0, m) (whole vectors) need no mask.
-template <class T>
-inline void softmax_row(T* row, int64_t e, int64_t m) {
-  std::fill(row + e, row + m, -std::numeric_limits<T>::infinity());
-  T mx = row[0];
-#pragma omp simd reduction(max : mx)
-  for (int64_t j = 0; j < m; ++j) mx = row[j] > mx ? row[j] : mx;
-  T s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < m; ++j) {
-    const T x = vexp(row[j] - mx);  // exp(-inf) = 0 above the diagonal
-    row[j] = x;
-    s += x;
-  }
-  const T inv = T(1) / s;
-#pragma omp simd
-  for (int64_t j = 0; j < m; ++j) row[j] *= inv;
+  for (int64_t r = 0; r < rows; ++r) attn::copy_pad<T, kBytes>(src + r * ld, cols, dst + r * ldd, ldd);
 }
 
 template <class T>
@@ -191,7 +175,7 @@ inline void forward_pair(const FwdPair<T>& a) {
   T* vp = kt + hd * tp;   // (n, hdp): v
   T* s = vp + n * hdp;    // (kR, tp): the row block's scores, then probabilities
   pack_transposed(a.k, a.ld, n, hd, a.scale, kt, tp);
-  pack_rows(a.v, a.ld, n, hd, vp, hdp);
+  pack_rows<L::kBytes>(a.v, a.ld, n, hd, vp, hdp);
   for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;  // columns [0, m): to the diagonal
@@ -199,11 +183,8 @@ inline void forward_pair(const FwdPair<T>& a) {
     for (int r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
       T* row = s + r * tp;
-      softmax_row(row, i + 1, m);
-      T* pr = a.p + i * n;
-      const int64_t c = std::min(m, n);
-      std::copy(row, row + c, pr);
-      std::fill(pr + c, pr + n, T(0));
+      attn::softmax_row<T, L::kBytes>(row, i + 1, m);
+      attn::copy_pad<T, L::kBytes>(row, std::min(m, n), a.p + i * n, n);
     }
     product<L>(rows, TileArgs<T>{0, last, s, tp, 1, vp, hdp, a.y + i0 * a.ldy, a.ldy, hd});  // y = P v
   }
@@ -242,9 +223,9 @@ inline void backward_pair(const BwdPair<T>& a) {
   T* pp = gp + n * hdp;  // (n, tp): P, then scale * dS; row i valid on [0, m(i)) (zero from i + 1)
   T* ds = pp + n * tp;
   pack_transposed(a.v, a.ld, n, hd, T(1), vt, tp);
-  pack_rows(a.k, a.ld, n, hd, kp, hdp);
-  pack_rows(a.q, a.ld, n, hd, qp, hdp);
-  pack_rows(a.g, a.ldg, n, hd, gp, hdp);
+  pack_rows<L::kBytes>(a.k, a.ld, n, hd, kp, hdp);
+  pack_rows<L::kBytes>(a.q, a.ld, n, hd, qp, hdp);
+  pack_rows<L::kBytes>(a.g, a.ldg, n, hd, gp, hdp);
   for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;
@@ -253,14 +234,8 @@ inline void backward_pair(const BwdPair<T>& a) {
       const int64_t i = i0 + r, c = std::min(m, n);
       T* pr = pp + i * tp;
       T* dr = ds + i * tp;
-      std::copy(a.p + i * n, a.p + i * n + c, pr);
-      std::fill(pr + c, pr + m, T(0));
-      T sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < m; ++j) sum += dr[j] * pr[j];
-      const T sc = a.scale;
-#pragma omp simd
-      for (int64_t j = 0; j < m; ++j) dr[j] = sc * pr[j] * (dr[j] - sum);  // scale * dS, 0 where P is
+      attn::copy_pad<T, L::kBytes>(a.p + i * n, c, pr, m);
+      attn::softmax_grad_row<T, L::kBytes>(pr, dr, m, a.scale);  // scale * dS, 0 where P is
     }
     product<L>(rows, TileArgs<T>{0, last, ds + i0 * tp, tp, 1, kp, hdp, a.dq + i0 * a.ld, a.ld, hd});  // dq
   }

@@ -8,6 +8,7 @@
 // ISA has one (strata builds with -std=c++20, which leaves -ffp-contract off).
 // Internal to tensor/cpu.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -70,12 +71,71 @@ inline V fmadd(V a, V b, V c) {  // 16-byte vectors (SSE2 has no FMA), other tar
   return c + a * b;
 }
 
+template <class V, class T>
+inline V load(const T* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <class T, class V>
+inline void store(T* p, V v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+// x in every lane: the set1 intrinsics where there are wide vectors (GCC 12 builds a
+// 16-lane constructor of one value lane by lane otherwise).
+#if STRATA_ATTN_X86
+[[gnu::target("avx512f")]] inline Vec<float, 64> splat_to(float x, const Vec<float, 64>*) { return _mm512_set1_ps(x); }
+[[gnu::target("avx512f")]] inline Vec<double, 64> splat_to(double x, const Vec<double, 64>*) {
+  return _mm512_set1_pd(x);
+}
+[[gnu::target("avx")]] inline Vec<float, 32> splat_to(float x, const Vec<float, 32>*) { return _mm256_set1_ps(x); }
+[[gnu::target("avx")]] inline Vec<double, 32> splat_to(double x, const Vec<double, 32>*) { return _mm256_set1_pd(x); }
+#endif
+template <class V, class T>
+inline V splat_to(T x, const V*) {
+  return x - V{};
+}
+template <class V, class T>
+inline V splat(T x) {
+  return splat_to(x, static_cast<const V*>(nullptr));
+}
+
+// Horizontal max and sum of a vector's lanes: log-depth shuffles on the wide vectors.
+#if STRATA_ATTN_X86
+[[gnu::target("avx512f")]] inline float hmax(Vec<float, 64> v) { return _mm512_reduce_max_ps(v); }
+[[gnu::target("avx512f")]] inline double hmax(Vec<double, 64> v) { return _mm512_reduce_max_pd(v); }
+[[gnu::target("avx512f")]] inline float hsum(Vec<float, 64> v) { return _mm512_reduce_add_ps(v); }
+[[gnu::target("avx512f")]] inline double hsum(Vec<double, 64> v) { return _mm512_reduce_add_pd(v); }
+[[gnu::target("avx")]] inline float hmax(Vec<float, 32> v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+[[gnu::target("avx")]] inline float hsum(Vec<float, 32> v) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+#endif
+template <class V>
+inline auto hmax(V v) {
+  auto m = v[0];
+  for (int i = 1; i < int(sizeof(V) / sizeof(m)); ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+template <class V>
+inline auto hsum(V v) {
+  auto s = v[0];
+  for (int i = 1; i < int(sizeof(V) / sizeof(s)); ++i) s += v[i];
+  return s;
+}
+
 /// out[r * ldo + c] = sum_{l in [l0, l1)} a[r * ars + l * als] * b[l * ldb + c] for r < R,
 /// c < ncols, where NV - 1 < ncols / lanes <= NV. b holds NV whole vectors from each of its
 /// rows [l0, l1) (packed with zero padding by the caller); out gets exactly ncols columns.
 template <class T, int kBytes, int R, int NV>
-inline void tile(int64_t l0, int64_t l1, const T* a, int64_t ars, int64_t als, const T* b,
-                                        int64_t ldb, T* out, int64_t ldo, int64_t ncols) {
+inline void tile(int64_t l0, int64_t l1, const T* a, int64_t ars, int64_t als, const T* b, int64_t ldb, T* out,
+                 int64_t ldo, int64_t ncols) {
   using V = Vec<T, kBytes>;
   constexpr int kLanes = kBytes / int(sizeof(T));
   V acc[R][NV];
@@ -83,28 +143,105 @@ inline void tile(int64_t l0, int64_t l1, const T* a, int64_t ars, int64_t als, c
     for (int n = 0; n < NV; ++n) acc[r][n] = V{};
   for (int64_t l = l0; l < l1; ++l) {
     V bv[NV];
-    for (int n = 0; n < NV; ++n) std::memcpy(&bv[n], b + l * ldb + n * kLanes, sizeof(V));
+    for (int n = 0; n < NV; ++n) bv[n] = load<V>(b + l * ldb + n * kLanes);
     for (int r = 0; r < R; ++r) {
-      const V av = a[r * ars + l * als] - V{};  // broadcast (x - 0 is x, folded)
+      const V av = splat<V>(a[r * ars + l * als]);
       for (int n = 0; n < NV; ++n) acc[r][n] = fmadd(av, bv[n], acc[r][n]);
     }
-  }
-  if (ncols == NV * kLanes) {
-    for (int r = 0; r < R; ++r)
-      for (int n = 0; n < NV; ++n) std::memcpy(out + r * ldo + n * kLanes, &acc[r][n], sizeof(V));
-    return;
   }
   const int64_t full = ncols / kLanes, rest = ncols - full * kLanes;  // whole vectors, then a part of one
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < NV; ++n) {  // constant n: acc stays in registers
       if (n < full) {
-        std::memcpy(out + r * ldo + n * kLanes, &acc[r][n], sizeof(V));
+        store(out + r * ldo + n * kLanes, acc[r][n]);
       } else if (n == full && rest > 0) {
-        T part[kLanes];
-        std::memcpy(part, &acc[r][n], sizeof(V));
-        std::memcpy(out + r * ldo + n * kLanes, part, size_t(rest) * sizeof(T));
+        const V v = acc[r][n];
+        for (int e = 0; e < kLanes - 1; ++e)
+          if (e < rest) out[r * ldo + n * kLanes + e] = v[e];
       }
     }
+}
+
+/// exp per lane: for f32 the steps of cpu::vexp (softmax.h: Cephes' reduction and
+/// polynomial, 0 below -86, inf above ln(FLT_MAX), NaN propagates), on whole vectors; for
+/// f64 std::exp per lane (gradcheck precision).
+template <class T, int kBytes>
+inline Vec<T, kBytes> exp_v(Vec<T, kBytes> x) {
+  using V = Vec<T, kBytes>;
+  if constexpr (sizeof(T) == 8) {
+    V e;
+    for (int i = 0; i < kBytes / 8; ++i) e[i] = std::exp(x[i]);
+    return e;
+  } else {
+    using VI = Vec<int32_t, kBytes>;
+    const V lo = splat<V>(-86.0f), hi = splat<V>(88.72283f), round = splat<V>(12582912.0f);  // 1.5 * 2^23
+    V v = x < lo ? lo : x;
+    v = v > hi ? hi : v;
+    const V t = v * 1.44269504088896341f + round;
+    const V n = t - round;                                // round(v / ln2)
+    const VI ni = (VI)t - (VI)round;                      // the same, as int
+    const V r = v - n * 0.693359375f + n * 2.12194440e-4f;  // v - n ln2, in two parts
+    V p = splat<V>(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const V half_scale = (V)((ni + 126) << 23);  // 2^(n-1), n in [-124, 128]
+    V e = p * half_scale * 2.0f;
+    e = x < lo ? V{} : e;
+    return x > hi ? splat<V>(__builtin_inff()) : e;
+  }
+}
+
+/// Row of scores -> probabilities over [0, e), exactly 0 on [e, m), m a multiple of the
+/// lanes: -inf on [e, m) first, so the passes over [0, m) run on whole vectors, unmasked.
+template <class T, int kBytes>
+inline void softmax_row(T* row, int64_t e, int64_t m) {
+  using V = Vec<T, kBytes>;
+  constexpr int kLanes = kBytes / int(sizeof(T));
+  for (int64_t j = e; j < m; ++j) row[j] = -__builtin_inf();
+  V mv = load<V>(row);
+  for (int64_t j = kLanes; j < m; j += kLanes) {
+    const V x = load<V>(row + j);
+    mv = x > mv ? x : mv;
+  }
+  const T mx = hmax(mv);
+  V sv = V{};
+  const V mxv = splat<V>(mx);
+  for (int64_t j = 0; j < m; j += kLanes) {
+    const V x = exp_v<T, kBytes>(load<V>(row + j) - mxv);  // exp(-inf) = 0 above the diagonal
+    store(row + j, x);
+    sv += x;
+  }
+  const V inv = splat<V>(T(1) / hsum(sv));
+  for (int64_t j = 0; j < m; j += kLanes) store(row + j, load<V>(row + j) * inv);
+}
+
+/// dst[0, len) = src[0, c) then zeros, c <= len.
+template <class T, int kBytes>
+inline void copy_pad(const T* src, int64_t c, T* dst, int64_t len) {
+  using V = Vec<T, kBytes>;
+  constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
+  int64_t j = 0;
+  for (; j + kLanes <= c; j += kLanes) store(dst + j, load<V>(src + j));
+  for (; j < c; ++j) dst[j] = src[j];
+  for (; j < len && j % kLanes != 0; ++j) dst[j] = T(0);
+  for (; j + kLanes <= len; j += kLanes) store(dst + j, V{});
+  for (; j < len; ++j) dst[j] = T(0);
+}
+
+/// dS row (in place over dP) = scale * P * (dP - sum(dP * P)) over [0, m), m a multiple of
+/// the lanes; P zero above the diagonal makes dS zero there.
+template <class T, int kBytes>
+inline void softmax_grad_row(const T* p, T* d, int64_t m, T scale) {
+  using V = Vec<T, kBytes>;
+  constexpr int kLanes = kBytes / int(sizeof(T));
+  V sv = V{};
+  for (int64_t j = 0; j < m; j += kLanes) sv += load<V>(d + j) * load<V>(p + j);
+  const V sb = splat<V>(hsum(sv)), sc = splat<V>(scale);
+  for (int64_t j = 0; j < m; j += kLanes) store(d + j, sc * load<V>(p + j) * (load<V>(d + j) - sb));
 }
 
 }  // namespace strata::cpu::attn
