@@ -133,11 +133,18 @@ inline void product(int rows, const TileArgs<T>& t) {
   }
 }
 
-// dst (cols x ldd) = src^T for src (rows x cols) at row stride ld, times s; columns
-// [rows, ldd) of dst zero.
-template <class T>
+// dst (cols x ldd) = s * src^T for src (rows x cols) at row stride ld; columns [rows, ldd)
+// of dst zero. Whole vectors of dst's rows are gathered from src's columns.
+template <int kBytes, class T>
 inline void pack_transposed(const T* src, int64_t ld, int64_t rows, int64_t cols, T s, T* dst, int64_t ldd) {
-  for (int64_t r = 0; r < rows; ++r)
+  using V = attn::Vec<T, kBytes>;
+  constexpr int64_t lanes = kBytes / int64_t(sizeof(T));
+  const V sv = attn::splat<V>(s);
+  int64_t r0 = 0;
+  if (ld * lanes <= (int64_t(1) << 31) - 1)  // the gathers' 32-bit offsets
+    for (; r0 + lanes <= rows; r0 += lanes)
+      for (int64_t c = 0; c < cols; ++c) attn::store(dst + c * ldd + r0, sv * attn::gather<V>(src + r0 * ld + c, ld));
+  for (int64_t r = r0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = s * src[r * ld + c];
   for (int64_t c = 0; c < cols; ++c) std::fill(dst + c * ldd + rows, dst + (c + 1) * ldd, T(0));
 }
@@ -174,7 +181,7 @@ inline void forward_pair(const FwdPair<T>& a) {
   T* kt = a.ws;           // (hd, tp): scale * k^T
   T* vp = kt + hd * tp;   // (n, hdp): v
   T* s = vp + n * hdp;    // (kR, tp): the row block's scores, then probabilities
-  pack_transposed(a.k, a.ld, n, hd, a.scale, kt, tp);
+  pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
   pack_rows<L::kBytes>(a.v, a.ld, n, hd, vp, hdp);
   for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
@@ -222,7 +229,7 @@ inline void backward_pair(const BwdPair<T>& a) {
   T* gp = qp + n * hdp;
   T* pp = gp + n * hdp;  // (n, tp): P, then scale * dS; row i valid on [0, m(i)) (zero from i + 1)
   T* ds = pp + n * tp;
-  pack_transposed(a.v, a.ld, n, hd, T(1), vt, tp);
+  pack_transposed<L::kBytes>(a.v, a.ld, n, hd, T(1), vt, tp);
   pack_rows<L::kBytes>(a.k, a.ld, n, hd, kp, hdp);
   pack_rows<L::kBytes>(a.q, a.ld, n, hd, qp, hdp);
   pack_rows<L::kBytes>(a.g, a.ldg, n, hd, gp, hdp);

@@ -100,6 +100,38 @@ inline V splat(T x) {
   return splat_to(x, static_cast<const V*>(nullptr));
 }
 
+// p[0], p[stride], ..., one per lane (a column of a row-major block, for the transposed
+// packing): the gather instructions on the wide vectors.
+#if STRATA_ATTN_X86
+[[gnu::target("avx512f")]] inline Vec<float, 64> gather_to(const float* p, int64_t stride, const Vec<float, 64>*) {
+  const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                         _mm512_set1_epi32(int(stride)));
+  return _mm512_i32gather_ps(idx, p, 4);
+}
+[[gnu::target("avx512f")]] inline Vec<double, 64> gather_to(const double* p, int64_t stride, const Vec<double, 64>*) {
+  const __m256i idx = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(int(stride)));
+  return _mm512_i32gather_pd(idx, p, 8);
+}
+[[gnu::target("avx2")]] inline Vec<float, 32> gather_to(const float* p, int64_t stride, const Vec<float, 32>*) {
+  const __m256i idx = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(int(stride)));
+  return _mm256_i32gather_ps(p, idx, 4);
+}
+[[gnu::target("avx2")]] inline Vec<double, 32> gather_to(const double* p, int64_t stride, const Vec<double, 32>*) {
+  const __m128i idx = _mm_mullo_epi32(_mm_set_epi32(3, 2, 1, 0), _mm_set1_epi32(int(stride)));
+  return _mm256_i32gather_pd(p, idx, 8);
+}
+#endif
+template <class V, class T>
+inline V gather_to(const T* p, int64_t stride, const V*) {
+  V v;
+  for (int i = 0; i < int(sizeof(V) / sizeof(T)); ++i) v[i] = p[i * stride];
+  return v;
+}
+template <class V, class T>
+inline V gather(const T* p, int64_t stride) {
+  return gather_to(p, stride, static_cast<const V*>(nullptr));
+}
+
 // Horizontal max and sum of a vector's lanes: log-depth shuffles on the wide vectors.
 #if STRATA_ATTN_X86
 [[gnu::target("avx512f")]] inline float hmax(Vec<float, 64> v) { return _mm512_reduce_max_ps(v); }
