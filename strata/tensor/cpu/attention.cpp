@@ -187,12 +187,7 @@ inline void forward_pair(const FwdPair<T>& a) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;  // columns [0, m): to the diagonal
     product<L>(rows, TileArgs<T>{0, hd, a.q + i0 * a.ld, a.ld, 1, kt, tp, s, tp, m});
-    for (int r = 0; r < rows; ++r) {
-      const int64_t i = i0 + r;
-      T* row = s + r * tp;
-      attn::softmax_row<T, L::kBytes>(row, i + 1, m);
-      attn::copy_pad<T, L::kBytes>(row, std::min(m, n), a.p + i * n, n);
-    }
+    attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.p + i0 * n, n);
     product<L>(rows, TileArgs<T>{0, last, s, tp, 1, vp, hdp, a.y + i0 * a.ldy, a.ldy, hd});  // y = P v
   }
 }
@@ -237,13 +232,8 @@ inline void backward_pair(const BwdPair<T>& a) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;
     product<L>(rows, TileArgs<T>{0, hd, gp + i0 * hdp, hdp, 1, vt, tp, ds + i0 * tp, tp, m});  // dP = dy v^T
-    for (int r = 0; r < rows; ++r) {
-      const int64_t i = i0 + r, c = std::min(m, n);
-      T* pr = pp + i * tp;
-      T* dr = ds + i * tp;
-      attn::copy_pad<T, L::kBytes>(a.p + i * n, c, pr, m);
-      attn::softmax_grad_row<T, L::kBytes>(pr, dr, m, a.scale);  // scale * dS, 0 where P is
-    }
+    // scale * dS (0 where P is), P kept in pp for dv
+    attn::softmax_grad_rows<T, L::kBytes, L::kR>(a.p + i0 * n, n, pp + i0 * tp, ds + i0 * tp, tp, rows, m, a.scale);
     product<L>(rows, TileArgs<T>{0, last, ds + i0 * tp, tp, 1, kp, hdp, a.dq + i0 * a.ld, a.ld, hd});  // dq
   }
   // dk = (scale dS)^T q and dv = P^T dy over the rows i >= j of each column block; the

@@ -227,28 +227,63 @@ inline Vec<T, kBytes> exp_v(Vec<T, kBytes> x) {
   }
 }
 
-/// Row of scores -> probabilities over [0, e), exactly 0 on [e, m), m a multiple of the
-/// lanes: -inf on [e, m) first, so the passes over [0, m) run on whole vectors, unmasked.
-template <class T, int kBytes>
-inline void softmax_row(T* row, int64_t e, int64_t m) {
+/// v's lanes [0, n) from p, zero after (n < lanes: the last part of a row).
+template <class V, class T>
+inline V load_part(const T* p, int64_t n) {
+  V v = V{};
+  for (int64_t e = 0; e < n; ++e) v[e] = p[e];
+  return v;
+}
+/// p[0, n) = v's lanes [0, n).
+template <class T, class V>
+inline void store_part(T* p, V v, int64_t n) {
+  for (int64_t e = 0; e < n; ++e) p[e] = v[e];
+}
+
+/// The rows i0 + r (r < rows <= R) of a block of scores s (row stride lds) -> probabilities
+/// over [0, i0 + r], exactly 0 from there to m (a multiple of the lanes): -inf there first,
+/// so the passes over [0, m) run on whole vectors, unmasked. The rows go through each pass
+/// together (independent chains through the horizontal max, the sum and the division),
+/// and the last pass also writes them to p (row stride n, n columns: zero from m on).
+template <class T, int kBytes, int R>
+inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* p, int64_t n) {
   using V = Vec<T, kBytes>;
-  constexpr int kLanes = kBytes / int(sizeof(T));
-  for (int64_t j = e; j < m; ++j) row[j] = -__builtin_inf();
-  V mv = load<V>(row);
-  for (int64_t j = kLanes; j < m; j += kLanes) {
-    const V x = load<V>(row + j);
-    mv = x > mv ? x : mv;
-  }
-  const T mx = hmax(mv);
-  V sv = V{};
-  const V mxv = splat<V>(mx);
-  for (int64_t j = 0; j < m; j += kLanes) {
-    const V x = exp_v<T, kBytes>(load<V>(row + j) - mxv);  // exp(-inf) = 0 above the diagonal
-    store(row + j, x);
-    sv += x;
-  }
-  const V inv = splat<V>(T(1) / hsum(sv));
-  for (int64_t j = 0; j < m; j += kLanes) store(row + j, load<V>(row + j) * inv);
+  constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
+  for (int r = 0; r < rows; ++r)
+    for (int64_t j = i0 + r + 1; j < m; ++j) s[r * lds + j] = -__builtin_inf();
+  V mv[R], sv[R];
+  for (int r = 0; r < R; ++r) mv[r] = r < rows ? load<V>(s + r * lds) : V{};
+  for (int64_t j = kLanes; j < m; j += kLanes)
+    for (int r = 0; r < R; ++r)
+      if (r < rows) {
+        const V x = load<V>(s + r * lds + j);
+        mv[r] = x > mv[r] ? x : mv[r];
+      }
+  for (int r = 0; r < R; ++r)
+    if (r < rows) {
+      mv[r] = splat<V>(hmax(mv[r]));
+      sv[r] = V{};
+    }
+  for (int64_t j = 0; j < m; j += kLanes)
+    for (int r = 0; r < R; ++r)
+      if (r < rows) {
+        const V x = exp_v<T, kBytes>(load<V>(s + r * lds + j) - mv[r]);  // exp(-inf) = 0 above the diagonal
+        store(s + r * lds + j, x);
+        sv[r] += x;
+      }
+  for (int r = 0; r < R; ++r)
+    if (r < rows) sv[r] = splat<V>(T(1) / hsum(sv[r]));
+  const int64_t whole = (m < n ? m : n) / kLanes * kLanes;  // vectors that fit in p's rows
+  for (int64_t j = 0; j < m; j += kLanes)
+    for (int r = 0; r < R; ++r)
+      if (r < rows) {
+        const V x = load<V>(s + r * lds + j) * sv[r];
+        store(s + r * lds + j, x);
+        if (j < whole) store(p + r * n + j, x);
+        else if (j < n) store_part(p + r * n + j, x, n - j);
+      }
+  for (int r = 0; r < rows; ++r)
+    for (int64_t j = m; j < n; ++j) p[r * n + j] = T(0);
 }
 
 /// dst[0, len) = src[0, c) then zeros, c <= len.
@@ -264,16 +299,30 @@ inline void copy_pad(const T* src, int64_t c, T* dst, int64_t len) {
   for (; j < len; ++j) dst[j] = T(0);
 }
 
-/// dS row (in place over dP) = scale * P * (dP - sum(dP * P)) over [0, m), m a multiple of
-/// the lanes; P zero above the diagonal makes dS zero there.
-template <class T, int kBytes>
-inline void softmax_grad_row(const T* p, T* d, int64_t m, T scale) {
+/// The rows r < rows <= R of a block of dP (d, row stride ldd, in place) -> scale * dS =
+/// scale * P * (dP - sum(dP * P)) over [0, m), m a multiple of the lanes, P read from p
+/// (row stride n, n columns, zero above the diagonal) and kept in pp (row stride ldd, zero
+/// from n to m) for the dv pass. The rows go through each pass together.
+template <class T, int kBytes, int R>
+inline void softmax_grad_rows(const T* p, int64_t n, T* pp, T* d, int64_t ldd, int rows, int64_t m, T scale) {
   using V = Vec<T, kBytes>;
-  constexpr int kLanes = kBytes / int(sizeof(T));
-  V sv = V{};
-  for (int64_t j = 0; j < m; j += kLanes) sv += load<V>(d + j) * load<V>(p + j);
-  const V sb = splat<V>(hsum(sv)), sc = splat<V>(scale);
-  for (int64_t j = 0; j < m; j += kLanes) store(d + j, sc * load<V>(p + j) * (load<V>(d + j) - sb));
+  constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
+  const int64_t whole = (m < n ? m : n) / kLanes * kLanes;
+  V sv[R];
+  for (int r = 0; r < R; ++r) sv[r] = V{};
+  for (int64_t j = 0; j < m; j += kLanes)
+    for (int r = 0; r < R; ++r)
+      if (r < rows) {
+        const V pv = j < whole ? load<V>(p + r * n + j) : load_part<V>(p + r * n + j, j < n ? n - j : 0);
+        store(pp + r * ldd + j, pv);
+        sv[r] += load<V>(d + r * ldd + j) * pv;
+      }
+  const V sc = splat<V>(scale);
+  for (int r = 0; r < R; ++r)
+    if (r < rows) sv[r] = splat<V>(hsum(sv[r]));
+  for (int64_t j = 0; j < m; j += kLanes)
+    for (int r = 0; r < R; ++r)
+      if (r < rows) store(d + r * ldd + j, sc * load<V>(pp + r * ldd + j) * (load<V>(d + r * ldd + j) - sv[r]));
 }
 
 }  // namespace strata::cpu::attn
