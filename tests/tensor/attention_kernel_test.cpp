@@ -2,8 +2,9 @@
 // the causal softmax fused into the row loop) against a plain f64 loop, forward (y, probs)
 // and backward (d q|k|v), at every SIMD level this CPU runs, for sizes that are not
 // multiples of any vector width or tile: T 1, 7, 33, 65 (rows that end before, inside and
-// past a 16-wide column block, row blocks of 4 cut short), head_dim 8, 24, 40 (part
-// vectors) and 72 (more than one column chunk of a tile), 1 and 3 heads.
+// past a 16-wide column block, row blocks of 4 cut short) and 32 (whole vectors: the
+// probabilities go out through streaming stores), head_dim 8, 24, 40 (part vectors) and 72
+// (more than one column chunk of a tile), 1 and 3 heads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -103,7 +104,7 @@ TEST_P(AttentionKernel, OddSizesAgainstAnF64LoopAtEveryLevel) {
   strata::testing::ThreadsGuard one(1);
   const int64_t B = 2;
   uint64_t seed = 10;
-  for (const int64_t T : {1, 7, 33, 65})
+  for (const int64_t T : {1, 7, 32, 33, 65})
     for (const int64_t D : {8, 24, 40, 72})
       for (const int64_t H : {1, 3}) {
         if (H == 3 && D == 72) continue;  // the 72-wide chunks are covered by H = 1

@@ -187,7 +187,7 @@ inline void forward_pair(const FwdPair<T>& a) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;  // columns [0, m): to the diagonal
     product<L>(rows, TileArgs<T>{0, hd, a.q + i0 * a.ld, a.ld, 1, kt, tp, s, tp, m});
-    attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.p + i0 * n, n);
+    attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.p + i0 * n, n, true);
     product<L>(rows, TileArgs<T>{0, last, s, tp, 1, vp, hdp, a.y + i0 * a.ldy, a.ldy, hd});  // y = P v
   }
 }
@@ -340,6 +340,7 @@ void forward_impl(const T* qkv, T* y, T* probs, const Dims& d) {
       fn(FwdPair<T>{q, q + d.C, q + 2 * d.C, d.W, y + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T, d.T,
                     d.hd, scale, ws});
     }
+    attn::stream_fence();
   });
 }
 

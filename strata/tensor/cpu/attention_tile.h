@@ -240,13 +240,33 @@ inline void store_part(T* p, V v, int64_t n) {
   for (int64_t e = 0; e < n; ++e) p[e] = v[e];
 }
 
+// Non-temporal (streaming) stores of whole vectors to 64-byte-aligned (wide) addresses:
+// the probabilities are written once and read back only in the backward pass, long after.
+#if STRATA_ATTN_X86
+[[gnu::target("avx512f")]] inline void stream(float* p, Vec<float, 64> v) { _mm512_stream_ps(p, v); }
+[[gnu::target("avx512f")]] inline void stream(double* p, Vec<double, 64> v) { _mm512_stream_pd(p, v); }
+[[gnu::target("avx")]] inline void stream(float* p, Vec<float, 32> v) { _mm256_stream_ps(p, v); }
+[[gnu::target("avx")]] inline void stream(double* p, Vec<double, 32> v) { _mm256_stream_pd(p, v); }
+inline void stream(float* p, Vec<float, 16> v) { _mm_stream_ps(p, v); }
+inline void stream(double* p, Vec<double, 16> v) { _mm_stream_pd(p, v); }
+/// Orders the streaming stores before what follows (another thread's reads).
+inline void stream_fence() { _mm_sfence(); }
+#else
+template <class T, class V>
+inline void stream(T* p, V v) {
+  store(p, v);
+}
+inline void stream_fence() {}
+#endif
+
 /// The rows i0 + r (r < rows <= R) of a block of scores s (row stride lds) -> probabilities
 /// over [0, i0 + r], exactly 0 from there to m (a multiple of the lanes): -inf there first,
 /// so the passes over [0, m) run on whole vectors, unmasked. The rows go through each pass
 /// together (independent chains through the horizontal max, the sum and the division),
-/// and the last pass also writes them to p (row stride n, n columns: zero from m on).
+/// and the last pass also writes them to p (row stride n, n columns: zero from m on), with
+/// streaming stores when `nt` and every row of p is vector-aligned.
 template <class T, int kBytes, int R>
-inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* p, int64_t n) {
+inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* p, int64_t n, bool nt) {
   using V = Vec<T, kBytes>;
   constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
   for (int r = 0; r < rows; ++r)
@@ -273,6 +293,18 @@ inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* 
       }
   for (int r = 0; r < R; ++r)
     if (r < rows) sv[r] = splat<V>(T(1) / hsum(sv[r]));
+  if (nt && n % kLanes == 0 && reinterpret_cast<uintptr_t>(p) % kBytes == 0) {  // every p row aligned
+    for (int64_t j = 0; j < m; j += kLanes)
+      for (int r = 0; r < R; ++r)
+        if (r < rows) {
+          const V x = load<V>(s + r * lds + j) * sv[r];
+          store(s + r * lds + j, x);
+          if (j < n) stream(p + r * n + j, x);
+        }
+    for (int r = 0; r < rows; ++r)
+      for (int64_t j = m; j < n; j += kLanes) stream(p + r * n + j, V{});
+    return;
+  }
   const int64_t whole = (m < n ? m : n) / kLanes * kLanes;  // vectors that fit in p's rows
   for (int64_t j = 0; j < m; j += kLanes)
     for (int r = 0; r < R; ++r)
