@@ -200,8 +200,9 @@ struct BwdPair {
   int64_t ld;
   const T* g;  // dy (T, hd), row stride ldg
   int64_t ldg;
-  const T* p;  // (T, T) contiguous
-  T* dq;       // (T, hd) each, row stride ld
+  const T* p;      // (T, T) contiguous
+  const T* p_end;  // the end of this thread's probabilities (the next pairs' P follow p's)
+  T* dq;           // (T, hd) each, row stride ld
   T* dk;
   T* dv;
   int64_t n, hd;
@@ -212,6 +213,21 @@ struct BwdPair {
 template <class T>
 int64_t bwd_scratch(int64_t n, int64_t hd) {
   return hd * padded<T>(n) + 3 * n * padded<T>(hd) + 2 * n * padded<T>(n);
+}
+
+// The backward reads P (probs) once, from memory: the forward wrote it with streaming
+// stores long before. Row block i0 + kAhead * R's rows (into the next pair's P past this
+// pair's last row: the pairs' P are consecutive) are fetched while block i0 computes, the
+// columns the row loop reads: [0, min(m, n)) for the block's extent m.
+constexpr int64_t kAheadBlocks = 4;
+template <class T>
+inline void prefetch_p_rows(const T* p, int64_t n, int64_t i, int64_t rows, int64_t lanes, const T* end) {
+  constexpr int64_t kLine = 64 / int64_t(sizeof(T));
+  const int64_t row0 = i % n, m = (row0 + rows + lanes - 1) / lanes * lanes, cols = std::min(m, n);
+  const T* x0 = p + (i / n) * n * n + row0 * n;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; c += kLine)
+      if (x0 + r * n + c < end) __builtin_prefetch(x0 + r * n + c, 0, 3);
 }
 
 template <class L, class T>
@@ -231,6 +247,10 @@ inline void backward_pair(const BwdPair<T>& a) {
   for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;
+    {
+      const int64_t ahead = i0 + kAheadBlocks * L::kR;
+      prefetch_p_rows(a.p, n, ahead, std::min<int64_t>(L::kR, n - ahead % n), lanes, a.p_end);
+    }
     product<L>(rows, TileArgs<T>{0, hd, gp + i0 * hdp, hdp, 1, vt, tp, ds + i0 * tp, tp, m});  // dP = dy v^T
     // scale * dS (0 where P is), P kept in pp for dv
     attn::softmax_grad_rows<T, L::kBytes, L::kR>(a.p + i0 * n, n, pp + i0 * tp, ds + i0 * tp, tp, rows, m, a.scale);
@@ -365,7 +385,8 @@ void backward_impl(const T* dy, const T* qkv, const T* probs, T* dqkv, const Dim
         T* nd = dqkv + nb * d.T * d.W + nh * d.hd;
         for (int part = 0; part < 3; ++part) prefetch_rows<true>(nd + part * d.C, d.W, d.T, d.hd);
       }
-      fn(BwdPair<T>{q, q + d.C, q + 2 * d.C, d.W, dy + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T, dq,
+      fn(BwdPair<T>{q, q + d.C, q + 2 * d.C, d.W, dy + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T,
+                    probs + bh1 * d.T * d.T, dq,
                     dq + d.C, dq + 2 * d.C, d.T, d.hd, scale, ws});
     }
   });
