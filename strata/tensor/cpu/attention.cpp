@@ -17,14 +17,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <memory>
 #include <vector>
 
 #include <strata/core/threads.h>
 #include <strata/tensor/cpu/attention_tile.h>
 #include <strata/tensor/cpu/blocks.h>
-#include <strata/tensor/cpu/softmax.h>
 #include <strata/tensor/dispatch.h>
 
 // The vector helpers of attention_tile.h are instantiated at the end of this file, outside

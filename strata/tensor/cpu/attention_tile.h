@@ -1,12 +1,15 @@
-// The register tile of the CPU attention kernels (attention.cpp): out (R x cols) =
-// sum over l of A(r, l) * B(l, cols), with A read as broadcast scalars at any pair of
-// strides (row-major, or transposed for dS^T q and P^T dy) and B a packed, zero-padded
-// row-major block read as whole vectors. R x NV vector accumulators stay in registers for
-// the whole l loop. Written with GCC vector extensions, so one source gives 16 f32 lanes
-// (AVX-512), 8 (AVX2) or 4 (SSE2, any other target) depending on the vector size the
-// caller instantiates it with; the fused multiply-add goes through intrinsics where the
-// ISA has one (strata builds with -std=c++20, which leaves -ffp-contract off).
-// Internal to tensor/cpu.
+// The vector building blocks of the CPU attention kernels (attention.cpp). The register
+// tile: out (R x cols) = sum over l of A(r, l) * B(l, cols), with A read as broadcast
+// scalars at any pair of strides (row-major, or transposed for dS^T q and P^T dy) and B a
+// packed, zero-padded row-major block read as whole vectors; R x NV vector accumulators stay
+// in registers for the whole l loop. And the row passes fused around it: the causal softmax
+// of a block of rows (with its exp on whole vectors) written to probs, and the softmax
+// gradient of a block of rows. Written with GCC vector extensions, so one source gives 16
+// f32 lanes (AVX-512), 8 (AVX2) or 4 (SSE2, any other target) depending on the vector size
+// the caller instantiates it with; FMA, broadcast, gather, streaming stores and horizontal
+// reductions go through intrinsics where the ISA has them (strata builds with -std=c++20,
+// which leaves -ffp-contract off, and GCC 12 builds some of these poorly from the generic
+// forms). Internal to tensor/cpu.
 #pragma once
 #include <cmath>
 #include <cstdint>
