@@ -70,7 +70,7 @@ using Vec = typename VecOf<T, kBytes>::type;
 }
 #endif
 template <class V>
-inline V fmadd(V a, V b, V c) {  // 16-byte vectors (SSE2 has no FMA), other targets
+inline V fmadd(const V& a, const V& b, const V& c) {  // 16-byte vectors (SSE2 has no FMA), other targets
   return c + a * b;
 }
 
@@ -81,7 +81,7 @@ inline V load(const T* p) {
   return v;
 }
 template <class T, class V>
-inline void store(T* p, V v) {
+inline void store(T* p, const V& v) {
   std::memcpy(p, &v, sizeof(V));
 }
 // x in every lane: the set1 intrinsics where there are wide vectors (GCC 12 builds a
@@ -153,13 +153,13 @@ inline V gather(const T* p, int64_t stride) {
 }
 #endif
 template <class V>
-inline auto hmax(V v) {
+inline auto hmax(const V& v) {
   auto m = v[0];
   for (int i = 1; i < int(sizeof(V) / sizeof(m)); ++i) m = v[i] > m ? v[i] : m;
   return m;
 }
 template <class V>
-inline auto hsum(V v) {
+inline auto hsum(const V& v) {
   auto s = v[0];
   for (int i = 1; i < int(sizeof(V) / sizeof(s)); ++i) s += v[i];
   return s;
@@ -201,7 +201,7 @@ inline void tile(int64_t l0, int64_t l1, const T* a, int64_t ars, int64_t als, c
 /// polynomial, 0 below -86, inf above ln(FLT_MAX), NaN propagates), on whole vectors; for
 /// f64 std::exp per lane (gradcheck precision).
 template <class T, int kBytes>
-inline Vec<T, kBytes> exp_v(Vec<T, kBytes> x) {
+inline Vec<T, kBytes> exp_v(const Vec<T, kBytes>& x) {
   using V = Vec<T, kBytes>;
   if constexpr (sizeof(T) == 8) {
     V e;
@@ -239,7 +239,7 @@ inline V load_part(const T* p, int64_t n) {
 }
 /// p[0, n) = v's lanes [0, n).
 template <class T, class V>
-inline void store_part(T* p, V v, int64_t n) {
+inline void store_part(T* p, const V& v, int64_t n) {
   for (int64_t e = 0; e < n; ++e) p[e] = v[e];
 }
 
@@ -256,7 +256,7 @@ inline void stream(double* p, Vec<double, 16> v) { _mm_stream_pd(p, v); }
 inline void stream_fence() { _mm_sfence(); }
 #else
 template <class T, class V>
-inline void stream(T* p, V v) {
+inline void stream(T* p, const V& v) {
   store(p, v);
 }
 inline void stream_fence() {}
