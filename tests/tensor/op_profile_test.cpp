@@ -27,15 +27,17 @@ const prof::Stat* find(const std::vector<prof::Stat>& s, const std::string& phas
 TEST(OpProfile, RecordsKernelsGemmShapesAndPhases) {
   const Tensor a = strata::testing::rnd({6, 8}, DType::f32, 1);
   const Tensor b = strata::testing::rnd({8, 5}, DType::f32, 2);
-  const int64_t B = 2, T = 16, H = 2, hd = 4;
-  const Tensor qkv = strata::testing::rnd({B, T, 3 * H * hd}, DType::f32, 3);
+  // a 1x1 convolution: one GEMM per sample, called from inside the conv2d kernel
+  const int64_t N = 3;
+  const Tensor img = strata::testing::rnd({N, 3, 4, 5}, DType::f32, 3);
+  const Tensor w = strata::testing::rnd({2, 3, 1, 1}, DType::f32, 4);
   // Scopes are recorded on the starting thread only: one compute thread, as the bench runs it.
   const int threads = get_num_threads();
   set_num_threads(1);
   prof::start();
   (void)ops::matmul(a, b);
   (void)ops::binary(ops::BinaryOp::mul, a, a);
-  (void)ops::causal_attention(qkv, hd);
+  (void)ops::conv2d(img, w, Tensor(), {});
   {
     prof::Phase phase("backward");
     (void)ops::matmul(a, b);
@@ -62,19 +64,18 @@ TEST(OpProfile, RecordsKernelsGemmShapesAndPhases) {
   ASSERT_NE(mul, nullptr);
   EXPECT_EQ(mul->calls, 1);
 
-  // The attention kernel's own GEMMs (2 per (batch, head) pair forward) are nested in it:
-  // its self time excludes them.
-  const prof::Stat* at = find(stats, "forward", "causal_attention");
+  // The conv kernel's own GEMMs (one per sample) are nested in it: its self time excludes them.
+  const prof::Stat* at = find(stats, "forward", "conv2d");
   ASSERT_NE(at, nullptr);
-  int64_t head_gemms = 0;
-  double head_time = 0;
+  int64_t conv_gemms = 0;
+  double conv_time = 0;
   for (const auto& x : stats)
     if (x.phase == "forward" && x.name.rfind("gemm ", 0) == 0 && x.name != key) {
-      head_gemms += x.calls;
-      head_time += x.total_s;
+      conv_gemms += x.calls;
+      conv_time += x.total_s;
     }
-  EXPECT_EQ(head_gemms, 2 * B * H);
-  EXPECT_NEAR(at->self_s, at->total_s - head_time, 1e-9 + 1e-6 * at->total_s);
+  EXPECT_EQ(conv_gemms, N);
+  EXPECT_NEAR(at->self_s, at->total_s - conv_time, 1e-9 + 1e-6 * at->total_s);
   for (const auto& x : stats) {
     EXPECT_GE(x.self_s, 0.0) << x.name;
     EXPECT_LE(x.self_s, x.total_s + 1e-12) << x.name;

@@ -1,21 +1,36 @@
-// Fused causal self-attention, one (batch, head) pair per iteration with the pairs
-// split over the threads (OpenBLAS single-threaded meanwhile: the GEMMs are T x T x hd,
-// far too small to split). Per pair, with S = scale * q k^T and P = causal_softmax(S):
+// Fused causal self-attention on the CPU: one (batch, head) pair at a time, the pairs split
+// over the threads, each pair computed in L1/L2 by register tiles (attention_tile.h) over
+// small packed copies of its q, k, v (no BLAS: at T x T x hd = 64 x 64 x 32 a cblas call
+// spent more time on its own setup and on cold strided operands than on the arithmetic).
+// Per pair, with S = scale * q k^T and P = causal_softmax(S), scale = 1/sqrt(hd):
 //   forward:  P = softmax_{j<=i}(scale * q k^T),  y = P v
 //   backward: dP = dy v^T,  dS = P * (dP - rowsum(dP * P)),
 //             dq = scale * dS k,  dk = scale * dS^T q,  dv = P^T dy
+// Rows are taken R at a time: the R rows of scores are computed (only the column vectors
+// that reach the diagonal; the blocks wholly above it are skipped), soft-maxed, stored to
+// probs and multiplied into y while they sit in L1. Backward does the same for dP -> dS ->
+// dq, keeps dS and P in a padded (T, Tp) buffer, and then forms dk and dv column block by
+// column block (rows i >= j only). The SIMD width follows cpu::simd_level() (16 f32 lanes
+// at x86-64-v4, 8 at v3, 4 at baseline): each level has its own entry functions, compiled
+// for it as clones.h compiles the other loops, and its own non-inlined tile functions.
 #include <strata/tensor/cpu/attention.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
+#include <memory>
 #include <vector>
 
 #include <strata/core/threads.h>
+#include <strata/tensor/cpu/attention_tile.h>
 #include <strata/tensor/cpu/blocks.h>
-#include <strata/tensor/cpu/gemm.h>
-#include <strata/tensor/cpu/softmax.h>
 #include <strata/tensor/dispatch.h>
+
+// The vector helpers of attention_tile.h are instantiated at the end of this file, outside
+// that header's -Wpsabi silence: the same note, for the same reason (always inlined into
+// functions built for the vectors' ISA).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 namespace strata::cpu {
 namespace {
@@ -29,70 +44,293 @@ Dims dims_of(const Tensor& qkv, int64_t head_dim) {
   return {qkv.size(0), qkv.size(1), C / head_dim, head_dim, C, W};
 }
 
-// Rows of the n x n scores are processed up to m = the end of the 16-element block that
-// holds the diagonal (a multiple of the f32 vector width): the loops stay branch-free
-// and mostly full-width, and skip the blocks that lie wholly above the diagonal.
-constexpr int64_t kRowBlock = 16;
-inline int64_t causal_extent(int64_t i, int64_t n) { return std::min(n, (i / kRowBlock + 1) * kRowBlock); }
-
-// Row i: softmax over [0, i], zero after. Entries in (i, m) are set to -inf first, so
-// exp gives exactly 0 there without a mask in the loops.
+// The packed buffers' rows are padded to a whole number of 64-byte vectors (the widest
+// level's), so every level reads whole vectors from them, aligned.
+constexpr int64_t kAlign = 64;
 template <class T>
-void causal_softmax_rows(T* p, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    T* row = p + i * n;
-    const int64_t m = causal_extent(i, n);
-    std::fill(row + i + 1, row + m, -std::numeric_limits<T>::infinity());
-    std::fill(row + m, row + n, T(0));
-    T mx = row[0];
-#pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < m; ++j) mx = row[j] > mx ? row[j] : mx;
-    T s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < m; ++j) {
-      const T e = vexp(row[j] - mx);  // exp(-inf) = 0 above the diagonal
-      row[j] = e;
-      s += e;
-    }
-    const T inv = T(1) / s;
-#pragma omp simd
-    for (int64_t j = 0; j < m; ++j) row[j] *= inv;
+constexpr int64_t padded(int64_t n) {
+  constexpr int64_t l = kAlign / int64_t(sizeof(T));
+  return (n + l - 1) / l * l;
+}
+
+template <class T>
+struct TileArgs {
+  int64_t l0, l1;
+  const T* a;
+  int64_t ars, als;
+  const T* b;
+  int64_t ldb;
+  T* out;
+  int64_t ldo, ncols;
+};
+
+// The tiles of each level, one non-inlined function per (dtype, rows, vectors), compiled
+// for that level. kR x kNV accumulators: 16 of the 32 zmm registers at v4, 8 of the 16
+// ymm / xmm ones below.
+#if STRATA_CPU_DISPATCH
+template <class T, int R, int NV>
+[[gnu::target("arch=x86-64-v4"), gnu::noinline, gnu::flatten]] void tile_v4(const TileArgs<T>& t) {
+  attn::tile<T, 64, R, NV>(t.l0, t.l1, t.a, t.ars, t.als, t.b, t.ldb, t.out, t.ldo, t.ncols);
+}
+template <class T, int R, int NV>
+[[gnu::target("arch=x86-64-v3"), gnu::noinline, gnu::flatten]] void tile_v3(const TileArgs<T>& t) {
+  attn::tile<T, 32, R, NV>(t.l0, t.l1, t.a, t.ars, t.als, t.b, t.ldb, t.out, t.ldo, t.ncols);
+}
+constexpr int kBaseBytes = 16;
+#elif defined(__AVX512F__)
+constexpr int kBaseBytes = 64;  // compiled for this ISA (-march=native): one level
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int kBaseBytes = 32;
+#else
+constexpr int kBaseBytes = 16;
+#endif
+template <class T, int R, int NV>
+[[gnu::noinline, gnu::flatten]] void tile_base(const TileArgs<T>& t) {
+  attn::tile<T, kBaseBytes, R, NV>(t.l0, t.l1, t.a, t.ars, t.als, t.b, t.ldb, t.out, t.ldo, t.ncols);
+}
+
+struct LevelBase {
+  static constexpr int kBytes = kBaseBytes, kR = 4, kNV = kBaseBytes == 64 ? 4 : 2;
+  template <class T, int R, int NV>
+  static void tile(const TileArgs<T>& t) { tile_base<T, R, NV>(t); }
+};
+#if STRATA_CPU_DISPATCH
+struct LevelV4 {
+  static constexpr int kBytes = 64, kR = 4, kNV = 4;
+  template <class T, int R, int NV>
+  static void tile(const TileArgs<T>& t) { tile_v4<T, R, NV>(t); }
+};
+struct LevelV3 {
+  static constexpr int kBytes = 32, kR = 4, kNV = 2;
+  template <class T, int R, int NV>
+  static void tile(const TileArgs<T>& t) { tile_v3<T, R, NV>(t); }
+};
+#endif
+
+template <class L, class T, int R, int NV>
+inline void tile_n(int rows, int nv, const TileArgs<T>& t) {
+  if constexpr (R > 1) {
+    if (rows < R) return tile_n<L, T, R - 1, NV>(rows, nv, t);
+  }
+  if constexpr (NV > 1) {
+    if (nv < NV) return tile_n<L, T, R, NV - 1>(rows, nv, t);
+  }
+  L::template tile<T, R, NV>(t);
+}
+
+// out (rows x ncols, rows <= kR) = A (rows x [l0, l1)) B, in column chunks of kNV vectors.
+template <class L, class T>
+inline void product(int rows, const TileArgs<T>& t) {
+  constexpr int64_t lanes = L::kBytes / int64_t(sizeof(T)), chunk = L::kNV * lanes;
+  for (int64_t c0 = 0; c0 < t.ncols; c0 += chunk) {
+    TileArgs<T> c = t;
+    c.b += c0;
+    c.out += c0;
+    c.ncols = std::min(chunk, t.ncols - c0);
+    tile_n<L, T, L::kR, L::kNV>(rows, int((c.ncols + lanes - 1) / lanes), c);
   }
 }
 
-// dP (in place) -> dS = P * (dP - rowsum(dP * P)). P is zero above the diagonal, so the
-// loops over [0, m) give zeros in (i, m) with no mask; [m, n) is zeroed.
+// dst (cols x ldd) = s * src^T for src (rows x cols) at row stride ld; columns [rows, ldd)
+// of dst zero. Whole vectors of dst's rows are gathered from src's columns.
+template <int kBytes, class T>
+inline void pack_transposed(const T* src, int64_t ld, int64_t rows, int64_t cols, T s, T* dst, int64_t ldd) {
+  using V = attn::Vec<T, kBytes>;
+  constexpr int64_t lanes = kBytes / int64_t(sizeof(T));
+  const V sv = attn::splat<V>(s);
+  int64_t r0 = 0;
+  if (ld * lanes <= (int64_t(1) << 31) - 1)  // the gathers' 32-bit offsets
+    for (; r0 + lanes <= rows; r0 += lanes)
+      for (int64_t c = 0; c < cols; ++c) attn::store(dst + c * ldd + r0, sv * attn::gather<V>(src + r0 * ld + c, ld));
+  for (int64_t r = r0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = s * src[r * ld + c];
+  for (int64_t c = 0; c < cols; ++c) std::fill(dst + c * ldd + rows, dst + (c + 1) * ldd, T(0));
+}
+
+// dst (rows x ldd) = src (rows x cols at row stride ld); columns [cols, ldd) zero.
+template <int kBytes, class T>
+inline void pack_rows(const T* src, int64_t ld, int64_t rows, int64_t cols, T* dst, int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r) attn::copy_pad<T, kBytes>(src + r * ld, cols, dst + r * ldd, ldd);
+}
+
 template <class T>
-void causal_softmax_backward_rows(const T* p, T* dp, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T* pr = p + i * n;
-    T* dr = dp + i * n;
-    const int64_t m = causal_extent(i, n);
-    T s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < m; ++j) s += dr[j] * pr[j];
-#pragma omp simd
-    for (int64_t j = 0; j < m; ++j) dr[j] = pr[j] * (dr[j] - s);
-    std::fill(dr + m, dr + n, T(0));
+struct FwdPair {
+  const T* q;  // (T, hd) each, row stride ld; k = q + C, v = q + 2C
+  const T* k;
+  const T* v;
+  int64_t ld;
+  T* y;  // (T, hd), row stride ldy
+  int64_t ldy;
+  T* p;  // (T, T) contiguous
+  int64_t n, hd;
+  T scale;
+  T* ws;  // fwd_scratch(n, hd) elements, 64-byte aligned
+};
+
+template <class T>
+int64_t fwd_scratch(int64_t n, int64_t hd, int rows) {
+  return hd * padded<T>(n) + n * padded<T>(hd) + rows * padded<T>(n);
+}
+
+template <class L, class T>
+inline void forward_pair(const FwdPair<T>& a) {
+  constexpr int64_t lanes = L::kBytes / int64_t(sizeof(T));
+  const int64_t n = a.n, hd = a.hd, tp = padded<T>(n), hdp = padded<T>(hd);
+  T* kt = a.ws;           // (hd, tp): scale * k^T
+  T* vp = kt + hd * tp;   // (n, hdp): v
+  T* s = vp + n * hdp;    // (kR, tp): the row block's scores, then probabilities
+  pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
+  pack_rows<L::kBytes>(a.v, a.ld, n, hd, vp, hdp);
+  for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
+    const int rows = int(std::min<int64_t>(L::kR, n - i0));
+    const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;  // columns [0, m): to the diagonal
+    product<L>(rows, TileArgs<T>{0, hd, a.q + i0 * a.ld, a.ld, 1, kt, tp, s, tp, m});
+    attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.p + i0 * n, n, true);
+    product<L>(rows, TileArgs<T>{0, last, s, tp, 1, vp, hdp, a.y + i0 * a.ldy, a.ldy, hd});  // y = P v
   }
 }
 
-// dst (cols x rows, contiguous) = src^T for src (rows x cols) with row stride ld: the
-// k / v head turned around so the score GEMMs run as NN (OpenBLAS's small-matrix NT
-// path is ~20% slower at these sizes than a transpose plus NN).
 template <class T>
-void transpose_head(const T* src, int64_t ld, int64_t rows, int64_t cols, T* dst) {
+struct BwdPair {
+  const T* q;  // (T, hd) each, row stride ld
+  const T* k;
+  const T* v;
+  int64_t ld;
+  const T* g;  // dy (T, hd), row stride ldg
+  int64_t ldg;
+  const T* p;      // (T, T) contiguous
+  const T* p_end;  // the end of this thread's probabilities (the next pairs' P follow p's)
+  T* dq;           // (T, hd) each, row stride ld
+  T* dk;
+  T* dv;
+  int64_t n, hd;
+  T scale;
+  T* ws;  // bwd_scratch(n, hd) elements, 64-byte aligned
+};
+
+template <class T>
+int64_t bwd_scratch(int64_t n, int64_t hd) {
+  return hd * padded<T>(n) + 3 * n * padded<T>(hd) + 2 * n * padded<T>(n);
+}
+
+// The backward reads P (probs) once, from memory: the forward wrote it with streaming
+// stores long before. Row block i0 + kAhead * R's rows (into the next pair's P past this
+// pair's last row: the pairs' P are consecutive) are fetched while block i0 computes, the
+// columns the row loop reads: [0, min(m, n)) for the block's extent m.
+constexpr int64_t kAheadBlocks = 4;
+template <class T>
+inline void prefetch_p_rows(const T* p, int64_t n, int64_t i, int64_t rows, int64_t lanes, const T* end) {
+  constexpr int64_t kLine = 64 / int64_t(sizeof(T));
+  const int64_t row0 = i % n, m = (row0 + rows + lanes - 1) / lanes * lanes, cols = std::min(m, n);
+  const T* x0 = p + (i / n) * n * n + row0 * n;
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
+    for (int64_t c = 0; c < cols; c += kLine)
+      if (x0 + r * n + c < end) __builtin_prefetch(x0 + r * n + c, 0, 3);
 }
+
+template <class L, class T>
+inline void backward_pair(const BwdPair<T>& a) {
+  constexpr int64_t lanes = L::kBytes / int64_t(sizeof(T));
+  const int64_t n = a.n, hd = a.hd, tp = padded<T>(n), hdp = padded<T>(hd);
+  T* vt = a.ws;          // (hd, tp): v^T
+  T* kp = vt + hd * tp;  // (n, hdp): k, q, dy
+  T* qp = kp + n * hdp;
+  T* gp = qp + n * hdp;
+  T* pp = gp + n * hdp;  // (n, tp): P, then scale * dS; row i valid on [0, m(i)) (zero from i + 1)
+  T* ds = pp + n * tp;
+  pack_transposed<L::kBytes>(a.v, a.ld, n, hd, T(1), vt, tp);
+  pack_rows<L::kBytes>(a.k, a.ld, n, hd, kp, hdp);
+  pack_rows<L::kBytes>(a.q, a.ld, n, hd, qp, hdp);
+  pack_rows<L::kBytes>(a.g, a.ldg, n, hd, gp, hdp);
+  for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
+    const int rows = int(std::min<int64_t>(L::kR, n - i0));
+    const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;
+    {
+      const int64_t ahead = i0 + kAheadBlocks * L::kR;
+      prefetch_p_rows(a.p, n, ahead, std::min<int64_t>(L::kR, n - ahead % n), lanes, a.p_end);
+    }
+    product<L>(rows, TileArgs<T>{0, hd, gp + i0 * hdp, hdp, 1, vt, tp, ds + i0 * tp, tp, m});  // dP = dy v^T
+    // scale * dS (0 where P is), P kept in pp for dv
+    attn::softmax_grad_rows<T, L::kBytes, L::kR>(a.p + i0 * n, n, pp + i0 * tp, ds + i0 * tp, tp, rows, m, a.scale);
+    product<L>(rows, TileArgs<T>{0, last, ds + i0 * tp, tp, 1, kp, hdp, a.dq + i0 * a.ld, a.ld, hd});  // dq
+  }
+  // dk = (scale dS)^T q and dv = P^T dy over the rows i >= j of each column block; the
+  // blocks line up with the row blocks above, so row i >= j0 is valid at columns < j0 + kR
+  for (int64_t j0 = 0; j0 < n; j0 += L::kR) {
+    const int rows = int(std::min<int64_t>(L::kR, n - j0));
+    product<L>(rows, TileArgs<T>{j0, n, ds + j0, 1, tp, qp, hdp, a.dk + j0 * a.ld, a.ld, hd});
+    product<L>(rows, TileArgs<T>{j0, n, pp + j0, 1, tp, gp, hdp, a.dv + j0 * a.ld, a.ld, hd});
+  }
+}
+
+// The entry points per level: compiled for it, with everything but the tiles inlined.
+template <class T>
+using FwdFn = void (*)(const FwdPair<T>&);
+template <class T>
+using BwdFn = void (*)(const BwdPair<T>&);
+
+template <class T>
+[[gnu::flatten]] void forward_base(const FwdPair<T>& a) { forward_pair<LevelBase>(a); }
+template <class T>
+[[gnu::flatten]] void backward_base(const BwdPair<T>& a) { backward_pair<LevelBase>(a); }
+#if STRATA_CPU_DISPATCH
+template <class T>
+[[gnu::target("arch=x86-64-v4"), gnu::flatten]] void forward_v4(const FwdPair<T>& a) { forward_pair<LevelV4>(a); }
+template <class T>
+[[gnu::target("arch=x86-64-v4"), gnu::flatten]] void backward_v4(const BwdPair<T>& a) { backward_pair<LevelV4>(a); }
+template <class T>
+[[gnu::target("arch=x86-64-v3"), gnu::flatten]] void forward_v3(const FwdPair<T>& a) { forward_pair<LevelV3>(a); }
+template <class T>
+[[gnu::target("arch=x86-64-v3"), gnu::flatten]] void backward_v3(const BwdPair<T>& a) { backward_pair<LevelV3>(a); }
+#endif
+
+template <class T>
+FwdFn<T> forward_fn() {
+#if STRATA_CPU_DISPATCH
+  switch (simd_level()) {
+    case SimdLevel::v4: return &forward_v4<T>;
+    case SimdLevel::v3: return &forward_v3<T>;
+    case SimdLevel::baseline: break;
+  }
+#endif
+  return &forward_base<T>;
+}
+template <class T>
+BwdFn<T> backward_fn() {
+#if STRATA_CPU_DISPATCH
+  switch (simd_level()) {
+    case SimdLevel::v4: return &backward_v4<T>;
+    case SimdLevel::v3: return &backward_v3<T>;
+    case SimdLevel::baseline: break;
+  }
+#endif
+  return &backward_base<T>;
+}
+
+// Per-thread scratch, each thread's part 64-byte aligned.
+template <class T>
+class Scratch {
+ public:
+  Scratch(int threads, int64_t per_thread)
+      : stride_(padded<T>(per_thread)), buf_(size_t(threads * stride_ + kAlign / int64_t(sizeof(T)))) {}
+  T* at(int tid) {
+    void* p = buf_.data();
+    size_t space = buf_.size() * sizeof(T);
+    return static_cast<T*>(std::align(kAlign, sizeof(T), p, space)) + tid * stride_;
+  }
+
+ private:
+  int64_t stride_;
+  std::vector<T> buf_;
+};
 
 // Prefetches `rows` rows of `cols` elements at row stride ld into the cache. A head's
 // q, k, v (and dy) are T rows of hd elements spread over the packed (B, T, 3C) tensor at a
 // row stride of 3C: a stride the hardware prefetcher does not follow across pages, so
-// without this each (batch, head) pair starts with ~T * 6 cold cache misses, which left
-// the per-head GEMMs at ~0.45x of their warm speed in a training step (docs/performance.md,
-// "Where a GPT step's time goes"). Issued for the next pair while the current one computes.
-// kWrite: rows about to be written (the next pair's output rows, same stride).
+// without this each (batch, head) pair starts with ~T * 6 cold cache misses
+// (docs/performance.md, "Prefetching the attention's strided rows"). Issued for the next
+// pair while the current one computes. kWrite: rows about to be written (the next pair's
+// output rows, same stride).
 template <bool kWrite = false, class T>
 inline void prefetch_rows(const T* p, int64_t ld, int64_t rows, int64_t cols) {
   constexpr int64_t kLine = 64 / int64_t(sizeof(T));
@@ -102,54 +340,41 @@ inline void prefetch_rows(const T* p, int64_t ld, int64_t rows, int64_t cols) {
 
 template <class T>
 void forward_impl(const T* qkv, T* y, T* probs, const Dims& d) {
-  const DType dt = dtype_v<T>;
-  const double scale = 1.0 / std::sqrt(double(d.hd));
+  const T scale = T(1.0 / std::sqrt(double(d.hd)));
   const int nt = block_threads(d.B * d.H);
-  std::vector<T> scratch(size_t(nt) * size_t(d.hd * d.T));  // k^T per thread
+  Scratch<T> scratch(nt, fwd_scratch<T>(d.T, d.hd, 4));
+  const FwdFn<T> fn = forward_fn<T>();
   for_blocks(d.B * d.H, nt, [&](int tid, int64_t bh0, int64_t bh1) {
+    T* ws = scratch.at(tid);
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / d.H, h = bh % d.H;
       const T* q = qkv + b * d.T * d.W + h * d.hd;  // (T, hd), row stride W
-      const T* k = q + d.C;
-      const T* v = q + 2 * d.C;
-      T* p = probs + bh * d.T * d.T;               // (T, T)
-      T* yo = y + b * d.T * d.C + h * d.hd;        // (T, hd), row stride C
-      T* kt = scratch.data() + tid * d.hd * d.T;   // (hd, T)
       if (bh + 1 < bh1) {  // the next pair's q, k, v: q k v of head h+1 sit hd further on
         const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H;
         const T* nq = qkv + nb * d.T * d.W + nh * d.hd;
         for (int part = 0; part < 3; ++part) prefetch_rows(nq + part * d.C, d.W, d.T, d.hd);
         prefetch_rows<true>(y + nb * d.T * d.C + nh * d.hd, d.C, d.T, d.hd);
       }
-      transpose_head(k, d.W, d.T, d.hd, kt);
-      gemm(dt, d.T, d.T, d.hd, scale, {q, d.W, false}, {kt, d.T, false}, 0.0, p, d.T);
-      causal_softmax_rows(p, d.T);
-      gemm(dt, d.T, d.hd, d.T, 1.0, {p, d.T, false}, {v, d.W, false}, 0.0, yo, d.C);
+      fn(FwdPair<T>{q, q + d.C, q + 2 * d.C, d.W, y + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T, d.T,
+                    d.hd, scale, ws});
     }
+    attn::stream_fence();
   });
 }
 
 template <class T>
 void backward_impl(const T* dy, const T* qkv, const T* probs, T* dqkv, const Dims& d) {
-  const DType dt = dtype_v<T>;
-  const double scale = 1.0 / std::sqrt(double(d.hd));
+  const T scale = T(1.0 / std::sqrt(double(d.hd)));
   const int nt = block_threads(d.B * d.H);
-  const int64_t per_thread = d.T * d.T + d.hd * d.T;                   // dP / dS and v^T
-  std::vector<T> scratch(size_t(nt) * size_t(per_thread));
+  Scratch<T> scratch(nt, bwd_scratch<T>(d.T, d.hd));
+  const BwdFn<T> fn = backward_fn<T>();
   for_blocks(d.B * d.H, nt, [&](int tid, int64_t bh0, int64_t bh1) {
+    T* ws = scratch.at(tid);
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / d.H, h = bh % d.H;
       const int64_t at = b * d.T * d.W + h * d.hd;
       const T* q = qkv + at;
-      const T* k = q + d.C;
-      const T* v = q + 2 * d.C;
       T* dq = dqkv + at;
-      T* dk = dq + d.C;
-      T* dv = dq + 2 * d.C;
-      const T* p = probs + bh * d.T * d.T;
-      const T* g = dy + b * d.T * d.C + h * d.hd;  // (T, hd), row stride C
-      T* ds = scratch.data() + tid * per_thread;
-      T* vt = ds + d.T * d.T;
       if (bh + 1 < bh1) {  // the next pair's q, k, v and dy (its probabilities are contiguous)
         const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H;
         const T* nq = qkv + nb * d.T * d.W + nh * d.hd;
@@ -158,12 +383,9 @@ void backward_impl(const T* dy, const T* qkv, const T* probs, T* dqkv, const Dim
         T* nd = dqkv + nb * d.T * d.W + nh * d.hd;
         for (int part = 0; part < 3; ++part) prefetch_rows<true>(nd + part * d.C, d.W, d.T, d.hd);
       }
-      transpose_head(v, d.W, d.T, d.hd, vt);
-      gemm(dt, d.T, d.T, d.hd, 1.0, {g, d.C, false}, {vt, d.T, false}, 0.0, ds, d.T);  // dP = dy v^T
-      causal_softmax_backward_rows(p, ds, d.T);                                       // dS
-      gemm(dt, d.T, d.hd, d.T, scale, {ds, d.T, false}, {k, d.W, false}, 0.0, dq, d.W);  // dq = scale dS k
-      gemm(dt, d.T, d.hd, d.T, scale, {ds, d.T, true}, {q, d.W, false}, 0.0, dk, d.W);   // dk = scale dS^T q
-      gemm(dt, d.T, d.hd, d.T, 1.0, {p, d.T, true}, {g, d.C, false}, 0.0, dv, d.W);      // dv = P^T dy
+      fn(BwdPair<T>{q, q + d.C, q + 2 * d.C, d.W, dy + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T,
+                    probs + bh1 * d.T * d.T, dq,
+                    dq + d.C, dq + 2 * d.C, d.T, d.hd, scale, ws});
     }
   });
 }

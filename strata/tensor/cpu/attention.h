@@ -1,7 +1,7 @@
-// CPU kernels for fused causal self-attention over a packed q|k|v projection: the
-// per-head GEMMs read q, k, v and write y and d(q|k|v) in place in the packed layouts
-// (no head split/merge copies), the 1/sqrt(hd) scale rides on the GEMMs' alpha, and
-// the causal softmax touches only the lower triangle.
+// CPU kernels for fused causal self-attention over a packed q|k|v projection: each
+// (batch, head) pair is computed in register tiles over small packed copies of its q, k, v
+// (attention.cpp), reading the packed layouts in place and writing y and d(q|k|v) into them
+// (no head split/merge copies); only the causal lower triangle is computed.
 #pragma once
 #include <strata/tensor/tensor.h>
 

@@ -1,0 +1,367 @@
+// The vector building blocks of the CPU attention kernels (attention.cpp). The register
+// tile: out (R x cols) = sum over l of A(r, l) * B(l, cols), with A read as broadcast
+// scalars at any pair of strides (row-major, or transposed for dS^T q and P^T dy) and B a
+// packed, zero-padded row-major block read as whole vectors; R x NV vector accumulators stay
+// in registers for the whole l loop. And the row passes fused around it: the causal softmax
+// of a block of rows (with its exp on whole vectors) written to probs, and the softmax
+// gradient of a block of rows. Written with GCC vector extensions, so one source gives 16
+// f32 lanes (AVX-512), 8 (AVX2) or 4 (SSE2, any other target) depending on the vector size
+// the caller instantiates it with; FMA, broadcast, gather, streaming stores and horizontal
+// reductions go through intrinsics where the ISA has them (strata builds with -std=c++20,
+// which leaves -ffp-contract off, and GCC 12 builds some of these poorly from the generic
+// forms). Internal to tensor/cpu.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define STRATA_ATTN_X86 1
+// GCC 12's avx512fintrin.h starts masked intrinsics from _mm512_undefined_ps(), which
+// -Wmaybe-uninitialized reports inside the headers (GCC bug 105593)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#else
+#define STRATA_ATTN_X86 0
+#endif
+
+// tile() is a default-target template that calls the wide fmadd overloads: GCC notes that
+// such a call would pass vectors in a different ABI if it were not inlined. It always is:
+// tile only runs flattened into the per-level functions (attention.cpp), built for the ISA.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+namespace strata::cpu::attn {
+
+/// kBytes-wide vector of T (GCC/clang vector extension): 64 = one zmm, 32 = one ymm.
+template <class T, int kBytes>
+struct VecOf {
+  using type [[gnu::vector_size(kBytes)]] = T;
+};
+template <class T, int kBytes>
+using Vec = typename VecOf<T, kBytes>::type;
+
+// c + a * b, fused where the vector width has an FMA instruction (x86-64-v3 and up: each
+// overload carries the target it needs, so it inlines only into callers built for it).
+#if STRATA_ATTN_X86
+[[gnu::target("avx512f")]] inline Vec<float, 64> fmadd(Vec<float, 64> a, Vec<float, 64> b,
+                                                                             Vec<float, 64> c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+[[gnu::target("avx512f")]] inline Vec<double, 64> fmadd(Vec<double, 64> a, Vec<double, 64> b,
+                                                                              Vec<double, 64> c) {
+  return _mm512_fmadd_pd(a, b, c);
+}
+[[gnu::target("avx2,fma")]] inline Vec<float, 32> fmadd(Vec<float, 32> a, Vec<float, 32> b,
+                                                                              Vec<float, 32> c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+[[gnu::target("avx2,fma")]] inline Vec<double, 32> fmadd(Vec<double, 32> a, Vec<double, 32> b,
+                                                                               Vec<double, 32> c) {
+  return _mm256_fmadd_pd(a, b, c);
+}
+#endif
+template <class V>
+inline V fmadd(const V& a, const V& b, const V& c) {  // 16-byte vectors (SSE2 has no FMA), other targets
+  return c + a * b;
+}
+
+template <class V, class T>
+inline V load(const T* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <class T, class V>
+inline void store(T* p, const V& v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+// x in every lane: the set1 intrinsics where there are wide vectors (GCC 12 builds a
+// 16-lane constructor of one value lane by lane otherwise).
+#if STRATA_ATTN_X86
+[[gnu::target("avx512f")]] inline Vec<float, 64> splat_to(float x, const Vec<float, 64>*) { return _mm512_set1_ps(x); }
+[[gnu::target("avx512f")]] inline Vec<double, 64> splat_to(double x, const Vec<double, 64>*) {
+  return _mm512_set1_pd(x);
+}
+[[gnu::target("avx")]] inline Vec<float, 32> splat_to(float x, const Vec<float, 32>*) { return _mm256_set1_ps(x); }
+[[gnu::target("avx")]] inline Vec<double, 32> splat_to(double x, const Vec<double, 32>*) { return _mm256_set1_pd(x); }
+#endif
+template <class V, class T>
+inline V splat_to(T x, const V*) {
+  return x - V{};
+}
+template <class V, class T>
+inline V splat(T x) {
+  return splat_to(x, static_cast<const V*>(nullptr));
+}
+
+// p[0], p[stride], ..., one per lane (a column of a row-major block, for the transposed
+// packing): the gather instructions on the wide vectors.
+#if STRATA_ATTN_X86
+[[gnu::target("avx512f")]] inline Vec<float, 64> gather_to(const float* p, int64_t stride, const Vec<float, 64>*) {
+  const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                         _mm512_set1_epi32(int(stride)));
+  return _mm512_i32gather_ps(idx, p, 4);
+}
+[[gnu::target("avx512f")]] inline Vec<double, 64> gather_to(const double* p, int64_t stride, const Vec<double, 64>*) {
+  const __m256i idx = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(int(stride)));
+  return _mm512_i32gather_pd(idx, p, 8);
+}
+[[gnu::target("avx2")]] inline Vec<float, 32> gather_to(const float* p, int64_t stride, const Vec<float, 32>*) {
+  const __m256i idx = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(int(stride)));
+  return _mm256_i32gather_ps(p, idx, 4);
+}
+[[gnu::target("avx2")]] inline Vec<double, 32> gather_to(const double* p, int64_t stride, const Vec<double, 32>*) {
+  const __m128i idx = _mm_mullo_epi32(_mm_set_epi32(3, 2, 1, 0), _mm_set1_epi32(int(stride)));
+  return _mm256_i32gather_pd(p, idx, 8);
+}
+#endif
+template <class V, class T>
+inline V gather_to(const T* p, int64_t stride, const V*) {
+  V v;
+  for (int i = 0; i < int(sizeof(V) / sizeof(T)); ++i) v[i] = p[i * stride];
+  return v;
+}
+template <class V, class T>
+inline V gather(const T* p, int64_t stride) {
+  return gather_to(p, stride, static_cast<const V*>(nullptr));
+}
+
+// Horizontal max and sum of a vector's lanes: log-depth shuffles on the wide vectors.
+#if STRATA_ATTN_X86
+[[gnu::target("avx512f")]] inline float hmax(Vec<float, 64> v) { return _mm512_reduce_max_ps(v); }
+[[gnu::target("avx512f")]] inline double hmax(Vec<double, 64> v) { return _mm512_reduce_max_pd(v); }
+[[gnu::target("avx512f")]] inline float hsum(Vec<float, 64> v) { return _mm512_reduce_add_ps(v); }
+[[gnu::target("avx512f")]] inline double hsum(Vec<double, 64> v) { return _mm512_reduce_add_pd(v); }
+[[gnu::target("avx")]] inline float hmax(Vec<float, 32> v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+[[gnu::target("avx")]] inline float hsum(Vec<float, 32> v) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+#endif
+template <class V>
+inline auto hmax(const V& v) {
+  auto m = v[0];
+  for (int i = 1; i < int(sizeof(V) / sizeof(m)); ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+template <class V>
+inline auto hsum(const V& v) {
+  auto s = v[0];
+  for (int i = 1; i < int(sizeof(V) / sizeof(s)); ++i) s += v[i];
+  return s;
+}
+
+/// out[r * ldo + c] = sum_{l in [l0, l1)} a[r * ars + l * als] * b[l * ldb + c] for r < R,
+/// c < ncols, where NV - 1 < ncols / lanes <= NV. b holds NV whole vectors from each of its
+/// rows [l0, l1) (packed with zero padding by the caller); out gets exactly ncols columns.
+template <class T, int kBytes, int R, int NV>
+inline void tile(int64_t l0, int64_t l1, const T* a, int64_t ars, int64_t als, const T* b, int64_t ldb, T* out,
+                 int64_t ldo, int64_t ncols) {
+  using V = Vec<T, kBytes>;
+  constexpr int kLanes = kBytes / int(sizeof(T));
+  V acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NV; ++n) acc[r][n] = V{};
+  for (int64_t l = l0; l < l1; ++l) {
+    V bv[NV];
+    for (int n = 0; n < NV; ++n) bv[n] = load<V>(b + l * ldb + n * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const V av = splat<V>(a[r * ars + l * als]);
+      for (int n = 0; n < NV; ++n) acc[r][n] = fmadd(av, bv[n], acc[r][n]);
+    }
+  }
+  const int64_t full = ncols / kLanes, rest = ncols - full * kLanes;  // whole vectors, then a part of one
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NV; ++n) {  // constant n: acc stays in registers
+      if (n < full) {
+        store(out + r * ldo + n * kLanes, acc[r][n]);
+      } else if (n == full && rest > 0) {
+        const V v = acc[r][n];
+        for (int e = 0; e < kLanes - 1; ++e)
+          if (e < rest) out[r * ldo + n * kLanes + e] = v[e];
+      }
+    }
+}
+
+/// exp per lane: for f32 the steps of cpu::vexp (softmax.h: Cephes' reduction and
+/// polynomial, 0 below -86, inf above ln(FLT_MAX), NaN propagates), on whole vectors; for
+/// f64 std::exp per lane (gradcheck precision).
+template <class T, int kBytes>
+inline Vec<T, kBytes> exp_v(const Vec<T, kBytes>& x) {
+  using V = Vec<T, kBytes>;
+  if constexpr (sizeof(T) == 8) {
+    V e;
+    for (int i = 0; i < kBytes / 8; ++i) e[i] = std::exp(x[i]);
+    return e;
+  } else {
+    using VI = Vec<int32_t, kBytes>;
+    const V lo = splat<V>(-86.0f), hi = splat<V>(88.72283f), round = splat<V>(12582912.0f);  // 1.5 * 2^23
+    V v = x < lo ? lo : x;
+    v = v > hi ? hi : v;
+    const V t = v * 1.44269504088896341f + round;
+    const V n = t - round;                                // round(v / ln2)
+    const VI ni = (VI)t - (VI)round;                      // the same, as int
+    const V r = v - n * 0.693359375f + n * 2.12194440e-4f;  // v - n ln2, in two parts
+    V p = splat<V>(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const V half_scale = (V)((ni + 126) << 23);  // 2^(n-1), n in [-124, 128]
+    V e = p * half_scale * 2.0f;
+    e = x < lo ? V{} : e;
+    return x > hi ? splat<V>(__builtin_inff()) : e;
+  }
+}
+
+/// v's lanes [0, n) from p, zero after (n < lanes: the last part of a row).
+template <class V, class T>
+inline V load_part(const T* p, int64_t n) {
+  V v = V{};
+  for (int64_t e = 0; e < n; ++e) v[e] = p[e];
+  return v;
+}
+/// p[0, n) = v's lanes [0, n).
+template <class T, class V>
+inline void store_part(T* p, const V& v, int64_t n) {
+  for (int64_t e = 0; e < n; ++e) p[e] = v[e];
+}
+
+// Non-temporal (streaming) stores of whole vectors to 64-byte-aligned (wide) addresses:
+// the probabilities are written once and read back only in the backward pass, long after.
+#if STRATA_ATTN_X86
+[[gnu::target("avx512f")]] inline void stream(float* p, Vec<float, 64> v) { _mm512_stream_ps(p, v); }
+[[gnu::target("avx512f")]] inline void stream(double* p, Vec<double, 64> v) { _mm512_stream_pd(p, v); }
+[[gnu::target("avx")]] inline void stream(float* p, Vec<float, 32> v) { _mm256_stream_ps(p, v); }
+[[gnu::target("avx")]] inline void stream(double* p, Vec<double, 32> v) { _mm256_stream_pd(p, v); }
+inline void stream(float* p, Vec<float, 16> v) { _mm_stream_ps(p, v); }
+inline void stream(double* p, Vec<double, 16> v) { _mm_stream_pd(p, v); }
+/// Orders the streaming stores before what follows (another thread's reads).
+inline void stream_fence() { _mm_sfence(); }
+#else
+template <class T, class V>
+inline void stream(T* p, const V& v) {
+  store(p, v);
+}
+inline void stream_fence() {}
+#endif
+
+/// The rows i0 + r (r < rows <= R) of a block of scores s (row stride lds) -> probabilities
+/// over [0, i0 + r], exactly 0 from there to m (a multiple of the lanes): -inf there first,
+/// so the passes over [0, m) run on whole vectors, unmasked. The rows go through each pass
+/// together (independent chains through the horizontal max, the sum and the division),
+/// and the last pass also writes them to p (row stride n, n columns: zero from m on), with
+/// streaming stores when `nt` and every row of p is vector-aligned.
+template <class T, int kBytes, int R>
+inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* p, int64_t n, bool nt) {
+  using V = Vec<T, kBytes>;
+  constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
+  for (int r = 0; r < rows; ++r)
+    for (int64_t j = i0 + r + 1; j < m; ++j) s[r * lds + j] = -__builtin_inf();
+  V mv[R], sv[R];
+  for (int r = 0; r < R; ++r) mv[r] = r < rows ? load<V>(s + r * lds) : V{};
+  for (int64_t j = kLanes; j < m; j += kLanes)
+    for (int r = 0; r < R; ++r)
+      if (r < rows) {
+        const V x = load<V>(s + r * lds + j);
+        mv[r] = x > mv[r] ? x : mv[r];
+      }
+  for (int r = 0; r < R; ++r)
+    if (r < rows) {
+      mv[r] = splat<V>(hmax(mv[r]));
+      sv[r] = V{};
+    }
+  for (int64_t j = 0; j < m; j += kLanes)
+    for (int r = 0; r < R; ++r)
+      if (r < rows) {
+        const V x = exp_v<T, kBytes>(load<V>(s + r * lds + j) - mv[r]);  // exp(-inf) = 0 above the diagonal
+        store(s + r * lds + j, x);
+        sv[r] += x;
+      }
+  for (int r = 0; r < R; ++r)
+    if (r < rows) sv[r] = splat<V>(T(1) / hsum(sv[r]));
+  if (nt && n % kLanes == 0 && reinterpret_cast<uintptr_t>(p) % kBytes == 0) {  // every p row aligned
+    for (int64_t j = 0; j < m; j += kLanes)
+      for (int r = 0; r < R; ++r)
+        if (r < rows) {
+          const V x = load<V>(s + r * lds + j) * sv[r];
+          store(s + r * lds + j, x);
+          if (j < n) stream(p + r * n + j, x);
+        }
+    for (int r = 0; r < rows; ++r)
+      for (int64_t j = m; j < n; j += kLanes) stream(p + r * n + j, V{});
+    return;
+  }
+  const int64_t whole = (m < n ? m : n) / kLanes * kLanes;  // vectors that fit in p's rows
+  for (int64_t j = 0; j < m; j += kLanes)
+    for (int r = 0; r < R; ++r)
+      if (r < rows) {
+        const V x = load<V>(s + r * lds + j) * sv[r];
+        store(s + r * lds + j, x);
+        if (j < whole) store(p + r * n + j, x);
+        else if (j < n) store_part(p + r * n + j, x, n - j);
+      }
+  for (int r = 0; r < rows; ++r)
+    for (int64_t j = m; j < n; ++j) p[r * n + j] = T(0);
+}
+
+/// dst[0, len) = src[0, c) then zeros, c <= len.
+template <class T, int kBytes>
+inline void copy_pad(const T* src, int64_t c, T* dst, int64_t len) {
+  using V = Vec<T, kBytes>;
+  constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
+  int64_t j = 0;
+  for (; j + kLanes <= c; j += kLanes) store(dst + j, load<V>(src + j));
+  for (; j < c; ++j) dst[j] = src[j];
+  for (; j < len && j % kLanes != 0; ++j) dst[j] = T(0);
+  for (; j + kLanes <= len; j += kLanes) store(dst + j, V{});
+  for (; j < len; ++j) dst[j] = T(0);
+}
+
+/// The rows r < rows <= R of a block of dP (d, row stride ldd, in place) -> scale * dS =
+/// scale * P * (dP - sum(dP * P)) over [0, m), m a multiple of the lanes, P read from p
+/// (row stride n, n columns, zero above the diagonal) and kept in pp (row stride ldd, zero
+/// from n to m) for the dv pass. The rows go through each pass together.
+template <class T, int kBytes, int R>
+inline void softmax_grad_rows(const T* p, int64_t n, T* pp, T* d, int64_t ldd, int rows, int64_t m, T scale) {
+  using V = Vec<T, kBytes>;
+  constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
+  const int64_t whole = (m < n ? m : n) / kLanes * kLanes;
+  V sv[R];
+  for (int r = 0; r < R; ++r) sv[r] = V{};
+  for (int64_t j = 0; j < m; j += kLanes)
+    for (int r = 0; r < R; ++r)
+      if (r < rows) {
+        const V pv = j < whole ? load<V>(p + r * n + j) : load_part<V>(p + r * n + j, j < n ? n - j : 0);
+        store(pp + r * ldd + j, pv);
+        sv[r] += load<V>(d + r * ldd + j) * pv;
+      }
+  const V sc = splat<V>(scale);
+  for (int r = 0; r < R; ++r)
+    if (r < rows) sv[r] = splat<V>(hsum(sv[r]));
+  for (int64_t j = 0; j < m; j += kLanes)
+    for (int r = 0; r < R; ++r)
+      if (r < rows) store(d + r * ldd + j, sc * load<V>(pp + r * ldd + j) * (load<V>(d + r * ldd + j) - sv[r]));
+}
+
+}  // namespace strata::cpu::attn
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
