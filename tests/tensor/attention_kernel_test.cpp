@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <strata/tensor/cpu/simd_level.h>
+#include "tests/simd_levels.h"
 #include <strata/tensor/ops.h>
 #include "tests/test_tensors.h"
 #include "tests/threads_guard.h"
@@ -81,17 +82,7 @@ void expect_close(const Tensor& got, const Vec& want, double tol, const std::str
     ASSERT_NEAR(v[i], want[i], tol * (1 + std::abs(want[i]))) << what << ", element " << i;
 }
 
-struct LevelGuard {
-  cpu::SimdLevel saved = cpu::simd_level();
-  ~LevelGuard() { cpu::set_simd_level(saved); }
-};
-
-std::vector<cpu::SimdLevel> levels() {
-  std::vector<cpu::SimdLevel> l{cpu::SimdLevel::baseline};
-  if (int(cpu::simd_level_supported()) >= int(cpu::SimdLevel::v3)) l.push_back(cpu::SimdLevel::v3);
-  if (int(cpu::simd_level_supported()) >= int(cpu::SimdLevel::v4)) l.push_back(cpu::SimdLevel::v4);
-  return l;
-}
+using LevelGuard = strata::testing::SimdLevelGuard;
 
 class AttentionKernel : public ::testing::TestWithParam<DType> {};
 INSTANTIATE_TEST_SUITE_P(Float, AttentionKernel, ::testing::Values(DType::f32, DType::f64),
@@ -112,7 +103,7 @@ TEST_P(AttentionKernel, OddSizesAgainstAnF64LoopAtEveryLevel) {
         const Tensor qkv = strata::testing::rnd({B, T, 3 * H * D}, dt, ++seed, 2.0);
         const Tensor dy = strata::testing::rnd({B, T, H * D}, dt, ++seed);
         const Ref ref = reference(qkv.to_vector<double>(), dy.to_vector<double>(), B, T, H, D);
-        for (const cpu::SimdLevel lvl : levels()) {
+        for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels()) {
           ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
           const std::string at = " at T " + std::to_string(T) + ", head_dim " + std::to_string(D) + ", " +
                                  std::to_string(H) + " heads, " + cpu::simd_level_name(lvl);
@@ -134,7 +125,7 @@ TEST_P(AttentionKernel, TwoThreadsAtEveryLevel) {
   const Tensor qkv = strata::testing::rnd({B, T, 3 * H * D}, dt, 3, 2.0);
   const Tensor dy = strata::testing::rnd({B, T, H * D}, dt, 4);
   const Ref ref = reference(qkv.to_vector<double>(), dy.to_vector<double>(), B, T, H, D);
-  for (const cpu::SimdLevel lvl : levels()) {
+  for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels()) {
     ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
     const std::string at = std::string(" at ") + cpu::simd_level_name(lvl);
     auto [y, probs] = ops::causal_attention(qkv, D);

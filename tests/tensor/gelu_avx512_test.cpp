@@ -9,6 +9,7 @@
 #include <limits>
 
 #include <strata/tensor/cpu/simd_level.h>
+#include "tests/simd_levels.h"
 #include <strata/tensor/ops.h>
 
 #include "tests/gelu_reference.h"
@@ -20,17 +21,7 @@ namespace {
 double gelu_ref(double x) { return strata::testing::gelu_tanh_ref(x); }
 double gelu_grad_ref(double x) { return strata::testing::gelu_tanh_grad_ref(x); }
 
-struct LevelGuard {
-  cpu::SimdLevel saved = cpu::simd_level();
-  ~LevelGuard() { cpu::set_simd_level(saved); }
-};
-
-std::vector<cpu::SimdLevel> levels() {
-  std::vector<cpu::SimdLevel> l{cpu::SimdLevel::baseline};
-  if (int(cpu::simd_level_supported()) >= int(cpu::SimdLevel::v3)) l.push_back(cpu::SimdLevel::v3);
-  if (int(cpu::simd_level_supported()) >= int(cpu::SimdLevel::v4)) l.push_back(cpu::SimdLevel::v4);
-  return l;
-}
+using LevelGuard = strata::testing::SimdLevelGuard;
 
 }  // namespace
 
@@ -43,7 +34,7 @@ TEST(BiasGeluLevels, AgainstF64OverAWideRangeAtEveryLevel) {
   const int64_t n = int64_t(xs.size());
   const Tensor x = ops::from_vector<float>(xs, {n});
   const Tensor ones = ops::full({n}, 1.0);
-  for (cpu::SimdLevel lvl : levels()) {
+  for (cpu::SimdLevel lvl : strata::testing::runnable_simd_levels()) {
     cpu::set_simd_level(lvl);
     const auto y = ops::bias_gelu(x, Tensor(), true).to_vector<double>();
     const auto dy = ops::bias_gelu_backward(ones, x, Tensor(), true, false).first.to_vector<double>();
@@ -89,7 +80,7 @@ TEST(BiasGeluLevels, LevelsAgreeWithBiasAndBiasGrad) {
   const auto ref = ops::bias_gelu(y, b, true).to_vector<double>();
   const auto [rdh, rdb] = ops::bias_gelu_backward(dout, y, b, true, true);
   const auto rdh_v = rdh.to_vector<double>(), rdb_v = rdb.to_vector<double>();
-  for (cpu::SimdLevel lvl : levels()) {
+  for (cpu::SimdLevel lvl : strata::testing::runnable_simd_levels()) {
     cpu::set_simd_level(lvl);
     const auto out = ops::bias_gelu(y, b, true).to_vector<double>();
     const auto [dh, db] = ops::bias_gelu_backward(dout, y, b, true, true);

@@ -11,6 +11,7 @@
 
 #include <strata/core/threads.h>
 #include <strata/tensor/cpu/simd_level.h>
+#include "tests/simd_levels.h"
 #include <strata/tensor/ops.h>
 #include "tests/test_tensors.h"
 
@@ -20,18 +21,7 @@ using strata::testing::rnd;
 
 namespace {
 
-// Restores the level a test changed.
-struct LevelGuard {
-  SimdLevel saved = cpu::simd_level();
-  ~LevelGuard() { cpu::set_simd_level(saved); }
-};
-
-std::vector<SimdLevel> runnable_levels() {
-  std::vector<SimdLevel> out{SimdLevel::baseline};
-  if (int(cpu::simd_level_supported()) >= int(SimdLevel::v3)) out.push_back(SimdLevel::v3);
-  if (int(cpu::simd_level_supported()) >= int(SimdLevel::v4)) out.push_back(SimdLevel::v4);
-  return out;
-}
+using LevelGuard = strata::testing::SimdLevelGuard;
 
 // Every output of the hot ops on fixed inputs, flattened, for one level.
 std::vector<std::vector<double>> run_ops(DType dt) {
@@ -117,7 +107,7 @@ TEST_P(SimdVariants, AgreeWithBaseline) {
     set_num_threads(threads);
     cpu::set_simd_level(SimdLevel::baseline);
     const auto want = run_ops(dt);
-    for (SimdLevel lvl : runnable_levels()) {
+    for (SimdLevel lvl : strata::testing::runnable_simd_levels()) {
       ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
       const auto got = run_ops(dt);
       ASSERT_EQ(got.size(), want.size());
