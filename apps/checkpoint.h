@@ -1,8 +1,8 @@
-// The training-checkpoint API lives in the library (<strata/parallel/training_checkpoint.h>,
+// The training-checkpoint API lives in the library (<strata/parallel/checkpoint/training.h>,
 // installed, so programs that embed strata write checkpoints `strata eval/sample` read);
 // the CLI uses it under its own namespace.
 #pragma once
-#include <strata/parallel/training_checkpoint.h>
+#include <strata/parallel/checkpoint/training.h>
 
 namespace strata::apps {
 using parallel::Checkpoint;

@@ -1,5 +1,5 @@
 // strata ckpt: tools for checkpoints. `ckpt consolidate` turns a checkpoint of any layout
-// and version (parallel/checkpoint_reader.h) into one plain safetensors file.
+// and version (parallel/checkpoint/reader.h) into one plain safetensors file.
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -9,7 +9,7 @@
 
 #include "apps/checkpoint.h"
 #include "apps/commands.h"
-#include <strata/parallel/checkpoint_reader.h>
+#include <strata/parallel/checkpoint/reader.h>
 #include <strata/tensor/file_io.h>
 #include <strata/tensor/safetensors.h>
 

@@ -64,7 +64,7 @@ struct ModelSection {
 
 struct DataSection {
   /// fashion_mnist | text | synthetic | tokens | idx | npy, or a name registered with
-  /// data::register_dataset (strata/data/registry.h).
+  /// data::register_dataset (data/registry.h).
   std::string dataset = "fashion_mnist";
   std::string path;                       // "" = the dataset's default location
   /// Held out of the training data for evaluation during training: the tail of a token

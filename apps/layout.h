@@ -11,7 +11,7 @@
 #include <strata/data/dataloader.h>
 #include <strata/data/sampler.h>
 #include <strata/nn/module.h>
-#include <strata/parallel/data_parallel.h>
+#include <strata/parallel/data/data_parallel.h>
 #include <strata/parallel/parallelize.h>
 
 namespace strata::apps {

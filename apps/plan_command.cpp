@@ -18,9 +18,9 @@
 #include "apps/planner.h"
 #include <strata/core/config.h>
 #include <strata/core/error.h>
-#include <strata/parallel/context_parallel.h>
-#include <strata/parallel/pipeline_schedule.h>
-#include <strata/parallel/pipeline_stage.h>
+#include <strata/parallel/context/context_parallel.h>
+#include <strata/parallel/pipeline/schedule.h>
+#include <strata/parallel/pipeline/stage.h>
 
 namespace strata::apps {
 namespace {

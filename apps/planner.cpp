@@ -10,7 +10,7 @@
 #include "apps/layout.h"
 #include <strata/core/config.h>
 #include <strata/core/error.h>
-#include <strata/parallel/pipeline_stage.h>
+#include <strata/parallel/pipeline/stage.h>
 
 namespace strata::apps {
 
@@ -280,7 +280,7 @@ constexpr int64_t kF32 = 4;
 int64_t ring_all_reduce(int64_t k, int64_t n) { return n > 1 ? 2 * (n - 1) * k / n : 0; }
 
 // Why this build's parallelize() refuses a layout ("" when it runs it).
-// (parallelize() in strata/parallel/parallelize.cpp; drop a line when it composes them.)
+// (parallelize() in parallel/parallelize.cpp; drop a line when it composes them.)
 // pp x ZeRO-3 runs (parallelize keeps a stage's units gathered for the whole pipeline
 // step), but its peak is the gathered stage, which this table's ZeRO-3 row does not model.
 std::string unmodelled(const parallel::ParallelDims& d) {

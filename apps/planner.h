@@ -10,7 +10,7 @@
 #include "apps/config.h"
 #include <strata/parallel/memory_plan.h>
 #include <strata/parallel/parallel_dims.h>
-#include <strata/parallel/pipeline_schedule.h>
+#include <strata/parallel/pipeline/schedule.h>
 
 namespace strata::apps {
 

@@ -1,5 +1,5 @@
 // `strata trace merge|summary` and the trainer's run.trace window: turning the per-rank
-// timelines that strata/core/trace.h records into one Perfetto file, into the compute /
+// timelines that core/trace.h records into one Perfetto file, into the compute /
 // communication / exposed / idle figures docs/observe.md defines, and into Gantt rows.
 #pragma once
 #include <cstdint>

@@ -17,7 +17,7 @@
 #include <strata/comm/process_group.h>
 #include <strata/data/dataloader.h>
 #include <strata/optim/grad_scaler.h>
-#include <strata/parallel/data_parallel.h>
+#include <strata/parallel/data/data_parallel.h>
 #include <strata/parallel/memory_plan.h>
 #include <strata/parallel/parallelize.h>
 

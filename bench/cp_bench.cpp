@@ -12,7 +12,7 @@
 #include <strata/core/memory.h>
 #include <strata/core/threads.h>
 #include <strata/optim/adam.h>
-#include <strata/parallel/context_parallel.h>
+#include <strata/parallel/context/context_parallel.h>
 #include <strata/parallel/parallelize.h>
 #include "bench/bench_util.h"
 

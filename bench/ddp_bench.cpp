@@ -17,7 +17,7 @@
 #include <strata/optim/adam.h>
 #include <strata/optim/sgd.h>
 #include "bench/bench_util.h"
-#include <strata/parallel/ddp.h>
+#include <strata/parallel/data/ddp.h>
 
 namespace strata::bench {
 

@@ -9,7 +9,7 @@
 
 #include <strata/comm/process_group.h>
 #include <strata/nn/module.h>
-#include <strata/parallel/pipeline_stage.h>
+#include <strata/parallel/pipeline/stage.h>
 
 namespace strata::bench {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include <strata/nn/gpt.h>
-#include <strata/parallel/tp_plan.h>
+#include <strata/parallel/tensor/plan.h>
 
 namespace strata::bench {
 

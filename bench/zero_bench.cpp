@@ -13,9 +13,9 @@
 #include <strata/core/threads.h>
 #include <strata/optim/adam.h>
 #include "bench/bench_util.h"
-#include <strata/parallel/ddp.h>
+#include <strata/parallel/data/ddp.h>
 #include <strata/parallel/memory_plan.h>
-#include <strata/parallel/zero.h>
+#include <strata/parallel/data/zero.h>
 
 namespace strata::bench {
 

@@ -12,13 +12,14 @@ set(strata_internal_headers
   comm/algorithms.h comm/reduce_kernels.h comm/nccl_comm.h comm/nccl_launch.h comm/process_group_detail.h
   core/json_limits.h)
 set(strata_public_headers)
-foreach(dir core tensor autograd comm nn optim data parallel)
-  file(GLOB hs CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}/strata ${PROJECT_SOURCE_DIR}/strata/${dir}/*.h)
+foreach(dir core tensor autograd comm nn optim data parallel parallel/data parallel/tensor parallel/pipeline
+            parallel/context parallel/checkpoint)
+  file(GLOB hs CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/${dir}/*.h)
   foreach(h ${hs})
     if(NOT h IN_LIST strata_internal_headers)
       list(APPEND strata_public_headers ${h})
       get_filename_component(hdir ${h} DIRECTORY)
-      install(FILES ${PROJECT_SOURCE_DIR}/strata/${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata/${hdir})
+      install(FILES ${PROJECT_SOURCE_DIR}/${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata/${hdir})
     endif()
   endforeach()
 endforeach()

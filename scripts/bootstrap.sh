@@ -10,7 +10,7 @@ PACKAGES=(
   libgtest-dev
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist fortunes
-  time
+  time ccache
 )
 # python3-torch is only needed to regenerate the reference
 # fixture (tools/make_reference.py); they are not installed by default.

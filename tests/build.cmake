@@ -55,7 +55,7 @@ endif()
 step("build strata_core" ${CMAKE_COMMAND} --build ${WORK} --target strata_core -j 2)
 if(WITH_CUDA)
   # One .cu object: compiled with the CUDA_ARCHITECTURES flags that used to be missing.
-  step("build strata/tensor/cuda/dropout.cu.o" ${CMAKE_COMMAND} --build ${WORK} --target strata/tensor/cuda/dropout.cu.o)
+  step("build tensor/cuda/dropout.cu.o" ${CMAKE_COMMAND} --build ${WORK} --target tensor/cuda/dropout.cu.o)
   if(NOT OUT MATCHES "Building CUDA object")
     message(FATAL_ERROR "make did not compile tensor/cuda/dropout.cu:\n${OUT}")
   endif()

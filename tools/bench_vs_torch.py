@@ -37,7 +37,7 @@ CASES = {
 
 
 def openblas_coretype():
-    """The OpenBLAS kernels strata's CLI selects (strata/core/threads.cpp), for PyTorch too."""
+    """The OpenBLAS kernels strata's CLI selects (core/threads.cpp), for PyTorch too."""
     try:
         flags = set(next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split())
     except (OSError, StopIteration):

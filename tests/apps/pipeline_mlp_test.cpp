@@ -9,7 +9,7 @@
 #include <strata/core/error.h>
 #include <strata/nn/linear.h>
 #include <strata/nn/mlp.h>
-#include <strata/parallel/pipeline_stage.h>
+#include <strata/parallel/pipeline/stage.h>
 #include "apps/layout.h"
 #include "tests/parallel/pipeline_harness.h"
 

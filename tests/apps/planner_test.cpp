@@ -18,8 +18,8 @@
 #include <strata/core/config.h>
 #include <strata/core/memory.h>
 #include <strata/core/thread_memory.h>
-#include <strata/parallel/pipeline_stage.h>
-#include <strata/parallel/tp_plan.h>
+#include <strata/parallel/pipeline/stage.h>
+#include <strata/parallel/tensor/plan.h>
 
 namespace strata::apps {
 namespace {

@@ -1,4 +1,4 @@
-// The timeline recorder (strata/core/trace.h): nothing is recorded while off; while on,
+// The timeline recorder (core/trace.h): nothing is recorded while off; while on,
 // nested slices with their arguments land on their thread's track and the written file is
 // Chrome trace-event JSON that nlohmann parses, with names and durations as recorded.
 #include <gtest/gtest.h>

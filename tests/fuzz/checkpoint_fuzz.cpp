@@ -11,7 +11,7 @@
 #include <vector>
 
 #include <strata/core/error.h>
-#include <strata/parallel/checkpoint_reader.h>
+#include <strata/parallel/checkpoint/reader.h>
 #include <strata/tensor/safetensors.h>
 #include "fuzz_targets.h"
 

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <strata/parallel/checkpoint_reader.h>
+#include <strata/parallel/checkpoint/reader.h>
 
 #include "fuzz_targets.h"
 

@@ -6,7 +6,7 @@
 
 #include <strata/core/error.h>
 #include <strata/core/rng.h>
-#include <strata/parallel/bucket_plan.h>
+#include <strata/parallel/data/bucket_plan.h>
 
 namespace strata::parallel {
 namespace {

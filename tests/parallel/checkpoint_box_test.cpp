@@ -1,7 +1,7 @@
-// The pure box arithmetic of checkpoint format v2 (parallel/box.h): intersection,
+// The pure box arithmetic of checkpoint format v2 (parallel/checkpoint/box.h): intersection,
 // flat-range-to-boxes (exhaustively, against the flat order it must reproduce), the
 // tiling check, and the copy runs between two boxes (against an element-wise copy).
-#include <strata/parallel/box.h>
+#include <strata/parallel/checkpoint/box.h>
 
 #include <gtest/gtest.h>
 

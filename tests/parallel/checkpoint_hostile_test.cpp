@@ -10,8 +10,8 @@
 #include <fstream>
 
 #include <strata/comm/local.h>
-#include <strata/parallel/checkpoint_reader.h>
-#include <strata/parallel/checkpoint_writer.h>
+#include <strata/parallel/checkpoint/reader.h>
+#include <strata/parallel/checkpoint/writer.h>
 #include <strata/tensor/file_io.h>
 #include <strata/tensor/ops.h>
 #include "tests/hostile_files.h"

@@ -10,7 +10,8 @@
 
 #include <strata/comm/local.h>
 #include <strata/core/rng.h>
-#include <strata/parallel/sharded_checkpoint.h>
+#include <strata/parallel/checkpoint/reader.h>
+#include <strata/parallel/checkpoint/writer.h>
 #include <strata/tensor/file_io.h>
 #include <strata/tensor/ops.h>
 #include "tests/temp_dir_fixture.h"

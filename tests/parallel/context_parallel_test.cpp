@@ -9,7 +9,7 @@
 #include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
 #include <strata/comm/local.h>
-#include <strata/parallel/context_parallel.h>
+#include <strata/parallel/context/context_parallel.h>
 #include "equivalence.h"
 
 namespace strata::parallel {

@@ -9,8 +9,8 @@
 
 #include <strata/autograd/autocast.h>
 #include "equivalence.h"
-#include <strata/parallel/data_parallel.h>
-#include <strata/parallel/state_dict_keys.h>
+#include <strata/parallel/data/data_parallel.h>
+#include <strata/parallel/checkpoint/state_dict_keys.h>
 
 namespace strata::testing {
 namespace {

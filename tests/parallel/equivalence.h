@@ -18,7 +18,7 @@
 #include <strata/nn/mlp.h>
 #include <strata/optim/adam.h>
 #include <strata/optim/sgd.h>
-#include <strata/parallel/ddp.h>
+#include <strata/parallel/data/ddp.h>
 #include <strata/parallel/parallelize.h>
 
 namespace strata::testing {

@@ -10,7 +10,7 @@
 #include <map>
 
 #include <strata/comm/local.h>
-#include <strata/parallel/checkpoint_io.h>
+#include <strata/parallel/checkpoint/layout_io.h>
 #include "layout_rank.h"
 
 namespace strata::testing {

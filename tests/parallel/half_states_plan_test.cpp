@@ -4,7 +4,7 @@
 
 #include <strata/core/error.h>
 #include <strata/parallel/memory_plan.h>
-#include <strata/parallel/zero_schedule.h>
+#include <strata/parallel/data/zero_schedule.h>
 
 using namespace strata;
 using parallel::MemoryPlanInput;

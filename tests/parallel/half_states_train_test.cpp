@@ -22,8 +22,8 @@
 #include <strata/core/thread_memory.h>
 #include <strata/optim/grad_scaler.h>
 #include <strata/parallel/memory_plan.h>
-#include <strata/parallel/zero.h>
-#include <strata/parallel/zero_schedule.h>
+#include <strata/parallel/data/zero.h>
+#include <strata/parallel/data/zero_schedule.h>
 #include "equivalence.h"
 
 namespace strata::testing {

@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include <strata/parallel/checkpoint_io.h>
+#include <strata/parallel/checkpoint/layout_io.h>
 #include "equivalence.h"
 
 namespace strata::testing {

@@ -15,10 +15,11 @@
 #include <unistd.h>
 
 #include <strata/comm/local.h>
-#include <strata/parallel/checkpoint_io.h>
-#include <strata/parallel/sharded_checkpoint.h>
-#include <strata/parallel/pipeline_executor.h>
-#include <strata/parallel/pipeline_stage.h>
+#include <strata/parallel/checkpoint/layout_io.h>
+#include <strata/parallel/checkpoint/reader.h>
+#include <strata/parallel/checkpoint/writer.h>
+#include <strata/parallel/pipeline/executor.h>
+#include <strata/parallel/pipeline/stage.h>
 #include "pipeline_harness.h"
 
 using namespace strata;

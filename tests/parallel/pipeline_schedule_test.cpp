@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include <strata/core/error.h>
-#include <strata/parallel/pipeline_schedule.h>
+#include <strata/parallel/pipeline/schedule.h>
 
 using namespace strata;
 using namespace strata::parallel;

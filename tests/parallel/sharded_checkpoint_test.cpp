@@ -3,7 +3,8 @@
 // range and consolidated, compared byte for byte with the tensors they came from; every
 // kind of bad piece list or damaged file is a DataError naming the file and tensor that
 // leaves no checkpoint behind.
-#include <strata/parallel/sharded_checkpoint.h>
+#include <strata/parallel/checkpoint/reader.h>
+#include <strata/parallel/checkpoint/writer.h>
 #include "tests/temp_dir_fixture.h"
 
 #include <gtest/gtest.h>

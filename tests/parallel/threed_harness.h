@@ -10,10 +10,11 @@
 #include <strata/comm/device_mesh.h>
 #include <strata/nn/gpt.h>
 #include <strata/optim/clip.h>
-#include <strata/parallel/checkpoint_io.h>
+#include <strata/parallel/checkpoint/layout_io.h>
 #include <strata/parallel/parallelize.h>
-#include <strata/parallel/sharded_checkpoint.h>
-#include <strata/parallel/tp_checkpoint.h>
+#include <strata/parallel/checkpoint/reader.h>
+#include <strata/parallel/checkpoint/writer.h>
+#include <strata/parallel/tensor/checkpoint.h>
 #include "tp_harness.h"
 
 namespace strata::testing::threed {

@@ -5,8 +5,8 @@
 #include <strata/autograd/engine.h>
 #include <strata/comm/local.h>
 #include "equivalence.h"
-#include <strata/parallel/tp_layers.h>
-#include <strata/parallel/tp_regions.h>
+#include <strata/parallel/tensor/layers.h>
+#include <strata/parallel/tensor/regions.h>
 
 namespace strata::parallel {
 namespace {

@@ -5,7 +5,7 @@
 #include <strata/autograd/engine.h>
 #include <strata/comm/local.h>
 #include "equivalence.h"
-#include <strata/parallel/tp_vocab.h>
+#include <strata/parallel/tensor/vocab.h>
 
 namespace strata::parallel {
 namespace {

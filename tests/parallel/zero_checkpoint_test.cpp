@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include <strata/comm/local.h>
-#include <strata/parallel/checkpoint_io.h>
+#include <strata/parallel/checkpoint/layout_io.h>
 #include <strata/tensor/file_io.h>
 #include "layout_rank.h"
 #include "zero_equivalence.h"

@@ -8,9 +8,9 @@
 #include <strata/core/memory.h>
 #include "equivalence.h"
 #include <strata/optim/clip.h>
-#include <strata/parallel/checkpoint_io.h>
-#include <strata/parallel/zero.h>
-#include <strata/parallel/zero_schedule.h>
+#include <strata/parallel/checkpoint/layout_io.h>
+#include <strata/parallel/data/zero.h>
+#include <strata/parallel/data/zero_schedule.h>
 
 namespace strata::testing {
 

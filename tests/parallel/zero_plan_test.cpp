@@ -1,7 +1,7 @@
-// ZeRO's pure planning (parallel/zero_plan.h) without a model: what each stage shards,
+// ZeRO's pure planning (parallel/data/zero_plan.h) without a model: what each stage shards,
 // which parameters form which unit with DDP-like sizing (small first and last units),
 // padding per unit, dtype splits, FSDP module units and the order units are reduced in.
-#include <strata/parallel/zero_plan.h>
+#include <strata/parallel/data/zero_plan.h>
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The CPU causal-attention kernels (strata/tensor/cpu/attention.cpp: packed register tiles,
+// The CPU causal-attention kernels (tensor/cpu/attention.cpp: packed register tiles,
 // the causal softmax fused into the row loop) against a plain f64 loop, forward (y, probs)
 // and backward (d q|k|v), at every SIMD level this CPU runs, for sizes that are not
 // multiples of any vector width or tile: T 1, 7, 33, 65 (rows that end before, inside and

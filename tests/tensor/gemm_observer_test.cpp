@@ -53,7 +53,7 @@ TEST(GemmObserver, SeesShapesLayoutsAndBeta) {
 
 TEST(GemmObserver, TheAttentionKernelsCallNoGemm) {
   // The causal attention runs its per-head products in its own register tiles
-  // (strata/tensor/cpu/attention.cpp), forward and backward: no BLAS call to observe.
+  // (tensor/cpu/attention.cpp), forward and backward: no BLAS call to observe.
   const int64_t B = 2, T = 5, H = 2, hd = 4;
   for (DType dt : {DType::f32, DType::f64}) {
     const Tensor qkv = strata::testing::rnd({B, T, 3 * H * hd}, dt, 3);

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "../cuda_test_util.h"
-#include <strata/parallel/data_parallel.h>
+#include <strata/parallel/data/data_parallel.h>
 #include "tests/parallel/equivalence.h"
 
 namespace strata {
