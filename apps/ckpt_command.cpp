@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "apps/checkpoint.h"
+#include <strata/parallel/checkpoint/training.h>
 #include "apps/commands.h"
 #include <strata/parallel/checkpoint/reader.h>
 #include <strata/tensor/file_io.h>
@@ -77,7 +77,7 @@ Command add_ckpt_command(CLI::App& parent) {
             check_out_path(o->out, o->checkpoint);  // before anything is opened
             std::error_code ec;  // a run dir stands for its LATEST checkpoint, as in eval and sample
             const std::string dir =
-                fs::is_directory(o->checkpoint, ec) ? resolve_checkpoint_dir(o->checkpoint) : o->checkpoint;
+                fs::is_directory(o->checkpoint, ec) ? parallel::resolve_checkpoint_dir(o->checkpoint) : o->checkpoint;
             {
               if (dir != o->checkpoint) check_out_path(o->out, dir);
               const parallel::CheckpointReader rd(dir);

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "apps/checkpoint.h"
+#include <strata/parallel/checkpoint/training.h>
 #include "apps/config.h"
 #include "apps/factory.h"
 #include "apps/plot.h"
@@ -46,8 +46,8 @@ namespace {
 // The config a checkpoint was trained with (its state.json echo), on the CPU: a GPU
 // run's checkpoint evaluates anywhere unless `sets` asks for run.device (as torch.load's
 // map_location).
-TrainConfig config_from_checkpoint(const Checkpoint& ck, const std::vector<std::string>& sets) {
-  const std::string src = ck.dir + "/" + kStateFile + " (config)";
+TrainConfig config_from_checkpoint(const parallel::Checkpoint& ck, const std::vector<std::string>& sets) {
+  const std::string src = ck.dir + "/" + parallel::kStateFile + " (config)";
   std::vector<std::string> on_cpu = {"run.device=cpu"};
   on_cpu.insert(on_cpu.end(), sets.begin(), sets.end());
   // The layout the checkpoint was trained with does not matter here (eval and sample run
@@ -144,12 +144,12 @@ Command add_eval_command(CLI::App& parent) {
             // Validate the config first (exit 2 beats exit 1 for a bad key), then the checkpoint.
             std::optional<TrainConfig> cfg;
             if (!o->config.empty()) cfg = TrainConfig::load(o->config, o->sets);
-            const Checkpoint ck = read_checkpoint(o->checkpoint, false);
+            const parallel::Checkpoint ck = parallel::read_checkpoint(o->checkpoint, false);
             if (!cfg) cfg = config_from_checkpoint(ck, o->sets);
             cfg->train.resume.clear();
             cfg->parallel = {};  // any checkpoint (DDP, ZeRO, thread replicas) evaluates in this process
             Trainer trainer(*cfg, {.verbose = false, .write_files = false});
-            load_into(ck, trainer.model(), nullptr);
+            parallel::load_into(ck, trainer.model(), nullptr);
             const EvalResult r = trainer.evaluate();
             const std::string split = trainer.data().eval_split;
             std::printf("checkpoint: %s (step %lld)\n", ck.dir.c_str(), (long long)ck.state.step);
@@ -224,14 +224,14 @@ Command add_sample_command(CLI::App& parent) {
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   return {cmd, [o, prompt_opt] {
             set_num_threads(o->threads);
-            const Checkpoint ck = read_checkpoint(o->checkpoint, false);
+            const parallel::Checkpoint ck = parallel::read_checkpoint(o->checkpoint, false);
             const TrainConfig cfg = config_from_checkpoint(ck, {});
             if (cfg.model.type != "gpt")
               STRATA_THROW(ConfigError, "model.type: 'strata sample' needs a gpt checkpoint, '", ck.dir, "' holds a ",
                            cfg.model.type);
             Generator init(cfg.run.seed);
             auto model = std::dynamic_pointer_cast<nn::GPT>(build_model(cfg, init));
-            load_into(ck, *model, nullptr);
+            parallel::load_into(ck, *model, nullptr);
             model->eval();
             NoGradGuard no_grad;
             const int64_t vocab = model->config().vocab, block = model->config().block_size;

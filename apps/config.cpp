@@ -23,8 +23,9 @@ void read_run(const ConfigNode& n, RunSection& s) {
   if (s.dir.empty()) n.fail("dir", "must not be empty");
   s.device = n.get("device", s.device);
   if (!try_parse_device(s.device)) n.fail("device", not_a_device(s.device));
-  s.precision = n.get("precision", s.precision);
-  n.one_of("precision", s.precision, {"f32", "bf16", "f16", "bf16_params", "f16_params"});
+  const std::string precision = n.get("precision", std::string(precision_name(s.precision)));
+  n.one_of("precision", precision, {"f32", "bf16", "f16", "bf16_params", "f16_params"});
+  s.precision = parse_precision(precision, n.key_path("precision"));
   s.log_level = n.get("log_level", s.log_level);
   if (!s.log_level.empty()) (void)parse_log_level(s.log_level, n.key_path("log_level"));
   s.peak_flops = n.get("peak_flops", s.peak_flops);
@@ -326,21 +327,21 @@ void TrainConfig::validate() const {
   if (comm_backend == "mpi" && !dev.is_cpu())
     config_fail("comm.backend", "mpi cannot move CUDA tensors (run.device is '" + run.device +
                                     "'); use nccl, the default for a CUDA device");
-  const bool states16 = run.precision == "bf16_params" || run.precision == "f16_params";
+  const bool states16 = precision_state_dtype(run.precision).has_value();
   if (states16 && !dev.is_cpu())
-    config_fail("run.precision", run.precision + " runs on the CPU only: the CUDA backend has no 16-bit layer norm, "
+    config_fail("run.precision", std::string(precision_name(run.precision)) + " runs on the CPU only: the CUDA backend has no 16-bit layer norm, "
                                  "softmax, cross-entropy or fused 16-bit optimizer kernels yet (use autocast there)");
   // f16 model states step through the GradScaler, whose overflow check is agreed over the
   // dp ranks under ZeRO (ParallelModel::unscale_); tp/pp/cp shard it over other groups.
-  if (run.precision == "f16_params" &&
+  if (run.precision == Precision::f16_params &&
       (parallel.dims.tp > 1 || parallel.dims.pp > 1 || parallel.dims.cp > 1 || parallel.thread_replicas()))
     config_fail("run.precision", "f16_params (dynamic loss scaling) works on one process, with DDP and ZeRO-1/2/3: "
                                  "the skip-step check on tp/pp/cp-sharded gradients would have to be agreed across "
                                  "those groups too, which is not implemented; use bf16_params there");
-  if (run.precision == "bf16_params" && parallel.thread_replicas())
+  if (run.precision == Precision::bf16_params && parallel.thread_replicas())
     config_fail("run.precision", "bf16_params works with DDP, ZeRO-1/2/3, tensor and pipeline parallelism; with "
                                  "parallel.replicas it is not implemented yet");
-  if (run.precision == "f16" && parallel.dims.zero_stage > 0)
+  if (run.precision == Precision::f16 && parallel.dims.zero_stage > 0)
     config_fail("run.precision", "f16 needs loss scaling, whose overflow check ZeRO's sharded gradients would have "
                                  "to agree on across ranks, which is not implemented; use bf16 (no scaler needed)");
   const bool registered = !data::is_builtin_dataset(data.dataset);

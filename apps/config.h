@@ -8,6 +8,7 @@
 
 #include <strata/comm/types.h>
 #include <strata/core/config.h>
+#include <strata/core/precision.h>
 #include <strata/parallel/parallel_config.h>
 
 namespace strata::apps {
@@ -20,8 +21,9 @@ struct RunSection {
   /// rank, like torchrun's LOCAL_RANK), else cuda:0.
   std::string device = "cpu";
   /// f32 | bf16 | f16: forward and loss under autocast (autograd/autocast.h) with f32
-  /// master weights; f16 adds dynamic loss scaling (optim::GradScaler).
-  std::string precision = "f32";
+  /// master weights; f16 adds dynamic loss scaling (optim::GradScaler). bf16_params |
+  /// f16_params: 16-bit model states with f32 masters (core/precision.h).
+  Precision precision = Precision::f32;
   /// Diagnostics (warnings, notes, errors) at this level and above: trace | debug | info |
   /// warn | error | critical | off. Empty: info on rank 0, warn elsewhere.
   /// $STRATA_LOG_LEVEL overrides it. Each rank also writes <dir>/logs/rank<R>.log.

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <regex>
 
+#include <strata/autograd/functions.h>
 #include <strata/data/array_dataset.h>
 #include <strata/data/fashion_mnist.h>
 #include <strata/data/registry.h>
@@ -310,9 +311,12 @@ optim::LrSchedule build_schedule(const TrainConfig& cfg, int64_t total_steps) {
   return optim::make_schedule(o);
 }
 
-Tensor batch_loss(nn::Module& model, const TrainConfig& cfg, const data::Batch& batch) {
-  if (cfg.model.type == "gpt") return static_cast<nn::GPT&>(model).loss(batch.input, batch.target);
-  return cross_entropy(model.forward(batch.input), batch.target);
+Tensor batch_loss(nn::Module& model, const TrainConfig&, const data::Batch& batch) {
+  if (auto* gpt = dynamic_cast<nn::GPT*>(&model)) return gpt->loss(batch.input, batch.target);
+  Tensor out = model.forward(batch.input);  // classifier (B, classes) | a wrapped GPT's (B, T, vocab)
+  if (out.dim() == 3)  // as GPT::loss: mean next-token cross-entropy over the B*T positions
+    return cross_entropy(reshape(out, {-1, out.size(out.dim() - 1)}), ops::reshape(batch.target, {-1}), -1);
+  return cross_entropy(out, batch.target);
 }
 
 }  // namespace strata::apps

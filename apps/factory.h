@@ -56,7 +56,9 @@ std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& cfg, optim:
 optim::LrSchedule build_schedule(const TrainConfig& cfg, int64_t total_steps);
 
 /// Mean training loss of one batch: cross-entropy of logits (classifiers) or the GPT's
-/// next-token loss. Scalar f32 with a graph when grad mode is on.
+/// next-token loss. `model` may be a wrapper whose forward runs the model on the whole
+/// batch (thread replicas): the loss is then taken on its output. Scalar f32 with a graph
+/// when grad mode is on.
 Tensor batch_loss(nn::Module& model, const TrainConfig& cfg, const data::Batch& batch);
 
 }  // namespace strata::apps

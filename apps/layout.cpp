@@ -160,53 +160,26 @@ parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<
   return p;
 }
 
-// The pipeline keys against the model and the batch.
-static void check_pipeline(const TrainConfig& cfg, const parallel::ParallelDims& dims) {
-  if (dims.pp == 1) return;
-  const auto& pl = cfg.parallel.pipeline;
-  if (cfg.model.type == "gpt" && cfg.model.n_layer < int64_t(dims.pp) * pl.virtual_stages)
-    config_fail("parallel.pp_virtual", detail::str_cat("gives pp x pp_virtual = ", dims.pp * pl.virtual_stages,
-                                               " stages but model.n_layer = ", cfg.model.n_layer,
-                                               " (each stage needs at least one block)"));
-  const int64_t per_rank = cfg.train.batch_size / dims.dp;
-  if (per_rank % pl.microbatches != 0)
-    config_fail("parallel.microbatches", detail::str_cat("is ", pl.microbatches, " but each data-parallel rank's batch of ",
-                                                 per_rank, " is not divisible by it"));
-  if (cfg.run.precision == "f16")
-    config_fail("run.precision", "is f16 but the pipeline does not scale its micro-batch losses (use bf16 or f32 with pp > 1)");
-  if (cfg.train.grad_accum_steps != 1)
-    config_fail("train.grad_accum_steps", detail::str_cat("is ", cfg.train.grad_accum_steps,
-                                                  " but the pipeline accumulates over its micro-batches: use "
-                                                  "parallel.microbatches instead (grad_accum_steps: 1)"));
-}
-
-// Context parallelism (parallel.cp > 1): what it supports in this version.
-static void check_context_parallel(const TrainConfig& cfg, const parallel::ParallelDims& dims) {
-  if (dims.cp == 1) return;
-  const std::string cp = detail::str_cat("is ", dims.cp, " but ");
-  if (cfg.model.type != "gpt")
-    config_fail("parallel.cp", cp + "model.type is '" + cfg.model.type + "': only the gpt has sequences to split");
-  if (cfg.run.precision != "f32")
-    config_fail("run.precision", "is " + cfg.run.precision + " but ring attention (parallel.cp > 1) runs in f32 only");
-  if (cfg.run.device != "cpu")
-    config_fail("run.device", "is " + cfg.run.device + " but ring attention (parallel.cp > 1) has no CUDA kernel yet");
-  if (cfg.parallel.sequence_parallel && dims.tp > 1)
-    config_fail("parallel.sequence_parallel", "is true but does not compose with parallel.cp > 1 in this version");
+parallel::LayoutChecks layout_checks(const TrainConfig& cfg, int world) {
+  return {.model = model_limits(cfg),
+          .model_type = cfg.model.type,
+          .sequences = cfg.model.type == "gpt",
+          .global_batch = cfg.train.batch_size,
+          .grad_accum_steps = int(cfg.train.grad_accum_steps),
+          .precision = cfg.run.precision,
+          .cuda = !parse_device(cfg.run.device).is_cpu(),
+          .sequence_parallel = cfg.parallel.sequence_parallel,
+          .microbatches = cfg.parallel.pipeline.microbatches,
+          .virtual_stages = cfg.parallel.pipeline.virtual_stages,
+          .replicas = cfg.parallel.replicas,
+          .world = world};
 }
 
 parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world) {
-  if (cfg.parallel.thread_replicas() && world > 1)
-    config_fail("parallel.replicas", "runs thread replicas inside one process (DataParallel), but this process is "
-                                     "one of " + std::to_string(world) +
-                                     " MPI ranks: drop parallel.replicas (the ranks train with DDP), or start one process");
+  const parallel::LayoutChecks checks = layout_checks(cfg, world);
+  if (checks.replicas > 0 && world > 1) cfg.parallel.dims.validate(checks);  // before resolve's world message
   const parallel::ParallelDims dims = cfg.parallel.dims.resolve(world);
-  dims.check_model(model_limits(cfg));
-  if (cfg.train.batch_size % dims.dp != 0)
-    config_fail("train.batch_size", "is " + std::to_string(cfg.train.batch_size) + " but must be divisible by the " +
-                                        std::to_string(dims.dp) +
-                                        " data-parallel ranks (the global batch is split evenly)");
-  check_pipeline(cfg, dims);
-  check_context_parallel(cfg, dims);
+  dims.validate(checks);
   return dims;
 }
 
@@ -214,16 +187,12 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
                                                               std::shared_ptr<comm::ProcessGroup> world,
                                                               const parallel::ParallelDims& dims,
                                                               std::shared_ptr<nn::Module> model) {
+  const parallel::LayoutChecks checks = layout_checks(cfg, world->size());
   const comm::DeviceMesh mesh(std::move(world), dims.mesh_shape());
   const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
-  if (sp && !dynamic_cast<const nn::GPT*>(model.get()))
-    config_fail("parallel.sequence_parallel",
-                detail::str_cat("is true but the model (", model->type_name(), ") has no sequence dimension (only the GPT's)"));
-  if (sp && cfg.model.block_size % dims.tp != 0)
-    config_fail("parallel.sequence_parallel", detail::str_cat("is true but model.block_size = ", cfg.model.block_size,
-                                                      " is not divisible by parallel.tp = ", dims.tp));
   parallel::TpPlan plan = model_tp_plan(*model, sp);
   parallel::PipelinePlan pp_plan = model_pp_plan(*model, cfg.parallel.pp_layers, sp ? dims.tp : 1, dims.cp);
+  uint64_t next_replica = 1;
   return parallel::parallelize(
       std::move(model), mesh,
       {.dims = dims,
@@ -234,33 +203,21 @@ std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig&
        .pipeline = cfg.parallel.pipeline,
        .pp_plan = std::move(pp_plan),
        .cp_split = cfg.parallel.cp_split == "plain" ? parallel::CpSplit::plain : parallel::CpSplit::zigzag,
-       .make_optimizer = [&cfg](optim::NamedTensors p) { return build_optimizer(cfg, std::move(p)); }});
+       .make_optimizer = [&cfg](optim::NamedTensors p) { return build_optimizer(cfg, std::move(p)); },
+       .loss = [&cfg](nn::Module& m, const Tensor& x, const Tensor& y) { return batch_loss(m, cfg, {x, y}); },
+       .replicas = cfg.parallel.dp_options(),
+       .make_replica =
+           [&] {
+             Generator g(replica_seed(cfg.run.seed, next_replica++));
+             return build_model(cfg, g);
+           },
+       .checks = checks});
 }
-
-bool needs_data(const parallel::ParallelModel&) { return true; }
 
 std::shared_ptr<data::Sampler> build_sampler(const parallel::ParallelModel& pm, int64_t train_size, uint64_t seed) {
   const comm::DeviceMesh& m = pm.mesh();
   return std::make_shared<data::DistributedSampler>(
       train_size, data::DistributedSamplerOptions{.num_replicas = m.size("dp"), .rank = m.rank("dp"), .seed = seed});
-}
-
-std::shared_ptr<parallel::DataParallel> build_replicas(const TrainConfig& cfg, std::shared_ptr<nn::Module> model) {
-  uint64_t next = 1;
-  return std::make_shared<parallel::DataParallel>(
-      std::move(model),
-      [&] {
-        Generator g(replica_seed(cfg.run.seed, next++));
-        return build_model(cfg, g);
-      },
-      cfg.parallel.dp_options());
-}
-
-Tensor replicated_batch_loss(parallel::DataParallel& replicas, const data::Batch& batch) {
-  Tensor out = replicas.forward(batch.input);  // classifier (B, classes) | GPT (B, T, vocab)
-  if (out.dim() == 3)  // as GPT::loss: mean next-token cross-entropy over B*T positions
-    return cross_entropy(reshape(out, {-1, out.size(out.dim() - 1)}), ops::reshape(batch.target, {-1}), -1);
-  return cross_entropy(out, batch.target);
 }
 
 }  // namespace strata::apps

@@ -50,33 +50,27 @@ parallel::TpPlan model_tp_plan(const nn::Module& model, bool sequence_parallel =
 parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers,
                                      int64_t seq_shards = 1, int64_t cp = 1);
 
-/// parallel.{dp, tp, pp, zero_stage} resolved for `world` ranks and checked against the
-/// model and the batch (train.batch_size divisible by dp). ConfigError naming the key.
+/// What the config's layout is checked against (parallel::ParallelDims::validate): the
+/// model's limits and the training setup.
+parallel::LayoutChecks layout_checks(const TrainConfig& cfg, int world);
+
+/// parallel.{dp, tp, pp, zero_stage} resolved for `world` ranks and validated against the
+/// model and the training setup (layout_checks). ConfigError naming the key.
 parallel::ParallelDims resolve_dims(const TrainConfig& cfg, int world);
 
 /// The composed model: the mesh of `dims` over `world`, then parallelize() with the
-/// config's DDP/FSDP options and optimizer. Collective over `world`.
+/// config's DDP/FSDP options, optimizer, loss and thread replicas (replica k > 0 built by
+/// build_model with a seed of its own; its weights are replaced by replica 0's before
+/// every forward, its dropout stream stays its own). Collective over `world`.
 std::unique_ptr<parallel::ParallelModel> build_parallel_model(const TrainConfig& cfg,
                                                               std::shared_ptr<comm::ProcessGroup> world,
                                                               const parallel::ParallelDims& dims,
                                                               std::shared_ptr<nn::Module> model);
 
-/// True when this rank consumes batches. Every rank does: under pipeline parallelism
-/// the middle stages read the same batches as the first (for the shapes and the epoch
-/// counters; the token batches are small beside the activations they receive).
-bool needs_data(const parallel::ParallelModel& pm);
-
 /// This rank's training sampler: its dp share of the shuffled training set (every rank
-/// of one dp index sees the same samples).
+/// of one dp index sees the same samples). Every rank reads batches: under pipeline
+/// parallelism the middle stages read the same ones as the first (for the shapes and the
+/// epoch counters; the token batches are small beside the activations they receive).
 std::shared_ptr<data::Sampler> build_sampler(const parallel::ParallelModel& pm, int64_t train_size, uint64_t seed);
-
-/// DataParallel over `model` (replica 0) with parallel.replicas thread replicas: replicas
-/// k > 0 are built by build_model with their own seeds (their weights are replaced by
-/// replica 0's before every forward; their dropout streams stay their own).
-std::shared_ptr<parallel::DataParallel> build_replicas(const TrainConfig& cfg, std::shared_ptr<nn::Module> model);
-
-/// The mean loss of one batch through `replicas` (each replica runs a slice of the
-/// batch, the loss is taken on the gathered output), as batch_loss() is through the model.
-Tensor replicated_batch_loss(parallel::DataParallel& replicas, const data::Batch& batch);
 
 }  // namespace strata::apps

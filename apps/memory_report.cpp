@@ -16,7 +16,7 @@ parallel::MemoryPlanInput memory_plan_input(const TrainConfig& cfg, int64_t elem
   in.world_size = world;
   in.zero_stage = stage;
   in.ddp_bucket_bytes = ddp_buckets && !cfg.parallel.ddp.gradient_as_bucket_view ? elements * bytes_per_element : 0;
-  if (cfg.run.precision == "bf16_params" || cfg.run.precision == "f16_params") {  // the model may still be the f32 build (strata plan)
+  if (precision_state_dtype(cfg.run.precision)) {  // the model may still be the f32 build (strata plan)
     in = parallel::sixteen_bit_states(in);
     if (in.ddp_bucket_bytes > 0) in.ddp_bucket_bytes = 2 * elements;  // 16-bit buckets
   }

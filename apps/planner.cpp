@@ -361,7 +361,7 @@ LayoutPlan plan_layout(const TrainConfig& cfg, const ModelCounts& counts, const 
     in.zero_stage = dims.zero_stage;
     in.tp = dims.tp;
     in.tp_sharded_elements = dims.tp > 1 ? sharded : 0;
-    if (cfg.run.precision == "bf16_params" || cfg.run.precision == "f16_params") in = parallel::sixteen_bit_states(in);  // 16-bit params, f32 masters
+    if (precision_state_dtype(cfg.run.precision)) in = parallel::sixteen_bit_states(in);  // 16-bit params, f32 masters
     const int64_t rank_elements = parallel::tp_rank_elements(in);
     in.ddp_bucket_bytes = dims.dp > 1 && dims.zero_stage == 0 && !cfg.parallel.ddp.gradient_as_bucket_view
                               ? rank_elements * in.bytes_per_element

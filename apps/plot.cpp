@@ -106,9 +106,17 @@ RunCurves read_run_curves(const std::string& dir) {
 }
 
 std::vector<double> ema(const std::vector<double>& v, double alpha) {
+  // TensorBoard's smoothing: the average starts from 0 and is divided by the weight its
+  // terms carry so far (1 - (1-alpha)^(i+1)), so the first points are not pulled toward
+  // the first value (a seeded average lags far behind a falling loss for its first ~1/alpha points).
   std::vector<double> out(v.size());
-  double s = v.empty() ? 0 : v[0];
-  for (size_t i = 0; i < v.size(); ++i) out[i] = s = (i == 0 ? v[0] : alpha * v[i] + (1 - alpha) * s);
+  const double keep = 1 - alpha;
+  double s = 0, weight = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    s = keep * s + alpha * v[i];
+    weight = keep * weight + alpha;
+    out[i] = s / weight;
+  }
   return out;
 }
 

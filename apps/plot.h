@@ -23,7 +23,8 @@ struct RunCurves {
 /// record; malformed lines are errors too).
 RunCurves read_run_curves(const std::string& dir);
 
-/// Exponential moving average (weight `alpha` on the new value), seeded by the first value.
+/// Exponential moving average (weight `alpha` on the new value), bias-corrected as
+/// TensorBoard smooths: out[i] = sum_k alpha (1-alpha)^(i-k) v[k] / (1 - (1-alpha)^(i+1)).
 std::vector<double> ema(const std::vector<double>& v, double alpha);
 
 /// "Nice" axis ticks covering [lo, hi]: 1, 2 or 5 x 10^k apart, about `target` of them.

@@ -49,10 +49,9 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   const ProgressStyle style =
       choose_progress_style(::isatty(STDOUT_FILENO) != 0, comm::launched_by_mpi(), std::getenv("STRATA_PROGRESS"));
   device_ = resolve_device(cfg_.run);
-  if (cfg_.run.precision == "bf16" || cfg_.run.precision == "f16")
-    autocast_ = cfg_.run.precision == "bf16" ? DType::bf16 : DType::f16;
+  autocast_ = precision_autocast(cfg_.run.precision);
   // f16 (autocast) and f16_params (f16 model states, f32 masters) scale the loss dynamically
-  if (cfg_.run.precision == "f16" || cfg_.run.precision == "f16_params") scaler_.emplace();
+  if (scales_loss(cfg_.run.precision)) scaler_.emplace();
 
   std::shared_ptr<comm::ProcessGroup> world = opts_.world ? opts_.world : init_world(cfg_, device_);
   rank_ = world->rank();
@@ -69,21 +68,14 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
                write_files_any_rank_ ? (fs::path(cfg_.run.dir) / "logs").string() : "");
   // A save that failed earlier (full disk, killed job) left "<step>.tmp" behind: never
   // resumed from, removed before this run writes or resumes anything.
-  if (opts_.write_files) remove_stale_tmp((fs::path(cfg_.run.dir) / "checkpoints").string());
-  if (cfg_.parallel.thread_replicas()) {
-    // run.threads is the process's budget, shared by the replica threads.
-    const int total = cfg_.run.threads > 0 ? cfg_.run.threads : int(std::thread::hardware_concurrency());
-    set_num_threads(std::max(1, total / cfg_.parallel.replicas));
-  } else {
-    set_num_threads(cfg_.run.threads);
-  }
+  if (opts_.write_files) parallel::remove_stale_tmp((fs::path(cfg_.run.dir) / "checkpoints").string());
+  set_num_threads(cfg_.parallel.intra_op_threads(cfg_.run.threads));
   manual_seed(cfg_.run.seed);
   data_ = build_data(cfg_);
   Generator init_gen(cfg_.run.seed);
   model_ = build_model(cfg_, init_gen);
   // 16-bit model states: the f32 init rounded once; the optimizer keeps f32 masters of them
-  if (cfg_.run.precision == "bf16_params") model_->to(DType::bf16);
-  if (cfg_.run.precision == "f16_params") model_->to(DType::f16);
+  if (const auto dt = precision_state_dtype(cfg_.run.precision)) model_->to(*dt);
   if (!device_.is_cpu()) model_->to(device_);  // before the optimizer: its state follows the parameters
   // The whole model's size and FLOPs, before tensor and pipeline parallelism leave this
   // rank a shard of its stages.
@@ -102,16 +94,11 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   total_steps_ = cfg_.train.max_steps > 0 ? cfg_.train.max_steps : cfg_.train.epochs * steps_per_epoch_;
   schedule_ = build_schedule(cfg_, total_steps_);
   sampler_seed_ = cfg_.run.seed;
-  // Replicas k > 0 first: their own init is discarded (they take replica 0's weights before
-  // every forward), and a resume continues their dropout streams.
-  if (cfg_.parallel.thread_replicas()) replicas_ = build_replicas(cfg_, model_);
   const data::LoaderState start = resume(n_local / bs);
-  if (needs_data(*pm_)) {
-    sampler_ = build_sampler(*pm_, n, sampler_seed_);
-    loader_ = std::make_unique<data::DataLoader>(
-        data_.train, sampler_,
-        data::DataLoaderOptions{.batch_size = bs, .drop_last = true, .prefetch = cfg_.data.prefetch}, start);
-  }
+  sampler_ = build_sampler(*pm_, n, sampler_seed_);
+  loader_ = std::make_unique<data::DataLoader>(
+      data_.train, sampler_, data::DataLoaderOptions{.batch_size = bs, .drop_last = true, .prefetch = cfg_.data.prefetch},
+      start);
 
   std::string metrics_path;
   if (opts_.write_files) {
@@ -124,20 +111,19 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   progress_ = std::make_unique<Progress>(opts_.verbose, style, metrics_path, !cfg_.train.resume.empty());
   if (cfg_.run.tensorboard && !metrics_path.empty()) progress_->enable_tensorboard((fs::path(cfg_.run.dir) / "tb").string());
   flops_per_step_ = flops_per_sample * double(cfg_.train.batch_size * cfg_.train.grad_accum_steps);
-  // MFU's denominator: given, or this process's GEMM throughput (each replica thread group
-  // runs its own GEMMs), measured once on rank 0, which is the one that logs.
+  // MFU's denominator: given, or this process's GEMM throughput (each thread replica runs
+  // its own GEMMs), measured once on rank 0, which is the one that logs.
   peak_flops_ = cfg_.run.peak_flops;
-  if (peak_flops_ == 0 && rank_ == 0 && device_.is_cpu())
-    peak_flops_ = measured_gemm_flops() * double(replicas_ ? replicas_->replicas() : 1);
+  if (peak_flops_ == 0 && rank_ == 0 && device_.is_cpu()) peak_flops_ = measured_gemm_flops() * double(pm_->compute_streams());
   run_start_ = window_start_ = Clock::now();  // train() restarts both; a save() before it needs them set
 }
 
 data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
   if (cfg_.train.resume == "auto")  // torchtitan's auto-resume: continue this run dir if it has a checkpoint
-    cfg_.train.resume = fs::exists(fs::path(cfg_.run.dir) / "checkpoints" / kLatestFile) ? cfg_.run.dir : "";
+    cfg_.train.resume = fs::exists(fs::path(cfg_.run.dir) / "checkpoints" / parallel::kLatestFile) ? cfg_.run.dir : "";
   if (cfg_.train.resume.empty()) return {};
   // Any layout, world size and format version: every rank reads only what it holds.
-  const Checkpoint ck = open_checkpoint(cfg_.train.resume);
+  const parallel::Checkpoint ck = parallel::open_checkpoint(cfg_.train.resume);
   const std::string& state_file = ck.state_file;
   auto gens = model_->generators();
   if (gens.size() != ck.state.model_rngs.size())
@@ -160,14 +146,7 @@ data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
       STRATA_THROW(DataError, "checkpoint state '", state_file, "': grad_scaler: ", e.what());
     }
   }
-  const nlohmann::json saved = ck.state.extra.value("dp_replica_rngs", nlohmann::json());
-  if (replicas_ && saved.is_array() && saved.size() == size_t(replicas_->replicas() - 1))  // same replica count
-    for (int k = 1; k < replicas_->replicas(); ++k) {
-      auto rgens = replicas_->replica(k).generators();
-      const auto& s = saved[size_t(k - 1)];
-      if (!s.is_array() || s.size() != rgens.size()) continue;
-      for (size_t i = 0; i < rgens.size(); ++i) rgens[i]->set_state(s[i][0].get<uint64_t>(), s[i][1].get<uint64_t>());
-    }
+  pm_->load_extra_state(ck.state.extra);  // the layout's own (thread replicas' dropout streams)
   if (opts_.verbose) std::printf("resumed from %s at step %lld\n", ck.dir.c_str(), (long long)step_);
   spdlog::info("resumed from {} at step {}", ck.dir, step_);
   return {ck.state.loader_epoch, ck.state.loader_batch};
@@ -187,72 +166,26 @@ double Trainer::lr_at(int64_t step) const {
   return lr;
 }
 
-// One pipeline step on this rank's batch (accum is 1 under pp): gradients accumulated
-// over the micro-batches and their dp reduction started; the batch's mean loss.
-double Trainer::pipeline_loss(const data::Batch& b) {
-  AutocastGuard amp(autocast_);
-  const double lv = pm_->pipeline_step(b.input, b.target, b.input.shape());
-  if (!std::isfinite(lv)) STRATA_THROW(Error, "training diverged at step ", step_ + 1, ": loss is ", lv);
-  pm_->finalize();
-  return lv;
-}
-
-Tensor Trainer::loss_of(const data::Batch& b) {
-  if (replicas_) return replicated_batch_loss(*replicas_, b);
-  return batch_loss(*model_, cfg_, b);
-}
-
 double Trainer::step() {
-  STRATA_CHECK(loader_ != nullptr, "[train] this rank holds no data loader (pipeline middle stage)");
   pm_->optimizer().set_lr(lr_at(step_));
   model_->train();
-  const int64_t accum = cfg_.train.grad_accum_steps;
-  double sum = 0.0;
-  for (int64_t a = 0; a < accum; ++a) {
+  std::vector<parallel::Batch> batches;
+  for (int64_t a = 0; a < cfg_.train.grad_accum_steps; ++a) {
     std::optional<data::Batch> next = loader_->next();
     if (!next) {  // end of epoch: the loader has moved to the next one
       loader_->set_epoch(loader_->epoch());
       next = loader_->next();
     }
     STRATA_CHECK(next.has_value(), "[train] the data loader produced no batch at step ", step_);
-    const data::Batch b = on_device(std::move(*next));
-    // The first accum-1 micro-batches only accumulate locally; the last one's backward
-    // reduces the accumulated sum.
-    if (pm_->pipeline()) {  // pp > 1: the schedule runs every micro-batch's forward and backward
-      sum += pipeline_loss(b);
-      continue;
-    }
-    std::optional<parallel::NoSync> no_sync;
-    if (a + 1 < accum) no_sync.emplace(pm_->no_sync());
-    Tensor loss;
-    {
-      trace::Scope slice("forward");
-      AutocastGuard amp(autocast_);  // forward and loss only; backward runs in the ops' own dtypes
-      loss = pm_->forward_with([&] { return loss_of(b); });
-    }
-    const double lv = loss.item<double>();
-    if (!std::isfinite(lv))
-      STRATA_THROW(Error, "training diverged at step ", step_ + 1, ": loss is ", lv,
-                   " (lower optim.lr or set train.grad_clip)");
-    if (accum > 1) loss = loss * (1.0 / double(accum));
-    backward(scaler_ ? scaler_->scale(loss) : loss);
-    {
-      trace::Scope slice("finalize");
-      pm_->finalize();  // no-op inside no_sync
-    }
-    sum += lv;
+    data::Batch b = on_device(std::move(*next));
+    batches.push_back({std::move(b.input), std::move(b.target)});
   }
-  if (scaler_) pm_->unscale_(*scaler_);  // clipping sees the true gradients; ZeRO agrees on overflow
-  const bool finite = !scaler_ || !scaler_->found_inf(pm_->optimizer());
-  if (cfg_.train.grad_clip > 0 && finite) pm_->clip_grad_norm(cfg_.train.grad_clip);
-  {
-    trace::Scope slice("optimizer");
-    pm_->step(scaler_ ? &*scaler_ : nullptr);
-    pm_->zero_grad();
-  }
+  const parallel::StepResult r = pm_->train_step(batches, {.grad_clip = cfg_.train.grad_clip,
+                                                           .scaler = scaler_ ? &*scaler_ : nullptr,
+                                                           .autocast = autocast_,
+                                                           .step = step_ + 1});
   ++step_;
-  if (replicas_) last_replica_memory_ = replicas_->memory_report();  // K small records; optimizer added when printed
-  return sum / double(accum);
+  return r.loss;
 }
 
 data::Batch Trainer::on_device(data::Batch b) const {
@@ -260,9 +193,9 @@ data::Batch Trainer::on_device(data::Batch b) const {
     b.input = b.input.to(device_);
     b.target = b.target.to(device_);
   }
-  // 16-bit model states: floating inputs (images) enter a bf16 model as bf16; tokens stay i64
-  if (cfg_.run.precision == "bf16_params" && b.input.dtype() == DType::f32) b.input = ops::to_dtype(b.input, DType::bf16);
-  if (cfg_.run.precision == "f16_params" && b.input.dtype() == DType::f32) b.input = ops::to_dtype(b.input, DType::f16);
+  // 16-bit model states: floating inputs (images) enter a 16-bit model as such; tokens stay i64
+  const auto dt = precision_state_dtype(cfg_.run.precision);
+  if (dt && b.input.dtype() == DType::f32) b.input = ops::to_dtype(b.input, *dt);
   return b;
 }
 
@@ -279,48 +212,21 @@ EvalResult Trainer::evaluate(bool test) {
   int64_t correct = 0, batches = 0;
   AutocastGuard amp(autocast_);
   while (auto next = loader.next()) {
-    const Tensor target = next->target;  // on the CPU
     const data::Batch b = on_device(std::move(*next));
-    const int64_t n = b.size();
-    if (data_.tokens) {
-      const auto* pipe = pm_->pipeline();  // pp > 1: every rank evaluates, stage by stage
-      loss_sum += (pipe ? pm_->pipeline()->eval_loss(b.input, b.target, b.input.shape()) : loss_of(b).item<double>()) *
-                  double(n);
-    } else if (pm_->pipeline()) {  // pp > 1: the last stage's rank holds the logits; summed over pp below
-      const Tensor logits = pm_->pipeline()->eval_forward(b.input, b.input.shape());
-      if (logits.defined()) {
-        loss_sum += cross_entropy(logits, b.target).item<double>() * double(n);
-        Tensor pred = ops::to_cpu(ops::argmax(logits, 1));
-        const int64_t* p = pred.data<int64_t>();
-        const int64_t* t = target.data<int64_t>();
-        for (int64_t i = 0; i < n; ++i) correct += p[i] == t[i];
-      }
-    } else {
-      Tensor logits = replicas_ ? replicas_->forward(b.input) : model_->forward(b.input);
-      loss_sum += cross_entropy(logits, b.target).item<double>() * double(n);
-      Tensor pred = ops::to_cpu(ops::argmax(logits, 1));
-      const int64_t* p = pred.data<int64_t>();
-      const int64_t* t = target.data<int64_t>();
-      for (int64_t i = 0; i < n; ++i) correct += p[i] == t[i];
-    }
-    r.samples += n;
+    const parallel::EvalSums e = pm_->eval_batch({b.input, b.target}, /*classify=*/!data_.tokens);
+    loss_sum += e.loss_sum;
+    correct += e.correct;
+    r.samples += e.samples;
     if (cfg_.train.eval_batches > 0 && ++batches >= cfg_.train.eval_batches) break;
   }
   model_->train();
-  if (pm_->pipeline() && !data_.tokens) {  // only the last stage's rank counted: every pp rank gets its sums
-    const std::vector<double> part{loss_sum, double(correct)};
-    const std::vector<double> all =
-        comm::all_reduce_host(*pm_->mesh()["pp"], ops::from_vector(part, {2}), comm::ReduceOp::sum).to_vector<double>();
-    loss_sum = all[0];
-    correct = int64_t(all[1]);
-  }
   r.loss = r.samples > 0 ? loss_sum / double(r.samples) : 0.0;
   if (!data_.tokens) r.accuracy = r.samples > 0 ? double(correct) / double(r.samples) : 0.0;
   return r;
 }
 
-TrainingState Trainer::capture_state() const {
-  TrainingState st;
+parallel::TrainingState Trainer::capture_state() const {
+  parallel::TrainingState st;
   st.step = step_;
   if (loader_) {
     st.loader_epoch = loader_->state().epoch;
@@ -334,39 +240,30 @@ TrainingState Trainer::capture_state() const {
               {"dataset", cfg_.data.dataset},
               {"elapsed_s", elapsed_before_ + seconds_since(run_start_)}};
   if (scaler_) st.extra["grad_scaler"] = scaler_->state_dict();
-  if (replicas_) {  // the other replicas' dropout streams; a single-process resume ignores them
-    nlohmann::json reps = nlohmann::json::array();
-    for (int k = 1; k < replicas_->replicas(); ++k) {
-      nlohmann::json gens = nlohmann::json::array();
-      for (Generator* g : replicas_->replica(k).generators()) gens.push_back({g->seed(), g->offset()});
-      reps.push_back(gens);
-    }
-    st.extra["dp_replica_rngs"] = reps;
-  }
+  const nlohmann::json layout_state = pm_->extra_state();  // the layout's own
+  for (const auto& [k, v] : layout_state.items()) st.extra[k] = v;
   return st;
 }
 
 void Trainer::save(const std::string& dir) {
   // One path for every layout, collective over the world: each rank passes its pieces
   // (replicated tensors from rank 0, ZeRO slices from everyone) and the index records the mesh.
-  pm_->sync_pipeline_generators();  // pp > 1: rank 0's state lists every stage's dropout streams
+  pm_->sync_generators();  // rank 0's state lists every pipeline stage's dropout streams
   // Not model_->state_dict(): under pp it lists only rank 0's stages, and readers take
   // every tensor not listed for optimizer state (eval, sample, consolidate would miss them).
   const std::vector<std::string>& names = whole_state_names_;
   parallel::CheckpointLayout layout{.mesh = {}, .zero_stage = pm_->dims().zero_stage};
   for (const auto& d : pm_->mesh().shape().dims()) layout.mesh.emplace_back(d.name, d.size);
-  save_sharded_checkpoint(dir, *pm_->mesh().world(), pm_->state_pieces(), layout, names,
+  parallel::save_sharded_checkpoint(dir, *pm_->mesh().world(), pm_->state_pieces(), layout, names,
                           pm_->optimizer().state_dict().scalars, capture_state());
 }
 
 EvalResult Trainer::evaluate_collective(bool test) {
-  if (pm_->pipeline()) {  // the stages evaluate together (ZeRO-3: each with its units gathered)
-    const parallel::ParallelModel::FullParams full = pm_->summon_full_params();
-    const EvalResult r = evaluate(test);
-    return rank_ == 0 ? r : EvalResult{};
-  }
-  const parallel::ParallelModel::FullParams full = pm_->summon_full_params();
-  return rank_ == 0 ? evaluate(test) : EvalResult{};
+  // On the ranks the layout evaluates on (every pipeline stage, else rank 0), with the
+  // parameters whole where that needs them (ZeRO-3 gathered, tp shards joined).
+  EvalResult r;
+  pm_->evaluate([&] { r = evaluate(test); });
+  return rank_ == 0 ? r : EvalResult{};
 }
 
 void Trainer::log_window(double lr) {
@@ -416,7 +313,7 @@ void Trainer::maybe_checkpoint() {
   save((root / name).string());
   last_checkpoint_step_ = step_;
   if (!opts_.write_files) return;
-  write_file_atomic((root / kLatestFile).string(), name + "\n");
+  write_file_atomic((root / parallel::kLatestFile).string(), name + "\n");
   if (cfg_.train.keep_checkpoints > 0) {
     std::vector<std::string> dirs;
     for (const auto& e : fs::directory_iterator(root)) {
@@ -439,21 +336,14 @@ EvalResult Trainer::train() {
                 (long long)data_.train->size(), (long long)data_.eval->size(), data_.eval_split.c_str(),
                 cfg_.optim.name.c_str(), cfg_.optim.lr, (long long)total_steps_, (long long)steps_per_epoch_,
                 get_num_threads());
-    if (!device_.is_cpu() || cfg_.run.precision != "f32")
-      std::printf("device: %s | precision: %s%s\n", device_.str().c_str(), cfg_.run.precision.c_str(),
-                  cfg_.run.precision == "f16_params" ? " (16-bit model states, f32 master weights, dynamic loss scaling)"
-                  : scaler_   ? " (autocast, dynamic loss scaling)"
-                  : autocast_ ? " (autocast)"
-                              : cfg_.run.precision == "bf16_params" ? " (16-bit model states, f32 master weights)" : "");
+    if (!device_.is_cpu() || cfg_.run.precision != Precision::f32)
+      std::printf("device: %s | precision: %s%s\n", device_.str().c_str(), precision_name(cfg_.run.precision),
+                  precision_summary(cfg_.run.precision));
     std::printf("flops: %.3g GFLOP per step (model) | peak %.1f GFLOP/s per rank (%s)\n", flops_per_step_ / 1e9,
                 peak_flops_ / 1e9, cfg_.run.peak_flops > 0 ? "run.peak_flops" : "measured GEMM");
     std::printf("layout: %s | %s | %lld samples per dp rank per step\n", pm_->dims().str().c_str(),
                 pm_->describe().c_str(), (long long)(cfg_.train.batch_size / pm_->dims().dp));
-    if (replicas_)
-      std::printf("dp: %d replicas (threads in this process) x %d intra-op thread(s), about %lld samples per "
-                  "replica per micro-batch\n",
-                  replicas_->replicas(), get_num_threads(),
-                  (long long)((cfg_.train.batch_size + replicas_->replicas() - 1) / replicas_->replicas()));
+    for (const std::string& line : pm_->notes(cfg_.train.batch_size)) std::printf("%s\n", line.c_str());
     if (data_.bigram_entropy)
       std::printf("%s split baselines: bigram entropy %.4f nats/token, unigram %.4f\n", data_.eval_split.c_str(),
                   *data_.bigram_entropy, *data_.unigram_entropy);
@@ -527,26 +417,20 @@ parallel::MemoryPlan Trainer::predicted_memory() const {
   // DDP holds bucket buffers; one process and thread replicas hold one copy of each
   // category (the other replicas are extra, shown by DataParallel's per-replica table).
   parallel::MemoryPlanInput in = memory_plan_input(cfg_, *model_, pm_->dims().dp, cfg_.parallel.dims.zero_stage,
-                                                   /*ddp_buckets=*/pm_->ddp() != nullptr);
+                                                   /*ddp_buckets=*/pm_->holds_buckets());
   in.flat_units = pm_->flat_unit_sizes();
   return parallel::plan_memory(in);
 }
 
 std::string Trainer::memory_report() const {
-  const std::string layout =
-      replicas_ ? "DataParallel" : pm_->dims().dp_strategy();
+  const std::string layout = pm_->strategy();
   char heading[256];
   std::snprintf(heading, sizeof heading,
                 "memory (rank %d): allocator bytes vs plan for %s at %d rank(s), zero_stage %d, Ψ = %lld%s", rank_,
                 layout.c_str(), world_, cfg_.parallel.dims.zero_stage, (long long)model_->num_parameters(),
-                replicas_ ? " (measured includes every replica)" : "");
+                pm_->compute_streams() > 1 ? " (measured includes every replica)" : "");
   std::string s = format_memory_report(predicted_memory(), device_memory(device_), model_->num_parameters(), heading);
-  if (replicas_ && !last_replica_memory_.empty()) {
-    std::vector<parallel::ReplicaMemory> m = last_replica_memory_;
-    for (const auto& [name, t] : pm_->optimizer().state_dict().tensors) m[0].optimizer += t.nbytes();
-    s += "dp: bytes per replica in the last training step\n" + parallel::DataParallel::format_memory(m);
-  }
-  return s;
+  return s + pm_->memory_detail();
 }
 
 }  // namespace strata::apps

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "apps/checkpoint.h"
+#include <strata/parallel/checkpoint/training.h>
 #include "apps/config.h"
 #include "apps/factory.h"
 #include "apps/progress.h"
@@ -115,7 +115,7 @@ class Trainer {
   /// The composed model (parallelize()'s handle).
   parallel::ParallelModel& parallel_model() { return *pm_; }
   /// The DataParallel wrapper of parallel.replicas (null otherwise).
-  parallel::DataParallel* data_parallel() const { return replicas_.get(); }
+  parallel::DataParallel* data_parallel() const { return pm_->data_parallel(); }
   /// The planner's per-rank prediction for this run's layout.
   parallel::MemoryPlan predicted_memory() const;
   /// The end-of-run memory report (what train() prints): allocator vs plan, and for
@@ -124,7 +124,7 @@ class Trainer {
 
  private:
   double lr_at(int64_t step) const;
-  TrainingState capture_state() const;
+  parallel::TrainingState capture_state() const;
   /// Restores model, optimizer, RNGs and loader position from cfg_.train.resume
   /// ("auto": <run.dir>'s newest checkpoint when it has one, else a fresh start).
   data::LoaderState resume(int64_t batches_per_epoch);
@@ -134,10 +134,6 @@ class Trainer {
   /// evaluate() on rank 0 with the full parameters in place (collective). Other ranks
   /// return an empty result.
   EvalResult evaluate_collective(bool test = false);
-  /// The mean loss of one batch through the layout (grad mode as set by the caller).
-  Tensor loss_of(const data::Batch& b);
-  /// pp > 1: one pipeline step over the batch (see ParallelModel::pipeline_step); its mean loss.
-  double pipeline_loss(const data::Batch& b);
   /// The batch's tensors on device_ (the loader builds them on the CPU).
   data::Batch on_device(data::Batch b) const;
 
@@ -150,15 +146,13 @@ class Trainer {
   // its stages): a checkpoint's model_tensors list, written by rank 0, names every stage's.
   std::vector<std::string> whole_state_names_;
   std::unique_ptr<parallel::ParallelModel> pm_;  // the layout: owns the optimizer
-  std::shared_ptr<parallel::DataParallel> replicas_;  // parallel.replicas; wraps model_ (replica 0)
-  std::vector<parallel::ReplicaMemory> last_replica_memory_;
   std::optional<optim::LrSchedule> schedule_;
-  std::shared_ptr<data::Sampler> sampler_;
+  std::shared_ptr<data::Sampler> sampler_;  // this rank's dp share
   uint64_t sampler_seed_ = 0;
-  std::unique_ptr<data::DataLoader> loader_;  // null on ranks that need no data
+  std::unique_ptr<data::DataLoader> loader_;
   Device device_ = kCPU;
-  std::optional<DType> autocast_;          // run.precision bf16 | f16
-  std::optional<optim::GradScaler> scaler_;  // run.precision f16
+  std::optional<DType> autocast_;          // run.precision bf16 | f16 (core/precision.h)
+  std::optional<optim::GradScaler> scaler_;  // run.precision f16 | f16_params
   int rank_ = 0;
   int world_ = 1;
   int64_t step_ = 0;

@@ -76,12 +76,12 @@ std::vector<PpBenchRow> bench_pp(std::shared_ptr<comm::ProcessGroup> world,
           cpu_memory().reset_peaks();
           const int64_t before = cpu_memory().stats(MemCategory::activations).current;
           const auto t0 = std::chrono::steady_clock::now();
-          pm->pipeline_step(tokens, tokens, shp);
+          pm->forward_backward({tokens, tokens});
           pm->finalize();
           const auto t1 = std::chrono::steady_clock::now();
           const double dt = std::chrono::duration<double>(t1 - t0).count();
           if (const char* tl = std::getenv("STRATA_PP_TIMELINE"); tl != nullptr && *tl != 0) {
-            // The whole step (pipeline_step + finalize), after the executor's block for it.
+            // The whole step (forward_backward + finalize), after the executor's block for it.
             const std::string path = std::string(tl) + "." + std::to_string(world->rank());
             if (FILE* f = std::fopen(path.c_str(), "a")) {
               const auto ns = [](auto t) {

@@ -31,7 +31,7 @@ struct PpBenchOptions {
 struct PpBenchRow {
   std::string schedule;
   int m = 0, v = 1;
-  double step_s = 0;     ///< slowest rank's mean step (pipeline_step + dp finalize)
+  double step_s = 0;     ///< slowest rank's mean step (forward_backward + dp finalize)
   double busy_s = 0;     ///< mean over ranks of the forward/backward time per step
   double busy_cpu_s = 0; ///< mean over ranks of the CPU time in them (below busy_s: preempted)
   double bubble = 0;     ///< mean over ranks of 1 - busy / step

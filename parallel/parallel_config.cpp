@@ -1,6 +1,9 @@
 // Reading and checking the `parallel:` config section (see parallel_config.h).
 #include <strata/parallel/parallel_config.h>
 
+#include <algorithm>
+#include <thread>
+
 namespace strata::parallel {
 namespace {
 
@@ -150,6 +153,12 @@ void ParallelConfig::validate() const {
                                            "not shard");
   check_devices(*this, 0);
   ddp.validate();
+}
+
+int ParallelConfig::intra_op_threads(int threads) const {
+  if (!thread_replicas()) return threads;
+  const int total = threads > 0 ? threads : int(std::thread::hardware_concurrency());
+  return std::max(1, total / replicas);
 }
 
 }  // namespace strata::parallel

@@ -41,6 +41,9 @@ struct ParallelConfig {
   /// ConfigError naming the parallel.* key of the first bad value.
   void validate() const;
   DataParallelOptions dp_options() const { return {.replicas = replicas, .devices = devices}; }
+  /// Intra-op threads per compute stream of a process whose budget is `threads` (run.threads;
+  /// 0 = every core): thread replicas share it (at least one each), otherwise all of it (0).
+  int intra_op_threads(int threads) const;
 };
 
 }  // namespace strata::parallel

@@ -48,6 +48,52 @@ void ParallelDims::check_model(const ModelLimits& m) const {
                                    " (each stage needs at least one block)");
 }
 
+void ParallelDims::validate(const LayoutChecks& c) const {
+  if (c.replicas > 0 && c.world > 1)
+    config_fail("parallel.replicas", "runs thread replicas inside one process (DataParallel), but this process is "
+                                     "one of " + std::to_string(c.world) +
+                                     " MPI ranks: drop parallel.replicas (the ranks train with DDP), or start one process");
+  check_model(c.model);
+  if (c.global_batch && *c.global_batch % dp != 0)
+    config_fail("train.batch_size", "is " + std::to_string(*c.global_batch) + " but must be divisible by the " +
+                                        std::to_string(dp) + " data-parallel ranks (the global batch is split evenly)");
+  if (pp > 1) {
+    if (c.model.layers && *c.model.layers < int64_t(pp) * c.virtual_stages)
+      config_fail("parallel.pp_virtual", detail::str_cat("gives pp x pp_virtual = ", pp * c.virtual_stages,
+                                                         " stages but model.n_layer = ", *c.model.layers,
+                                                         " (each stage needs at least one block)"));
+    if (c.global_batch && (*c.global_batch / dp) % c.microbatches != 0)
+      config_fail("parallel.microbatches", detail::str_cat("is ", c.microbatches, " but each data-parallel rank's batch of ",
+                                                           *c.global_batch / dp, " is not divisible by it"));
+    if (c.precision == Precision::f16)
+      config_fail("run.precision",
+                  "is f16 but the pipeline does not scale its micro-batch losses (use bf16 or f32 with pp > 1)");
+    if (c.grad_accum_steps != 1)
+      config_fail("train.grad_accum_steps", detail::str_cat("is ", c.grad_accum_steps,
+                                                            " but the pipeline accumulates over its micro-batches: use "
+                                                            "parallel.microbatches instead (grad_accum_steps: 1)"));
+  }
+  if (cp > 1) {
+    if (c.sequences == false)
+      config_fail("parallel.cp", detail::str_cat("is ", cp, " but model.type is '", c.model_type,
+                                                 "': only a model of token sequences has sequences to split"));
+    if (c.precision != Precision::f32)
+      config_fail("run.precision", detail::str_cat("is ", precision_name(c.precision),
+                                                   " but ring attention (parallel.cp > 1) runs in f32 only"));
+    if (c.cuda) config_fail("run.device", "is a CUDA device but ring attention (parallel.cp > 1) has no CUDA kernel yet");
+    if (c.sequence_parallel && tp > 1)
+      config_fail("parallel.sequence_parallel", "is true but does not compose with parallel.cp > 1 in this version");
+  }
+  if (c.sequence_parallel && tp > 1) {
+    if (c.sequences == false)
+      config_fail("parallel.sequence_parallel", detail::str_cat("is true but the model (", c.model_type,
+                                                                ") has no sequence dimension (only a token model's)"));
+    if (c.model.block_size && *c.model.block_size % tp != 0)
+      config_fail("parallel.sequence_parallel", detail::str_cat("is true but model.block_size = ", *c.model.block_size,
+                                                                " is not divisible by parallel.tp = ", tp));
+  }
+}
+
 comm::MeshShape ParallelDims::mesh_shape() const {
   STRATA_CHECK(dp >= 1, "[ParallelDims] mesh_shape() needs a resolved dp (call resolve(world) first)");
   if (cp > 1) return comm::MeshShape({{"pp", pp}, {"dp", dp}, {"cp", cp}, {"tp", tp}});

@@ -6,6 +6,7 @@
 #include <string>
 
 #include <strata/comm/device_mesh.h>
+#include <strata/core/precision.h>
 
 namespace strata::parallel {
 
@@ -16,6 +17,23 @@ struct ModelLimits {
   std::optional<int64_t> vocab;   ///< vocabulary: tp must divide it
   std::optional<int64_t> layers;  ///< blocks: at least pp of them
   std::optional<int64_t> block_size{};  ///< sequence length: divisible by 2 * cp (zigzag split)
+};
+
+/// What a layout is checked against besides the world size: the model and the training
+/// setup (filled by whoever knows them, the CLI from its config; defaults check nothing).
+struct LayoutChecks {
+  ModelLimits model{};                    ///< what tp, pp and cp must divide
+  std::string model_type;                 ///< model.type, for messages ("" : unnamed)
+  std::optional<bool> sequences;          ///< the model reads token sequences (cp and SP split them); unset: unchecked
+  std::optional<int64_t> global_batch;    ///< train.batch_size: divisible by dp, per dp rank by the micro-batches
+  int grad_accum_steps = 1;               ///< train.grad_accum_steps: 1 under pp (the micro-batches accumulate)
+  Precision precision = Precision::f32;   ///< run.precision: no f16 under pp, f32 only under cp
+  bool cuda = false;                      ///< run.device is a GPU: cp has no CUDA kernel
+  bool sequence_parallel = false;         ///< parallel.sequence_parallel (at tp > 1)
+  int microbatches = 1;                   ///< parallel.microbatches
+  int virtual_stages = 1;                 ///< parallel.pp_virtual
+  int replicas = 0;                       ///< parallel.replicas: thread replicas, one process only
+  int world = 1;                          ///< the ranks the layout runs on
 };
 
 /// The degrees of a layout. Config keys: parallel.{dp, cp, tp, pp, zero_stage}.
@@ -35,6 +53,12 @@ struct ParallelDims {
   /// ConfigError naming parallel.tp / parallel.pp and the model key when the model cannot
   /// be split this way (heads or vocab not divisible by tp, fewer layers than pp).
   void check_model(const ModelLimits& m) const;
+  /// check_model(c.model) and every constraint between the degrees and the training
+  /// setup (pipeline: micro-batches, accumulation, f16, enough blocks; context parallel:
+  /// a sequence model, f32, CPU, no sequence parallelism; sequence parallelism: a
+  /// sequence model with a length divisible by tp; thread replicas: one process, no
+  /// other dimension). ConfigError naming the key; dp must be resolved.
+  void validate(const LayoutChecks& c) const;
   int world() const { return dp * cp * tp * pp; }
   /// The mesh layout, slowest first: pp x dp x tp (tp fastest, so a tp group is
   /// consecutive ranks on one node), with cp between dp and tp when cp > 1 (pp x dp x

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "apps/checkpoint.h"
+#include <strata/parallel/checkpoint/training.h>
 #include <strata/tensor/file_io.h>
 #include <strata/tensor/ops.h>
 #include "tests/hostile_files.h"
@@ -24,10 +24,10 @@ class CheckpointHostileAppsTest : public strata::testing::TempDirTest {
   std::string save(const std::string& dir, float w5 = 5.0f) {
     Tensor w = ops::arange(0, 8, 1, DType::f32);
     w.data<float>()[5] = w5;
-    TrainingState st;
+    parallel::TrainingState st;
     st.step = 3;
     st.config_yaml = "model: {type: mlp}\n";
-    save_checkpoint(dir, {{"w", w}}, optim::OptimizerState{{{"step", 3}}, {{"exp_avg.w", ops::zeros({8})}}}, st);
+    parallel::save_checkpoint(dir, {{"w", w}}, optim::OptimizerState{{{"step", 3}}, {{"exp_avg.w", ops::zeros({8})}}}, st);
     return dir;
   }
 };
@@ -36,7 +36,7 @@ TEST_F(CheckpointHostileAppsTest, LatestWithAnAbsolutePathIsNotFollowed) {
   save(path("outside/step_1"));
   save(path("run/checkpoints/step_2"));
   write_file_atomic(path("run/checkpoints/LATEST"), path("outside/step_1") + "\n");
-  expect_error<DataError>([&] { resolve_checkpoint_dir(path("run")); },
+  expect_error<DataError>([&] { parallel::resolve_checkpoint_dir(path("run")); },
                           {path("run/checkpoints/LATEST"), "not the name of a checkpoint directory next to it"});
 }
 
@@ -45,11 +45,11 @@ TEST_F(CheckpointHostileAppsTest, LatestClimbingOutOfTheRunIsNotFollowed) {
   fs::create_directories(path("run/checkpoints"));
   for (const std::string bad : {"../../outside/step_1", "..", "."}) {
     write_file_atomic(path("run/checkpoints/LATEST"), bad);
-    expect_error<DataError>([&] { open_checkpoint(path("run")); }, {path("run/checkpoints/LATEST"), "'" + bad + "'"});
+    expect_error<DataError>([&] { parallel::open_checkpoint(path("run")); }, {path("run/checkpoints/LATEST"), "'" + bad + "'"});
   }
   write_file_atomic(path("run/checkpoints/LATEST"), std::string("step_2\n"));
   save(path("run/checkpoints/step_2"));
-  EXPECT_EQ(resolve_checkpoint_dir(path("run")), path("run/checkpoints/step_2"));  // a sibling still works
+  EXPECT_EQ(parallel::resolve_checkpoint_dir(path("run")), path("run/checkpoints/step_2"));  // a sibling still works
 }
 
 TEST_F(CheckpointHostileAppsTest, RemoveStaleTmpCleansWhatFailedSavesLeft) {
@@ -61,14 +61,14 @@ TEST_F(CheckpointHostileAppsTest, RemoveStaleTmpCleansWhatFailedSavesLeft) {
   write_file_atomic(root + "/LATEST", std::string("step_00000001"));
   fs::create_directories(path("elsewhere.tmp"));
   fs::create_symlink(path("elsewhere.tmp"), root + "/link.tmp");  // removed as a link, never followed
-  const std::vector<std::string> removed = remove_stale_tmp(root);
+  const std::vector<std::string> removed = parallel::remove_stale_tmp(root);
   EXPECT_EQ(removed.size(), 2u);
   EXPECT_FALSE(fs::exists(root + "/step_00000002.tmp"));
   EXPECT_FALSE(fs::exists(root + "/LATEST.tmp.4242"));
   EXPECT_TRUE(fs::exists(path("elsewhere.tmp")));
   EXPECT_TRUE(fs::exists(root + "/LATEST"));
-  EXPECT_EQ(open_checkpoint(path("run")).state.step, 3);  // the committed checkpoint is intact
-  EXPECT_TRUE(remove_stale_tmp(path("no/such/dir")).empty());
+  EXPECT_EQ(parallel::open_checkpoint(path("run")).state.step, 3);  // the committed checkpoint is intact
+  EXPECT_TRUE(parallel::remove_stale_tmp(path("no/such/dir")).empty());
 }
 
 TEST_F(CheckpointHostileAppsTest, DeepStateJsonIsRefusedNotACrash) {
@@ -77,14 +77,14 @@ TEST_F(CheckpointHostileAppsTest, DeepStateJsonIsRefusedNotACrash) {
   save_safetensors(dir + "/model.safetensors", {{"w", ops::zeros({2}, DType::f32)}});
   write_file_atomic(dir + "/state.json", "{\"format\": \"strata-checkpoint\", \"version\": 1, \"step\": " +
                                              strata::testing::deep_json_array(100000) + "}");
-  expect_error<DataError>([&] { open_checkpoint(dir); }, {dir + "/state.json", "recursion limit exceeded"});
+  expect_error<DataError>([&] { parallel::open_checkpoint(dir); }, {dir + "/state.json", "recursion limit exceeded"});
 }
 
 TEST_F(CheckpointHostileAppsTest, WrongTypeInStateDoesNotPrintTheValue) {
   const std::string big(100000, 'x');
   expect_error<DataError>(
       [&] {
-        parse_training_state("{\"format\": \"strata-checkpoint\", \"version\": 1, \"step\": [\"" + big + "\", 1]}",
+        parallel::parse_training_state("{\"format\": \"strata-checkpoint\", \"version\": 1, \"step\": [\"" + big + "\", 1]}",
                              "s.json");
       },
       {"s.json", "field 'step' has the wrong type (an array of 2)"});
@@ -92,7 +92,7 @@ TEST_F(CheckpointHostileAppsTest, WrongTypeInStateDoesNotPrintTheValue) {
 
 TEST_F(CheckpointHostileAppsTest, NonFiniteWeightIsRefusedOnReadCheckpoint) {
   const std::string dir = save(path("c"), NAN);
-  expect_error<DataError>([&] { read_checkpoint(dir, false); },
+  expect_error<DataError>([&] { parallel::read_checkpoint(dir, false); },
                           {dir + "/shard_00000_of_00001.safetensors", "tensor 'w'", "not finite", parallel::kAllowNonfiniteEnv});
 }
 

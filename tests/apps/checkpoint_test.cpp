@@ -2,7 +2,7 @@
 // an index plus one plain safetensors file and round-trips model, optimizer and training
 // state; a version 1 single-process directory (written here exactly as the v1 code did)
 // still reads, resolves through LATEST, loads into a model, and fails naming the file.
-#include "apps/checkpoint.h"
+#include <strata/parallel/checkpoint/training.h>
 
 #include <gtest/gtest.h>
 
@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 struct Trained {
   std::shared_ptr<nn::MLP> model;
   std::unique_ptr<optim::Adam> opt;
-  TrainingState state;
+  parallel::TrainingState state;
   explicit Trained(uint64_t seed) {
     Generator g(seed);
     model = std::make_shared<nn::MLP>(nn::MLPConfig{.input = 6, .hidden = {5}, .classes = 3}, g);
@@ -58,7 +58,7 @@ class CheckpointTest : public strata::testing::TempDirTest {};
 TEST_F(CheckpointTest, SingleProcessSaveIsIndexPlusOnePlainFile) {
   const Trained a(1);
   const std::string dir = path("run/checkpoints/step_00000001");
-  save_checkpoint(dir, a.model->state_dict(), a.opt->state_dict(), a.state);
+  parallel::save_checkpoint(dir, a.model->state_dict(), a.opt->state_dict(), a.state);
   const std::string shard = dir + "/shard_00000_of_00001.safetensors";
   EXPECT_TRUE(fs::exists(dir + "/index.json"));
   // Any safetensors reader sees the model and optimizer tensors under their own names.
@@ -67,7 +67,7 @@ TEST_F(CheckpointTest, SingleProcessSaveIsIndexPlusOnePlainFile) {
   expect_same(load_safetensors(shard), all);
 
   write_file_atomic(path("run/checkpoints/LATEST"), std::string("step_00000001\n"));
-  const Checkpoint ck = read_checkpoint(path("run"), true);
+  const parallel::Checkpoint ck = parallel::read_checkpoint(path("run"), true);
   EXPECT_EQ(ck.dir, dir);
   EXPECT_EQ(ck.model_file, shard);
   EXPECT_EQ(ck.state_file, dir + "/index.json");
@@ -80,12 +80,12 @@ TEST_F(CheckpointTest, SingleProcessSaveIsIndexPlusOnePlainFile) {
   EXPECT_EQ(ck.reader->mesh(), (parallel::MeshDims{{"pp", 1}, {"dp", 1}, {"tp", 1}}));
 
   Trained b(2);
-  load_into(ck, *b.model, b.opt.get());
+  parallel::load_into(ck, *b.model, b.opt.get());
   expect_same(b.model->state_dict(), a.model->state_dict());
   expect_same(b.opt->state_dict().tensors, a.opt->state_dict().tensors);
 
   // open_checkpoint reads no tensor; its reader serves any range.
-  const Checkpoint lazy = open_checkpoint(dir);
+  const parallel::Checkpoint lazy = parallel::open_checkpoint(dir);
   EXPECT_TRUE(lazy.model.empty());
   const NamedTensors sd = a.model->state_dict();
   const auto& [n0, t0] = sd[0];
@@ -95,7 +95,7 @@ TEST_F(CheckpointTest, SingleProcessSaveIsIndexPlusOnePlainFile) {
 // The v1 single-process layout, as apps/checkpoint.cpp wrote it before format v2.
 void write_v1(const std::string& dir, const Trained& t) {
   fs::create_directories(dir);
-  nlohmann::json j = training_state_to_json(t.state);
+  nlohmann::json j = parallel::training_state_to_json(t.state);
   j["optimizer"] = t.opt->state_dict().scalars;
   save_safetensors(dir + "/model.safetensors", t.model->state_dict(), {{"format", "pt"}});
   save_safetensors(dir + "/optimizer.safetensors", t.opt->state_dict().tensors);
@@ -107,7 +107,7 @@ TEST_F(CheckpointTest, Version1DirectoryStillLoads) {
   const std::string dir = path("run/checkpoints/step_00000001");
   write_v1(dir, a);
   write_file_atomic(path("run/checkpoints/LATEST"), std::string("step_00000001\n"));
-  const Checkpoint ck = read_checkpoint(path("run"), true);
+  const parallel::Checkpoint ck = parallel::read_checkpoint(path("run"), true);
   EXPECT_EQ(ck.reader->version(), 1);
   EXPECT_EQ(ck.state_file, dir + "/state.json");
   EXPECT_EQ(ck.model_file, dir + "/model.safetensors");
@@ -116,24 +116,24 @@ TEST_F(CheckpointTest, Version1DirectoryStillLoads) {
   expect_same(ck.model, a.model->state_dict());
   expect_same(ck.optimizer, a.opt->state_dict().tensors);
   Trained b(4);
-  load_into(ck, *b.model, b.opt.get());
+  parallel::load_into(ck, *b.model, b.opt.get());
   expect_same(b.model->state_dict(), a.model->state_dict());
 
   // A wrong model names the v1 weights file and the tensor.
   Generator g(1);
   nn::MLP other(nn::MLPConfig{.input = 6, .hidden = {7}, .classes = 3}, g);
   try {
-    load_into(ck, other, nullptr);
+    parallel::load_into(ck, other, nullptr);
     ADD_FAILURE() << "loaded into a different model";
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find(dir + "/model.safetensors' does not match the model"), std::string::npos)
         << e.what();
   }
   // Saving over it replaces the v1 files with a v2 checkpoint.
-  save_checkpoint(dir, a.model->state_dict(), a.opt->state_dict(), a.state);
+  parallel::save_checkpoint(dir, a.model->state_dict(), a.opt->state_dict(), a.state);
   EXPECT_FALSE(fs::exists(dir + "/model.safetensors"));
   EXPECT_FALSE(fs::exists(dir + "/state.json"));
-  EXPECT_EQ(read_checkpoint(dir, false).reader->version(), 2);
+  EXPECT_EQ(parallel::read_checkpoint(dir, false).reader->version(), 2);
 }
 
 TEST_F(CheckpointTest, DamagedVersion1FilesNameTheFile) {
@@ -143,7 +143,7 @@ TEST_F(CheckpointTest, DamagedVersion1FilesNameTheFile) {
   fs::resize_file(model, fs::file_size(model) - 9);
   auto error = [&] {
     try {
-      read_checkpoint(path("c"), true);
+      parallel::read_checkpoint(path("c"), true);
     } catch (const DataError& e) {
       return std::string(e.what());
     }
@@ -167,7 +167,7 @@ TEST_F(CheckpointTest, IndexWithoutTrainingStateIsRefused) {
   p.boxes.push_back({"w", {2}, parallel::whole_box({2}), ops::zeros({2})});
   parallel::save_single(path("c"), p, {}, {{"anything", 1}});
   try {
-    read_checkpoint(path("c"), false);
+    parallel::read_checkpoint(path("c"), false);
     ADD_FAILURE() << "read a checkpoint without training state";
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find(path("c/index.json") + "': not a strata training checkpoint"), std::string::npos)

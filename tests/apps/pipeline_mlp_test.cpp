@@ -77,7 +77,7 @@ void check_mlp(const MlpCase& c) {
       auto [x, y] = make_batch("mlp", c.batch(), s);
       x = ops::contiguous(ops::narrow(x, 0, dr * b, b));
       y = ops::contiguous(ops::narrow(y, 0, dr * b, b));
-      double loss = pm->pipeline_step(x, y, x.shape());
+      double loss = pm->forward_backward({x, y});
       pm->finalize();
       if (c.dp > 1) loss = rank_mean(*pm->mesh()["dp"], loss);
       losses[size_t(g.rank())].push_back(loss);

@@ -289,7 +289,7 @@ Measured measure(const TrainConfig& cfg, int n) {
     {
       ThreadMemoryScope scope(mine);
       if (dims.pp > 1) {
-        pm->pipeline_step(x, y, x.shape());
+        pm->forward_backward({x, y});
       } else {
         Tensor loss = pm->forward_with([&] { return batch_loss(*model, cfg, data::Batch{x, y}); });
         backward(loss);

@@ -97,7 +97,18 @@ TEST_F(PlotTest, SecondPanelAgainstSamples) {
 }
 
 TEST_F(PlotTest, HelpersAndErrors) {
-  EXPECT_EQ(ema({1, 3, 3}, 0.5), (std::vector<double>{1, 2, 2.5}));
+  // Bias-corrected: (0.5*1) / 0.5, (0.25*1 + 0.5*3) / 0.75, (0.125*1 + 0.25*3 + 0.5*3) / 0.875.
+  const std::vector<double> e = ema({1, 3, 3}, 0.5);
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_DOUBLE_EQ(e[0], 1.0);
+  EXPECT_DOUBLE_EQ(e[1], 7.0 / 3.0);
+  EXPECT_DOUBLE_EQ(e[2], 19.0 / 7.0);
+  // A constant stays constant; a few points of a falling loss are not held near the first
+  // one (a seeded EMA 0.1 would still read 3.44 after 4, 3, 2, 1; this one reads 2.37).
+  for (double x : ema({2.5, 2.5, 2.5}, 0.1)) EXPECT_NEAR(x, 2.5, 1e-12);
+  const std::vector<double> fall = ema({4, 3, 2, 1}, 0.1);
+  EXPECT_LT(fall.back(), 2.5);
+  EXPECT_GT(fall.back(), 1.0);
   EXPECT_EQ(nice_ticks(0, 50, 5), (std::vector<double>{0, 10, 20, 30, 40, 50}));
   const std::vector<double> want = {2.2, 2.4, 2.6, 2.8, 3.0, 3.2}, got = nice_ticks(2.05, 3.3, 6);
   ASSERT_EQ(got.size(), want.size());

@@ -78,7 +78,7 @@ RunResult train_run(const std::string& yaml, std::vector<std::string> sets, cons
   RunResult r;
   r.eval = t.train();
   r.losses = train_losses(dir);
-  r.weights = read_checkpoint(dir, false).model;
+  r.weights = parallel::read_checkpoint(dir, false).model;
   return r;
 }
 
@@ -123,7 +123,7 @@ TEST_F(TrainerDpTest, DeviceListMatchesModeNone) {
     dp.eval = t.train();
   }
   dp.losses = train_losses(path("listed"));
-  dp.weights = read_checkpoint(path("listed"), false).model;
+  dp.weights = parallel::read_checkpoint(path("listed"), false).model;
   expect_same_run(dp, none, "parallel.devices [cpu, cpu, cpu]");
   try {
     TrainConfig::load(kTinyMlp, {"parallel.devices=[cuda:0, cuda:1]"});
@@ -154,11 +154,11 @@ TEST_F(TrainerDpTest, CheckpointLoadsInSingleProcessEval) {
   for (const auto& [name, t] : dp.weights) EXPECT_EQ(name.rfind("module.", 0), std::string::npos) << name;
 
   // What `strata eval` does: mode none, weights from the checkpoint.
-  const Checkpoint ck = read_checkpoint(path("dp"), false);
+  const parallel::Checkpoint ck = parallel::read_checkpoint(path("dp"), false);
   TrainConfig cfg = TrainConfig::load(kTinyMlp, {"run.dir=" + path("eval"), "model.dropout=0"});
   Trainer single(cfg, {.verbose = false, .write_files = false});
   ASSERT_EQ(single.data_parallel(), nullptr);
-  load_into(ck, single.model(), nullptr);
+  parallel::load_into(ck, single.model(), nullptr);
   const EvalResult r = single.evaluate();
   EXPECT_NEAR(r.loss, dp.eval.loss, 1e-6 * std::abs(dp.eval.loss));
   ASSERT_TRUE(r.accuracy && dp.eval.accuracy);

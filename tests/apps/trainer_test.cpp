@@ -143,9 +143,9 @@ TEST_F(TrainerTest, MismatchedCheckpointNamesFileAndTensorAndLoadsNothing) {
   const auto before = other.model().state_dict();
   std::vector<std::vector<float>> snapshot;
   for (const auto& [n, t] : before) snapshot.push_back(t.to_vector<float>());
-  const Checkpoint ck = read_checkpoint(run, true);
+  const parallel::Checkpoint ck = parallel::read_checkpoint(run, true);
   try {
-    load_into(ck, other.model(), nullptr);
+    parallel::load_into(ck, other.model(), nullptr);
     FAIL() << "expected DataError";
   } catch (const DataError& e) {
     const std::string msg = e.what();
@@ -163,7 +163,7 @@ TEST_F(TrainerTest, TruncatedCheckpointFileFailsBeforeTouchingTheModel) {
     Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + run, "train.max_steps=3"}), {.verbose = false});
     t.train();
   }
-  const std::string ckdir = resolve_checkpoint_dir(run);
+  const std::string ckdir = parallel::resolve_checkpoint_dir(run);
   const std::string opt_file = ckdir + "/shard_00000_of_00001.safetensors";  // weights and optimizer state
   fs::resize_file(opt_file, fs::file_size(opt_file) - 7);
   try {
@@ -186,11 +186,11 @@ TEST_F(TrainerTest, CheckpointWriteIsAtomicAndReplaces) {
   for (const auto& e : fs::directory_iterator(run + "/checkpoints")) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"LATEST", "step_00000002"}));
-  EXPECT_EQ(resolve_checkpoint_dir(run), run + "/checkpoints/step_00000002");
+  EXPECT_EQ(parallel::resolve_checkpoint_dir(run), run + "/checkpoints/step_00000002");
   t.save(run + "/checkpoints/step_00000002");  // overwrite in place
   EXPECT_FALSE(fs::exists(run + "/checkpoints/step_00000002.tmp"));
   EXPECT_FALSE(fs::exists(run + "/checkpoints/step_00000002.old"));
-  const Checkpoint ck = read_checkpoint(run, true);
+  const parallel::Checkpoint ck = parallel::read_checkpoint(run, true);
   EXPECT_EQ(ck.state.step, 2);
   EXPECT_FALSE(ck.optimizer.empty());
   EXPECT_NE(ck.state.config_yaml.find("dataset: synthetic"), std::string::npos);
@@ -290,7 +290,7 @@ TEST_F(TrainerTest, MixedPrecisionTracksF32) {
 TEST_F(TrainerTest, ResumeIsBitExactWithF16LossScaling) {
   check_resume(kTinyGpt, {"data.path=" + kCorpus, "schedule.name=step", "schedule.step_size=4",
                           "train.save_final=true", "run.precision=f16"}, dir_.string(), 4);
-  const Checkpoint ck = read_checkpoint(dir_.string() + "/b", false);
+  const parallel::Checkpoint ck = parallel::read_checkpoint(dir_.string() + "/b", false);
   ASSERT_TRUE(ck.state.extra.contains("grad_scaler")) << ck.state.extra.dump();
   EXPECT_EQ(ck.state.extra["grad_scaler"]["scale"].get<double>(), 65536.0);
   EXPECT_EQ(ck.state.extra["grad_scaler"]["_growth_tracker"].get<int64_t>(), 4);
@@ -298,7 +298,7 @@ TEST_F(TrainerTest, ResumeIsBitExactWithF16LossScaling) {
 
 TEST_F(TrainerTest, MissingCheckpointNamesThePath) {
   try {
-    read_checkpoint(path("nope"), true);
+    parallel::read_checkpoint(path("nope"), true);
     FAIL();
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find(path("nope")), std::string::npos);

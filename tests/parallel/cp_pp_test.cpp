@@ -93,7 +93,7 @@ void check(const CpPpCase& k) {
       const Tensor x = ops::contiguous(ops::narrow(xb, 0, dr * per, per)),
                    y = ops::contiguous(ops::narrow(yb, 0, dr * per, per));
       // This rank's tokens' mean, on every stage; the dp x cp average is the batch's.
-      const double loss = pm->pipeline_step(x, y, x.shape());
+      const double loss = pm->forward_backward({x, y});
       pm->finalize();
       r.losses.push_back(strata::testing::rank_mean(pm->replica_group(), loss));
       r.norms.push_back(pm->clip_grad_norm(c.clip));

@@ -304,7 +304,7 @@ TEST(PipelineEquivalence, AFailedPeerNamesStageMicroBatchAndPeer) {
         }
         try {
           auto [x, y] = pp_batch(c, 0, 0);
-          pm->pipeline_step(x, y, x.shape());
+          pm->forward_backward({x, y});
         } catch (const CommError& e) {
           errors[0] = e.what();
         }
@@ -352,7 +352,7 @@ TEST(PipelineCheckpoint, Pp2SavesGlobalNamesAndResumesAtPp1AndPp4) {
     auto pm = pp_parallelize(w, c4, pp_gpt(c4));
     pm->load_state(ShardedCheckpointReader(dir), true);
     auto [x, y] = pp_batch(c4, 2, 0);
-    runs[size_t(g.rank())].losses.push_back(pm->pipeline_step(x, y, x.shape()));
+    runs[size_t(g.rank())].losses.push_back(pm->forward_backward({x, y}));
     pm->finalize();
     pm->step();
     runs[size_t(g.rank())].params = pm->module().named_parameters();

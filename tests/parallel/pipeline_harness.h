@@ -104,7 +104,7 @@ inline PpRun pp_train(parallel::ParallelModel& pm, const PpCase& c) {
   const int dp_rank = pm.mesh().rank("dp");
   for (int s = 0; s < c.steps; ++s) {
     auto [x, y] = pp_batch(c, s, dp_rank);
-    double loss = pm.pipeline_step(x, y, x.shape());
+    double loss = pm.forward_backward({x, y});
     pm.finalize();
     if (c.dp > 1) loss = rank_mean(*pm.mesh()["dp"], loss);
     r.losses.push_back(loss);

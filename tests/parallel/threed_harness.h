@@ -142,7 +142,7 @@ inline Run train(ParallelModel& pm, const Case& c) {
     const Tensor x = ops::contiguous(ops::narrow(xb, 0, dr * per, per)), y = ops::contiguous(ops::narrow(yb, 0, dr * per, per));
     double loss = 0;
     if (pm.pipeline()) {
-      loss = pm.pipeline_step(x, y, x.shape());
+      loss = pm.forward_backward({x, y});
     } else {
       Tensor l = pm.forward_with([&] { return model->loss(x, y); });
       loss = l.item<double>();

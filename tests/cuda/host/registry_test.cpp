@@ -54,7 +54,7 @@ TEST(KernelRegistry, SignatureMismatchIsAnError) {
 std::set<std::string> front_end_ops() {
   std::set<std::string> ops;
   const std::regex table(R"re(KernelTable<\w+>\s+k\w+\{\s*"(\w+)")re");
-  for (const auto& f : std::filesystem::directory_iterator(std::string(STRATA_SOURCE_DIR) + "/strata/tensor")) {
+  for (const auto& f : std::filesystem::directory_iterator(std::string(STRATA_SOURCE_DIR) + "/tensor")) {
     if (f.path().extension() != ".cpp") continue;
     std::ifstream in(f.path());
     std::stringstream ss;

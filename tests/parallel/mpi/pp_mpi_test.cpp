@@ -46,7 +46,7 @@ int64_t stage0_activation_peak(parallel::ScheduleKind kind, int m) {
   auto [x, y] = pp_batch(c, 0, 0);
   const int64_t before = cpu_memory().stats(MemCategory::activations).current;
   cpu_memory().reset_peaks();
-  pm->pipeline_step(x, y, x.shape());
+  pm->forward_backward({x, y});
   const int64_t peak = cpu_memory().stats(MemCategory::activations).peak - before;
   pm->zero_grad();
   return peak;

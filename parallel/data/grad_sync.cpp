@@ -1,0 +1,151 @@
+// The three gradient synchronisations behind GradSync: none (one replica), DDP and ZeRO.
+#include <strata/parallel/data/grad_sync.h>
+
+#include <strata/comm/process_group.h>
+#include <strata/core/error.h>
+#include <strata/parallel/checkpoint/layout_io.h>
+#include <strata/parallel/tensor/checkpoint.h>
+#include <strata/tensor/ops.h>
+
+namespace strata::parallel {
+
+void GradSync::step(optim::GradScaler* scaler) {
+  if (!scaler) {
+    optimizer().step();
+    return;
+  }
+  scaler->step(optimizer());  // skipped, with a warning naming the parameters, unless finite
+  scaler->update();
+}
+
+std::vector<ShardPiece> GradSync::state_pieces(const nn::Module& model, const comm::ProcessGroup& group) {
+  return replicated_pieces(model, &optimizer(), group.rank());
+}
+
+void GradSync::load_state(const CheckpointReader& ck, nn::Module& model, bool with_optimizer, const TpLayout* tp) {
+  optim::Optimizer* opt = with_optimizer ? &optimizer() : nullptr;
+  if (tp)
+    load_tp(ck, model, opt, *tp);
+  else
+    load_replicated(ck, model, opt);
+}
+
+namespace {
+
+// One replica: the optimizer over the model's parameters, nothing to exchange.
+class LocalSync final : public GradSync {
+ public:
+  explicit LocalSync(std::unique_ptr<optim::Optimizer> opt) : opt_(std::move(opt)) {}
+  optim::Optimizer& optimizer() override { return *opt_; }
+  std::string name() const override { return "single process"; }
+
+ private:
+  std::unique_ptr<optim::Optimizer> opt_;
+};
+
+// DDP: whole gradients averaged by bucketed all-reduces during backward.
+class DdpSync final : public GradSync {
+ public:
+  DdpSync(std::unique_ptr<DistributedDataParallel> ddp, std::unique_ptr<optim::Optimizer> opt)
+      : ddp_(std::move(ddp)), opt_(std::move(opt)) {}
+  Tensor forward_with(const std::function<Tensor()>& fn) override { return ddp_->forward_with(fn); }
+  Scoped no_sync() override { return std::make_shared<NoSyncGuard>(ddp_->no_sync()); }
+  void reduce_accumulated() override { ddp_->reduce_accumulated(); }
+  void finalize() override { ddp_->finalize(); }
+  void zero_grad() override { ddp_->zero_grad(); }  // keeps .grad aliasing the buckets with bucket views
+  optim::Optimizer& optimizer() override { return *opt_; }
+  bool holds_buckets() const override { return true; }
+  std::string name() const override { return "DDP"; }
+  DistributedDataParallel& ddp() { return *ddp_; }
+
+ private:
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<optim::Optimizer> opt_;
+};
+
+// ZeRO-1/2/3: gradients reduce-scattered into shards, each rank steps its slices.
+class ZeroSync final : public GradSync {
+ public:
+  ZeroSync(std::unique_ptr<ZeroDataParallel> zero, comm::ProcessGroup& group) : zero_(std::move(zero)), group_(group) {}
+  Tensor forward_with(const std::function<Tensor()>& fn) override { return zero_->forward_with(fn); }
+  Scoped no_sync() override { return std::make_shared<ZeroNoSyncGuard>(zero_->no_sync()); }
+  void reduce_accumulated() override { zero_->reduce_accumulated(); }
+  void finalize() override { zero_->finalize(); }
+  // Every rank's slices partition each tensor over the group.
+  double sum_over_shards(double local) override {
+    return comm::all_reduce_host(group_, ops::full({1}, local, DType::f64), comm::ReduceOp::sum).item<double>();
+  }
+  void unscale_(optim::GradScaler& scaler) override {
+    scaler.unscale_(optimizer(), [this](bool found_inf) {
+      const Tensor f = ops::full({1}, found_inf ? 1.0 : 0.0, DType::f64);
+      return comm::all_reduce_host(group_, f, comm::ReduceOp::max).item<double>() > 0;
+    });
+  }
+  void step(optim::GradScaler* scaler) override {
+    if (scaler && scaler->is_enabled()) {
+      scaler->step(zero_->optimizer(), [this] { zero_->step(); });  // a skipped step gathers nothing
+      scaler->update();
+    } else {
+      zero_->step();
+    }
+  }
+  void zero_grad() override { zero_->zero_grad(); }
+  optim::Optimizer& optimizer() override { return zero_->optimizer(); }
+  Scoped gather_parameters() override {  // a no-op below stage 3
+    return std::make_shared<ZeroDataParallel::FullParams>(zero_->summon_full_params());
+  }
+  std::vector<ShardPiece> state_pieces(const nn::Module&, const comm::ProcessGroup&) override {
+    return zero_->state_pieces();
+  }
+  void load_state(const CheckpointReader& ck, nn::Module&, bool with_optimizer, const TpLayout* tp) override {
+    if (tp)
+      load_tp_zero(ck, *zero_, with_optimizer, *tp);
+    else
+      load_zero(ck, *zero_, with_optimizer);
+  }
+  bool shards_state() const override { return true; }
+  std::vector<int64_t> flat_unit_sizes() const override {
+    std::vector<int64_t> out;
+    for (const auto& u : zero_->units()) out.push_back(u.numel);
+    return out;
+  }
+  std::string name() const override { return "ZeRO-" + std::to_string(zero_->stage()); }
+  ZeroDataParallel& zero() { return *zero_; }
+
+ private:
+  std::unique_ptr<ZeroDataParallel> zero_;
+  comm::ProcessGroup& group_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradSync> make_grad_sync(std::shared_ptr<nn::Module> model, comm::ProcessGroup& group,
+                                         const GradSyncOptions& opts) {
+  STRATA_CHECK(opts.make_optimizer != nullptr, "[parallelize] ParallelizeOptions::make_optimizer is not set");
+  if (opts.zero_stage > 0) {
+    // ZeRO-1/2 units are cut like DDP's buckets (a small first and last one).
+    ZeroOptions zo{.stage = opts.zero_stage,
+                   .bucket_cap_mb = opts.ddp.bucket_cap_mb,
+                   .prefetch = opts.fsdp_prefetch,
+                   .broadcast_buffers = opts.ddp.broadcast_buffers,
+                   .wrap = opts.fsdp_wrap};
+    zo.first_unit_mb = opts.ddp.first_bucket_mb;
+    zo.last_unit_mb = opts.ddp.last_bucket_mb;
+    return std::make_unique<ZeroSync>(apply_zero(std::move(model), group, zo, opts.make_optimizer), group);
+  }
+  if (group.size() == 1) return std::make_unique<LocalSync>(opts.make_optimizer(model->named_parameters()));
+  auto ddp = apply_ddp(model, group, opts.ddp);  // broadcasts rank 0's weights
+  return std::make_unique<DdpSync>(std::move(ddp), opts.make_optimizer(model->named_parameters()));
+}
+
+DistributedDataParallel* ddp_of(GradSync& sync) {
+  auto* s = dynamic_cast<DdpSync*>(&sync);
+  return s ? &s->ddp() : nullptr;
+}
+
+ZeroDataParallel* zero_of(GradSync& sync) {
+  auto* s = dynamic_cast<ZeroSync*>(&sync);
+  return s ? &s->zero() : nullptr;
+}
+
+}  // namespace strata::parallel
