@@ -6,17 +6,12 @@
 #include <string>
 
 #include <strata/comm/device_mesh.h>
+#include <strata/nn/parallel_plan.h>
 
 namespace strata::parallel {
 
-/// What the degrees must divide in the model (filled by the caller that knows the
-/// model; parallel/ never looks inside a concrete one). Unset fields are not checked.
-struct ModelLimits {
-  std::optional<int64_t> heads;   ///< attention heads: tp must divide them
-  std::optional<int64_t> vocab;   ///< vocabulary: tp must divide it
-  std::optional<int64_t> layers;  ///< blocks: at least pp of them
-  std::optional<int64_t> block_size{};  ///< sequence length: divisible by 2 * cp (zigzag split)
-};
+/// What the degrees must divide in the model, given by its family (nn/parallel_plan.h).
+using nn::ModelLimits;
 
 /// The degrees of a layout. Config keys: parallel.{dp, cp, tp, pp, zero_stage}.
 struct ParallelDims {
