@@ -366,7 +366,6 @@ Command add_bench_command(CLI::App& parent) {
               return 0;
             }
             if (tp->parsed()) {
-              to->make_plan = [](const nn::Module& m, bool sp) { return model_tp_plan(m, sp); };
               const bench::TpBenchReport r = bench::bench_tp(*to);
               std::printf("GPT, Ψ = %lld, local ranks (threads), one compute thread per rank\n%s", (long long)r.psi,
                           r.to_string().c_str());
