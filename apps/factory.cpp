@@ -1,6 +1,8 @@
 // Config -> datasets, model, optimizer, schedule, loss.
 #include "apps/factory.h"
 
+#include "apps/model_family.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -13,9 +15,6 @@
 #include <strata/data/synthetic.h>
 #include <strata/data/text_dataset.h>
 #include <strata/data/token_dataset.h>
-#include <strata/nn/cnn.h>
-#include <strata/nn/gpt.h>
-#include <strata/nn/mlp.h>
 #include <strata/optim/adam.h>
 #include <strata/optim/sgd.h>
 
@@ -234,44 +233,7 @@ DataBundle build_data(const TrainConfig& cfg) {
 }
 
 std::shared_ptr<nn::Module> build_model(const TrainConfig& cfg, Generator& gen) {
-  const auto& m = cfg.model;
-  if (m.type == "mlp") {
-    nn::MLPConfig c;
-    c.input = shape_numel(input_shape(cfg));
-    c.classes = num_classes(cfg);
-    c.hidden = m.hidden;
-    c.dropout = m.dropout;
-    c.activation = m.activation;
-    return std::make_shared<nn::MLP>(c, gen);
-  }
-  if (m.type == "cnn") {
-    nn::CNNConfig c;
-    const Shape in = input_shape(cfg);
-    const int64_t blocks = int64_t(m.channels.size());
-    if (in.size() != 3 || in[1] != in[2] || in[1] % (int64_t(1) << blocks) != 0)
-      config_fail("model.type", "cnn needs square images [C, H, W] (or [H, W]) whose side is divisible by 2^" +
-                                    std::to_string(blocks) + " (model.channels has " + std::to_string(blocks) +
-                                    " blocks); the data's samples have shape " + shape_str(in));
-    c.in_channels = in[0];
-    c.image_size = in[1];
-    c.classes = num_classes(cfg);
-    c.channels = m.channels;
-    c.batch_norm = m.batch_norm;
-    c.dropout = m.dropout;
-    c.hidden = m.fc_hidden;
-    return std::make_shared<nn::CNN>(c, gen);
-  }
-  nn::GPTConfig c;
-  c.vocab = gpt_vocab(cfg);
-  c.block_size = m.block_size;
-  c.n_layer = m.n_layer;
-  c.n_head = m.n_head;
-  c.n_embd = m.n_embd;
-  c.dropout = m.dropout;
-  c.bias = m.bias;
-  c.tie_weights = m.tie_weights;
-  c.checkpoint = m.checkpoint_activations;
-  return std::make_shared<nn::GPT>(c, gen);
+  return model_family(cfg).build(cfg, gen);
 }
 
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& cfg, const nn::Module& model) {
@@ -311,8 +273,7 @@ optim::LrSchedule build_schedule(const TrainConfig& cfg, int64_t total_steps) {
 }
 
 Tensor batch_loss(nn::Module& model, const TrainConfig& cfg, const data::Batch& batch) {
-  if (cfg.model.type == "gpt") return static_cast<nn::GPT&>(model).loss(batch.input, batch.target);
-  return cross_entropy(model.forward(batch.input), batch.target);
+  return model_family(cfg).loss(model, batch);
 }
 
 }  // namespace strata::apps

@@ -11,6 +11,7 @@
 #include "apps/factory.h"
 #include "apps/flops.h"
 #include "apps/layout.h"
+#include "apps/model_family.h"
 #include "apps/planner.h"
 #include "tests/apps/test_files.h"
 #include <strata/autograd/engine.h>
@@ -69,10 +70,12 @@ TEST(Planner, ParameterShapesEqualTheBuiltModel) {
       EXPECT_EQ(shapes[i].shape, named[i].second.shape()) << label(c) << " " << named[i].first;
     }
     EXPECT_EQ(counts.params, model->num_parameters()) << label(c);
-    EXPECT_EQ(counts.tp_sharded, parallel::tp_sharded_elements(*model, model_tp_plan(*model))) << label(c);
-    EXPECT_EQ(counts.has_tp_plan, !model_tp_plan(*model).empty() && counts.tp_sharded > 0) << label(c);
+    const ModelFamily& family = model_family(cfg);
+    const parallel::TpPlan tp = family.tp_plan(cfg, false);
+    EXPECT_EQ(counts.tp_sharded, parallel::tp_sharded_elements(*model, tp)) << label(c);
+    EXPECT_EQ(counts.has_tp_plan, !tp.empty() && counts.tp_sharded > 0) << label(c);
     EXPECT_DOUBLE_EQ(plan_flops_per_sample(cfg, shapes), train_flops_per_sample(cfg, *model)) << label(c);
-    const parallel::PipelinePlan pp = model_pp_plan(*model, {});
+    const parallel::PipelinePlan pp = family.pp_plan(*model, {}, 1, 1);
     // The MLP has a stage split too (by layers), but the planner lists pipelines of the GPT only.
     EXPECT_EQ(counts.has_pp_plan, cfg.model.type == "gpt" && !pp.empty()) << label(c);
     if (!counts.has_pp_plan) continue;
