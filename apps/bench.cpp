@@ -10,7 +10,6 @@
 
 #include "apps/bench_gemm.h"
 #include "apps/commands.h"
-#include "apps/layout.h"
 #include "apps/soak.h"
 #include "apps/trainer.h"
 #include "bench/comm_bench.h"
@@ -21,6 +20,7 @@
 #include "apps/factory.h"
 #include "apps/flops.h"
 #include "apps/gemm_replay.h"
+#include "apps/model_family.h"
 #include "bench/zero_bench.h"
 #include <strata/comm/mpi.h>
 #include <strata/core/threads.h>
@@ -62,7 +62,7 @@ int bench_train(const std::string& config, const std::vector<std::string>& sets,
   std::printf("%s: %.1f\n", trainer.throughput_unit(), double(trainer.units_per_step()) / per_step);
   // MFU as the trainer logs it: model FLOPs per step over the median step, against this
   // thread count's measured 1024^3 GEMM throughput (strata bench gemm's peak).
-  const double flops = train_flops_per_sample(cfg, trainer.model()) *
+  const double flops = train_flops_per_sample(cfg) *
                        double(cfg.train.batch_size * cfg.train.grad_accum_steps);
   const double peak = measured_gemm_flops();
   std::printf("model: %.3f GFLOP/step, %.1f GFLOP/s (median step); peak (1024^3 GEMM) %.1f GFLOP/s; MFU %.1f%%\n",
@@ -203,7 +203,7 @@ int bench_pp(const PpBenchArgs& a) {
     Generator gen(cfg.run.seed);
     return build_model(cfg, gen);
   };
-  const auto make_plan = [](const nn::Module& m) { return model_pp_plan(m, {}); };
+  const auto make_plan = [&family = model_family(cfg)](const nn::Module& m) { return family.pp_plan(m, {}, 1, 1); };
   if (make_plan(*make_model()).empty())
     STRATA_THROW(ConfigError, "bench pp: model.type ", cfg.model.type, " has no pipeline plan (use a gpt config)");
   bench::PpBenchOptions o{.microbatches = a.microbatches, .steps = a.steps, .per_mb = 4, .seq = cfg.model.block_size,
@@ -366,7 +366,6 @@ Command add_bench_command(CLI::App& parent) {
               return 0;
             }
             if (tp->parsed()) {
-              to->make_plan = [](const nn::Module& m, bool sp) { return model_tp_plan(m, sp); };
               const bench::TpBenchReport r = bench::bench_tp(*to);
               std::printf("GPT, Ψ = %lld, local ranks (threads), one compute thread per rank\n%s", (long long)r.psi,
                           r.to_string().c_str());

@@ -1,6 +1,8 @@
 // Config -> datasets, model, optimizer, schedule, loss.
 #include "apps/factory.h"
 
+#include "apps/model_family.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -14,9 +16,6 @@
 #include <strata/data/synthetic.h>
 #include <strata/data/text_dataset.h>
 #include <strata/data/token_dataset.h>
-#include <strata/nn/cnn.h>
-#include <strata/nn/gpt.h>
-#include <strata/nn/mlp.h>
 #include <strata/optim/adam.h>
 #include <strata/optim/sgd.h>
 
@@ -235,44 +234,7 @@ DataBundle build_data(const TrainConfig& cfg) {
 }
 
 std::shared_ptr<nn::Module> build_model(const TrainConfig& cfg, Generator& gen) {
-  const auto& m = cfg.model;
-  if (m.type == "mlp") {
-    nn::MLPConfig c;
-    c.input = shape_numel(input_shape(cfg));
-    c.classes = num_classes(cfg);
-    c.hidden = m.hidden;
-    c.dropout = m.dropout;
-    c.activation = m.activation;
-    return std::make_shared<nn::MLP>(c, gen);
-  }
-  if (m.type == "cnn") {
-    nn::CNNConfig c;
-    const Shape in = input_shape(cfg);
-    const int64_t blocks = int64_t(m.channels.size());
-    if (in.size() != 3 || in[1] != in[2] || in[1] % (int64_t(1) << blocks) != 0)
-      config_fail("model.type", "cnn needs square images [C, H, W] (or [H, W]) whose side is divisible by 2^" +
-                                    std::to_string(blocks) + " (model.channels has " + std::to_string(blocks) +
-                                    " blocks); the data's samples have shape " + shape_str(in));
-    c.in_channels = in[0];
-    c.image_size = in[1];
-    c.classes = num_classes(cfg);
-    c.channels = m.channels;
-    c.batch_norm = m.batch_norm;
-    c.dropout = m.dropout;
-    c.hidden = m.fc_hidden;
-    return std::make_shared<nn::CNN>(c, gen);
-  }
-  nn::GPTConfig c;
-  c.vocab = gpt_vocab(cfg);
-  c.block_size = m.block_size;
-  c.n_layer = m.n_layer;
-  c.n_head = m.n_head;
-  c.n_embd = m.n_embd;
-  c.dropout = m.dropout;
-  c.bias = m.bias;
-  c.tie_weights = m.tie_weights;
-  c.checkpoint = m.checkpoint_activations;
-  return std::make_shared<nn::GPT>(c, gen);
+  return model_family(cfg).build(cfg, gen);
 }
 
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& cfg, const nn::Module& model) {
@@ -311,12 +273,8 @@ optim::LrSchedule build_schedule(const TrainConfig& cfg, int64_t total_steps) {
   return optim::make_schedule(o);
 }
 
-Tensor batch_loss(nn::Module& model, const TrainConfig&, const data::Batch& batch) {
-  if (auto* gpt = dynamic_cast<nn::GPT*>(&model)) return gpt->loss(batch.input, batch.target);
-  Tensor out = model.forward(batch.input);  // classifier (B, classes) | a wrapped GPT's (B, T, vocab)
-  if (out.dim() == 3)  // as GPT::loss: mean next-token cross-entropy over the B*T positions
-    return cross_entropy(reshape(out, {-1, out.size(out.dim() - 1)}), ops::reshape(batch.target, {-1}), -1);
-  return cross_entropy(out, batch.target);
+Tensor batch_loss(nn::Module& model, const TrainConfig& cfg, const data::Batch& batch) {
+  return model_family(cfg).loss(model, batch);
 }
 
 }  // namespace strata::apps

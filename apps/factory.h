@@ -1,5 +1,6 @@
-// Builds what a TrainConfig describes: datasets (train + eval split), the model, the
-// optimizer and the LR schedule. Shared by train, eval, sample and bench.
+// Builds what a TrainConfig describes: datasets (train + eval split), the model (through
+// its family, model_family.h), the optimizer and the LR schedule. Shared by train, eval,
+// sample and bench.
 #pragma once
 #include <memory>
 #include <optional>
@@ -33,8 +34,9 @@ struct DataBundle {
 /// Loads/generates the datasets (DataError naming the file on a bad dataset path).
 DataBundle build_data(const TrainConfig& cfg);
 
-/// The model for `cfg` (dimensions come from the config alone: fashion 784/10, text
-/// vocab 256, synthetic from its keys). Weights are drawn from `gen`.
+/// The model for `cfg`, built by its family (model_family.h; dimensions come from the
+/// config alone: fashion 784/10, text vocab 256, synthetic from its keys). Weights are
+/// drawn from `gen`.
 std::shared_ptr<nn::Module> build_model(const TrainConfig& cfg, Generator& gen);
 
 /// The GPT's vocabulary: model.vocab_size when set, else 256 bytes for text and
@@ -55,10 +57,10 @@ std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& cfg, optim:
 /// The LR schedule over `total_steps` optimizer steps.
 optim::LrSchedule build_schedule(const TrainConfig& cfg, int64_t total_steps);
 
-/// Mean training loss of one batch: cross-entropy of logits (classifiers) or the GPT's
-/// next-token loss. `model` may be a wrapper whose forward runs the model on the whole
-/// batch (thread replicas): the loss is then taken on its output. Scalar f32 with a graph
-/// when grad mode is on.
+/// Mean training loss of one batch, as the model's family computes it: cross-entropy of
+/// logits (classifiers) or the GPT's next-token loss. `model` may be a wrapper whose
+/// forward runs the family's module on the whole batch (thread replicas): the loss is then
+/// taken on its output. Scalar f32 with a graph when grad mode is on.
 Tensor batch_loss(nn::Module& model, const TrainConfig& cfg, const data::Batch& batch);
 
 }  // namespace strata::apps

@@ -1,7 +1,7 @@
 // Analytic FLOP counts per sample and a quick GEMM peak (see flops.h).
 #include "apps/flops.h"
 
-#include "apps/factory.h"
+#include "apps/model_family.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,28 +10,7 @@
 
 namespace strata::apps {
 
-double train_flops_per_sample(const TrainConfig& cfg, const nn::Module& model) {
-  const auto& m = cfg.model;
-  if (m.type == "gpt") {
-    const double n = double(model.num_parameters()), t = double(m.block_size);
-    return (6.0 * n + 12.0 * double(m.n_layer) * double(m.n_embd) * t) * t;
-  }
-  double forward = 0;
-  int64_t spatial = 28;  // Fashion-MNIST (and the CNN's image_size default)
-  if (m.type == "cnn") {  // the image side: from the config, or the images file's header (idx, npy)
-    const Shape in = input_shape(cfg);
-    if (in.size() == 3) spatial = in[2];
-  }
-  for (const auto& [name, p] : model.named_parameters()) {
-    if (p.dim() == 2) {
-      forward += 2.0 * double(p.numel());  // Linear: 2·in·out
-    } else if (p.dim() == 4) {
-      forward += 2.0 * double(p.numel()) * double(spatial * spatial);  // conv at this block's resolution
-      spatial /= 2;                                                    // then pooled
-    }
-  }
-  return 3.0 * forward;
-}
+double train_flops_per_sample(const TrainConfig& cfg) { return model_family(cfg).spec(cfg).flops_per_sample; }
 
 double measured_gemm_flops() {
   constexpr int64_t n = 1024;

@@ -24,34 +24,8 @@ Device resolve_device(const RunSection& run);
 /// tensors when comm.backend is auto or nccl, else mpi); otherwise a 1-rank local world.
 std::shared_ptr<comm::ProcessGroup> init_world(const TrainConfig& cfg, Device device);
 
-/// What the model allows tp and pp to be (heads, vocabulary, layers of a GPT).
-parallel::ModelLimits model_limits(const TrainConfig& cfg);
-
-/// The tensor-parallel plan of a built model (empty for a model without one: a CNN):
-///   MLP: its hidden Linears in pairs, the first colwise, the second rowwise, the dropout
-///        between them parallel_rng (an odd last hidden layer and the output layer stay
-///        replicated);
-///   GPT: per block attn.c_attn colwise by whole q|k|v heads, attn.c_proj rowwise,
-///        mlp.c_fc colwise, mlp.c_proj rowwise, the attention dropout parallel_rng; wte
-///        (the tied head) and an untied lm_head vocab_parallel; with sequence_parallel
-///        every LayerNorm sequence_norm and the dropouts on the residual stream parallel_rng.
-parallel::TpPlan model_tp_plan(const nn::Module& model, bool sequence_parallel = false);
-
-/// The pipeline split of a built model (empty for a model without one: MLP, CNN):
-///   GPT: blocks "h"; wte, wpe, drop on the first stage; ln_f and the head (wte itself
-///        when tied, summed over the embedding group) on the last; a stage sends
-///        (B, T, n_embd) f32 activations. `layers` is parallel.pp_layers. `seq_shards`:
-///        parallel.tp under sequence parallelism (a stage sends its sequence shard
-///        (B, T/tp, n_embd)), else 1. The loss is GPT::stage_loss (vocabulary-parallel
-///        under tp): the plan refers to `model`, which must outlive it. `cp`:
-///        parallel.cp; while context parallelism is applied (the GPT's shard_sequence
-///        hook set) a stage sends this rank's part of the sequences (B, T/cp, n_embd),
-///        and whole ones while it is suspended (evaluation).
-parallel::PipelinePlan model_pp_plan(const nn::Module& model, const std::vector<int64_t>& layers,
-                                     int64_t seq_shards = 1, int64_t cp = 1);
-
 /// What the config's layout is checked against (parallel::ParallelDims::validate): the
-/// model's limits and the training setup.
+/// model family's limits and sequence splits, and the training setup.
 parallel::LayoutChecks layout_checks(const TrainConfig& cfg, int world);
 
 /// parallel.{dp, tp, pp, zero_stage} resolved for `world` ranks and validated against the

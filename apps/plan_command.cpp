@@ -1,8 +1,8 @@
 // strata plan: the layouts of a config at N ranks. When the config fixes the layout
 // (parallel.dp, tp, pp or zero_stage set) it prints that layout: degrees, mesh, strategy on
 // dp and the per-rank memory of DDP and ZeRO stages 1-3 (parallel::plan_memory); otherwise
-// every valid (dp, tp, pp, zero, schedule) layout ranked by apps/planner.h. Nothing is
-// allocated: the model is counted from the config.
+// every valid (dp, tp, pp, zero, schedule) layout ranked by apps/plan_search.h. Nothing is
+// allocated: the model is its family's description of the config.
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -15,7 +15,9 @@
 #include "apps/flops.h"
 #include "apps/layout.h"
 #include "apps/memory_report.h"
-#include "apps/planner.h"
+#include "apps/model_family.h"
+#include "apps/plan_search.h"
+#include "apps/plan_table.h"
 #include <strata/core/config.h>
 #include <strata/core/error.h>
 #include <strata/parallel/context/context_parallel.h>
@@ -28,12 +30,12 @@ namespace {
 // pp > 1: the stages, the schedule as a chart (one row per pp rank, F/B cells with the
 // micro-batch number, from the simulator with unit-cost forwards and backwards), the
 // bubble formula and the peak in-flight micro-batches per rank.
-void print_pipeline_plan(const TrainConfig& cfg, const parallel::ParallelDims& dims, const ModelCounts& counts) {
+void print_pipeline_plan(const TrainConfig& cfg, const parallel::ParallelDims& dims, const nn::ModelSpec& model) {
   const auto& pl = cfg.parallel.pipeline;
   const parallel::ScheduleShape shape{pl.schedule, dims.pp, pl.microbatches, pl.virtual_stages};
-  if (counts.has_pp_plan) {
+  if (model.has_pp_plan()) {
     std::printf("pipeline stages (%d, blocks of h):", shape.stages());
-    for (const auto& st : parallel::split_stages(counts.block_params, counts.first_params, counts.last_params,
+    for (const auto& st : parallel::split_stages(model.block_params, model.first_params, model.last_params,
                                                  shape.stages(), cfg.parallel.pp_layers))
       std::printf(" %d: [%lld, %lld) on rank %d%s", st.stage, (long long)st.begin, (long long)st.end, shape.owner(st.stage),
                   st.stage + 1 < shape.stages() ? "," : "\n");
@@ -125,13 +127,13 @@ Command add_plan_command(CLI::App& parent) {
             a.flops_per_s = o->gflops > 0 ? o->gflops * 1e9 : measured_gemm_flops();
             a.bytes_per_s = o->bandwidth * 1e9;
             a.microbatches = o->microbatches;
-            const ModelCounts counts = count_model(cfg);  // from the config: nothing is allocated
+            const nn::ModelSpec model = model_family(cfg).spec(cfg);  // from the config: nothing is allocated
             if (!layout_fixed(cfg)) {
               const std::vector<LayoutPlan> plans = plan_layouts(cfg, o->ranks, a);
               size_t fit = 0;
               for (const LayoutPlan& p : plans) fit += p.fits ? 1 : 0;
               std::printf("config: %s | model: %s, Ψ = %lld parameters | optim: %s | batch %lld | %d rank(s)\n",
-                          o->config.c_str(), cfg.model.type.c_str(), (long long)counts.params, cfg.optim.name.c_str(),
+                          o->config.c_str(), cfg.model.type.c_str(), (long long)model.total, cfg.optim.name.c_str(),
                           (long long)cfg.train.batch_size, o->ranks);
               std::printf("step model: %.1f GFLOP/s per rank (%s), %.2f GB/s per rank; step = (compute + tp + pp "
                           "comm) / (1 - bubble) + dp comm\n",
@@ -161,11 +163,11 @@ Command add_plan_command(CLI::App& parent) {
             // f32 parameters (autocast keeps f32 masters) unless run.precision is bf16_params;
             // cp ranks are replicas too.
             parallel::MemoryPlanInput in =
-                memory_plan_input(cfg, counts.params, 4, dims.dp * dims.cp, dims.zero_stage);
+                memory_plan_input(cfg, model.total, 4, dims.dp * dims.cp, dims.zero_stage);
             const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
             in.tp = dims.tp;
             if (dims.tp > 1) {
-              in.tp_sharded_elements = counts.tp_sharded;
+              in.tp_sharded_elements = model.tp_sharded;
               if (in.ddp_bucket_bytes > 0) in.ddp_bucket_bytes = parallel::tp_rank_elements(in) * in.bytes_per_element;
             }
             const int64_t psi = in.param_elements;
@@ -181,7 +183,8 @@ Command add_plan_command(CLI::App& parent) {
               std::printf("tensor parallel over %d: %lld of Ψ sharded, %lld replicated -> %lld parameters per rank%s\n",
                           dims.tp, (long long)in.tp_sharded_elements, (long long)(psi - in.tp_sharded_elements),
                           (long long)parallel::tp_rank_elements(in), sp ? " | sequence parallel" : "");
-            if (cfg.model.type == "gpt" && dims.tp > 1 && cfg.model.block_size % dims.tp == 0) {  // a sequence to split
+            const bool sequences = model_family(cfg).sequences.sequence_parallel;
+            if (sequences && dims.tp > 1 && cfg.model.block_size % dims.tp == 0) {  // a sequence to split
               parallel::SequenceRegionInput r{.batch = cfg.train.batch_size / dims.dp, .seq = cfg.model.block_size,
                                               .embd = cfg.model.n_embd, .layers = cfg.model.n_layer,
                                               .bytes_per_element = in.bytes_per_element,
@@ -194,7 +197,7 @@ Command add_plan_command(CLI::App& parent) {
                           format_bytes_psi(parallel::sequence_region_activation_bytes(r), 0).c_str(),
                           sp ? " (configured)" : "");
             }
-            if (dims.cp > 1) print_cp_plan(cfg, dims);  // context parallel (issue 17)
+            if (dims.cp > 1) print_cp_plan(cfg, dims);  // context parallel
             std::printf("predicted static bytes per rank at %d rank(s) (MiB and multiples of Ψ; DDP buckets %s; "
                         "shards padded to a multiple of %d; activations not included):\n",
                         dims.dp * dims.cp,
@@ -202,10 +205,10 @@ Command add_plan_command(CLI::App& parent) {
                                                                  : "one flat copy of the grads",
                         dims.dp * dims.cp);
             std::printf("%s", format_plan_table(in, dims.zero_stage).c_str());
-            if (dims.pp > 1) print_pipeline_plan(cfg, dims, counts);
+            if (dims.pp > 1) print_pipeline_plan(cfg, dims, model);
             if (!cfg.parallel.thread_replicas()) {  // the planner's row: activations, bytes sent, bubble
               const auto& pl = cfg.parallel.pipeline;
-              const LayoutPlan row = plan_layout(cfg, counts, dims, pl.schedule, pl.microbatches, pl.virtual_stages, a);
+              const LayoutPlan row = plan_layout(cfg, model, dims, pl.schedule, pl.microbatches, pl.virtual_stages, a);
               std::printf("this layout in the planner (activations of the in-flight micro-batches included):\n%s",
                           format_layouts({row}, a, 0).c_str());
             }

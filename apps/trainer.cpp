@@ -80,7 +80,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   // The whole model's size and FLOPs, before tensor and pipeline parallelism leave this
   // rank a shard of its stages.
   model_parameters_ = model_->num_parameters();
-  const double flops_per_sample = train_flops_per_sample(cfg_, *model_);
+  const double flops_per_sample = train_flops_per_sample(cfg_);
   for (const auto& [n, t] : model_->state_dict()) whole_state_names_.push_back(n);
   pm_ = build_parallel_model(cfg_, world, dims, model_);
 

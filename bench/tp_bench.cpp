@@ -8,6 +8,7 @@
 #include <strata/comm/local.h>
 #include <strata/core/memory.h>
 #include <strata/core/threads.h>
+#include <strata/nn/gpt_plans.h>
 #include <strata/optim/adam.h>
 #include <strata/parallel/memory_plan.h>
 #include <strata/parallel/parallelize.h>
@@ -39,7 +40,7 @@ TpBenchResult run_layout(comm::ProcessGroup& g, const TpBenchOptions& o, bool sp
     const ParallelDims dims = ParallelDims{.tp = n}.resolve(n);
     auto pm = parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
                           {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {},
-                           .tp_plan = n > 1 ? o.make_plan(*model, sp) : TpPlan{},
+                           .tp_plan = n > 1 ? nn::gpt_tp_plan(o.gpt, sp) : TpPlan{},
                            .make_optimizer = [](optim::NamedTensors p) {
                              return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{.lr = 1e-4});
                            }});
@@ -82,7 +83,6 @@ TpBenchResult run_layout(comm::ProcessGroup& g, const TpBenchOptions& o, bool sp
 }  // namespace
 
 TpBenchReport bench_tp(const TpBenchOptions& opts) {
-  STRATA_CHECK(opts.make_plan != nullptr, "[bench tp] no plan function");
   TpBenchReport out;
   Generator gen(17);
   const nn::GPT whole(opts.gpt, gen);
@@ -92,7 +92,7 @@ TpBenchReport bench_tp(const TpBenchOptions& opts) {
   for (int n : opts.tps)
     for (bool sp : {false, true}) {
       if (sp && n == 1) continue;
-      const int64_t sharded = n > 1 ? tp_sharded_elements(whole, opts.make_plan(whole, sp)) : 0;
+      const int64_t sharded = n > 1 ? tp_sharded_elements(whole, nn::gpt_tp_plan(opts.gpt, sp)) : 0;
       comm::run_local(n, [&](comm::ProcessGroup& g) {
         TpBenchResult r = run_layout(g, opts, sp, sharded);
         if (g.rank() == 0) out.rows.push_back(r);

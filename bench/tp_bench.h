@@ -2,12 +2,10 @@
 // tp > 1) on gpt_char's GPT, the step time, the time inside tp collectives, the fraction
 // of the step spent communicating, and the per-rank parameter and activation bytes.
 #pragma once
-#include <functional>
 #include <string>
 #include <vector>
 
 #include <strata/nn/gpt.h>
-#include <strata/parallel/tensor/plan.h>
 
 namespace strata::bench {
 
@@ -17,9 +15,7 @@ struct TpBenchOptions {
   int64_t batch = 16;  ///< sequences per step (the same global batch at every tp)
   int steps = 6;       ///< timed steps per layout
   int warmup = 2;
-  std::vector<int> tps = {1, 2, 4};
-  /// The model's plan (apps passes its model_tp_plan; bench does not know the CLI).
-  std::function<parallel::TpPlan(const nn::Module&, bool sequence_parallel)> make_plan;
+  std::vector<int> tps = {1, 2, 4};  ///< each under the GPT's own plan (nn::gpt_tp_plan), with and without SP
 };
 
 struct TpBenchResult {

@@ -74,9 +74,9 @@ void ParallelDims::validate(const LayoutChecks& c) const {
                                                             "parallel.microbatches instead (grad_accum_steps: 1)"));
   }
   if (cp > 1) {
-    if (c.sequences == false)
+    if (c.context_parallel == false)
       config_fail("parallel.cp", detail::str_cat("is ", cp, " but model.type is '", c.model_type,
-                                                 "': only a model of token sequences has sequences to split"));
+                                                 "': its family has no sequences to split"));
     if (c.precision != Precision::f32)
       config_fail("run.precision", detail::str_cat("is ", precision_name(c.precision),
                                                    " but ring attention (parallel.cp > 1) runs in f32 only"));
@@ -85,9 +85,9 @@ void ParallelDims::validate(const LayoutChecks& c) const {
       config_fail("parallel.sequence_parallel", "is true but does not compose with parallel.cp > 1 in this version");
   }
   if (c.sequence_parallel && tp > 1) {
-    if (c.sequences == false)
+    if (c.sequence_parallel_ok == false)
       config_fail("parallel.sequence_parallel", detail::str_cat("is true but the model (", c.model_type,
-                                                                ") has no sequence dimension (only a token model's)"));
+                                                                ") has no sequence dimension to shard"));
     if (c.model.block_size && *c.model.block_size % tp != 0)
       config_fail("parallel.sequence_parallel", detail::str_cat("is true but model.block_size = ", *c.model.block_size,
                                                                 " is not divisible by parallel.tp = ", tp));

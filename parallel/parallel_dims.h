@@ -7,24 +7,21 @@
 
 #include <strata/comm/device_mesh.h>
 #include <strata/core/precision.h>
+#include <strata/nn/parallel_plan.h>
 
 namespace strata::parallel {
 
-/// What the degrees must divide in the model (filled by the caller that knows the
-/// model; parallel/ never looks inside a concrete one). Unset fields are not checked.
-struct ModelLimits {
-  std::optional<int64_t> heads;   ///< attention heads: tp must divide them
-  std::optional<int64_t> vocab;   ///< vocabulary: tp must divide it
-  std::optional<int64_t> layers;  ///< blocks: at least pp of them
-  std::optional<int64_t> block_size{};  ///< sequence length: divisible by 2 * cp (zigzag split)
-};
+/// What the degrees must divide in the model, given by its family (nn/parallel_plan.h).
+using nn::ModelLimits;
 
 /// What a layout is checked against besides the world size: the model and the training
 /// setup (filled by whoever knows them, the CLI from its config; defaults check nothing).
 struct LayoutChecks {
   ModelLimits model{};                    ///< what tp, pp and cp must divide
   std::string model_type;                 ///< model.type, for messages ("" : unnamed)
-  std::optional<bool> sequences;          ///< the model reads token sequences (cp and SP split them); unset: unchecked
+  /// The model's sequence splits (nn::SequenceSplits); unset: unchecked.
+  std::optional<bool> context_parallel;      ///< its sequences split over cp ranks (ring attention)
+  std::optional<bool> sequence_parallel_ok;  ///< Megatron-SP under tp
   std::optional<int64_t> global_batch;    ///< train.batch_size: divisible by dp, per dp rank by the micro-batches
   int grad_accum_steps = 1;               ///< train.grad_accum_steps: 1 under pp (the micro-batches accumulate)
   Precision precision = Precision::f32;   ///< run.precision: no f16 under pp, f32 only under cp

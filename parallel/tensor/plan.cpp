@@ -9,18 +9,6 @@
 
 namespace strata::parallel {
 
-const char* tp_style_name(TpStyle s) {
-  switch (s) {
-    case TpStyle::colwise: return "colwise";
-    case TpStyle::colwise_qkv: return "colwise_qkv";
-    case TpStyle::rowwise: return "rowwise";
-    case TpStyle::parallel_rng: return "parallel_rng";
-    case TpStyle::vocab_parallel: return "vocab_parallel";
-    case TpStyle::sequence_norm: return "sequence_norm";
-  }
-  return "?";
-}
-
 namespace {
 
 // The entry's module has the type and widths its style needs (error naming the path).

@@ -1,8 +1,7 @@
 // The tensor-parallel plan as data (torchtitan's parallelize_module plan): module paths
 // mapped to styles, applied to a model by swapping its Linears for their tp shards.
-// The plan of a concrete model is built where the model is known (apps/), never here.
+// The plan of a concrete model comes with its family (nn/), never from here.
 #pragma once
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,37 +9,15 @@
 #include <strata/comm/process_group.h>
 #include <strata/nn/lm_hooks.h>
 #include <strata/nn/module.h>
+#include <strata/nn/parallel_plan.h>
 #include <strata/parallel/tensor/layers.h>
 
 namespace strata::parallel {
 
-enum class TpStyle {
-  colwise,      ///< ColumnParallelLinear, output left sharded
-  colwise_qkv,  ///< ColumnParallelLinear of a fused q|k|v weight: whole heads of each
-  rowwise,      ///< RowParallelLinear, input already sharded
-  /// A module with its own generator (Dropout) inside a tensor-parallel region: each tp
-  /// rank draws different masks (Megatron's model-parallel RNG). Every other generator
-  /// is made equal over tp, so replicated regions draw identical masks.
-  parallel_rng,
-  /// Vocabulary-parallel (Megatron's VocabParallelEmbedding / parallel lm head): an
-  /// nn::Embedding (wte) becomes a VocabParallelEmbedding, a bias-free nn::Linear head
-  /// (lm_head) a ColumnParallelLinear over the vocabulary. When the path is the head of an
-  /// nn::LanguageModel (the tied wte, or lm_head), its logits and loss are computed from
-  /// the vocabulary shards (vocab_parallel_cross_entropy): (N, V) never exists on a rank.
-  vocab_parallel,
-  /// A LayerNorm on sequence shards (SequenceParallelNorm). Any such entry turns on
-  /// sequence parallelism (Megatron-SP) for the whole plan: the residual stream of the
-  /// nn::LanguageModel is split along T after the embeddings and gathered after the final
-  /// norm, colwise layers all-gather their input along T and rowwise ones reduce-scatter
-  /// their output along T (in place of the all-reduces). Needs a vocab_parallel head.
-  sequence_norm,
-};
-const char* tp_style_name(TpStyle s);
-
-/// Module path ("net.1", "h.0.attn.c_attn") -> style. Every path must name an nn::Linear,
-/// except parallel_rng paths (a module with its own generator), vocab_parallel ones (an
-/// Embedding or a bias-free Linear) and sequence_norm ones (a LayerNorm).
-using TpPlan = std::map<std::string, TpStyle>;
+// The plan's types are the model family's data (nn/parallel_plan.h).
+using nn::TpStyle;
+using nn::TpPlan;
+using nn::tp_style_name;
 
 /// One parameter that apply_tp sharded: its global name and shape and how it is split.
 struct TpShardedParam {

@@ -17,9 +17,7 @@ namespace {
 class FlopsTest : public strata::testing::TempDirTest {};
 
 double flops_of(const std::string& yaml, const std::vector<std::string>& sets) {
-  const TrainConfig cfg = TrainConfig::load(yaml, sets);
-  Generator g(0);
-  return train_flops_per_sample(cfg, *build_model(cfg, g));
+  return train_flops_per_sample(TrainConfig::load(yaml, sets));
 }
 
 TEST_F(FlopsTest, DirectCountsAndTheGptEstimate) {
@@ -36,7 +34,7 @@ TEST_F(FlopsTest, DirectCountsAndTheGptEstimate) {
   Generator gen(0);
   const auto model = build_model(g, gen);
   const double t = double(g.model.block_size);
-  EXPECT_DOUBLE_EQ(train_flops_per_sample(g, *model),
+  EXPECT_DOUBLE_EQ(train_flops_per_sample(g),
                    (6.0 * double(model->num_parameters()) + 12.0 * double(g.model.n_layer * g.model.n_embd) * t) * t);
 }
 

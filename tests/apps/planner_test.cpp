@@ -1,23 +1,27 @@
-// The layout planner: parameters counted from the config equal the built model's (names,
-// shapes, tp-sharded part, pipeline split, FLOPs) for every shipped config and more; the
-// ZeRO paper's figures reproduced; the enumeration's rules; and the per-rank bytes of the
-// equivalence-test layouts within 5% of what the allocator measures.
+// The layout planner: each family's description of a config (model_family(cfg).spec)
+// equals the model the family builds (names, shapes, tp-sharded part, pipeline split,
+// FLOPs) for every shipped config and more; the ZeRO paper's figures reproduced; the
+// enumeration's rules; and the per-rank bytes of the equivalence-test layouts within 5% of
+// what the allocator measures.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "apps/factory.h"
-#include "apps/flops.h"
 #include "apps/layout.h"
-#include "apps/planner.h"
+#include "apps/model_family.h"
+#include "apps/plan_search.h"
 #include "tests/apps/test_files.h"
 #include <strata/autograd/engine.h>
 #include <strata/comm/local.h>
 #include <strata/core/config.h>
 #include <strata/core/memory.h>
 #include <strata/core/thread_memory.h>
+#include <strata/nn/gpt_spec.h>
 #include <strata/parallel/pipeline/stage.h>
 #include <strata/parallel/tensor/plan.h>
 
@@ -52,33 +56,53 @@ std::string label(const Case& c) {
   return s;
 }
 
+// FLOPs of a sample counted from the built model's parameters (flops.h's formulas).
+double flops_of_built(const TrainConfig& cfg, const nn::Module& model) {
+  if (cfg.model.type == "gpt") {
+    const double n = double(model.num_parameters()), t = double(cfg.model.block_size);
+    return (6.0 * n + 12.0 * double(cfg.model.n_layer) * double(cfg.model.n_embd) * t) * t;
+  }
+  double forward = 0;
+  int64_t spatial = cfg.model.type == "cnn" ? input_shape(cfg)[2] : 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (p.dim() == 2) {
+      forward += 2.0 * double(p.numel());
+    } else if (p.dim() == 4) {
+      forward += 2.0 * double(p.numel()) * double(spatial * spatial);
+      spatial /= 2;
+    }
+  }
+  return 3.0 * forward;
+}
+
 TEST(Planner, ParameterShapesEqualTheBuiltModel) {
   int built = 0;
   for (const Case& c : cases()) {
     const TrainConfig cfg = TrainConfig::load(c.yaml, c.sets);
-    const std::vector<ParamShape> shapes = model_param_shapes(cfg);
-    const ModelCounts counts = count_model(cfg);
-    if (counts.params > 50'000'000) continue;  // paper-scale configs: counted, never built here
+    const ModelFamily& family = model_family(cfg);
+    const nn::ModelSpec spec = family.spec(cfg);
+    if (spec.total > 50'000'000) continue;  // paper-scale configs: counted, never built here
     ++built;
     Generator gen(0);
     const auto model = build_model(cfg, gen);
     const auto named = model->named_parameters();
-    ASSERT_EQ(shapes.size(), named.size()) << label(c);
+    ASSERT_EQ(spec.params.size(), named.size()) << label(c);
     for (size_t i = 0; i < named.size(); ++i) {
-      EXPECT_EQ(shapes[i].name, named[i].first) << label(c);
-      EXPECT_EQ(shapes[i].shape, named[i].second.shape()) << label(c) << " " << named[i].first;
+      EXPECT_EQ(spec.params[i].name, named[i].first) << label(c);
+      EXPECT_EQ(spec.params[i].shape, named[i].second.shape()) << label(c) << " " << named[i].first;
     }
-    EXPECT_EQ(counts.params, model->num_parameters()) << label(c);
-    EXPECT_EQ(counts.tp_sharded, parallel::tp_sharded_elements(*model, model_tp_plan(*model))) << label(c);
-    EXPECT_EQ(counts.has_tp_plan, !model_tp_plan(*model).empty() && counts.tp_sharded > 0) << label(c);
-    EXPECT_DOUBLE_EQ(plan_flops_per_sample(cfg, shapes), train_flops_per_sample(cfg, *model)) << label(c);
-    const parallel::PipelinePlan pp = model_pp_plan(*model, {});
+    EXPECT_EQ(spec.total, model->num_parameters()) << label(c);
+    const parallel::TpPlan tp = family.tp_plan(cfg, false);
+    EXPECT_EQ(spec.tp_sharded, parallel::tp_sharded_elements(*model, tp)) << label(c);
+    EXPECT_EQ(spec.has_tp_plan(), !tp.empty() && spec.tp_sharded > 0) << label(c);
+    EXPECT_DOUBLE_EQ(spec.flops_per_sample, flops_of_built(cfg, *model)) << label(c);
+    const parallel::PipelinePlan pp = family.pp_plan(*model, {}, 1, 1);
     // The MLP has a stage split too (by layers), but the planner lists pipelines of the GPT only.
-    EXPECT_EQ(counts.has_pp_plan, cfg.model.type == "gpt" && !pp.empty()) << label(c);
-    if (!counts.has_pp_plan) continue;
+    EXPECT_EQ(spec.has_pp_plan(), cfg.model.type == "gpt" && !pp.empty()) << label(c);
+    if (!spec.has_pp_plan()) continue;
     for (int stages = 2; stages <= cfg.model.n_layer; ++stages) {
       const auto want = parallel::plan_stages(*model, pp, stages);
-      const auto got = parallel::split_stages(counts.block_params, counts.first_params, counts.last_params, stages);
+      const auto got = parallel::split_stages(spec.block_params, spec.first_params, spec.last_params, stages);
       ASSERT_EQ(want.size(), got.size());
       for (size_t s = 0; s < want.size(); ++s) {
         EXPECT_EQ(want[s].begin, got[s].begin) << label(c) << " stages " << stages;
@@ -87,6 +111,38 @@ TEST(Planner, ParameterShapesEqualTheBuiltModel) {
     }
   }
   EXPECT_GE(built, 15);
+}
+
+// The TP-sharded parameters of a family's description are exactly those apply_tp splits
+// when it applies the family's plan to the built model at tp 2.
+TEST(Planner, TpShardedParametersAreWhatApplyTpShards) {
+  int checked = 0;
+  for (const Case& c : cases()) {
+    const TrainConfig cfg = TrainConfig::load(c.yaml, c.sets);
+    const ModelFamily& family = model_family(cfg);
+    const nn::ModelSpec spec = family.spec(cfg);
+    if (spec.total > 50'000'000 || !spec.has_tp_plan()) continue;
+    if (std::any_of(spec.tp_widths.begin(), spec.tp_widths.end(), [](int64_t w) { return w % 2 != 0; })) continue;
+    if (cfg.model.type == "gpt" && (cfg.model.n_head % 2 != 0 || gpt_vocab(cfg) % 2 != 0)) continue;
+    std::set<std::string> want;
+    for (const nn::ParamSpec& p : spec.params)
+      if (p.tp_sharded) want.insert(p.name);
+    for (bool sp : {false, true}) {
+      if (sp && !family.sequences.sequence_parallel) continue;
+      std::vector<std::set<std::string>> got(2);
+      comm::run_local(2, [&](comm::ProcessGroup& g) {
+        std::shared_ptr<comm::ProcessGroup> tp(&g, [](comm::ProcessGroup*) {});
+        Generator gen(0);
+        const auto model = build_model(cfg, gen);
+        const parallel::TpLayout layout = parallel::apply_tp(*model, family.tp_plan(cfg, sp), tp);
+        for (const parallel::TpShardedParam& p : layout.sharded) got[size_t(g.rank())].insert(p.name);
+      });
+      EXPECT_EQ(got[0], want) << label(c) << (sp ? " sp" : "");
+      EXPECT_EQ(got[1], want) << label(c) << (sp ? " sp" : "");
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 8);
 }
 
 // A paper-scale GPT is counted, not built: 12C² + 13C per block (biases and LayerNorms
@@ -98,8 +154,8 @@ TEST(Planner, LargeGptCountsInClosedForm) {
         kTinyGpt, {"model.n_layer=" + std::to_string(l), "model.n_embd=" + std::to_string(c),
                    "model.n_head=" + std::to_string(h), "model.vocab_size=" + std::to_string(v),
                    "model.block_size=" + std::to_string(t)});
-    const ModelCounts n = count_model(cfg);
-    EXPECT_EQ(n.params, l * (12 * c * c + 13 * c) + v * c + t * c + 2 * c);
+    const nn::ModelSpec n = model_family(cfg).spec(cfg);
+    EXPECT_EQ(n.total, l * (12 * c * c + 13 * c) + v * c + t * c + 2 * c);
     // tp shards c_attn (3C² + 3C), c_fc (4C² + 4C), both c_proj weights (C² + 4C²) and wte.
     EXPECT_EQ(n.tp_sharded, l * (12 * c * c + 7 * c) + v * c);
   }
@@ -117,7 +173,7 @@ TEST(Planner, SeventyBillionIsPlannedWithoutATensor) {
   const auto plans = plan_layouts(cfg, 1024, PlanAssumptions{.flops_per_s = 4e11, .bytes_per_s = 5e10});
   EXPECT_EQ(cpu_memory().total_peak(), before);
   EXPECT_GT(plans.size(), 100u);
-  EXPECT_EQ(count_model(cfg).params, 69'561'221'120);
+  EXPECT_EQ(model_family(cfg).spec(cfg).total, 69'561'221'120);
 }
 
 // The ZeRO paper (Rajbhandari et al., Fig. 1): Ψ = 7.5B, N = 64, mixed-precision Adam
@@ -144,19 +200,19 @@ TEST(Planner, ZeroPaperFigures) {
 // 9 a·s²·b (2 f32 + 1 u8 per score) + 16 s·b.
 TEST(Planner, MegatronActivationFormula) {
   const int64_t s = 64, b = 2, h = 32, a = 4;
-  const ActivationInput in{.batch = b, .seq = s, .embd = h, .heads = a, .vocab = 8, .layers = 1, .first = false,
-                           .last = false, .dropout = true};
+  const nn::GptActivationInput in{.batch = b, .seq = s, .embd = h, .heads = a, .vocab = 8, .layers = 1,
+                                  .first = false, .last = false, .dropout = true};
   const int64_t sbh = s * b * h, as2b = a * s * s * b;
   // Megatron's 34 s·b·h are 16 two-byte elements and 2 one-byte masks, its 5 a·s²·b two
   // 2-byte score tensors and a mask; ours keeps 17 f32 elements (one more: the scaled q),
   // the same masks, and the same scores and mask with 4-byte scores.
   const int64_t megatron = sbh * (34 + 5 * a * s / h);
   EXPECT_EQ(megatron, 2 * 16 * sbh + 2 * sbh + 5 * as2b);
-  EXPECT_EQ(gpt_activation_bytes(in), 4 * 17 * sbh + 2 * sbh + 9 * as2b + 16 * s * b);
+  EXPECT_EQ(nn::gpt_activation_bytes(in), 4 * 17 * sbh + 2 * sbh + 9 * as2b + 16 * s * b);
   // Without dropout the attention is fused: one f32 probability tensor, no masks.
-  ActivationInput fused = in;
+  nn::GptActivationInput fused = in;
   fused.dropout = false;
-  EXPECT_EQ(gpt_activation_bytes(fused), 4 * 16 * sbh + 4 * as2b + 16 * s * b);
+  EXPECT_EQ(nn::gpt_activation_bytes(fused), 4 * 16 * sbh + 4 * as2b + 16 * s * b);
 }
 
 TEST(Planner, InFlightMicroBatchesEqualTheScheduleSimulator) {
@@ -224,13 +280,13 @@ TEST(Planner, EnumeratesEveryValidLayoutSortedByStepTime) {
   // dp 8: DDP, ZeRO-1/2/3 (4) + dp 4 x tp 2 (4) + dp 2 x tp 4 (4) + pp layouts.
   EXPECT_GT(plans.size(), 12u);
   // ZeRO-3 at dp 8 holds 16Ψ/8 (padded) of static state, DDP 20Ψ (with its buckets).
-  const ModelCounts counts = count_model(cfg);
+  const nn::ModelSpec spec = model_family(cfg).spec(cfg);
   for (const LayoutPlan& p : plans) {
     if (p.dims.dp != 8) continue;
     if (p.dims.zero_stage == 3) {
-      EXPECT_EQ(p.memory.total(), 16 * ((counts.params + 7) / 8));
+      EXPECT_EQ(p.memory.total(), 16 * ((spec.total + 7) / 8));
     } else if (p.dims.zero_stage == 0) {
-      EXPECT_EQ(p.memory.total(), 20 * counts.params);
+      EXPECT_EQ(p.memory.total(), 20 * spec.total);
     }
   }
   // A memory limit marks and sorts: what fits first.
@@ -339,7 +395,7 @@ TEST(PlannerMemory, EquivalenceLayoutsWithinFivePercentOfTheAllocator) {
     const parallel::ParallelDims dims = resolve_dims(cfg, l.ranks);
     const auto& pl = cfg.parallel.pipeline;
     const LayoutPlan p =
-        plan_layout(cfg, count_model(cfg), dims, pl.schedule, pl.microbatches, pl.virtual_stages, PlanAssumptions{});
+        plan_layout(cfg, model_family(cfg).spec(cfg), dims, pl.schedule, pl.microbatches, pl.virtual_stages, PlanAssumptions{});
     int64_t static_sum = 0, act_sum = 0;
     for (const RankBytes& r : p.pp_ranks) {
       static_sum += r.memory.total() * dims.dp * dims.tp;

@@ -40,16 +40,6 @@ std::shared_ptr<nn::GPT> cp_gpt(const CpPpCase& k) {
   return std::make_shared<nn::GPT>(cfg, gen);
 }
 
-// apps/layout.cpp's model_pp_plan with parallel.cp: a stage sends (B, T/cp, C) while cp
-// is applied, whole sequences while it is suspended (evaluation).
-PipelinePlan cp_pp_plan(const nn::GPT& model, int cp) {
-  PipelinePlan p = pp_plan(model, 1);
-  p.activation = [c = model.config().n_embd, cp, g = &model](const PipelineStageSpec&, const Shape& in) {
-    return ActivationSpec{{in[0], g->lm_hooks().shard_sequence ? in[1] / cp : in[1], c}, DType::f32};
-  };
-  return p;
-}
-
 void check(const CpPpCase& k) {
   const Case& c = k.base;
   SCOPED_TRACE(k.str());
@@ -71,13 +61,15 @@ void check(const CpPpCase& k) {
     const ParallelDims dims =
         ParallelDims{.dp = c.dp, .tp = c.tp, .pp = c.pp, .zero_stage = c.zero, .cp = k.cp}.resolve(w->size());
     std::shared_ptr<nn::GPT> model = cp_gpt(k);
-    PipelinePlan plan = cp_pp_plan(*model, k.cp);
+    // The GPT's plan at parallel.cp: a stage sends (B, T/cp, C) while cp is applied, whole
+    // sequences while it is suspended (evaluation).
+    PipelinePlan plan = nn::gpt_pp_plan(*model, {}, 1, k.cp);
     auto pm = parallelize(model, comm::DeviceMesh(w, dims.mesh_shape()),
                           {.dims = dims,
                            .ddp = {},
                            .fsdp_prefetch = true,
                            .fsdp_wrap = {},
-                           .tp_plan = c.tp > 1 ? tp_plan(gpt_config(c), false) : TpPlan{},
+                           .tp_plan = c.tp > 1 ? nn::gpt_tp_plan(gpt_config(c)) : TpPlan{},
                            .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
                            .pp_plan = std::move(plan),
                            .cp_split = k.split,

@@ -1,14 +1,15 @@
 // The 3D (dp x tp x pp, ZeRO on dp) harness, shared by the local-backend gtests and the
-// mpirun -np 8 test: a GPT with 4 heads and 4 blocks, its tensor-parallel and pipeline
-// plans written out as apps/layout.cpp builds them, the single-process reference, one
-// rank's run through parallelize(), and the comparison of a rank's tp shards with the
-// reference's tensors (no gather: each shard's global runs are compared in place).
+// mpirun -np 8 test: a GPT with 4 heads and 4 blocks under its own tensor-parallel and
+// pipeline plans (nn/gpt_plans.h), the single-process reference, one rank's run through
+// parallelize(), and the comparison of a rank's tp shards with the reference's tensors
+// (no gather: each shard's global runs are compared in place).
 #pragma once
 #include <string>
 #include <vector>
 
 #include <strata/comm/device_mesh.h>
 #include <strata/nn/gpt.h>
+#include <strata/nn/gpt_plans.h>
 #include <strata/optim/clip.h>
 #include <strata/parallel/checkpoint/layout_io.h>
 #include <strata/parallel/parallelize.h>
@@ -55,49 +56,6 @@ inline std::shared_ptr<nn::GPT> gpt(const Case& c) {
   return std::make_shared<nn::GPT>(gpt_config(c), gen);
 }
 
-/// apps/layout.cpp's model_tp_plan for the GPT, as data.
-inline TpPlan tp_plan(const nn::GPTConfig& cfg, bool sp) {
-  TpPlan p;
-  for (int64_t i = 0; i < cfg.n_layer; ++i) {
-    const std::string h = "h." + std::to_string(i) + ".";
-    p[h + "attn.c_attn"] = TpStyle::colwise_qkv;
-    p[h + "attn.c_proj"] = TpStyle::rowwise;
-    p[h + "mlp.c_fc"] = TpStyle::colwise;
-    p[h + "mlp.c_proj"] = TpStyle::rowwise;
-    p[h + "attn.attn_dropout"] = TpStyle::parallel_rng;
-    if (!sp) continue;
-    for (const char* ln : {"ln_1", "ln_2"}) p[h + ln] = TpStyle::sequence_norm;
-    for (const char* d : {"attn.resid_dropout", "mlp.dropout"}) p[h + d] = TpStyle::parallel_rng;
-  }
-  p["wte"] = TpStyle::vocab_parallel;
-  if (!cfg.tie_weights) p["lm_head"] = TpStyle::vocab_parallel;
-  if (sp) {
-    p["ln_f"] = TpStyle::sequence_norm;
-    p["drop"] = TpStyle::parallel_rng;
-  }
-  return p;
-}
-
-/// apps/layout.cpp's model_pp_plan: the loss is GPT::stage_loss (vocabulary-parallel under
-/// tp) and a stage sends its sequence shard under sequence parallelism.
-inline PipelinePlan pp_plan(const nn::GPT& model, int64_t seq_shards) {
-  const nn::GPTConfig& cfg = model.config();
-  PipelinePlan p;
-  p.blocks = "h";
-  p.first = {"wte", "wpe", "drop"};
-  p.last = {"ln_f", cfg.tie_weights ? "wte" : "lm_head"};
-  if (cfg.tie_weights) p.tied = {"wte.weight"};
-  p.forward = [](nn::Module& m, const PipelineStageSpec& s, const Tensor& in) {
-    return dynamic_cast<nn::GPT&>(m).forward_stage(in, s.begin, s.end, s.first(), s.last());
-  };
-  const nn::GPT* g = &model;
-  p.loss = [g](const Tensor& out, const Tensor& y) { return g->stage_loss(out, y); };
-  p.activation = [c = cfg.n_embd, seq_shards](const PipelineStageSpec&, const Shape& in) {
-    return ActivationSpec{{in[0], in[1] / seq_shards, c}, DType::f32};
-  };
-  return p;
-}
-
 struct Run {
   std::vector<double> losses, norms;  ///< of steps [first, steps)
   nn::NamedTensors params;            ///< this rank's (its stages', its tp shards), after the steps
@@ -118,13 +76,13 @@ inline Run reference(const Case& c) {
 inline std::unique_ptr<ParallelModel> build(std::shared_ptr<comm::ProcessGroup> world, const Case& c) {
   const ParallelDims dims = ParallelDims{.dp = c.dp, .tp = c.tp, .pp = c.pp, .zero_stage = c.zero}.resolve(world->size());
   std::shared_ptr<nn::GPT> model = gpt(c);
-  PipelinePlan plan = pp_plan(*model, c.sp && c.tp > 1 ? c.tp : 1);
+  PipelinePlan plan = nn::gpt_pp_plan(*model, {}, c.sp && c.tp > 1 ? c.tp : 1);
   return parallelize(std::move(model), comm::DeviceMesh(std::move(world), dims.mesh_shape()),
                      {.dims = dims,
                       .ddp = {},
                       .fsdp_prefetch = true,
                       .fsdp_wrap = {},
-                      .tp_plan = c.tp > 1 ? tp_plan(gpt_config(c), c.sp) : TpPlan{},
+                      .tp_plan = c.tp > 1 ? nn::gpt_tp_plan(gpt_config(c), c.sp) : TpPlan{},
                       .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
                       .pp_plan = std::move(plan),
                       .make_optimizer = tp::adamw});

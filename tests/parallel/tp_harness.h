@@ -6,6 +6,8 @@
 #include <vector>
 
 #include <strata/comm/local.h>
+#include <strata/nn/gpt.h>
+#include <strata/nn/gpt_plans.h>
 #include <strata/optim/adam.h>
 #include <strata/parallel/parallelize.h>
 #include "zero_equivalence.h"
@@ -32,45 +34,30 @@ struct TpCase {
 inline bool has(const std::string& kind, const char* part) { return kind.find(part) != std::string::npos; }
 
 // Heads divisible by 4 (the shared harness's GPT has 2).
+inline nn::GPTConfig tp_gpt_config(const std::string& kind) {
+  return {.vocab = 16,
+          .block_size = 8,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_embd = 16,
+          .tie_weights = !has(kind, "untied"),
+          .checkpoint = has(kind, "ckpt")};
+}
+
 inline std::shared_ptr<nn::Module> tp_model(const std::string& kind, uint64_t seed) {
   if (kind == "mlp") return st::make_model("mlp", seed);
   Generator gen(seed);
-  return std::make_shared<nn::GPT>(nn::GPTConfig{.vocab = 16,
-                                                 .block_size = 8,
-                                                 .n_layer = 2,
-                                                 .n_head = 4,
-                                                 .n_embd = 16,
-                                                 .tie_weights = !has(kind, "untied"),
-                                                 .checkpoint = has(kind, "ckpt")},
-                                   gen);
+  return std::make_shared<nn::GPT>(tp_gpt_config(kind), gen);
 }
 
-// The plans apps/layout.cpp builds for these models, written out as data: per block the
-// four Linears and the attention dropout; with `vocab` wte (and an untied lm_head)
-// vocab_parallel; with `sp` every LayerNorm sequence_norm and the dropouts on the
-// sequence shards (drop, resid_dropout, mlp.dropout) parallel_rng.
+// The MLP's first hidden pair (net.1 colwise, net.3 rowwise); the GPT's own plan
+// (nn/gpt_plans.h), without its vocab_parallel entries unless `vocab`.
 inline TpPlan tp_plan(const std::string& kind, bool vocab = true, bool sp = false) {
   if (kind == "mlp") return {{"net.1", TpStyle::colwise}, {"net.3", TpStyle::rowwise}};
-  TpPlan p;
-  for (int i = 0; i < 2; ++i) {
-    const std::string h = "h." + std::to_string(i) + ".";
-    p[h + "attn.c_attn"] = TpStyle::colwise_qkv;
-    p[h + "attn.c_proj"] = TpStyle::rowwise;
-    p[h + "mlp.c_fc"] = TpStyle::colwise;
-    p[h + "mlp.c_proj"] = TpStyle::rowwise;
-    p[h + "attn.attn_dropout"] = TpStyle::parallel_rng;
-    if (sp) {
-      for (const char* ln : {"ln_1", "ln_2"}) p[h + ln] = TpStyle::sequence_norm;
-      for (const char* d : {"attn.resid_dropout", "mlp.dropout"}) p[h + d] = TpStyle::parallel_rng;
-    }
-  }
-  if (vocab) {
-    p["wte"] = TpStyle::vocab_parallel;
-    if (has(kind, "untied")) p["lm_head"] = TpStyle::vocab_parallel;
-  }
-  if (sp) {
-    p["ln_f"] = TpStyle::sequence_norm;
-    p["drop"] = TpStyle::parallel_rng;
+  TpPlan p = nn::gpt_tp_plan(tp_gpt_config(kind), sp);
+  if (!vocab) {
+    p.erase("wte");
+    p.erase("lm_head");
   }
   return p;
 }

@@ -1,4 +1,4 @@
-// The MLP's pipeline plan (apps/layout.cpp, model_pp_plan): stages cut between whole
+// The MLP's pipeline plan (nn/mlp_plans.h, mlp_pp_plan): stages cut between whole
 // layers (a Linear with its activation and dropout; the Flatten joins the first), and a
 // pipeline of them trains the same model as one process on the whole batch.
 #include <gtest/gtest.h>
@@ -9,8 +9,8 @@
 #include <strata/core/error.h>
 #include <strata/nn/linear.h>
 #include <strata/nn/mlp.h>
+#include <strata/nn/mlp_plans.h>
 #include <strata/parallel/pipeline/stage.h>
-#include "apps/layout.h"
 #include "tests/parallel/pipeline_harness.h"
 
 using namespace strata;
@@ -61,7 +61,7 @@ void check_mlp(const MlpCase& c) {
     const ParallelDims dims =
         ParallelDims{.dp = c.dp, .tp = 1, .pp = c.pp, .zero_stage = c.zero_stage}.resolve(g.size());
     auto model = pp_mlp();
-    PipelinePlan plan = apps::model_pp_plan(*model, c.layers);
+    PipelinePlan plan = nn::mlp_pp_plan(*model, c.layers);
     auto pm = parallelize(model, comm::DeviceMesh(w, dims.mesh_shape()),
                           {.dims = dims,
                            .ddp = {},
@@ -102,7 +102,7 @@ void check_mlp(const MlpCase& c) {
 
 TEST(PipelineMlpPlan, StagesCutBetweenWholeLayers) {
   auto model = pp_mlp();
-  const PipelinePlan plan = apps::model_pp_plan(*model, {});
+  const PipelinePlan plan = nn::mlp_pp_plan(*model, {});
   ASSERT_FALSE(plan.empty());
   EXPECT_EQ(plan.blocks, "net");
   // Flatten, Linear, ReLU | Linear, ReLU | Linear, ReLU | Linear
@@ -126,7 +126,7 @@ TEST(PipelineMlpPlan, StagesCutBetweenWholeLayers) {
   const auto two = plan_stages(*model, plan, 2);
   EXPECT_EQ(two[0].end, 3);
   // Explicit layers count layers, not blocks.
-  PipelinePlan explicit_plan = apps::model_pp_plan(*model, {3, 1});
+  PipelinePlan explicit_plan = nn::mlp_pp_plan(*model, {3, 1});
   const auto e = plan_stages(*model, explicit_plan, 2);
   EXPECT_EQ(e[0].end, 7);
   // The activation a stage sends: its last Linear's width.

@@ -1,0 +1,78 @@
+// The table of the layout search (see plan_table.h).
+#include "apps/plan_table.h"
+
+#include <cstdio>
+
+namespace strata::apps {
+
+std::string bytes_str(int64_t b) {
+  char buf[32];
+  const double d = double(b);
+  if (d >= 1024.0 * 1024 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", d / (1024.0 * 1024 * 1024));
+  else if (d >= 1024.0 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f MiB", d / (1024.0 * 1024));
+  else if (d >= 1024.0)
+    std::snprintf(buf, sizeof buf, "%.2f KiB", d / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%lld B", (long long)b);
+  return buf;
+}
+
+namespace {
+
+std::string schedule_str(const LayoutPlan& p) {
+  if (p.dims.pp == 1) return "-";
+  std::string s = parallel::schedule_name(p.schedule);
+  s += " m" + std::to_string(p.microbatches);
+  if (p.virtual_stages > 1) s += " v" + std::to_string(p.virtual_stages);
+  return s;
+}
+
+std::string seconds_str(double s) {
+  char buf[32];
+  if (s <= 0) return "-";
+  if (s < 1e-3)
+    std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  else if (s < 1)
+    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
+}  // namespace
+
+std::string format_layouts(const std::vector<LayoutPlan>& plans, const PlanAssumptions& a, size_t limit) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%3s  %-4s %-4s %-4s %-4s %-16s %10s %10s %10s %10s %4s %10s | %10s %10s %10s | %6s %10s  %s\n",
+                "#", "dp", "tp", "pp", "zero", "schedule", "params", "grads", "optim+buf", "activ", "mb", "total",
+                "dp sent", "tp sent", "pp sent", "bubble", "step", "fits");
+  out += line;
+  size_t n = 0;
+  bool starred = false;
+  for (const LayoutPlan& p : plans) {
+    if (limit > 0 && n >= limit) break;
+    ++n;
+    const std::string fits = a.memory_per_rank <= 0 ? "-" : p.fits ? "yes" : "NO";
+    std::snprintf(line, sizeof line,
+                  "%3zu  %-4d %-4d %-4d %-4d %-16s %10s %10s %10s %10s %4d %10s | %10s %10s %10s | %6.3f %10s  %s%s\n", n,
+                  p.dims.dp, p.dims.tp, p.dims.pp, p.dims.zero_stage, schedule_str(p).c_str(),
+                  bytes_str(p.memory.params).c_str(), bytes_str(p.memory.grads).c_str(),
+                  bytes_str(p.memory.optimizer + p.memory.comm).c_str(), bytes_str(p.activations).c_str(), p.in_flight,
+                  bytes_str(p.total()).c_str(), bytes_str(p.dp_bytes).c_str(), bytes_str(p.tp_bytes).c_str(),
+                  bytes_str(p.pp_bytes).c_str(), p.bubble, seconds_str(p.step_s).c_str(), fits.c_str(),
+                  p.note.empty() ? "" : " *");
+    out += line;
+    if (!p.note.empty()) starred = true;
+  }
+  if (starred)
+    out += "* pp with ZeRO-3: each stage's units stay gathered for the whole pipeline step, a peak this "
+           "row does not model; listed, never chosen\n";
+  if (limit > 0 && plans.size() > limit)
+    out += "... " + std::to_string(plans.size() - limit) + " more (--top 0 lists all)\n";
+  return out;
+}
+
+}  // namespace strata::apps

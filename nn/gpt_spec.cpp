@@ -1,0 +1,137 @@
+// The GPT's planner description (see gpt_spec.h): shapes from the config, the parts the
+// TP plan and the pipeline split give them, FLOPs and activation bytes.
+#include <strata/nn/gpt_spec.h>
+
+#include <string>
+
+#include <strata/core/error.h>
+#include <strata/nn/gpt_plans.h>
+
+namespace strata::nn {
+
+// Per tensor the autograd graph keeps (N = b·T rows, C = n_embd, H heads, f32 = 4 bytes;
+// "/tp" where tensor parallelism splits it, "/sp" where sequence parallelism does):
+//   block:  its input x (N·C/sp, kept by ln_1), ln_1's mean and rstd (2N/sp) and output
+//           (N·C/sp), qkv (3N·C/tp), the attention probabilities (b·H/tp·T·T) and output
+//           y (N·C/tp), the residual sum h (N·C/sp, kept by ln_2), ln_2's stats and
+//           output (as ln_1's), c_fc's output (4N·C/tp, kept by GELU) and GELU's
+//           (4N·C/tp, kept by c_proj): 16 N·C + 4N + b·H·T² without tp. Under SP a
+//           LayerNorm output is kept only all-gathered (N·C, by the column-parallel
+//           linear after it), so it stays N·C while x, h and the statistics shrink. With
+//           dropout p > 0 the attention runs unfused: the scaled q (N·C/tp), the softmax
+//           output and the dropped probabilities (2 b·H/tp·T² instead of 1) and u8 masks
+//           (b·H/tp·T², and N·C/sp for each of the 2 residual dropouts).
+//   first:  the positions (T i64) and the embeddings' dropout mask (N·C/sp u8).
+//   last:   ln_f's input and stats (N·C/sp, 2N/sp) and output (N·C, gathered under SP),
+//           and the loss's probabilities (N·V/tp).
+// With model.checkpoint_activations a block keeps only its input (N·C/sp) until its
+// backward recomputes it; the recomputation holds one block's worth at a time.
+// Megatron-LM's count (16-bit, s·b·h·(34 + 5·a·s/h) bytes per layer) is the same list in
+// 2-byte elements, less the LayerNorm statistics and our scaled-q copy (docs/planner.md).
+int64_t gpt_activation_bytes(const GptActivationInput& a) {
+  STRATA_CHECK(a.batch > 0 && a.seq > 0 && a.embd > 0 && a.heads > 0 && a.vocab > 0 && a.layers >= 0 && a.tp >= 1,
+               "[plan] activation sizes must be positive");
+  const bool sp = a.sequence_parallel && a.tp > 1;
+  const int64_t tp = a.tp, spd = sp ? tp : 1;
+  const int64_t n = a.batch * a.seq, nc = n * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
+  // Under SP a LayerNorm's output shard is all-gathered and only the gathered N·C is kept
+  // (by the column-parallel linear), so its output counts N·C with or without SP.
+  int64_t block = nc / spd + 2 * n / spd + nc      // x, ln_1 stats and output
+                  + 3 * nc / tp + att + nc / tp    // qkv, probabilities, y
+                  + nc / spd + 2 * n / spd + nc    // h, ln_2
+                  + 8 * nc / tp;                   // c_fc and GELU outputs
+  int64_t block_u8 = 0;
+  if (a.dropout) {
+    block += nc / tp + att;
+    block_u8 += att + 2 * nc / spd;
+  }
+  int64_t bytes = 0;
+  if (a.checkpoint)
+    bytes = a.layers * (nc / spd) * 4 + (a.layers > 0 ? block * 4 + block_u8 : 0);
+  else
+    bytes = a.layers * (block * 4 + block_u8);
+  if (a.first) bytes += a.seq * 8 + (a.dropout ? nc / spd : 0);
+  if (a.last) bytes += (nc / spd + 2 * n / spd + nc + n * (a.vocab / tp)) * 4;
+  if (a.pipeline) bytes += (a.last ? n * (a.vocab / tp) : nc) * 4;
+  return bytes;
+}
+
+// What a backward holds on top of the stored activations, at its largest: in a block's MLP,
+// GELU's backward holds the gradients of its output and of c_fc's (4N·C/tp each), and
+// c_fc's weight gradient (4C²/tp) exists before it is accumulated. Once per rank (one
+// backward runs at a time); the freeing of the backwarded micro-batch's own activations
+// as its backward proceeds is not subtracted (PlannerMemory measures each rank's peak).
+int64_t gpt_backward_transient_bytes(const GptActivationInput& a) {
+  const int64_t n = a.batch * a.seq, tp = a.tp;
+  return (8 * n * a.embd / tp + 4 * a.embd * a.embd / tp) * 4;
+}
+
+namespace {
+
+void add(std::vector<ParamSpec>& out, const std::string& name, Shape shape, StagePart part, int64_t block = -1) {
+  out.push_back({.name = name, .shape = std::move(shape), .tp_sharded = false, .part = part, .block = block});
+}
+
+// A Linear (out, in) and its bias; a LayerNorm's weight and bias.
+void add_linear(std::vector<ParamSpec>& out, const std::string& path, int64_t in, int64_t outf, bool bias,
+                StagePart part, int64_t block) {
+  add(out, path + ".weight", {outf, in}, part, block);
+  if (bias) add(out, path + ".bias", {outf}, part, block);
+}
+
+void add_layer_norm(std::vector<ParamSpec>& out, const std::string& path, int64_t dim, bool bias, StagePart part,
+                    int64_t block = -1) {
+  add(out, path + ".weight", {dim}, part, block);
+  if (bias) add(out, path + ".bias", {dim}, part, block);
+}
+
+}  // namespace
+
+ModelSpec gpt_spec(const GPTConfig& cfg) {
+  const int64_t c = cfg.n_embd, v = cfg.vocab, t = cfg.block_size;
+  std::vector<ParamSpec> ps;
+  ps.reserve(size_t(12 * cfg.n_layer + 5));
+  add(ps, "wte.weight", {v, c}, cfg.tie_weights ? StagePart::tied : StagePart::first);
+  add(ps, "wpe.weight", {t, c}, StagePart::first);
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    add_layer_norm(ps, h + "ln_1", c, cfg.bias, StagePart::block, l);
+    add_linear(ps, h + "attn.c_attn", c, 3 * c, cfg.bias, StagePart::block, l);
+    add_linear(ps, h + "attn.c_proj", c, c, cfg.bias, StagePart::block, l);
+    add_layer_norm(ps, h + "ln_2", c, cfg.bias, StagePart::block, l);
+    add_linear(ps, h + "mlp.c_fc", c, 4 * c, cfg.bias, StagePart::block, l);
+    add_linear(ps, h + "mlp.c_proj", 4 * c, c, cfg.bias, StagePart::block, l);
+  }
+  add_layer_norm(ps, "ln_f", c, cfg.bias, StagePart::last);
+  if (!cfg.tie_weights) add(ps, "lm_head.weight", {v, c}, StagePart::last);
+  const TpPlan plan = gpt_tp_plan(cfg);  // sequence parallelism shards no parameter
+  for (ParamSpec& p : ps) p.tp_sharded = tp_shards(plan, p.name);
+
+  ModelSpec s = ModelSpec::from_params(std::move(ps));
+  const double td = double(t);
+  s.flops_per_sample = (6.0 * double(s.total) + 12.0 * double(cfg.n_layer) * double(c) * td) * td;
+  s.stage_output_per_sample = t * c;
+  s.tp_per_block = {{.per_sample = t * c, .count = 4}};
+  s.tp_first = {{.per_sample = t * c, .count = 1}};
+  s.tp_last = {{.per_sample = t * c, .count = 1}, {.per_sample = t, .count = 3}};
+  s.activation_bytes = [cfg](const RankActivationQuery& q) {
+    // Interleaved: a rank's chunks are alike; each in-flight (micro-batch, chunk) keeps
+    // one chunk's activations (the first/last extras counted once each).
+    const GptActivationInput blocks{.batch = q.batch, .seq = cfg.block_size, .embd = cfg.n_embd, .heads = cfg.n_head,
+                                    .vocab = cfg.vocab, .layers = q.layers, .first = false, .last = false, .tp = q.tp,
+                                    .sequence_parallel = q.sequence_parallel, .dropout = cfg.dropout > 0,
+                                    .checkpoint = cfg.checkpoint, .pipeline = false};
+    int64_t bytes = int64_t(q.in_flight) * gpt_activation_bytes(blocks);
+    GptActivationInput ends = blocks;
+    ends.layers = 0;
+    ends.first = q.first;
+    ends.last = q.last;
+    ends.pipeline = q.pipeline;  // a rank's stages: its output (or the logits) per in-flight micro-batch
+    if (q.first || q.last || q.pipeline) bytes += int64_t(q.in_flight) * gpt_activation_bytes(ends);
+    if (q.layers > 0) bytes += gpt_backward_transient_bytes(blocks);
+    return bytes;
+  };
+  return s;
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,44 @@
+// The GPT as the layout planner reads it, from its config alone: parameter names and
+// shapes (tp-sharded ones marked by gpt_tp_plan), the pipeline parts, FLOPs per sample,
+// and the activations strata's autograd graph keeps (docs/planner.md).
+#pragma once
+#include <cstdint>
+
+#include <strata/nn/gpt.h>
+#include <strata/nn/model_spec.h>
+
+namespace strata::nn {
+
+/// The stored activations of a GPT micro-batch that a pipeline rank keeps from a forward to
+/// its backward, as strata's autograd graph holds them (f32, no activation checkpointing
+/// unless `checkpoint`): see gpt_activation_bytes() in gpt_spec.cpp for the per-tensor sum.
+struct GptActivationInput {
+  int64_t batch = 1, seq = 1, embd = 1, heads = 1, vocab = 1;
+  int64_t layers = 1;      ///< blocks on this stage
+  bool first = true;       ///< holds the embeddings
+  bool last = true;        ///< holds ln_f, the head and the loss
+  int tp = 1;
+  bool sequence_parallel = false;
+  bool dropout = false;    ///< model.dropout > 0
+  bool checkpoint = false; ///< model.checkpoint_activations: only each block's input is kept
+  /// Under the pipeline executor, which holds each in-flight micro-batch's stage output
+  /// until its backward: N·C more on a stage that sends its output on (last = false), the
+  /// logits N·V/tp on the last stage.
+  bool pipeline = false;
+};
+int64_t gpt_activation_bytes(const GptActivationInput& in);
+/// What one block's backward holds on top of the stored activations at its largest (the
+/// MLP's output-gradient pair and c_fc's weight gradient); a rank's peak adds it once.
+int64_t gpt_backward_transient_bytes(const GptActivationInput& in);
+
+/// wte, wpe, h.i.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}, ln_f, and
+/// lm_head when untied, in GPT's named_parameters() order; tp-sharded as gpt_tp_plan(cfg)
+/// splits them; wte, wpe on the first stage, ln_f and the head on the last (a tied wte
+/// on both). FLOPs (6N + 12·L·C·T)·T per sequence (PaLM's estimate: N all parameters,
+/// the attention scores and values of T positions). A stage sends (B, T, C); tp
+/// all-reduces (B, T, C) twice per block each way, once for the embeddings and once for
+/// the head's input, and the loss's 3 of B·T values. Activations: a rank's in-flight
+/// micro-batches' gpt_activation_bytes() and one backward's transients.
+ModelSpec gpt_spec(const GPTConfig& cfg);
+
+}  // namespace strata::nn

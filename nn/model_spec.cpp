@@ -1,0 +1,47 @@
+// The counts of a model description (see model_spec.h).
+#include <strata/nn/model_spec.h>
+
+#include <strata/core/error.h>
+
+namespace strata::nn {
+
+ModelSpec ModelSpec::from_params(std::vector<ParamSpec> params) {
+  ModelSpec s;
+  s.params = std::move(params);
+  for (const ParamSpec& p : s.params) {
+    const int64_t n = p.numel(), sh = p.tp_sharded ? n : 0;
+    s.total += n;
+    s.tp_sharded += sh;
+    switch (p.part) {
+      case StagePart::whole: break;
+      case StagePart::block:
+        STRATA_CHECK(p.block >= 0, "[ModelSpec] ", p.name, " is in a block but has no block index");
+        if (size_t(p.block) >= s.block_params.size()) {
+          s.block_params.resize(size_t(p.block) + 1, 0);
+          s.block_tp_sharded.resize(size_t(p.block) + 1, 0);
+        }
+        s.block_params[size_t(p.block)] += n;
+        s.block_tp_sharded[size_t(p.block)] += sh;
+        break;
+      case StagePart::first:
+        s.first_params += n;
+        s.first_tp_sharded += sh;
+        break;
+      case StagePart::last:
+        s.last_params += n;
+        s.last_tp_sharded += sh;
+        break;
+      case StagePart::tied:  // the first stage's, and the last's head
+        s.first_params += n;
+        s.first_tp_sharded += sh;
+        s.last_params += n;
+        s.last_tp_sharded += sh;
+        s.tied_params += n;
+        s.tied_tp_sharded += sh;
+        break;
+    }
+  }
+  return s;
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,91 @@
+// What the layout planner knows of a model without building it: each parameter's name,
+// shape, whether the family's TP plan splits it and where the pipeline puts it, the
+// FLOPs of a sample, the activations a rank keeps and what tp exchanges. A family
+// derives it from its own config (nn/gpt_spec.h, mlp_spec.h, cnn_spec.h), so the
+// planner never mirrors a model's shapes.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <strata/tensor/tensor.h>
+
+namespace strata::nn {
+
+/// Where the pipeline split puts a parameter.
+enum class StagePart {
+  whole,  ///< the family has no pipeline description: every rank holds the whole model
+  block,  ///< in one block of the block list (ParamSpec::block)
+  first,  ///< on the first stage (embeddings)
+  last,   ///< on the last stage (final norm, untied head)
+  tied,   ///< on the first and the last stage (a tied embedding), held once at pp 1
+};
+
+/// One parameter of the model, as its module registers it.
+struct ParamSpec {
+  std::string name;           ///< "h.3.attn.c_attn.weight"
+  Shape shape;                ///< (out, in) for a Linear, (num, dim) for an Embedding, ...
+  bool tp_sharded = false;    ///< the family's TP plan (without sequence parallelism) splits it over tp
+  StagePart part = StagePart::whole;
+  int64_t block = -1;         ///< its block (part block)
+  int64_t numel() const { return shape_numel(shape); }
+};
+
+/// `count` all-reduces over tp of `per_sample` values per sample of a micro-batch.
+struct TpAllReduce {
+  int64_t per_sample = 0;
+  int64_t count = 1;
+};
+
+/// One pipeline rank's share of the model, for its activation peak. A family without a
+/// pipeline description reads only batch, tp and sequence_parallel (one rank holds all).
+struct RankActivationQuery {
+  int64_t batch = 1;     ///< samples per micro-batch
+  int64_t layers = 0;    ///< blocks of the largest chunk (stage) the rank runs
+  bool first = false;    ///< it runs the first stage
+  bool last = false;     ///< it runs the last stage
+  int in_flight = 1;     ///< its peak of (micro-batch, chunk) pairs forwarded and not yet backwarded
+  bool pipeline = false; ///< under the pipeline executor (pp > 1)
+  int tp = 1;
+  bool sequence_parallel = false;
+};
+
+/// The planner's description of one model. Build it with from_params(), then fill the
+/// family's estimates.
+struct ModelSpec {
+  std::vector<ParamSpec> params;  ///< the trainable parameters in named_parameters() order (a tied head once)
+
+  // Counted from `params` by from_params().
+  int64_t total = 0;       ///< Ψ
+  int64_t tp_sharded = 0;  ///< of Ψ, the elements the TP plan splits over tp
+  /// Per block of the block list, its parameters and the tp-sharded ones among them
+  /// (empty: the family has no pipeline description and is planned at pp 1 only).
+  std::vector<int64_t> block_params, block_tp_sharded;
+  /// What the first stage holds besides its blocks (embeddings) and the last (final norm
+  /// and head: a tied embedding again), each with its tp-sharded part.
+  int64_t first_params = 0, first_tp_sharded = 0, last_params = 0, last_tp_sharded = 0;
+  /// The tied parameters, counted in both first_* and last_* (held once by a rank holding both ends).
+  int64_t tied_params = 0, tied_tp_sharded = 0;
+
+  // The family's estimates.
+  double flops_per_sample = 0;  ///< forward + backward of one training sample
+  /// Values per sample a stage sends to the next (and receives back as its gradient).
+  int64_t stage_output_per_sample = 0;
+  /// What tp all-reduces per micro-batch, forward and backward together: per block a
+  /// rank runs, on the first stage, on the last stage, and once for a model without blocks.
+  std::vector<TpAllReduce> tp_per_block, tp_first, tp_last, tp_whole;
+  /// Widths the TP plan cuts that tp must divide beyond the family's limits (the MLP's
+  /// paired hidden layers).
+  std::vector<int64_t> tp_widths;
+  /// Peak activation bytes of one rank (stored activations of its in-flight micro-batches
+  /// and what one backward adds at its largest). Set by every family.
+  std::function<int64_t(const RankActivationQuery&)> activation_bytes;
+
+  bool has_tp_plan() const { return tp_sharded > 0; }
+  bool has_pp_plan() const { return !block_params.empty(); }
+  /// A spec of `params` with the counts above filled in (every other field left for the family).
+  static ModelSpec from_params(std::vector<ParamSpec> params);
+};
+
+}  // namespace strata::nn
