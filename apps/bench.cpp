@@ -322,7 +322,7 @@ Command add_bench_command(CLI::App& parent) {
   auto to = std::make_shared<bench::TpBenchOptions>();
   tp->add_option("--steps", to->steps, "Timed steps per layout")->check(CLI::PositiveNumber);
   tp->add_option("--batch", to->batch, "Sequences per step")->check(CLI::PositiveNumber);
-  // Context parallel (issue 17).
+  // Context parallel.
   CLI::App* cpb = cmd->add_subcommand("cp", "Context parallel (ring attention) at cp 1, 2, 4 over sequence lengths: step, "
                                             "attention, exposed comm, K/V bytes, activations; zigzag vs plain balance");
   auto cpo = std::make_shared<bench::CpBenchOptions>();

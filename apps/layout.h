@@ -1,7 +1,6 @@
-// Building the layout `strata train` runs on: the world group (mpi or nccl under mpirun,
-// one local rank otherwise), the degrees resolved against it and the model, the mesh, the
-// model composed by parallel::parallelize(), this rank's data share, and DataParallel's
-// thread replicas when parallel.replicas asks for them.
+// Building the layout `strata train` runs on: the degrees resolved against the world and
+// checked against the model and the training setup, the mesh, the model composed by
+// parallel::parallelize() (thread replicas included), and this rank's data share.
 #pragma once
 #include <functional>
 #include <memory>
@@ -11,18 +10,9 @@
 #include <strata/data/dataloader.h>
 #include <strata/data/sampler.h>
 #include <strata/nn/module.h>
-#include <strata/parallel/data/data_parallel.h>
 #include <strata/parallel/parallelize.h>
 
 namespace strata::apps {
-
-/// run.device as a Device: "cuda" under mpirun is the local rank's GPU. ConfigError naming
-/// run.device when that GPU is not visible.
-Device resolve_device(const RunSection& run);
-
-/// The world group of a run: under an MPI launcher every process is a rank (nccl for CUDA
-/// tensors when comm.backend is auto or nccl, else mpi); otherwise a 1-rank local world.
-std::shared_ptr<comm::ProcessGroup> init_world(const TrainConfig& cfg, Device device);
 
 /// What the config's layout is checked against (parallel::ParallelDims::validate): the
 /// model family's limits and sequence splits, and the training setup.

@@ -1,4 +1,4 @@
-// strata bench soak: a long training run (issue 13, "Load") that checks that memory stays
+// strata bench soak: a long training run that checks that memory stays
 // flat: the allocator's high-water marks when the run has settled (the probe step) must
 // equal those at its last step. Checkpoints, evaluation and logging run on their usual
 // schedule in between, through the Trainer itself.

@@ -14,6 +14,7 @@
 
 #include "apps/flops.h"
 #include "apps/layout.h"
+#include "apps/world.h"
 #include "apps/memory_report.h"
 #include "apps/trace_command.h"
 #include <strata/autograd/autocast.h>

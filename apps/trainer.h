@@ -38,7 +38,7 @@ struct TrainerOptions {
   /// Print the per-category memory table (allocator vs plan) at the end of train().
   bool memory_report = false;
   /// The world group to train on, e.g. one rank of a local (threads) world, for `strata
-  /// bench soak`. Null: mpirun's world, else one local rank (apps/layout.h's init_world).
+  /// bench soak`. Null: mpirun's world, else one local rank (apps/world.h's init_world).
   std::shared_ptr<comm::ProcessGroup> world = nullptr;
   /// Called by train() on every rank after each optimizer step and its log, eval and
   /// checkpoint, with the step number (the soak's memory probes).

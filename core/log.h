@@ -1,4 +1,4 @@
-// Diagnostics go through spdlog (the design card's logging library): warnings, notes,
+// Diagnostics go through spdlog: warnings, notes,
 // per-rank errors and checkpoint messages. stdout stays the user's (progress, results);
 // the log is for diagnosis. Every line carries the time, the rank and the level.
 #pragma once

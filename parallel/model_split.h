@@ -39,7 +39,7 @@ struct EvalSums {
 
 /// What a training step passes to the split.
 struct StepContext {
-  std::optional<DType> autocast;          ///< forward and loss under autocast to this dtype
+  std::optional<DType> autocast{};        ///< forward and loss under autocast to this dtype
   optim::GradScaler* scaler = nullptr;    ///< scales each loss before its backward (f16)
   int64_t step = 0;                       ///< the step's number, for messages
 };

@@ -18,11 +18,11 @@ using nn::ModelLimits;
 /// setup (filled by whoever knows them, the CLI from its config; defaults check nothing).
 struct LayoutChecks {
   ModelLimits model{};                    ///< what tp, pp and cp must divide
-  std::string model_type;                 ///< model.type, for messages ("" : unnamed)
+  std::string model_type{};               ///< model.type, for messages ("" : unnamed)
   /// The model's sequence splits (nn::SequenceSplits); unset: unchecked.
-  std::optional<bool> context_parallel;      ///< its sequences split over cp ranks (ring attention)
-  std::optional<bool> sequence_parallel_ok;  ///< Megatron-SP under tp
-  std::optional<int64_t> global_batch;    ///< train.batch_size: divisible by dp, per dp rank by the micro-batches
+  std::optional<bool> context_parallel{};    ///< its sequences split over cp ranks (ring attention)
+  std::optional<bool> sequence_parallel_ok{};  ///< Megatron-SP under tp
+  std::optional<int64_t> global_batch{};  ///< train.batch_size: divisible by dp, per dp rank by the micro-batches
   int grad_accum_steps = 1;               ///< train.grad_accum_steps: 1 under pp (the micro-batches accumulate)
   Precision precision = Precision::f32;   ///< run.precision: no f16 under pp, f32 only under cp
   bool cuda = false;                      ///< run.device is a GPU: cp has no CUDA kernel

@@ -28,8 +28,8 @@ namespace strata::parallel {
 
 /// Everything parallelize() needs besides the model and the mesh.
 struct ParallelizeOptions {
-  ParallelDims dims;        ///< resolved degrees (dims.resolve(world)); must match the mesh
-  DDPOptions ddp;           ///< DDP's buckets (also ZeRO-1/2's unit size: ddp.bucket_cap_mb)
+  ParallelDims dims{};      ///< resolved degrees (dims.resolve(world)); must match the mesh
+  DDPOptions ddp{};         ///< DDP's buckets (also ZeRO-1/2's unit size: ddp.bucket_cap_mb)
   bool fsdp_prefetch = true;  ///< ZeRO-3: gather the next unit while this one computes
   std::vector<std::string> fsdp_wrap{};  ///< ZeRO-3 units (module paths); empty: default_wrap_policy
   /// The model's tensor-parallel plan (built where the model is known, e.g. apps/);
@@ -44,7 +44,7 @@ struct ParallelizeOptions {
   CpSplit cp_split = CpSplit::zigzag;
   /// Builds the optimizer over the parameters it is given (the model's, or ZeRO's 1-D
   /// slices of this rank's shard, with the same names).
-  OptimizerFactory make_optimizer;
+  OptimizerFactory make_optimizer{};
   /// The mean loss of a batch (train_step, forward_backward and eval_batch of a layout
   /// without pipeline stages; a pipeline's last stage uses pp_plan.loss).
   LossFn loss{};
@@ -64,14 +64,14 @@ using NoSync = Scoped;
 struct StepOptions {
   double grad_clip = 0;                 ///< > 0: the global gradient norm is clipped to it
   optim::GradScaler* scaler = nullptr;  ///< f16: dynamic loss scaling (steps skipped on overflow)
-  std::optional<DType> autocast;        ///< forward and loss under autocast to this dtype
+  std::optional<DType> autocast{};      ///< forward and loss under autocast to this dtype
   int64_t step = 0;                     ///< the step's number, for messages
 };
 
 /// What one training step did.
 struct StepResult {
   double loss = 0;                 ///< mean loss over the step's batches (every rank)
-  std::optional<double> grad_norm; ///< before clipping, when clipped
+  std::optional<double> grad_norm{};  ///< before clipping, when clipped
 };
 
 /// The handle parallelize() returns; a training loop drives it without knowing which
@@ -109,6 +109,7 @@ class ParallelModel {
   /// clipping, the optimizer step and zero_grad. Error "training diverged" when a loss is
   /// not finite.
   StepResult train_step(std::span<const Batch> batches, const StepOptions& opts = {});
+  StepResult train_step(const Batch& batch, const StepOptions& opts = {}) { return train_step({&batch, 1}, opts); }
   /// Forward, loss and backward of `batches`, the gradient reduction finished (the first
   /// part of train_step). Returns the mean loss on every rank.
   double forward_backward(std::span<const Batch> batches, const StepContext& ctx = {});

@@ -1,5 +1,5 @@
 #!/bin/sh
-# What the runtime ISA dispatch (tensor/cpu/clones.h) is worth: GPT (gpt_char) and
+# What the runtime ISA dispatch (tensor/cpu/isa_dispatch.h) is worth: GPT (gpt_char) and
 # MLP (fashion_mlp) training step times, one thread, pinned to one core, with the portable
 # build's loops forced to the baseline (= a build without dispatch), to x86-64-v3 and at
 # x86-64-v4, and, given a -DSTRATA_NATIVE=ON build directory, with its libstrata_tensor.so

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds strata under the compiler's sanitizers and runs the suites (issue 13; results
+# Builds strata under the compiler's sanitizers and runs the suites (results
 # and choices in docs/reliability.md, "Sanitizers"):
 #   asan  build-asan, STRATA_SANITIZE=address,undefined: the whole CPU suite (ctest),
 #         less the tests that only exercise the build system (see ASAN_EXCLUDE)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoint writes that fail (issue 13): a file size limit (RLIMIT_FSIZE), a full disk (a
+# Checkpoint writes that fail: a file size limit (RLIMIT_FSIZE), a full disk (a
 # small tmpfs) and a crash in the middle of writing a step's files. Each time the previous
 # checkpoint must stay loadable with LATEST pointing at it, a half-written step_N.tmp must be
 # ignored and removed on resume, and the resumed run must log the same losses, bit for bit,

@@ -1,4 +1,4 @@
-# Context parallelism through the CLI (issue 17): `mpirun -np 2 strata train` of the tiny
+# Context parallelism through the CLI: `mpirun -np 2 strata train` of the tiny
 # GPT at parallel.cp 2 (zigzag and plain) and at np 4 with dp 2 x cp 2 and cp 2 x pp 2 logs the same
 # losses as one process (1e-5 relative, the world-averaged loss), its checkpoint
 # evaluates in one process and resumes at cp 2 and in one process alike, and what context parallelism does not support is a config

@@ -1,4 +1,4 @@
-# Hostile inputs through the built `strata` binary (issue 13, ctest label e2e): each is
+# Hostile inputs through the built `strata` binary (ctest label e2e): each is
 # one error naming the key path (config, exit 2) or the file (data, exit 1), never a hang
 # (FIFOs), a crash or a partial run. Two roles as in e2e.cmake: included, it registers one
 # ctest entry per case; run with -DCASE=<name> -P, it executes that case.

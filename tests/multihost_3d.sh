@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 3D parallelism across hosts (issue 16): configs/gpt_char_3d.yaml (dp 2 x tp 2 x pp 2,
+# 3D parallelism across hosts: configs/gpt_char_3d.yaml (dp 2 x tp 2 x pp 2,
 # ZeRO-1, 1F1B) on 2 network-namespace hosts x 4 ranks (tests/netns_hosts.sh: real TCP
 # between them), ranks placed by slot so ranks 0-3 are on host 1 and 4-7 on host 2: with
 # the mesh pp x dp x tp each tp pair and each dp pair stays inside a host and the pipeline

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A host cut off the network mid-training (issue 13): mpirun -np 2 across two network-
+# A host cut off the network mid-training: mpirun -np 2 across two network-
 # namespace hosts (tests/netns_hosts.sh), DDP, comm.timeout_s 10, with the teardown flags
 # run.sh uses (scripts/mpi_fault_flags.sh). Host 2's link goes down after 5 steps; the rank on
 # host 1 must report its own timeout, mpirun must exit non-zero within comm.timeout_s + 30 s,

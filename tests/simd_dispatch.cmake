@@ -1,5 +1,5 @@
 # The portable build (no STRATA_NATIVE) carries x86-64-v4 and x86-64-v3 variants of the
-# vectorisable CPU loops next to the baseline ones (tensor/cpu/clones.h); this checks
+# vectorisable CPU loops next to the baseline ones (tensor/cpu/isa_dispatch.h); this checks
 # the library holds them, for the kernels of every hot file. tests/tensor/simd_dispatch_test.cpp
 # runs each variant and compares the results.
 if(STRATA_CPU_DISPATCH AND NOT STRATA_NATIVE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU"

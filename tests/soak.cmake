@@ -1,4 +1,4 @@
-# Soak (issue 13, "Load"): `strata bench soak` trains the tiny GPT (dropout on) under DDP,
+# Soak: `strata bench soak` trains the tiny GPT (dropout on) under DDP,
 # checkpointing, evaluating and logging every N steps, and fails (exit 1, "GREW") unless
 # every rank's tensor peak and the caching allocator's reserved peak at the probe step
 # equal those at the last step. Smoke runs (label e2e, ./test.sh): 4 mpirun ranks and 8

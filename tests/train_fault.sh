@@ -169,7 +169,7 @@ for r in $survivors; do
     fi
   elif echo "$line" | grep -q "timed out after $timeout_s s (comm.timeout_s)"; then
     timeouts=$((${timeouts:-0} + 1))
-    # ...and names the stopped rank (issue 13 item 5: the survivors' status exchange).
+    # ...and names the stopped rank (the survivors' status exchange).
     echo "$line" | grep -q "rank $victim (pid $pid on [^)]*) never joined [a-z_]* seq [0-9]* in group 'world'" ||
       fail "rank $r's timeout report does not name rank $victim (pid $pid) as the rank that never joined: $line"
   fi

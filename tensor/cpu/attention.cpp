@@ -12,7 +12,7 @@
 // dq, keeps dS and P in a padded (T, Tp) buffer, and then forms dk and dv column block by
 // column block (rows i >= j only). The SIMD width follows cpu::simd_level() (16 f32 lanes
 // at x86-64-v4, 8 at v3, 4 at baseline): each level has its own entry functions, compiled
-// for it as clones.h compiles the other loops, and its own non-inlined tile functions.
+// for it as isa_dispatch.h compiles the other loops, and its own non-inlined tile functions.
 #include <strata/tensor/cpu/attention.h>
 
 #include <algorithm>

@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/cpu/elementwise.h>
 #include <strata/tensor/cpu/gelu_avx512.h>
 #include <strata/tensor/cpu/widen.h>

@@ -1,4 +1,4 @@
-// CPU kernels for a Linear's bias fused with the GELU after it (issue 21): the MLP's c_fc
+// CPU kernels for a Linear's bias fused with the GELU after it: the MLP's c_fc
 // GEMM leaves y = x W^T without bias, and one pass adds the bias and applies GELU; in
 // backward one pass computes the GELU gradient and the bias gradient (column sums). The
 // projections that feed the residual stream (attn c_proj, mlp c_proj) likewise leave

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/isa_dispatch.h>
 
 namespace strata::cpu {
 
@@ -20,7 +20,7 @@ inline int block_threads(int64_t n) { return int(std::clamp<int64_t>(get_num_thr
 /// to nt threads, with OpenBLAS single-threaded meanwhile (restored afterwards). Returns
 /// the team size OpenMP granted (1 inside another parallel region), so tid < nt. fn must
 /// not throw: allocate every buffer before. fn's loops run compiled for the current SIMD
-/// level (clones.h).
+/// level (isa_dispatch.h).
 template <class F>
 int for_blocks(int64_t n, int nt, F&& fn) {
   if (nt <= 1) {

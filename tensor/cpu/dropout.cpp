@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 

@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/cpu/gelu_avx512.h>
 #include <strata/tensor/cpu/loops.h>
 #include <strata/tensor/cpu/widen.h>
@@ -22,7 +22,7 @@ using ops::UnaryOp;
 
 // for_each_run, but long rows are also split across threads: a contiguous tensor
 // coalesces to a single row, which for_each_run would run on one thread.
-// Simd: the runs are compiled per ISA level and dispatched at run time (clones.h).
+// Simd: the runs are compiled per ISA level and dispatched at run time (isa_dispatch.h).
 template <int N, bool Simd, class F>
 void for_each_block(const StridedPlan<N>& p, F&& fn) {
   constexpr int64_t kGrain = 32768;

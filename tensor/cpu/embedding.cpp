@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 

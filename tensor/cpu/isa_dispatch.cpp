@@ -1,5 +1,5 @@
-// SIMD level detection for tensor/cpu/clones.h.
-#include <strata/tensor/cpu/clones.h>
+// SIMD level detection for tensor/cpu/isa_dispatch.h.
+#include <strata/tensor/cpu/isa_dispatch.h>
 
 #include <cstdlib>
 #include <string>

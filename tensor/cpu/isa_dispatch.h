@@ -1,4 +1,4 @@
-// Runtime ISA dispatch for the vectorisable CPU loops (issue 20).
+// Runtime ISA dispatch for the vectorisable CPU loops.
 //
 // The default build is portable (no -march=native, STRATA_NATIVE=OFF), so without help its
 // loops would be SSE2 only. Each hot loop body is instead compiled three times, for

@@ -5,7 +5,7 @@
 #include <array>
 #include <cstdint>
 
-#include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/tensor.h>
 
 namespace strata::cpu {
@@ -51,7 +51,7 @@ StridedPlan<N> make_plan(const Shape& shape, const std::array<Shape, N>& strides
 /// Calls fn(offsets, n, inner_strides) for each inner run, where offsets[k] is the
 /// element offset of operand k at the start of the run. Runs are split over threads
 /// when the total is at least `grain` elements (pass a huge grain for serial). With Simd,
-/// each chunk of runs is compiled per ISA level and dispatched at run time (clones.h).
+/// each chunk of runs is compiled per ISA level and dispatched at run time (isa_dispatch.h).
 template <int N, bool Simd = false, class F>
 void for_each_run(const StridedPlan<N>& p, F&& fn, int64_t grain = 32768) {
   const int64_t inner = p.inner();

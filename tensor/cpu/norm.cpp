@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 

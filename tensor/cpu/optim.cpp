@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 

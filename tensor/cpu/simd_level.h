@@ -1,4 +1,4 @@
-// The SIMD level of the CPU loops (tensor/cpu/clones.h): query and override, for
+// The SIMD level of the CPU loops (tensor/cpu/isa_dispatch.h): query and override, for
 // `strata info`, tests and benchmarks. No OpenMP here, so any strata target may include it.
 #pragma once
 

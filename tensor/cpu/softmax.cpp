@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <limits>
 
-#include <strata/tensor/cpu/clones.h>
+#include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cpu {

@@ -1,4 +1,4 @@
-// Hostile training-checkpoint inputs (issue 13): LATEST pointing outside the run, stale
+// Hostile training-checkpoint inputs: LATEST pointing outside the run, stale
 // "*.tmp" saves, deep JSON in the training state, NaN weights. Each is one DataError
 // naming the file (and tensor); remove_stale_tmp cleans what a failed save left.
 #include <gtest/gtest.h>

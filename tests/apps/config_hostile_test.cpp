@@ -1,4 +1,4 @@
-// Hostile and broken configs (issue 13): misspelt required keys, duplicate keys, extra
+// Hostile and broken configs: misspelt required keys, duplicate keys, extra
 // documents, directories and FIFOs as --config, deep nesting, alias bombs, huge numbers
 // and a wrong type at every key. Each is one ConfigError naming the key path or the file.
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-// Hostile safetensors files (issue 13): each gives one DataError naming the file (and the
+// Hostile safetensors files: each gives one DataError naming the file (and the
 // tensor), with no crash, no hang and no unbounded allocation, and the reader is as strict
 // as Python's `safetensors` (exact tiling of the data section, no repeated names).
 #include <gtest/gtest.h>

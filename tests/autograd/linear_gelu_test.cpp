@@ -1,5 +1,5 @@
 // GELU accuracy against the f64 formula (f32 kernels, wide range incl. the tails), and the
-// fused linear + bias + GELU function (issue 21): finite-difference gradients in f64, and
+// fused linear + bias + GELU function: finite-difference gradients in f64, and
 // the same values and gradients as linear then gelu in f32 at 1 and 2 threads.
 #include <gtest/gtest.h>
 

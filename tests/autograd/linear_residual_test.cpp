@@ -1,4 +1,4 @@
-// residual + linear(x, w, b) as one fused autograd node (linear_residual, issue 21): the
+// residual + linear(x, w, b) as one fused autograd node (linear_residual): the
 // bias and the residual added in one pass after a bias-free GEMM. Finite-difference
 // gradients in f64 (every input, with and without bias), and the same values and
 // gradients as the unfused add(residual, linear()) in f32 at 1 and 2 threads.

@@ -287,7 +287,7 @@ TEST(InlineP2P, PeerAbortFailsTheWaitAtOnce) {
   EXPECT_TRUE(contains(msg, "[waiting]")) << msg;
 }
 
-// Issue #13 item 5: the ranks that time out name the one that never arrived.
+// The ranks that time out name the one that never arrived.
 // A rank counts as having reached the op when its answer to the status exchange (sent
 // once its own wait times out) arrives within the grace (max(0.2, timeout/2) s) after
 // the first rank's timeout, so the ranks that do join must start the op within the

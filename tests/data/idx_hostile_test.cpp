@@ -1,4 +1,4 @@
-// Hostile IDX files (issue 13): a gzip stream cut before its CRC trailer with a flipped
+// Hostile IDX files: a gzip stream cut before its CRC trailer with a flipped
 // bit, CRC and length mismatches, FIFOs, devices and symlink loops as the path, and
 // headers whose dims overflow int64. Each is one DataError naming the file.
 #include <sys/stat.h>

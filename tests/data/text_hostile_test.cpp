@@ -1,4 +1,4 @@
-// Hostile text corpora (issue 13): FIFOs and devices as the corpus, symlink loops as the
+// Hostile text corpora: FIFOs and devices as the corpus, symlink loops as the
 // path or inside the directory, and a 1 TiB sparse file. Each is one DataError naming
 // the file, never a hang, a crash or a bare std::bad_alloc.
 #include <sys/stat.h>

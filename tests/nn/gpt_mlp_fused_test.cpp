@@ -1,4 +1,4 @@
-// The GPT MLP runs c_fc + GELU as one fused autograd node (linear_gelu, issue 21) only
+// The GPT MLP runs c_fc + GELU as one fused autograd node (linear_gelu) only
 // when both children are the plain layers without forward hooks; otherwise each child's
 // operator() runs (hooks see their calls). The values are the same either way. Likewise
 // the block adds its residuals inside attn's and mlp's c_proj (linear_residual) only when

@@ -1,4 +1,4 @@
-// Hostile checkpoint directories (issue 13): deep JSON, piece files outside the directory,
+// Hostile checkpoint directories: deep JSON, piece files outside the directory,
 // missing shards, boxes that do not tile, a world size that does not match, flipped bytes
 // (CRC32 per file in index.json), NaN/inf weights, FIFOs. Each is one DataError naming the
 // file (and the tensor), with nothing loaded.

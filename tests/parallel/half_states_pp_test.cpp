@@ -50,22 +50,12 @@ void check16(const PpCase& c) {
   comm::run_local(c.pp * c.dp, [&](comm::ProcessGroup& g) {
     std::shared_ptr<comm::ProcessGroup> world(&g, [](comm::ProcessGroup*) {});
     auto model = gpt16(c);
-    const parallel::ParallelDims dims =
-        parallel::ParallelDims{.dp = c.dp, .tp = 1, .pp = c.pp, .zero_stage = c.zero_stage}.resolve(world->size());
     parallel::PipelinePlan plan = pp_gpt_plan(model->config());
     const int64_t width = model->config().n_embd;
     plan.activation = [width](const parallel::PipelineStageSpec&, const Shape& in) {
       return parallel::ActivationSpec{{in[0], in[1], width}, DType::bf16};
     };
-    auto pm = parallel::parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
-                                    {.dims = dims,
-                                     .ddp = {},
-                                     .fsdp_prefetch = true,
-                                     .fsdp_wrap = {},
-                                     .tp_plan = {},
-                                     .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
-                                     .pp_plan = std::move(plan),
-                                     .make_optimizer = adam16});
+    auto pm = pp_parallelize_with(world, c, model, std::move(plan), adam16);
     const PpRun got = pp_train(*pm, c);
     const std::string what = "pp " + std::to_string(c.pp) + " dp " + std::to_string(c.dp) + " zero " +
                              std::to_string(c.zero_stage) + " rank " + std::to_string(g.rank());

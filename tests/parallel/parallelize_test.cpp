@@ -2,6 +2,8 @@
 // layout composed from one options struct trains the same model as one process.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <strata/comm/local.h>
 #include <strata/parallel/parallelize.h>
 #include "zero_equivalence.h"
@@ -130,6 +132,97 @@ TEST(Parallelize, RefusesAMeshThatDoesNotMatchTheDegrees) {
                               .make_optimizer = strata::testing::optimizer_factory("sgd")}),
                  Error);
   });
+}
+
+// The same steps through train_step, the one call a training loop makes for every layout:
+// the micro-batches as a list, accumulation, clipping and the step inside the handle.
+nn::NamedTensors train_step_state(comm::ProcessGroup& w, const ZeroCase& zc, std::vector<double>* norms) {
+  const EquivCase& c = zc.base;
+  const int n = w.size(), r = w.rank();
+  auto model = strata::testing::make_model(c.model, r == 0 ? strata::testing::kModelSeed
+                                                           : strata::testing::kModelSeed + 77 * uint64_t(r));
+  std::shared_ptr<comm::ProcessGroup> world(&w, [](comm::ProcessGroup*) {});
+  const ParallelDims dims = ParallelDims{.zero_stage = zc.stage}.resolve(n);
+  DDPOptions buckets;
+  buckets.bucket_cap_mb = zc.bucket_cap_mb;
+  auto pm = parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
+                        {.dims = dims,
+                         .ddp = buckets,
+                         .fsdp_prefetch = zc.prefetch,
+                         .make_optimizer = strata::testing::optimizer_factory(c.optim),
+                         .loss = strata::testing::batch_loss});
+  const int64_t per = c.batch / n, micro = per / c.accum;
+  for (int s = 0; s < c.steps; ++s) {
+    auto [x, y] = strata::testing::make_batch(c.model, c.batch, s);
+    std::vector<Batch> batches;
+    for (int m = 0; m < c.accum; ++m)
+      batches.push_back({ops::narrow(x, 0, r * per + m * micro, micro), ops::narrow(y, 0, r * per + m * micro, micro)});
+    const StepResult res = pm->train_step(batches, {.grad_clip = zc.clip});
+    EXPECT_TRUE(std::isfinite(res.loss));
+    if (res.grad_norm) norms->push_back(*res.grad_norm);
+  }
+  const ParallelModel::FullParams full = pm->summon_full_params();
+  nn::NamedTensors out;
+  for (const auto& [name, t] : pm->module().state_dict()) out.emplace_back(name, ops::clone(t));
+  return out;
+}
+
+TEST(Parallelize, TrainStepEqualsOneProcessForEveryDpLayout) {
+  for (int stage = 0; stage <= 3; ++stage)
+    for (int n : {1, 2, 3}) {
+      const ZeroCase zc{.base = {.optim = "adam", .batch = 24, .accum = 2}, .stage = stage, .clip = 0.05};
+      std::vector<double> ref_norms;
+      const nn::NamedTensors want = strata::testing::reference_state_clipped(zc, &ref_norms);
+      comm::run_local(n, [&](comm::ProcessGroup& w) {
+        std::vector<double> norms;
+        const nn::NamedTensors got = train_step_state(w, zc, &norms);
+        std::string worst;
+        EXPECT_LT(strata::testing::max_relative_error(got, want, &worst), 1e-5)
+            << "stage " << stage << " at " << n << " rank(s), worst " << worst;
+        ASSERT_EQ(norms.size(), ref_norms.size());
+        for (size_t i = 0; i < norms.size(); ++i) EXPECT_NEAR(norms[i], ref_norms[i], 1e-5 * ref_norms[i]);
+      });
+    }
+}
+
+// A program that calls parallelize() gets the CLI's errors, naming the key, before
+// anything is built.
+TEST(Parallelize, RefusesWhatTheLayoutCannotRunWithTheKeysNamed) {
+  const auto refusal = [](const ParallelDims& unresolved, int world_size, const LayoutChecks& checks,
+                          DataParallelOptions replicas = {}) {
+    std::string msg;
+    comm::run_local(world_size, [&](comm::ProcessGroup& w) {
+      std::shared_ptr<comm::ProcessGroup> world(&w, [](comm::ProcessGroup*) {});
+      const ParallelDims dims = unresolved.resolve(world_size);
+      const std::string m = error_of([&] {
+        (void)parallelize(strata::testing::make_model("mlp", 1), comm::DeviceMesh(world, dims.mesh_shape()),
+                          {.dims = dims,
+                           .make_optimizer = strata::testing::optimizer_factory("sgd"),
+                           .replicas = replicas,
+                           .checks = checks});
+      });
+      if (w.rank() == 0) msg = m;
+    });
+    return msg;
+  };
+  EXPECT_EQ(refusal({.pp = 2}, 2, {.grad_accum_steps = 2}),
+            "train.grad_accum_steps: is 2 but the pipeline accumulates over its micro-batches: use "
+            "parallel.microbatches instead (grad_accum_steps: 1)");
+  EXPECT_EQ(refusal({.pp = 2}, 2, {.global_batch = 6, .microbatches = 4}),
+            "parallel.microbatches: is 4 but each data-parallel rank's batch of 6 is not divisible by it");
+  EXPECT_EQ(refusal({.pp = 2}, 2, {.precision = Precision::f16}),
+            "run.precision: is f16 but the pipeline does not scale its micro-batch losses (use bf16 or f32 with pp > 1)");
+  EXPECT_EQ(refusal({.cp = 2}, 2, {.model_type = "mlp", .context_parallel = false}),
+            "parallel.cp: is 2 but model.type is 'mlp': its family has no sequences to split");
+  EXPECT_EQ(refusal({.cp = 2}, 2, {.precision = Precision::bf16}),
+            "run.precision: is bf16 but ring attention (parallel.cp > 1) runs in f32 only");
+  EXPECT_EQ(refusal({.tp = 2}, 2, {.model_type = "mlp", .sequence_parallel_ok = false, .sequence_parallel = true}),
+            "parallel.sequence_parallel: is true but the model (mlp) has no sequence dimension to shard");
+  EXPECT_EQ(refusal({}, 2, {.global_batch = 5}),
+            "train.batch_size: is 5 but must be divisible by the 2 data-parallel ranks (the global batch is split evenly)");
+  EXPECT_NE(refusal({}, 2, {}, {.replicas = 2}).find("parallel.replicas: runs thread replicas inside one process"),
+            std::string::npos);
+  EXPECT_EQ(refusal({}, 2, {.global_batch = 4}), "");
 }
 
 }  // namespace

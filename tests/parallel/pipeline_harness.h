@@ -72,22 +72,27 @@ inline PpRun pp_reference(const PpCase& c) {
   return r;
 }
 
-/// The layout dp x pp (mesh pp x dp) over `world` built by parallelize().
-inline std::unique_ptr<parallel::ParallelModel> pp_parallelize(std::shared_ptr<comm::ProcessGroup> world,
-                                                               const PpCase& c, std::shared_ptr<nn::GPT> model) {
+/// The layout dp x pp (mesh pp x dp) of case `c` (any case with kind, pp, m, v, dp and
+/// zero_stage) over `world` built by parallelize(), with `plan` splitting `model`.
+template <class Case>
+std::unique_ptr<parallel::ParallelModel> pp_parallelize_with(std::shared_ptr<comm::ProcessGroup> world, const Case& c,
+                                                             std::shared_ptr<nn::Module> model, parallel::PipelinePlan plan,
+                                                             parallel::OptimizerFactory make_optimizer = tp::adamw) {
   const parallel::ParallelDims dims = parallel::ParallelDims{.dp = c.dp, .tp = 1, .pp = c.pp, .zero_stage = c.zero_stage}
                                           .resolve(world->size());
-  parallel::PipelinePlan plan = pp_gpt_plan(model->config());
-  plan.layers = c.pp_layers;
   return parallel::parallelize(std::move(model), comm::DeviceMesh(std::move(world), dims.mesh_shape()),
                                {.dims = dims,
-                                .ddp = {},
-                                .fsdp_prefetch = true,
-                                .fsdp_wrap = {},
-                                .tp_plan = {},
                                 .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
                                 .pp_plan = std::move(plan),
-                                .make_optimizer = tp::adamw});
+                                .make_optimizer = std::move(make_optimizer)});
+}
+
+/// The GPT of `c` over `world` with the test pipeline plan (pp_gpt_plan).
+inline std::unique_ptr<parallel::ParallelModel> pp_parallelize(std::shared_ptr<comm::ProcessGroup> world,
+                                                               const PpCase& c, std::shared_ptr<nn::GPT> model) {
+  parallel::PipelinePlan plan = pp_gpt_plan(model->config());
+  plan.layers = c.pp_layers;
+  return pp_parallelize_with(std::move(world), c, std::move(model), std::move(plan));
 }
 
 /// This rank's dp share of step s's batch (rows [dp_rank * B/dp, ...)).

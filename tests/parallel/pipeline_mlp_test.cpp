@@ -58,19 +58,8 @@ void check_mlp(const MlpCase& c) {
   std::vector<nn::NamedTensors> params(static_cast<size_t>(world));
   comm::run_local(world, [&](comm::ProcessGroup& g) {
     std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
-    const ParallelDims dims =
-        ParallelDims{.dp = c.dp, .tp = 1, .pp = c.pp, .zero_stage = c.zero_stage}.resolve(g.size());
     auto model = pp_mlp();
-    PipelinePlan plan = nn::mlp_pp_plan(*model, c.layers);
-    auto pm = parallelize(model, comm::DeviceMesh(w, dims.mesh_shape()),
-                          {.dims = dims,
-                           .ddp = {},
-                           .fsdp_prefetch = true,
-                           .fsdp_wrap = {},
-                           .tp_plan = {},
-                           .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
-                           .pp_plan = std::move(plan),
-                           .make_optimizer = tp::adamw});
+    auto pm = pp_parallelize_with(w, c, model, nn::mlp_pp_plan(*model, c.layers));
     const int dr = pm->mesh().rank("dp");
     const int64_t b = c.batch() / c.dp;
     for (int s = 0; s < c.steps; ++s) {

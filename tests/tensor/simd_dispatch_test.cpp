@@ -1,4 +1,4 @@
-// Runtime ISA dispatch (tensor/cpu/clones.h): the level follows the CPU, and every
+// Runtime ISA dispatch (tensor/cpu/isa_dispatch.h): the level follows the CPU, and every
 // compiled variant (baseline, x86-64-v3, x86-64-v4, as far as this CPU runs them) gives
 // the same results as the baseline loops, op by op, to float rounding (FMA contraction
 // and vector reduction order differ between variants; nothing else may).

@@ -4,7 +4,7 @@
 //   kill:    rank 1 SIGKILLs itself in the middle of an all_reduce; the survivors must
 //            say so themselves, naming rank 1, and exit 3, well within the timeout.
 //   stop:    rank 1 SIGSTOPs itself before a collective; the others time out and name
-//            it as the rank that never joined (issue #13 item 5).
+//            it as the rank that never joined.
 //   p2p:     rank 1 never posts its half of rank 0's batch_isend_irecv; rank 0 times out
 //            naming the label, the pending op with its tag and rank 1.
 //   p2p_kill: rank 1 SIGKILLs itself instead; rank 0 names it as a lost peer.
@@ -41,12 +41,11 @@ int main(int argc, char** argv) {
       world->all_reduce(t).wait();  // seq 1
     } else if (std::strcmp(mode, "kill") == 0) {
       world->set_algorithm(Algorithm::ring);
-      Tensor t = ops::ones({int64_t(8) << 20}, DType::f32);  // 32 MiB: long enough to be mid-flight
+      Tensor t = ops::ones({int64_t(8) << 20}, DType::f32);  // 32 MiB: many ring steps
       Work w = world->all_reduce(t);
-      if (r == 1) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        std::raise(SIGKILL);
-      }
+      // Right after posting: the comm thread has at most begun the ring's 2(N-1) steps (a
+      // quiet host finishes all of them in well under 20 ms, so any wait could outlive it).
+      if (r == 1) std::raise(SIGKILL);
       w.wait();
     } else if (std::strcmp(mode, "stop") == 0) {
       if (r == 1) std::raise(SIGSTOP);  // stays stopped until the launcher kills it
