@@ -96,6 +96,15 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   schedule_ = build_schedule(cfg_, total_steps_);
   sampler_seed_ = cfg_.run.seed;
   const data::LoaderState start = resume(n_local / bs);
+  if (opts_.write_files && !resumed_from_.empty()) {
+    // Resumed from the past of the run in run.dir: its later checkpoints move aside (never
+    // deleted), so rotation keeps what this run writes and LATEST never dangles.
+    const fs::path root = fs::path(cfg_.run.dir) / "checkpoints";
+    for (const std::string& p : parallel::set_aside_later_checkpoints(root.string(), step_, resumed_from_)) {
+      if (opts_.verbose) std::printf("a later checkpoint of this run moved aside: %s\n", p.c_str());
+      spdlog::warn("resumed at step {}: the later checkpoint moved aside to {}", step_, p);
+    }
+  }
   sampler_ = build_sampler(*pm_, n, sampler_seed_);
   loader_ = std::make_unique<data::DataLoader>(
       data_.train, sampler_, data::DataLoaderOptions{.batch_size = bs, .drop_last = true, .prefetch = cfg_.data.prefetch},
@@ -139,6 +148,7 @@ data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
   sampler_seed_ = ck.state.sampler_seed;
   step_ = ck.state.step;
   last_checkpoint_step_ = step_;
+  resumed_from_ = ck.dir;
   elapsed_before_ = ck.state.extra.value("elapsed_s", 0.0);
   if (scaler_ && ck.state.extra.contains("grad_scaler")) {  // an f32/bf16 checkpoint starts a fresh scale
     try {

@@ -160,6 +160,7 @@ class Trainer {
   int64_t steps_per_epoch_ = 1;
   int64_t last_checkpoint_step_ = -1;
   double elapsed_before_ = 0;  // training seconds of the run before this process resumed it
+  std::string resumed_from_;   // the checkpoint directory train.resume resolved to ("" for a fresh start)
   double flops_per_step_ = 0;  // model FLOPs of one optimizer step, all ranks (apps/flops.h)
   int64_t model_parameters_ = 0;  // the whole model's, counted before tp / pp split it
   double peak_flops_ = 0;      // per rank: run.peak_flops or the measured GEMM throughput

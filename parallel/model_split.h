@@ -59,6 +59,9 @@ class ModelSplit {
   /// True when the ranks evaluate together (pipeline stages, each on its own shards);
   /// false: one rank evaluates the whole model alone.
   virtual bool evaluates_together() const { return false; }
+  /// True when this rank holds only part of the model (its checkpoint pieces are not the
+  /// whole model's, so every rank writes).
+  virtual bool holds_part() const { return false; }
   /// `local` summed over the ranks that hold the other parts of the model.
   virtual double sum_over_parts(double local) { return local; }
   /// Names of parameters this rank holds but does not own for norms and checkpoints (the

@@ -176,7 +176,7 @@ class ParallelModel {
   const ParallelDims& dims() const { return dims_; }
   /// True when parameters, gradients or optimizer state are sharded (ZeRO) or split into
   /// pipeline stages: checkpoints are written by every rank.
-  bool sharded() const { return sync_->shards_state() || split_->evaluates_together(); }
+  bool sharded() const { return sync_->shards_state() || split_->holds_part(); }
   /// Element counts of the flat units (ZeRO), for the memory planner; empty otherwise.
   std::vector<int64_t> flat_unit_sizes() const { return sync_->flat_unit_sizes(); }
   /// True when DDP keeps bucket buffers beside the gradients (memory planner).

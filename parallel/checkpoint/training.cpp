@@ -2,7 +2,10 @@
 // index meta, LATEST pointers, whole-tensor reads for eval / sample / resume.
 #include <strata/parallel/checkpoint/training.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -138,6 +141,46 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   if (!fs::exists(p)) STRATA_THROW(DataError, "checkpoint '", path, "' does not exist");
   STRATA_THROW(DataError, "'", path, "' is not a checkpoint directory: missing '", join(path, kIndexFile),
                "' (and no checkpoints/", kLatestFile, ")");
+}
+
+std::vector<std::string> set_aside_later_checkpoints(const std::string& root, int64_t step, const std::string& resumed) {
+  std::vector<std::string> moved;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return moved;
+  std::vector<fs::path> later;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.find('.') != std::string::npos || !it->is_directory()) continue;
+    char* end_digits = nullptr;
+    const long long n = std::strtoll(name.c_str() + 5, &end_digits, 10);
+    if (end_digits == name.c_str() + 5 || *end_digits != 0) continue;
+    if (n > step) later.push_back(it->path());
+  }
+  if (later.empty()) return moved;
+  const fs::path aside = fs::path(root) / "superseded";
+  fs::create_directories(aside, ec);
+  if (ec) STRATA_THROW(DataError, "cannot create '", aside.string(), "': ", ec.message());
+  std::sort(later.begin(), later.end());
+  for (const fs::path& p : later) {
+    fs::path to = aside / p.filename();
+    for (int k = 2; fs::exists(to); ++k) to = aside / (p.filename().string() + "." + std::to_string(k));
+    fs::rename(p, to, ec);
+    if (ec) STRATA_THROW(DataError, "cannot move the later checkpoint '", p.string(), "' aside to '", to.string(), "': ", ec.message());
+    moved.push_back(to.string());
+  }
+  // LATEST named one of them (or nothing now): the resumed checkpoint is the newest of
+  // this history until the run writes its next one.
+  const fs::path latest = fs::path(root) / kLatestFile;
+  std::string named;
+  if (std::ifstream in(latest); in) std::getline(in, named);
+  if (!named.empty() && !fs::is_directory(fs::path(root) / named)) {
+    const fs::path r(resumed);
+    if (fs::equivalent(r.parent_path(), root, ec))
+      write_file_atomic(latest.string(), r.filename().string() + "\n");
+    else
+      fs::remove(latest, ec);  // resumed from elsewhere: no checkpoint of this history here yet
+  }
+  return moved;
 }
 
 std::vector<std::string> remove_stale_tmp(const std::string& root) {

@@ -90,6 +90,15 @@ std::string resolve_checkpoint_dir(const std::string& path);
 /// DataError naming the path if one cannot be removed.
 std::vector<std::string> remove_stale_tmp(const std::string& root);
 
+/// Resuming at `step` into the checkpoints directory `root`: every complete checkpoint
+/// "step_N" there with N > step (a later point of the run being resumed from its past) is
+/// moved, not deleted, into `root`/superseded/ (a name taken there gets a ".2", ".3", ...
+/// suffix), and LATEST is rewritten to `resumed` when it names one of them. Rotation then
+/// sees only the steps of the new history, so it never deletes what the resumed run writes
+/// and LATEST never dangles. Returns the moved paths (their new places). DataError naming
+/// the path when a move fails.
+std::vector<std::string> set_aside_later_checkpoints(const std::string& root, int64_t step, const std::string& resumed);
+
 /// Opens the checkpoint at `path` (resolve_checkpoint_dir; any version), validates its
 /// files and parses the training state, reading no tensor. DataError names the file.
 Checkpoint open_checkpoint(const std::string& path);

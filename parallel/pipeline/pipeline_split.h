@@ -26,6 +26,7 @@ class PipelineSplit final : public ModelSplit {
   /// Every pp rank takes part; the loss sums are every rank's (the last stage's, summed over pp).
   EvalSums eval_batch(const Batch& batch, bool classify) override;
   bool evaluates_together() const override { return true; }
+  bool holds_part() const override { return true; }
   double sum_over_parts(double local) override;
   const std::vector<std::string>& copies() const override { return copies_; }
   void sync_generators() override;

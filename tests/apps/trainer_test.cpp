@@ -196,6 +196,35 @@ TEST_F(TrainerTest, CheckpointWriteIsAtomicAndReplaces) {
   EXPECT_NE(ck.state.config_yaml.find("dataset: synthetic"), std::string::npos);
 }
 
+// Resuming a run from one of its earlier checkpoints: the later ones move aside into
+// checkpoints/superseded/ (never deleted), rotation keeps every checkpoint the resumed run
+// writes, LATEST names the newest of them, and resume: auto continues from it.
+TEST_F(TrainerTest, ResumingFromThePastKeepsWhatItWritesAndSetsTheFutureAside) {
+  const std::string run = path("past"), ck = run + "/checkpoints";
+  Trainer(TrainConfig::load(kTinyMlp, {"run.dir=" + run, "train.max_steps=9", "train.checkpoint_every=3",
+                                       "train.keep_checkpoints=3"}),
+          {.verbose = false})
+      .train();
+  Trainer(TrainConfig::load(kTinyMlp, {"run.dir=" + run, "train.max_steps=5", "train.checkpoint_every=1",
+                                       "train.keep_checkpoints=3", "train.resume=" + ck + "/step_00000003"}),
+          {.verbose = false})
+      .train();
+  const auto listing = [](const std::string& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  EXPECT_EQ(listing(ck), (std::vector<std::string>{"LATEST", "step_00000003", "step_00000004", "step_00000005",
+                                                   "superseded"}));
+  EXPECT_EQ(listing(ck + "/superseded"), (std::vector<std::string>{"step_00000006", "step_00000009"}));
+  EXPECT_EQ(parallel::resolve_checkpoint_dir(run), ck + "/step_00000005");
+  EXPECT_EQ(parallel::read_checkpoint(ck + "/superseded/step_00000009", false).state.step, 9);  // intact
+  Trainer again(TrainConfig::load(kTinyMlp, {"run.dir=" + run, "train.max_steps=6", "train.resume=auto"}),
+                {.verbose = false});
+  EXPECT_EQ(again.step_count(), 5);
+}
+
 // A save that died half-way left step_N.tmp: the next start removes it before anything
 // is written or resumed, and keeps the complete checkpoints beside it.
 TEST_F(TrainerTest, StartRemovesAStaleCheckpointTmp) {
