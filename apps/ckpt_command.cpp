@@ -9,6 +9,7 @@
 
 #include <strata/parallel/checkpoint/training.h>
 #include "apps/commands.h"
+#include "apps/output_file.h"
 #include <strata/parallel/checkpoint/reader.h>
 #include <strata/tensor/file_io.h>
 #include <strata/tensor/safetensors.h>
@@ -21,11 +22,7 @@ namespace fs = std::filesystem;
 // symlink, device, FIFO or directory) outside the checkpoint directory `ckpt`:
 // consolidate renames over `out`. Checked before the checkpoint is opened.
 void check_out_path(const std::string& out, const std::string& ckpt) {
-  struct stat st {};
-  const bool exists = ::lstat(out.c_str(), &st) == 0;
-  if (exists && !S_ISREG(st.st_mode))
-    STRATA_THROW(ConfigError, "--out '", out, "' is ", file_kind_name(st.st_mode),
-                 ": refusing to replace it (give a new path or a regular file)");
+  check_output_path(out, "--out");
   std::error_code ec;
   const fs::path dir = fs::weakly_canonical(fs::absolute(ckpt, ec), ec);
   const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);

@@ -14,6 +14,7 @@
 #include <strata/parallel/checkpoint/training.h>
 #include "apps/config.h"
 #include "apps/factory.h"
+#include "apps/output_file.h"
 #include "apps/plot.h"
 #include "apps/trace_command.h"
 #include "apps/trainer.h"
@@ -326,14 +327,15 @@ Command add_plot_command(CLI::App& parent) {
   return {cmd, [o] {
             if (o->trace.empty() == o->runs.empty())
               STRATA_THROW(ConfigError, "strata plot: give run dirs or --trace MERGED.json (one of them)");
+            check_output_path(o->out, "--out");  // before any run is read
             if (!o->trace.empty()) {
-              write_file_atomic(o->out, plot_trace_svg(read_trace(o->trace)));
+              write_output_file(o->out, "--out", plot_trace_svg(read_trace(o->trace)));
               std::printf("wrote %s (timeline of %s)\n", o->out.c_str(), o->trace.c_str());
               return 0;
             }
             std::vector<RunCurves> runs;
             for (const std::string& d : o->runs) runs.push_back(read_run_curves(d));
-            write_file_atomic(o->out, plot_runs_svg(runs));
+            write_output_file(o->out, "--out", plot_runs_svg(runs));
             std::printf("wrote %s (%zu run(s))\n", o->out.c_str(), runs.size());
             return 0;
           }};

@@ -2,6 +2,8 @@
 // per-rank Chrome trace files and measuring compute, communication, exposed and idle time.
 #include "apps/trace_command.h"
 
+#include "apps/output_file.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -252,8 +254,9 @@ Command add_trace_command(CLI::App& parent) {
   return {cmd, [o, merge] {
             if (merge->parsed()) {
               const std::string out = o->out.empty() ? (fs::path(o->run) / "trace" / "merged.json").string() : o->out;
+              if (!o->out.empty()) check_output_path(out, "--out");  // before the traces are read
               const nlohmann::json m = merge_traces(o->run);
-              write_file_atomic(out, m.dump() + "\n");
+              write_output_file(out, "--out", m.dump() + "\n");
               std::printf("wrote %s (%zu events from %d rank(s))\n", out.c_str(), m["traceEvents"].size(),
                           m["otherData"]["ranks"].get<int>());
               return 0;
