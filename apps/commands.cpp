@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "apps/config.h"
 #include "apps/factory.h"
 #include "apps/output_file.h"
+#include "apps/run_lock.h"
 #include "apps/plot.h"
 #include "apps/trace_command.h"
 #include "apps/trainer.h"
@@ -107,6 +109,10 @@ Command add_train_command(CLI::App& parent) {
             std::vector<std::string> sets = o->sets;
             if (!o->resume.empty()) sets.push_back("train.resume=" + o->resume);
             TrainConfig cfg = TrainConfig::load(o->config, sets);
+            // Rank 0 holds the run directory for the whole run, before anything in it changes.
+            const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+            std::optional<RunDirLock> lock;
+            if (!env_rank || std::string(env_rank) == "0") lock.emplace(cfg.run.dir);
             prepare_run_dir(cfg, o->overwrite);
             std::unique_ptr<Trainer> trainer;
             try {
