@@ -127,7 +127,7 @@ std::vector<ShardPiece> ParallelModel::state_pieces() const {
 }
 
 void ParallelModel::load_state(const CheckpointReader& ck, bool with_optimizer) {
-  sync_->load_state(ck, *model_, with_optimizer, tp_ ? &*tp_ : nullptr);
+  sync_->load_state(ck, *model_, with_optimizer, tp_ ? &*tp_ : nullptr, *mesh_.world());
 }
 
 std::string ParallelModel::strategy() const {

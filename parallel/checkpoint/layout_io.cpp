@@ -85,7 +85,7 @@ void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optim
   }
 }
 
-void load_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer) {
+void load_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer, comm::ProcessGroup* agree_over) {
   // Check every name, shape and dtype up front (full shapes from the module).
   const nn::NamedTensors sd = zero.module().state_dict();
   for (const auto& [n, t] : sd) expect_floating(ck, n, t.shape(), t.dtype());
@@ -94,7 +94,8 @@ void load_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_opt
     for (const auto& kind : zero.optimizer().state_kinds())
       for (const auto& [n, t] : zero.module().named_parameters())
         expect_floating(ck, kind + "." + n, t.shape(), t.dtype());
-  zero.load_state([&](const std::string& name, int64_t b, int64_t e) { return ck.read(name, b, e); }, scalars);
+  zero.load_state([&](const std::string& name, int64_t b, int64_t e) { return ck.read(name, b, e); }, scalars,
+                  agree_over);
 }
 
 }  // namespace strata::parallel

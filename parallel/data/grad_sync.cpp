@@ -1,6 +1,7 @@
 // The three gradient synchronisations behind GradSync: none (one replica), DDP and ZeRO.
 #include <strata/parallel/data/grad_sync.h>
 
+#include <strata/comm/agreement.h>
 #include <strata/comm/process_group.h>
 #include <strata/core/error.h>
 #include <strata/parallel/checkpoint/layout_io.h>
@@ -22,12 +23,15 @@ std::vector<ShardPiece> GradSync::state_pieces(const nn::Module& model, const co
   return replicated_pieces(model, &optimizer(), group.rank());
 }
 
-void GradSync::load_state(const CheckpointReader& ck, nn::Module& model, bool with_optimizer, const TpLayout* tp) {
+void GradSync::load_state(const CheckpointReader& ck, nn::Module& model, bool with_optimizer, const TpLayout* tp,
+                          comm::ProcessGroup& world) {
   optim::Optimizer* opt = with_optimizer ? &optimizer() : nullptr;
-  if (tp)
-    load_tp(ck, model, opt, *tp);
-  else
-    load_replicated(ck, model, opt);
+  comm::run_agreed(world, [&] {  // no collective inside: the loads are local
+    if (tp)
+      load_tp(ck, model, opt, *tp);
+    else
+      load_replicated(ck, model, opt);
+  });
 }
 
 namespace {
@@ -97,11 +101,12 @@ class ZeroSync final : public GradSync {
   std::vector<ShardPiece> state_pieces(const nn::Module&, const comm::ProcessGroup&) override {
     return zero_->state_pieces();
   }
-  void load_state(const CheckpointReader& ck, nn::Module&, bool with_optimizer, const TpLayout* tp) override {
+  void load_state(const CheckpointReader& ck, nn::Module&, bool with_optimizer, const TpLayout* tp,
+                  comm::ProcessGroup& world) override {
     if (tp)
-      load_tp_zero(ck, *zero_, with_optimizer, *tp);
+      load_tp_zero(ck, *zero_, with_optimizer, *tp, &world);
     else
-      load_zero(ck, *zero_, with_optimizer);
+      load_zero(ck, *zero_, with_optimizer, &world);
   }
   bool shards_state() const override { return true; }
   std::vector<int64_t> flat_unit_sizes() const override {

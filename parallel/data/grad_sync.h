@@ -58,8 +58,11 @@ class GradSync {
   /// replicated state from the group's rank 0, sharded state from every rank.
   virtual std::vector<ShardPiece> state_pieces(const nn::Module& model, const comm::ProcessGroup& group);
   /// Loads a checkpoint of any layout into this rank's part, `tp` mapping the model's
-  /// shards to global tensors (null at tp 1). Everything is checked before anything changes.
-  virtual void load_state(const CheckpointReader& ck, nn::Module& model, bool with_optimizer, const TpLayout* tp);
+  /// shards to global tensors (null at tp 1). Everything is checked before anything
+  /// changes, and the ranks of `world` agree on the outcome of the reads before any rank
+  /// moves on: one rank's read error ends every rank with its cause (comm::run_agreed).
+  virtual void load_state(const CheckpointReader& ck, nn::Module& model, bool with_optimizer, const TpLayout* tp,
+                          comm::ProcessGroup& world);
 
   /// True when parameters, gradients or optimizer state are split over the group.
   virtual bool shards_state() const { return false; }

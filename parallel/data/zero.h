@@ -139,7 +139,11 @@ class ZeroDataParallel {
   /// Loads parameters (and optimizer state when `optimizer_scalars` is not null) from a
   /// checkpoint of any world size / stage: every rank reads its slices; stages 1-2
   /// all-gather the parameters. Everything is read before anything changes. Collective.
-  void load_state(const RangeReader& read, const nlohmann::json* optimizer_scalars);
+  /// The reads run first and the ranks of `agree_over` (default: the dp group) agree on
+  /// their outcome before anything changes or any rank enters the parameter all-gather:
+  /// one rank's read error ends every rank with its cause (comm::run_agreed).
+  void load_state(const RangeReader& read, const nlohmann::json* optimizer_scalars,
+                  comm::ProcessGroup* agree_over = nullptr);
 
   optim::Optimizer& optimizer();
   nn::Module& module() { return *module_; }

@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include <strata/parallel/data/coalesced.h>
+#include <strata/comm/agreement.h>
 #include <strata/parallel/data/zero.h>
 #include <strata/parallel/data/zero_state.h>
 #include <strata/tensor/ops.h>
@@ -50,37 +51,40 @@ std::vector<ShardPiece> ZeroDataParallel::state_pieces() const {
   return out;
 }
 
-void ZeroDataParallel::load_state(const RangeReader& read, const nlohmann::json* optimizer_scalars) {
+void ZeroDataParallel::load_state(const RangeReader& read, const nlohmann::json* optimizer_scalars,
+                                  comm::ProcessGroup* agree_over) {
   auto& s = *s_;
   // Read this rank's slices only, everything before anything changes (a DataError
   // leaves the model untouched): at most this rank's shard of the checkpoint is held.
   std::vector<Tensor> param_vals;
-  for (auto& u : s.units)
-    for (const ShardSlice& sl : u.slices) {
-      Tensor v = read(s.names[size_t(sl.param)], sl.param_begin, sl.param_end);
-      STRATA_CHECK(v.numel() == sl.size(), "[zero load] '", s.names[size_t(sl.param)], "' [", sl.param_begin, ", ",
-                   sl.param_end, ") read ", v.numel(), " elements");
-      param_vals.push_back(v);
-    }
   std::vector<Tensor> buffer_vals;
   const auto bufs = module_->named_buffers();
-  for (auto& [n, b] : bufs) buffer_vals.push_back(read(n, 0, b.numel()));
   optim::OptimizerState st;
-  if (optimizer_scalars) {
-    st.scalars = *optimizer_scalars;
-    // Before the first step a checkpoint holds no state tensors.
-    const std::vector<std::string> kinds =
-        st.scalars.value("step", int64_t(0)) > 0 ? s.optimizer->state_kinds() : std::vector<std::string>{};
-    for (const auto& u : s.units)
-      for (const ShardSlice& sl : u.slices)
-        for (const auto& kind : kinds) {
-          const std::string name = kind + "." + s.names[size_t(sl.param)];
-          Tensor v = read(name, sl.param_begin, sl.param_end);
-          // state is f32 for 16-bit parameters (a checkpoint of another precision converts)
-          const DType want = u.dtype == DType::bf16 || u.dtype == DType::f16 ? DType::f32 : u.dtype;
-          st.tensors.emplace_back(name, v.dtype() == want ? v : ops::to_dtype(v, want));
-        }
-  }
+  comm::run_agreed(agree_over ? *agree_over : group_, [&] {
+    for (auto& u : s.units)
+      for (const ShardSlice& sl : u.slices) {
+        Tensor v = read(s.names[size_t(sl.param)], sl.param_begin, sl.param_end);
+        STRATA_CHECK(v.numel() == sl.size(), "[zero load] '", s.names[size_t(sl.param)], "' [", sl.param_begin, ", ",
+                     sl.param_end, ") read ", v.numel(), " elements");
+        param_vals.push_back(v);
+      }
+    for (auto& [n, b] : bufs) buffer_vals.push_back(read(n, 0, b.numel()));
+    if (optimizer_scalars) {
+      st.scalars = *optimizer_scalars;
+      // Before the first step a checkpoint holds no state tensors.
+      const std::vector<std::string> kinds =
+          st.scalars.value("step", int64_t(0)) > 0 ? s.optimizer->state_kinds() : std::vector<std::string>{};
+      for (const auto& u : s.units)
+        for (const ShardSlice& sl : u.slices)
+          for (const auto& kind : kinds) {
+            const std::string name = kind + "." + s.names[size_t(sl.param)];
+            Tensor v = read(name, sl.param_begin, sl.param_end);
+            // state is f32 for 16-bit parameters (a checkpoint of another precision converts)
+            const DType want = u.dtype == DType::bf16 || u.dtype == DType::f16 ? DType::f32 : u.dtype;
+            st.tensors.emplace_back(name, v.dtype() == want ? v : ops::to_dtype(v, want));
+          }
+    }
+  });
   // Apply: the optimizer first (load_state_dict checks everything before it changes
   // anything), dropping the read state as soon as it is copied, then the parameters.
   if (optimizer_scalars) {

@@ -108,7 +108,8 @@ void load_tp(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* op
   if (opt) opt->load_state_dict(st);
 }
 
-void load_tp_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer, const TpLayout& layout) {
+void load_tp_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer, const TpLayout& layout,
+                  comm::ProcessGroup* agree_over) {
   // Shapes and dtypes of this rank's shards (tp_read checks them against the checkpoint).
   std::map<std::string, std::pair<Shape, DType>> local;
   for (const auto& [n, t] : zero.module().state_dict()) local[n] = {t.shape(), t.dtype()};
@@ -121,7 +122,7 @@ void load_tp_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_
         STRATA_CHECK(it != local.end(), "[tp checkpoint] '", name, "' names no tensor of the model");
         return tp_read(ck, layout, name, it->second.first, it->second.second, b, e);
       },
-      scalars);
+      scalars, agree_over);
 }
 
 }  // namespace strata::parallel
