@@ -257,6 +257,24 @@ parallel::TrainingState Trainer::capture_state() const {
 }
 
 void Trainer::save(const std::string& dir) {
+  // Never commit weights that are not finite (they would become LATEST and the resume
+  // point): every rank checks the parameters it steps (its shards, slices or stages), and
+  // the world agrees before anything is written.
+  double local_sq = 0;
+  for (const auto& [n, p] : pm_->optimizer().named_parameters()) local_sq += ops::sum_squares(p);
+  const double bad = comm::all_reduce_host(*pm_->mesh().world(), ops::full({1}, std::isfinite(local_sq) ? 0.0 : 1.0, DType::f64),
+                                           comm::ReduceOp::max)
+                         .item<double>();
+  if (bad > 0) {
+    std::string last = "none";
+    try {
+      const fs::path root = fs::path(dir).parent_path();
+      if (fs::exists(root / parallel::kLatestFile)) last = "'" + parallel::resolve_checkpoint_dir(root.string()) + "'";
+    } catch (const std::exception&) {
+    }
+    STRATA_THROW(Error, "step ", step_, ": the model's weights are not finite (NaN or inf), so no checkpoint is written to '",
+                 dir, "'; the last good checkpoint is ", last);
+  }
   // One path for every layout, collective over the world: each rank passes its pieces
   // (replicated tensors from rank 0, ZeRO slices from everyone) and the index records the mesh.
   pm_->sync_generators();  // rank 0's state lists every pipeline stage's dropout streams

@@ -209,24 +209,21 @@ void CheckpointReader::open_index(const std::string& text, const std::string& in
   }
   detail::check_coverage(records, "checkpoint '" + index_path + "'");
   check_files(kIndexFile);
-  require_finite_from_meta();
+  require_finite_by_default();
 }
 
-void CheckpointReader::require_finite_from_meta() {
+void CheckpointReader::require_finite_by_default() {
+  // Model weights and optimizer state alike: an inf in Adam's exp_avg_sq turns every weight
+  // NaN one step after the resume.
   const bool allow = env_allows_nonfinite();
-  const bool listed = meta_.is_object() && meta_.contains("model_tensors") && meta_["model_tensors"].is_array();
-  std::set<std::string> model;
-  if (listed)
-    for (const auto& n : meta_["model_tensors"])
-      if (n.is_string()) model.insert(n.get<std::string>());
-  for (auto& [name, info] : tensors_) info.require_finite = !allow && (!listed || model.count(name));
+  for (auto& [name, info] : tensors_) info.require_finite = !allow;
 }
 
 void CheckpointReader::allow_nonfinite(bool allow) {
   if (allow)
     for (auto& [name, info] : tensors_) info.require_finite = false;
   else
-    require_finite_from_meta();
+    require_finite_by_default();
 }
 
 void CheckpointReader::open_v1_plain() {
@@ -256,7 +253,7 @@ void CheckpointReader::open_v1_plain() {
   meta_ = {{"training_state", state}, {"optimizer", state.value("optimizer", nlohmann::json())},
            {"model_tensors", model_names}};
   checksums_.assign(files_.size(), std::nullopt);  // v1 wrote none
-  require_finite_from_meta();
+  require_finite_by_default();
 }
 
 // Every file exists, is a valid safetensors file and holds each piece it is said to.

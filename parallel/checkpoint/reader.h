@@ -24,7 +24,8 @@ namespace strata::parallel {
 /// files opened on demand, at most kMaxOpenFiles at once. Thread-safe after open();
 /// move-only.
 /// Environment variable that, set to anything but "" or "0", lets CheckpointReader load
-/// NaN / inf model weights (the explicit override of the non-finite check).
+/// Loads NaN / inf values (model weights or optimizer state): the explicit override of the
+/// non-finite check.
 inline constexpr const char* kAllowNonfiniteEnv = "STRATA_ALLOW_NONFINITE";
 
 class CheckpointReader {
@@ -46,10 +47,9 @@ class CheckpointReader {
   /// Hostile input: JSON nested over kMaxJsonDepth, repeated keys, world_size not matching
   /// the files, a shard resolving outside `dir` (symlink), a FIFO or device are refused.
   /// Each shard file whose CRC32 index.json records ("checksums", written since v2 gained
-  /// it) is read whole once and checked. Reads of the model tensors (meta "model_tensors";
-  /// every tensor when the meta has no such list) then refuse NaN / inf values (DataError
-  /// naming the file, tensor and element) unless kAllowNonfiniteEnv is set or
-  /// allow_nonfinite(true) was called.
+  /// it) is read whole once and checked. Reads of every tensor (model weights and optimizer
+  /// state) then refuse NaN / inf values (DataError naming the file, tensor and element)
+  /// unless kAllowNonfiniteEnv is set or allow_nonfinite(true) was called.
   void open(const std::string& dir);
   /// Turns the non-finite check of reads off (true) or back to open()'s rule (false).
   void allow_nonfinite(bool allow);
@@ -117,7 +117,7 @@ class CheckpointReader {
   void open_index(const std::string& text, const std::string& index_path);
   void open_v1_plain();
   void check_files(const std::string& index_name);
-  void require_finite_from_meta();
+  void require_finite_by_default();
   std::shared_ptr<const SafetensorsFile> file(size_t index) const;
   void read_raw(const std::string& name, const TensorInfo& t, const Box& box, uint8_t* dst) const;
 

@@ -225,6 +225,28 @@ TEST_F(TrainerTest, ResumingFromThePastKeepsWhatItWritesAndSetsTheFutureAside) {
   EXPECT_EQ(again.step_count(), 5);
 }
 
+// Weights that are no longer finite are never committed: the save is refused naming the
+// last good checkpoint, which stays LATEST.
+TEST_F(TrainerTest, NonFiniteWeightsAreNeverCheckpointed) {
+  const std::string run = path("nan"), ck = run + "/checkpoints";
+  Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + run, "train.max_steps=1", "train.checkpoint_every=1"}),
+            {.verbose = false});
+  t.train();
+  ASSERT_EQ(parallel::resolve_checkpoint_dir(run), ck + "/step_00000001");
+  Tensor w = t.model().parameters().front();
+  w.data<float>()[0] = NAN;
+  try {
+    t.save(ck + "/step_00000002");
+    FAIL() << "a NaN weight was checkpointed";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("weights are not finite"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the last good checkpoint is '" + ck + "/step_00000001'"), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(fs::exists(ck + "/step_00000002"));
+  EXPECT_EQ(parallel::resolve_checkpoint_dir(run), ck + "/step_00000001");
+}
+
 // A save that died half-way left step_N.tmp: the next start removes it before anything
 // is written or resumed, and keeps the complete checkpoints beside it.
 TEST_F(TrainerTest, StartRemovesAStaleCheckpointTmp) {

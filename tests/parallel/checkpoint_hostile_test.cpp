@@ -196,8 +196,22 @@ TEST_F(CheckpointHostileTest, NonFiniteOverrideLoadsTheWeights) {
   const CheckpointReader env(dir);
   ::unsetenv(kAllowNonfiniteEnv);
   EXPECT_TRUE(std::isnan(env.read_full("w").to_vector<float>()[5]));
-  // Optimizer state is not model weights: meta lists only "w".
-  EXPECT_NO_THROW(CheckpointReader(dir).read_full("m.w"));
+}
+
+// Optimizer state is refused like the weights: an inf in Adam's second moment would turn
+// every weight NaN one step after the resume.
+TEST_F(CheckpointHostileTest, NonFiniteOptimizerStateIsRefusedNamingFileAndTensor) {
+  const std::string dir = path("c");
+  RankPieces p;
+  Tensor m = ops::zeros({3, 4}, DType::f32);
+  m.data<float>()[7] = INFINITY;
+  p.boxes.push_back({"w", {3, 4}, whole_box({3, 4}), ops::zeros({3, 4}, DType::f32)});
+  p.boxes.push_back({"exp_avg_sq.w", {3, 4}, whole_box({3, 4}), m});
+  save_single(dir, p, {}, {{"model_tensors", {"w"}}});
+  const CheckpointReader rd(dir);
+  EXPECT_NO_THROW(rd.read_full("w"));
+  expect_error<DataError>([&] { rd.read_full("exp_avg_sq.w"); },
+                          {shard0(dir), "tensor 'exp_avg_sq.w'", "element 7", "not finite"});
 }
 
 TEST_F(CheckpointHostileTest, FifoAsIndexIsRefusedWithoutBlocking) {
