@@ -367,4 +367,29 @@ Command add_info_command(CLI::App& parent) {
           }};
 }
 
+void require_finite_numbers(CLI::App& app) {
+  const CLI::Validator finite(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end != s.c_str() && *end == 0 && !std::isfinite(v)) return "'" + s + "' is not a finite number";
+        return "";
+      },
+      "FINITE");
+  for (CLI::Option* o : app.get_options())
+    if (o->get_type_name().find("FLOAT") != std::string::npos) o->check(finite);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) require_finite_numbers(*sub);
+}
+
+std::vector<std::string> help_words_as_flags(int argc, const char* const* argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  if (args.size() >= 2 && args[1] == "help") {  // strata help [CMD...]
+    args.erase(args.begin() + 1);
+    args.push_back("--help");
+  } else if (args.size() >= 3 && args.back() == "help") {  // strata CMD... help
+    args.back() = "--help";
+  }
+  return args;
+}
+
 }  // namespace strata::apps

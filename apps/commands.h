@@ -4,6 +4,8 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace strata::apps {
 
@@ -33,5 +35,13 @@ Command add_plot_command(CLI::App& parent);
 
 /// The strata version string.
 const char* version_string();
+
+/// Every floating-point option of `app` and its subcommands refuses NaN and inf ("--x:
+/// 'nan' is not a finite number", exit 2): CLI11's range checks let NaN through.
+void require_finite_numbers(CLI::App& app);
+
+/// `strata help [CMD...]` and `strata CMD... help` as `strata CMD... --help` (git's and
+/// cargo's spelling); other argument lists unchanged.
+std::vector<std::string> help_words_as_flags(int argc, const char* const* argv);
 
 }  // namespace strata::apps

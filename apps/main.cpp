@@ -23,12 +23,26 @@ int main(int argc, char** argv) {
                                          add_bench_command(app), add_info_command(app), add_plan_command(app),
                                          add_ckpt_command(app), add_plot_command(app),
                                          add_config_command(app), add_trace_command(app)};
+  app.footer(
+      "Examples:\n"
+      "  strata train --config configs/fashion_mlp.yaml\n"
+      "  mpirun -np 2 strata train --config configs/gpt_char_ddp.yaml --set optim.lr=3e-4\n"
+      "  strata plan --config configs/gpt_char.yaml --ranks 8\n"
+      "  strata eval --checkpoint runs/fashion_mlp\n"
+      "  strata sample --checkpoint runs/gpt_char --prompt 'The ' --tokens 200\n"
+      "  strata help train");
+  require_finite_numbers(app);
+  // `strata help train`, `strata train help`: the --help of that command.
+  std::vector<std::string> words = help_words_as_flags(argc, argv);
+  std::vector<const char*> args;
+  for (const std::string& w : words) args.push_back(w.c_str());
+  argc = int(args.size());
   try {
-    app.parse(argc, argv);
+    app.parse(argc, args.data());
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help / --version
-    if (argc > 1 && argv[1][0] != '-') {  // an unknown command: suggest the closest one
-      const std::string given = argv[1];
+    if (argc > 1 && args[1][0] != '-') {  // an unknown command: suggest the closest one
+      const std::string given = args[1];
       const CLI::App* best = nullptr;
       size_t best_d = 3;  // at most 2 edits away
       for (const Command& c : commands) {

@@ -8,9 +8,11 @@
 #   help_example           the --set example in `train --help` is a real key
 #   consolidate_plain      a single-process checkpoint, its run dir and an already
 #                          consolidated file all exit 0, the file saying there is nothing to do
+#   help_words_and_finite  `strata help`, `strata help train` and `strata train help` print
+#                          help with runnable examples; NaN and inf options exit 2 naming them
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
-  foreach(case config_show config_reference help_example consolidate_plain)
+  foreach(case config_show config_reference help_example consolidate_plain help_words_and_finite)
     add_test(NAME cli_${case}
              COMMAND ${CMAKE_COMMAND} -DCASE=${case} -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
                      -DWORK=${CMAKE_CURRENT_BINARY_DIR}/cli_config/${case} -P ${CMAKE_CURRENT_LIST_FILE})
@@ -24,7 +26,22 @@ set(tiny_mlp ${SRC}/tests/data_files/tiny_mlp.yaml)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 
-if(CASE STREQUAL "config_show")
+if(CASE STREQUAL "help_words_and_finite")
+  run(0 help)
+  expect(OUT "Subcommands:" "Examples:" "strata train --config configs/fashion_mlp.yaml")
+  run(0 help train)
+  expect(OUT "--config" "--resume")
+  run(0 train help)
+  expect(OUT "--config" "--resume")
+  run(0 ckpt consolidate help)
+  expect(OUT "--checkpoint")
+  run(2 plan --config ${tiny_mlp} --ranks 2 --gflops nan)
+  expect(ERR "--gflops" "'nan' is not a finite number")
+  run(2 sample --checkpoint missing --temperature inf)
+  expect(ERR "--temperature" "'inf' is not a finite number")
+  run(2 sample --checkpoint missing --temperature -inf)
+  expect(ERR "--temperature" "not a finite number")
+elseif(CASE STREQUAL "config_show")
   run(0 config show --config ${tiny_mlp} --set optim.lr=0.05)
   expect(OUT "  lr: 0.05\n" "  bucket_cap_mb: 25\n" "  dp: auto\n" "  timeout_s: 300\n")
   file(WRITE ${WORK}/resolved.yaml "${OUT}")

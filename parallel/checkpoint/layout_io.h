@@ -27,7 +27,7 @@ void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optim
 
 /// Loads a checkpoint of any layout into a ZeRO-wrapped model (collective; see
 /// ZeroDataParallel::load_state). The same checks as load_replicated first.
-/// `agree_over`: the ranks that agree on the outcome of the reads (default: zero's group).
+/// `agree_over`: the ranks that agree on the outcome of the reads (none by default).
 void load_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer,
                comm::ProcessGroup* agree_over = nullptr);
 

@@ -435,6 +435,14 @@ Tensor CheckpointReader::read_full(const std::string& name) const { return read_
 void consolidate(const std::string& dir, const std::string& out_file) {
   const CheckpointReader reader(dir);
   const std::vector<std::string> names = reader.names();
+  // The model tensors the writer listed must all be there: an index that lost one would
+  // otherwise give a consolidated file without it.
+  const nlohmann::json& meta = reader.meta();
+  if (meta.is_object() && meta.contains("model_tensors") && meta["model_tensors"].is_array())
+    for (const auto& n : meta["model_tensors"])
+      if (n.is_string() && std::find(names.begin(), names.end(), n.get<std::string>()) == names.end())
+        STRATA_THROW(DataError, "checkpoint '", dir, "': meta.model_tensors lists '", n.get<std::string>(),
+                     "' but the index holds no such tensor");
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   header["__metadata__"] = {{"format", "pt"},
                             {"strata_world_size", std::to_string(reader.world_size())},

@@ -139,9 +139,10 @@ class ZeroDataParallel {
   /// Loads parameters (and optimizer state when `optimizer_scalars` is not null) from a
   /// checkpoint of any world size / stage: every rank reads its slices; stages 1-2
   /// all-gather the parameters. Everything is read before anything changes. Collective.
-  /// The reads run first and the ranks of `agree_over` (default: the dp group) agree on
-  /// their outcome before anything changes or any rank enters the parameter all-gather:
-  /// one rank's read error ends every rank with its cause (comm::run_agreed).
+  /// The reads run first; with `agree_over` its ranks then agree on their outcome before
+  /// anything changes or any rank enters the parameter all-gather, so one rank's read
+  /// error ends every rank with its cause (comm::run_agreed; ParallelModel::load_state
+  /// passes the world). Without it a stage-3 load issues no collective at all.
   void load_state(const RangeReader& read, const nlohmann::json* optimizer_scalars,
                   comm::ProcessGroup* agree_over = nullptr);
 

@@ -40,7 +40,7 @@ Tensor tp_read(const CheckpointReader& ck, const TpLayout& layout, const std::st
 /// is read and checked before anything changes.
 void load_tp(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt, const TpLayout& layout);
 /// The same for a ZeRO-wrapped tp shard (every rank reads its dp slices of its tp shard).
-/// `agree_over`: the ranks that agree on the outcome of the reads (default: zero's group).
+/// `agree_over`: the ranks that agree on the outcome of the reads (none by default).
 void load_tp_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer, const TpLayout& layout,
                   comm::ProcessGroup* agree_over = nullptr);
 

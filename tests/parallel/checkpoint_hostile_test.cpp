@@ -70,6 +70,18 @@ TEST_F(CheckpointHostileTest, DeepNestingInV1StateJsonIsRefused) {
   expect_error<DataError>([&] { CheckpointReader rd(dir); }, {dir + "/state.json", "recursion limit exceeded"});
 }
 
+// An index that lost a model tensor the writer listed is refused by consolidate, which
+// would otherwise write a file without it (and exit 0).
+TEST_F(CheckpointHostileTest, ConsolidateRefusesAnIndexMissingAListedModelTensor) {
+  const std::string dir = save_one("c");
+  auto j = index_of(dir);
+  j["meta"]["model_tensors"] = {"w", "v"};
+  write_index(dir, j);
+  const std::string out = path("whole.safetensors");
+  expect_error<DataError>([&] { consolidate(dir, out); }, {dir, "meta.model_tensors lists 'v'", "no such tensor"});
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST_F(CheckpointHostileTest, DuplicateKeysInIndexAreRefused) {
   const std::string dir = save_one("c");
   std::string text = read_file_text(dir + "/index.json");
