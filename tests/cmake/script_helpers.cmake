@@ -49,23 +49,54 @@ function(losses file out)
   set(${out} ${result} PARENT_SCOPE)
 endfunction()
 
-# same_losses(<list a> <list b> <what>): "step=loss" lists of equal length, equal to 1e-5 relative.
+# same_losses(<list a> <list b> <what> [relative tolerance]): "step=loss" lists of equal
+# length, record for record at the same step, losses equal to the tolerance (default 1e-5).
 function(same_losses la lb what)
+  set(tol 1e-5)
+  if(ARGC GREATER 3)
+    set(tol ${ARGV3})
+  endif()
   list(LENGTH la na)
   list(LENGTH lb nb)
   if(na EQUAL 0 OR NOT na EQUAL nb)
-    message(FATAL_ERROR "${what}: ${na} vs ${nb} train records\na: ${la}\nb: ${lb}")
+    message(FATAL_ERROR "${what}: ${na} vs ${nb} records\na: ${la}\nb: ${lb}")
   endif()
   math(EXPR last "${na} - 1")
   foreach(i RANGE ${last})
     list(GET la ${i} a)
     list(GET lb ${i} b)
+    string(REGEX REPLACE "=.*" "" sa "${a}")
+    string(REGEX REPLACE "=.*" "" sb "${b}")
+    if(NOT sa STREQUAL sb)
+      message(FATAL_ERROR "${what}: record ${i} is at step ${sa} in a, ${sb} in b\na: ${la}\nb: ${lb}")
+    endif()
     string(REGEX REPLACE ".*=" "" a "${a}")
     string(REGEX REPLACE ".*=" "" b "${b}")
-    execute_process(COMMAND awk "BEGIN { d = ${a} - ${b}; if (d < 0) d = -d; exit (d <= 1e-5 * (${b} < 0 ? -${b} : ${b})) ? 0 : 1 }"
+    if(NOT a MATCHES "^-?[0-9]" OR NOT b MATCHES "^-?[0-9]")  # a NaN is written as null
+      message(FATAL_ERROR "${what}: step ${sa}: loss ${a} vs ${b}, not both numbers\na: ${la}\nb: ${lb}")
+    endif()
+    execute_process(COMMAND awk "BEGIN { d = ${a} - ${b}; if (d < 0) d = -d; exit (d <= ${tol} * (${b} < 0 ? -${b} : ${b})) ? 0 : 1 }"
                     RESULT_VARIABLE cmp)
     if(NOT cmp EQUAL 0)
-      message(FATAL_ERROR "${what}: record ${i}: loss ${a} vs ${b} differ by more than 1e-5 relative\na: ${la}\nb: ${lb}")
+      message(FATAL_ERROR "${what}: step ${sa}: loss ${a} vs ${b} differ by more than ${tol} relative\na: ${la}\nb: ${lb}")
     endif()
   endforeach()
+endfunction()
+
+
+# loss_falls(<list> <fraction> <what>): the last "step=loss" of the list is below its first
+# by more than the fraction of the first (more than a few steps' batch-to-batch noise).
+function(loss_falls l fraction what)
+  list(GET l 0 first)
+  list(GET l -1 last)
+  string(REGEX REPLACE ".*=" "" a "${first}")
+  string(REGEX REPLACE ".*=" "" b "${last}")
+  if(NOT a MATCHES "^-?[0-9]" OR NOT b MATCHES "^-?[0-9]")  # a NaN is written as null
+    message(FATAL_ERROR "${what}: losses that are not numbers: ${l}")
+  endif()
+  execute_process(COMMAND awk "BEGIN { exit (${b} < ${a} * (1 - ${fraction})) ? 0 : 1 }" RESULT_VARIABLE cmp)
+  if(NOT cmp EQUAL 0)
+    message(FATAL_ERROR "${what}: the loss did not fall by more than ${fraction} of the first (first ${first}, "
+                        "last ${last}): ${l}")
+  endif()
 endfunction()
