@@ -218,7 +218,6 @@ elseif(CASE STREQUAL "ddp_matches_single_process")
   # parameters (evaluated again from the checkpoints) must agree too.
   same_evals(${WORK}/ddp/metrics.jsonl ${WORK}/single/metrics.jsonl "ddp vs single process")
   same_checkpoint_eval(ddp single "ddp vs single process checkpoints")
-  expect(OUT "val accuracy: ")
   # Resume under mpirun: 4 steps, checkpoint, 4 more == 8 straight, bit for bit
   # (constant LR, so the schedule does not depend on max_steps).
   macro(ddp_run dir steps)
