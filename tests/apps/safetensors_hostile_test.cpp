@@ -3,10 +3,15 @@
 // as Python's `safetensors` (exact tiling of the data section, no repeated names).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <strata/core/memory.h>
 #include <strata/tensor/ops.h>
 #include <strata/tensor/safetensors.h>
 #include "tests/hostile_files.h"
@@ -90,6 +95,31 @@ TEST_F(SafetensorsHostileTest, HeaderLengthLargerThanTheFile) {
   expect_refused(p, {p, "header length 4096 exceeds the file size"});
 }
 
+// Caps this process's address space at what it maps now plus `headroom` while alive, so
+// an allocation larger than the headroom fails (std::bad_alloc) instead of succeeding
+// lazily. ok() is false where the limit cannot be read or set.
+class AddressSpaceCap {
+ public:
+  explicit AddressSpaceCap(uint64_t headroom) {
+    std::ifstream statm("/proc/self/statm");
+    uint64_t pages = 0;
+    if (::getrlimit(RLIMIT_AS, &old_) != 0 || !(statm >> pages)) return;
+    rlimit cap = old_;
+    cap.rlim_cur = std::min<rlim_t>(old_.rlim_max, rlim_t(pages * uint64_t(::sysconf(_SC_PAGESIZE)) + headroom));
+    ok_ = ::setrlimit(RLIMIT_AS, &cap) == 0;
+  }
+  ~AddressSpaceCap() {
+    if (ok_) ::setrlimit(RLIMIT_AS, &old_);
+  }
+  AddressSpaceCap(const AddressSpaceCap&) = delete;
+  AddressSpaceCap& operator=(const AddressSpaceCap&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit old_{};
+  bool ok_ = false;
+};
+
 TEST_F(SafetensorsHostileTest, HeaderClaimingATerabyteAllocatesNothing) {
   // A sparse 1 TB + 8 byte file whose header length says 1 TB: refused before allocating.
   const uint64_t tb = 1ull << 40;
@@ -97,7 +127,16 @@ TEST_F(SafetensorsHostileTest, HeaderClaimingATerabyteAllocatesNothing) {
   std::error_code ec;
   fs::resize_file(p, tb + 8, ec);
   if (ec) GTEST_SKIP() << "cannot create a sparse 1 TB file here: " << ec.message();
-  expect_refused(p, {p, "header length 1099511627776 exceeds the 100 MB limit"});
+  cpu_memory().reset_peaks();
+  const int64_t tensors_before = cpu_memory().total_current();
+  {
+    // 64 MB of address space for both refusals: a buffer for the claimed header (or any
+    // part of it above the limit's 100 MB) would fail as std::bad_alloc, not DataError.
+    AddressSpaceCap cap(64ull << 20);
+    if (!cap.ok()) GTEST_SKIP() << "cannot cap the address space here";
+    expect_refused(p, {p, "header length 1099511627776 exceeds the 100 MB limit"});
+  }
+  EXPECT_EQ(cpu_memory().total_peak(), tensors_before) << "tensor bytes were allocated for the refused file";
   fs::remove(p);
 }
 

@@ -174,6 +174,15 @@ TEST_F(TrainerTest, TruncatedCheckpointFileFailsBeforeTouchingTheModel) {
     EXPECT_NE(msg.find(opt_file), std::string::npos) << msg;
     EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
   }
+  // A live model the truncated checkpoint is loaded into keeps every value it had.
+  Trainer other(TrainConfig::load(kTinyMlp, {"run.dir=" + path("other")}), {.verbose = false});
+  std::vector<std::vector<float>> snapshot;
+  for (const auto& [n, t] : other.model().state_dict()) snapshot.push_back(t.to_vector<float>());
+  EXPECT_THROW(other.parallel_model().load_state(*parallel::open_checkpoint(run).reader, /*with_optimizer=*/true),
+               DataError);
+  const auto after = other.model().state_dict();
+  ASSERT_EQ(after.size(), snapshot.size());
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].second.to_vector<float>(), snapshot[i]) << after[i].first;
 }
 
 TEST_F(TrainerTest, CheckpointWriteIsAtomicAndReplaces) {

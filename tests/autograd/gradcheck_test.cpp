@@ -195,3 +195,21 @@ TEST(Gradcheck, Linear) {
     return sum(gelu(linear(tanh(linear(v[0], v[1], v[2])), v[3], Tensor())), {-1});
   }, {x, w, b, leaf({3, 5}, 114)});
 }
+
+// The check itself: a function whose backward is wrong must be rejected, naming the input
+// and element. x * detach(x) has the value x^2, but its backward sees only one factor
+// (analytic x, numeric 2x); 2x - detach(x) has the value x and the analytic gradient 2.
+TEST(Gradcheck, RejectsAWrongGradient) {
+  Tensor x = leaf_away({3, 2}, 120, 0.5, 1.5);
+  GradcheckResult r = gradcheck([](const auto& v) { return mul(v[0], v[0].detach()); }, {x});
+  EXPECT_FALSE(r.ok) << "x * detach(x) passed (max err " << r.max_abs_err << ")";
+  EXPECT_GT(r.max_abs_err, 1e-2);  // |w x| per element (w the check's random projection), far above its 1e-6
+  EXPECT_NE(r.message.find("input 0 element 0"), std::string::npos) << r.message;
+  Tensor y = leaf({4}, 121);
+  r = gradcheck([](const auto& v) { return v[0] * 2.0 - v[0].detach(); }, {y});
+  EXPECT_FALSE(r.ok) << "2x - detach(x) passed (max err " << r.max_abs_err << ")";
+  EXPECT_GT(r.max_abs_err, 1e-2);  // analytic 2w vs numeric w at every element
+  // The same functions with their true gradients pass.
+  EXPECT_TRUE(gradcheck([](const auto& v) { return mul(v[0], v[0]); }, {x}).ok);
+  EXPECT_TRUE(gradcheck([](const auto& v) { return v[0] * 2.0 - v[0]; }, {y}).ok);
+}

@@ -1,5 +1,8 @@
-// The comm benchmark's pure parts (size parsing, bus factors) and a tiny local run.
+// The comm benchmark's pure parts (size parsing, bus factors) and a tiny local run, whose
+// times fit in the wall time it ran and whose bandwidths follow from bytes and time.
 #include <gtest/gtest.h>
+
+#include <chrono>
 
 #include "bench/comm_bench.h"
 
@@ -36,12 +39,24 @@ TEST(CommBench, LocalRunProducesOneRowPerSize) {
     o.max_bytes = 24 << 10;
     o.iters = 3;
     o.with_memcpy = false;
+    const auto t0 = std::chrono::steady_clock::now();
     const auto rows = run_local_comm_bench(o);
+    const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_EQ(rows.size(), 4u) << op_kind_name(op);
+    // The timed ops ran inside this call: iters x the mean time per op, over the sizes,
+    // fits in its wall time (a unit slip in time_us would not).
+    double timed_us = 0;
+    for (const auto& row : rows) timed_us += double(row.iters) * row.time_us;
+    EXPECT_LE(timed_us, wall_us) << op_kind_name(op);
     for (size_t i = 0; i < rows.size(); ++i) {
       EXPECT_EQ(rows[i].bytes, int64_t(3 << 10) << i);  // divisible by 3 ranks x 4 bytes
       EXPECT_GT(rows[i].time_us, 0);
-      EXPECT_NEAR(rows[i].busbw, rows[i].algbw * bus_factor(op, 3), 1e-9);
+      EXPECT_EQ(rows[i].iters, 3);
+      // GB/s from the row's bytes and time; the bus factor of 3 ranks as nccl-tests has it.
+      const double algbw = double(rows[i].bytes) / (rows[i].time_us * 1e-6) / 1e9;
+      const double factor = op == OpKind::all_reduce ? 4.0 / 3.0 : op == OpKind::broadcast ? 1.0 : 2.0 / 3.0;
+      EXPECT_NEAR(rows[i].algbw, algbw, 1e-9 * algbw);
+      EXPECT_NEAR(rows[i].busbw, algbw * factor, 1e-9 * algbw);
       EXPECT_STREQ(rows[i].bytes_kind(), "counted");  // ring (broadcast: tree) on send/recv
       if (op == OpKind::all_reduce) {  // rank 0 of a 3-rank ring sends 2 x (its 2 segments of a third)
         EXPECT_EQ(rows[i].bytes_sent, 2 * (2 * rows[i].bytes / 3));

@@ -1,11 +1,13 @@
-// bench_ddp on tiny models over a ring (counted bytes): the exposed and hidden figures
-// follow from the measured step times exactly, every part of the breakdown fits inside
+// bench_ddp on tiny models over a ring (counted bytes): the timed steps fit in the wall
+// time the bench ran, the exposed and hidden figures follow from the measured step times
+// exactly, Ψ is the models' own parameter count, every part of the breakdown fits inside
 // what contains it, the bytes are those of the buckets and buffers, buckets launch during
 // backward, and the per-rank memory counted from the tensors is exactly 4Ψ + 4Ψ + 8Ψ + 4Ψ
 // (16Ψ with bucket views).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 
 #include "bench/ddp_bench.h"
@@ -25,6 +27,12 @@ DDPBenchOptions tiny() {
   o.steps = 5;
   o.warmup = 1;
   return o;
+}
+
+int64_t param_count(const nn::Module& m) {  // counted here, not by the bench
+  int64_t n = 0;
+  for (const auto& [name, t] : m.named_parameters()) n += t.numel();
+  return n;
 }
 
 int64_t buffer_bytes(const nn::Module& m) {
@@ -80,21 +88,36 @@ TEST(DDPBench, FiguresFollowFromTheMeasuredSteps) {
   co.algorithm = comm::Algorithm::ring;
   DDPBenchReport r;
   std::mutex mu;
+  const auto t0 = std::chrono::steady_clock::now();
   comm::run_local(2, [&](comm::ProcessGroup& g) {
     DDPBenchReport mine = bench_ddp(g, o);
     std::lock_guard<std::mutex> lk(mu);
     if (g.rank() == 0) r = mine;
   }, co);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The timed steps ran one after another inside this call: together they fit in its wall time.
+  double timed_s = 0;
+  for (const ModelOverlap* m : {&r.gpt, &r.cnn}) {
+    for (double t : m->compute_steps) timed_s += t;
+    for (const auto& w : m->rows)
+      for (double t : w.steps) timed_s += t;
+  }
+  EXPECT_GT(timed_s, 0);
+  EXPECT_LE(timed_s, wall_s) << "the steps' times add up to more than the bench ran";
   EXPECT_EQ(r.ranks, 2);
   EXPECT_EQ(r.backend, "local");
   EXPECT_EQ(r.algorithm, "ring");
 
   Generator gen(5);
-  const int64_t cnn_buffers = buffer_bytes(nn::CNN(o.cnn, gen));
+  const nn::CNN cnn(o.cnn, gen);
+  const int64_t cnn_buffers = buffer_bytes(cnn);
+  const int64_t psi = param_count(nn::GPT(o.gpt, gen));  // Ψ of the GPT, counted here
+  EXPECT_EQ(r.gpt.params, psi);
+  EXPECT_EQ(r.cnn.params, param_count(cnn));
   ASSERT_EQ(r.gpt.rows.size(), 3u);  // 25 MiB views, 25 MiB copies, 0.001 MiB views
   ASSERT_EQ(r.cnn.rows.size(), 2u);
-  for (const auto& w : r.gpt.rows) check_row(r.gpt, w, 4 * r.gpt.params);
-  for (const auto& w : r.cnn.rows) check_row(r.cnn, w, 4 * r.cnn.params + cnn_buffers);
+  for (const auto& w : r.gpt.rows) check_row(r.gpt, w, 4 * psi);
+  for (const auto& w : r.cnn.rows) check_row(r.cnn, w, 4 * param_count(cnn) + cnn_buffers);
   EXPECT_TRUE(r.gpt.rows[0].bucket_view);
   EXPECT_FALSE(r.gpt.rows[1].bucket_view);
   // Small buckets, laid out in backward's order after the first step: all but the ones
@@ -103,8 +126,7 @@ TEST(DDPBench, FiguresFollowFromTheMeasuredSteps) {
   EXPECT_GT(small.buckets, 4);
   EXPECT_GE(small.launched_in_backward, small.buckets / 2);
 
-  const int64_t psi = r.psi;
-  EXPECT_EQ(psi, r.gpt.params);
+  EXPECT_EQ(r.psi, psi);
   EXPECT_EQ(r.tally.params, 4 * psi);
   EXPECT_EQ(r.tally.grads, 4 * psi);
   EXPECT_EQ(r.tally.buckets, 4 * psi);

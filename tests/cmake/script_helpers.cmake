@@ -49,23 +49,93 @@ function(losses file out)
   set(${out} ${result} PARENT_SCOPE)
 endfunction()
 
-# same_losses(<list a> <list b> <what>): "step=loss" lists of equal length, equal to 1e-5 relative.
+# same_losses(<list a> <list b> <what> [relative tolerance]): "step=loss" lists of equal
+# length, record for record at the same step, losses equal to the tolerance (default 1e-5).
 function(same_losses la lb what)
+  set(tol 1e-5)
+  if(ARGC GREATER 3)
+    set(tol ${ARGV3})
+  endif()
   list(LENGTH la na)
   list(LENGTH lb nb)
   if(na EQUAL 0 OR NOT na EQUAL nb)
-    message(FATAL_ERROR "${what}: ${na} vs ${nb} train records\na: ${la}\nb: ${lb}")
+    message(FATAL_ERROR "${what}: ${na} vs ${nb} records\na: ${la}\nb: ${lb}")
   endif()
   math(EXPR last "${na} - 1")
   foreach(i RANGE ${last})
     list(GET la ${i} a)
     list(GET lb ${i} b)
+    string(REGEX REPLACE "=.*" "" sa "${a}")
+    string(REGEX REPLACE "=.*" "" sb "${b}")
+    if(NOT sa STREQUAL sb)
+      message(FATAL_ERROR "${what}: record ${i} is at step ${sa} in a, ${sb} in b\na: ${la}\nb: ${lb}")
+    endif()
     string(REGEX REPLACE ".*=" "" a "${a}")
     string(REGEX REPLACE ".*=" "" b "${b}")
-    execute_process(COMMAND awk "BEGIN { d = ${a} - ${b}; if (d < 0) d = -d; exit (d <= 1e-5 * (${b} < 0 ? -${b} : ${b})) ? 0 : 1 }"
+    if(NOT a MATCHES "^-?[0-9]" OR NOT b MATCHES "^-?[0-9]")  # a NaN is written as null
+      message(FATAL_ERROR "${what}: step ${sa}: loss ${a} vs ${b}, not both numbers\na: ${la}\nb: ${lb}")
+    endif()
+    execute_process(COMMAND awk "BEGIN { d = ${a} - ${b}; if (d < 0) d = -d; exit (d <= ${tol} * (${b} < 0 ? -${b} : ${b})) ? 0 : 1 }"
                     RESULT_VARIABLE cmp)
     if(NOT cmp EQUAL 0)
-      message(FATAL_ERROR "${what}: record ${i}: loss ${a} vs ${b} differ by more than 1e-5 relative\na: ${la}\nb: ${lb}")
+      message(FATAL_ERROR "${what}: step ${sa}: loss ${a} vs ${b} differ by more than ${tol} relative\na: ${la}\nb: ${lb}")
     endif()
   endforeach()
+endfunction()
+
+
+# loss_falls(<list> <fraction> <what>): the last "step=loss" of the list is below its first
+# by more than the fraction of the first (more than a few steps' batch-to-batch noise).
+function(loss_falls l fraction what)
+  list(GET l 0 first)
+  list(GET l -1 last)
+  string(REGEX REPLACE ".*=" "" a "${first}")
+  string(REGEX REPLACE ".*=" "" b "${last}")
+  if(NOT a MATCHES "^-?[0-9]" OR NOT b MATCHES "^-?[0-9]")  # a NaN is written as null
+    message(FATAL_ERROR "${what}: losses that are not numbers: ${l}")
+  endif()
+  execute_process(COMMAND awk "BEGIN { exit (${b} < ${a} * (1 - ${fraction})) ? 0 : 1 }" RESULT_VARIABLE cmp)
+  if(NOT cmp EQUAL 0)
+    message(FATAL_ERROR "${what}: the loss did not fall by more than ${fraction} of the first (first ${first}, "
+                        "last ${last}): ${l}")
+  endif()
+endfunction()
+
+# same_evals(<metrics.jsonl a> <metrics.jsonl b> <what>): the eval records of both runs at
+# the same steps and splits, losses equal to 1e-5 relative and accuracies (where logged)
+# equal.
+function(same_evals fa fb what)
+  foreach(x a b)
+    file(STRINGS ${f${x}} lines REGEX "\"type\":\"eval\"")
+    set(l${x} "")
+    set(acc${x} "")
+    foreach(line ${lines})
+      string(JSON step GET "${line}" step)
+      string(JSON split GET "${line}" split)
+      string(JSON loss GET "${line}" loss)
+      string(JSON acc ERROR_VARIABLE no_acc GET "${line}" accuracy)
+      if(no_acc)
+        set(acc "-")
+      endif()
+      list(APPEND l${x} "${step}:${split}=${loss}")
+      list(APPEND acc${x} "${step}:${split}=${acc}")
+    endforeach()
+  endforeach()
+  same_losses("${la}" "${lb}" "${what}: eval losses")
+  if(NOT "${acca}" STREQUAL "${accb}")
+    message(FATAL_ERROR "${what}: eval accuracies differ\na: ${acca}\nb: ${accb}")
+  endif()
+endfunction()
+
+# same_checkpoint_eval(<checkpoint a> <checkpoint b> <what>): `strata eval` of both (one
+# process, the config's eval split) prints the same loss and accuracy: the two runs end
+# with the same parameters, to the printed 4 decimals.
+function(same_checkpoint_eval a b what)
+  foreach(x a b)
+    run(0 eval --checkpoint ${${x}})
+    string(REGEX MATCHALL "[a-z]+ (loss|accuracy): [0-9.]+" r${x} "${OUT}")
+  endforeach()
+  if(NOT ra MATCHES "loss: " OR NOT "${ra}" STREQUAL "${rb}")
+    message(FATAL_ERROR "${what}: strata eval of ${a}: '${ra}', of ${b}: '${rb}'")
+  endif()
 endfunction()

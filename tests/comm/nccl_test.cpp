@@ -4,6 +4,7 @@
 // GPUs by tests/comm/mpi/nccl_collectives_test.cpp.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include <strata/comm/nccl.h>
@@ -13,6 +14,16 @@ using namespace strata::comm;
 
 namespace {
 
+// The GPUs the NVIDIA driver lists, read without CUDA (0 without the driver). A container
+// or CUDA_VISIBLE_DEVICES may show CUDA fewer of them, never more.
+int driver_gpus() {
+  std::error_code ec;
+  int n = 0;
+  for (std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec), end; !ec && it != end; it.increment(ec))
+    ++n;
+  return n;
+}
+
 TEST(NcclBackend, AvailabilityMatchesTheBuild) {
 #ifdef STRATA_WITH_NCCL
   EXPECT_TRUE(nccl_available());
@@ -20,7 +31,9 @@ TEST(NcclBackend, AvailabilityMatchesTheBuild) {
   EXPECT_FALSE(nccl_available());
   EXPECT_EQ(nccl_device_count(), 0);
 #endif
+  const int gpus = driver_gpus();
   EXPECT_GE(nccl_device_count(), 0);
+  EXPECT_LE(nccl_device_count(), gpus) << "more devices than the driver lists in /proc/driver/nvidia/gpus";
 }
 
 TEST(NcclBackend, ClearErrorWithoutCudaOrGpu) {

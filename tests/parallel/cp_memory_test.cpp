@@ -72,8 +72,9 @@ TEST(CpMemory, Cp2HalvesTheActivationsAndMatchesThePlan) {
               (long long)held1, (long long)plan1, (long long)held2, (long long)plan2, (long long)peak1, (long long)peak2);
   EXPECT_LT(double(held2), 0.55 * double(held1));
   EXPECT_LT(double(peak2), 0.6 * double(peak1));
-  EXPECT_NEAR(double(held1), double(plan1), 0.15 * double(plan1));
-  EXPECT_NEAR(double(held2), double(plan2), 0.15 * double(plan2));
+  // The plan within 3% at both degrees (measured: +1.5% at cp 1, -2.0% at cp 2).
+  EXPECT_NEAR(double(held1), double(plan1), 0.03 * double(plan1));
+  EXPECT_NEAR(double(held2), double(plan2), 0.03 * double(plan2));
 }
 
 }  // namespace

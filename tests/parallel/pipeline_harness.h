@@ -57,9 +57,14 @@ inline parallel::PipelinePlan pp_gpt_plan(const nn::GPTConfig& cfg) {
   return p;
 }
 
+/// A max_norm no gradient reaches: clip_grad_norm only measures the norm. Every run
+/// records each step's gradient norm before the optimizer so a wrong gradient scale
+/// (AdamW is invariant to one) shows even when the case does not clip.
+inline constexpr double kMeasureOnly = 1e300;
+
 struct PpRun {
   std::vector<double> losses;
-  std::vector<double> norms;
+  std::vector<double> norms;  // each step's global gradient norm before clipping
   nn::NamedTensors params;  // this rank's (its stages'), after the steps
 };
 
@@ -67,7 +72,7 @@ struct PpRun {
 inline PpRun pp_reference(const PpCase& c) {
   PpRun r;
   auto model = pp_gpt(c);
-  tp::gpt_reference_steps(*model, c.steps, c.batch(), c.clip, r.losses, r.norms);
+  tp::gpt_reference_steps(*model, c.steps, c.batch(), c.clip > 0 ? c.clip : kMeasureOnly, r.losses, r.norms);
   r.params = model->named_parameters();
   return r;
 }
@@ -113,7 +118,7 @@ inline PpRun pp_train(parallel::ParallelModel& pm, const PpCase& c) {
     pm.finalize();
     if (c.dp > 1) loss = rank_mean(*pm.mesh()["dp"], loss);
     r.losses.push_back(loss);
-    if (c.clip > 0) r.norms.push_back(pm.clip_grad_norm(c.clip));
+    r.norms.push_back(pm.clip_grad_norm(c.clip > 0 ? c.clip : kMeasureOnly));
     pm.step();
     pm.zero_grad();
   }

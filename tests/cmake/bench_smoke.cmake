@@ -1,0 +1,21 @@
+# The `strata bench tp` and `strata bench cp` smoke tests (tests/tp_cli.cmake,
+# tests/cp_cli.cmake): run as `cmake -DCASE=<tp|cp> -DSTRATA=<binary> -P bench_smoke.cmake`
+# the bench must exit 0 and print every row of its table.
+if(CASE STREQUAL "tp")
+  set(args bench tp --steps 1 --batch 2)
+  set(rows "\\| 1 \\| no \\|.*\\| 2 \\| yes \\|.*\\| 4 \\| yes \\|")
+elseif(CASE STREQUAL "cp")
+  set(args bench cp --steps 1 --batch 1 --seq 64 --cp 1 2)
+  set(rows "\\| 64 \\| 1 \\|.*\\| 64 \\| 2 \\|.*\\| zigzag \\| 2 \\| 64 \\|.*\\| plain \\| 2 \\| 64 \\|")
+else()
+  message(FATAL_ERROR "unknown bench smoke case '${CASE}'")
+endif()
+execute_process(COMMAND ${STRATA} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(REPLACE ";" " " cmd "strata ${args}")
+if(NOT "${rc}" STREQUAL "0")
+  message(FATAL_ERROR "${cmd}: exit code ${rc}\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+if(NOT out MATCHES "${rows}")
+  message(FATAL_ERROR "${cmd}: the table lacks a row (expected ${rows})\nstdout:\n${out}")
+endif()
+message("${out}")
