@@ -377,7 +377,7 @@ void require_finite_numbers(CLI::App& app) {
       },
       "FINITE");
   for (CLI::Option* o : app.get_options())
-    if (o->get_type_name().find("FLOAT") != std::string::npos) o->check(finite);
+    if (o->get_type_name().find("FLOAT") != std::string::npos) o->transform(finite);  // before any range check
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) require_finite_numbers(*sub);
 }
 

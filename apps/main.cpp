@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <regex>
 #include <vector>
 
 #include "apps/commands.h"
@@ -56,7 +57,9 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    std::fprintf(stderr, "strata: error: %s\nRun 'strata --help' for usage.\n", e.what());
+    // CLI11's open ranges print DBL_MAX in full (309 digits): say "inf".
+    const std::string msg = std::regex_replace(std::string(e.what()), std::regex(R"(\d{40,}(\.\d+)?)"), "inf");
+    std::fprintf(stderr, "strata: error: %s\nRun 'strata --help' for usage.\n", msg.c_str());
     return 2;
   }
   try {

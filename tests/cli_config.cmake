@@ -41,6 +41,8 @@ if(CASE STREQUAL "help_words_and_finite")
   expect(ERR "--temperature" "'inf' is not a finite number")
   run(2 sample --checkpoint missing --temperature -inf)
   expect(ERR "--temperature" "not a finite number")
+  run(2 sample --checkpoint missing --temperature -1)  # an open range reads "to inf", not DBL_MAX's 309 digits
+  expect(ERR "--temperature" "not in range 0.000000 to inf")
 elseif(CASE STREQUAL "config_show")
   run(0 config show --config ${tiny_mlp} --set optim.lr=0.05)
   expect(OUT "  lr: 0.05\n" "  bucket_cap_mb: 25\n" "  dp: auto\n" "  timeout_s: 300\n")
