@@ -21,12 +21,14 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
     add_test(NAME e2e_ddp_matches_single_process
              COMMAND ${CMAKE_COMMAND} -DCASE=ddp_matches_single_process -DSTRATA=$<TARGET_FILE:strata_cli>
                      -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
+                     -DCOMPARE=$<TARGET_FILE:strata_compare_checkpoints>
                      -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/ddp_matches_single_process -P ${strata_e2e_script})
     set_tests_properties(e2e_ddp_matches_single_process PROPERTIES LABELS "e2e;dist" TIMEOUT 60 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
     add_test(NAME e2e_zero_matches_ddp
              COMMAND ${CMAKE_COMMAND} -DCASE=zero_matches_ddp -DSTRATA=$<TARGET_FILE:strata_cli>
                      -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
+                     -DCOMPARE=$<TARGET_FILE:strata_compare_checkpoints>
                      -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/zero_matches_ddp -P ${strata_e2e_script})
     set_tests_properties(e2e_zero_matches_ddp PROPERTIES LABELS "e2e;dist" TIMEOUT 120 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
@@ -218,6 +220,7 @@ elseif(CASE STREQUAL "ddp_matches_single_process")
   # parameters (evaluated again from the checkpoints) must agree too.
   same_evals(${WORK}/ddp/metrics.jsonl ${WORK}/single/metrics.jsonl "ddp vs single process")
   same_checkpoint_eval(ddp single "ddp vs single process checkpoints")
+  same_parameters(ddp single 1e-5 "ddp vs single process parameters")
   # Resume under mpirun: 4 steps, checkpoint, 4 more == 8 straight, bit for bit
   # (constant LR, so the schedule does not depend on max_steps).
   macro(ddp_run dir steps)
@@ -258,6 +261,7 @@ elseif(CASE STREQUAL "zero_matches_ddp")
       same_losses("${l0}" "${l${stage}}" "zero_stage ${stage} vs DDP")
       same_evals(${WORK}/z0/metrics.jsonl ${WORK}/z${stage}/metrics.jsonl "zero_stage ${stage} vs DDP")
       same_checkpoint_eval(z0 z${stage} "zero_stage ${stage} vs DDP checkpoints")
+      same_parameters(z0 z${stage} 1e-5 "zero_stage ${stage} vs DDP parameters")
     endif()
   endforeach()
   if(NOT EXISTS ${WORK}/z3/checkpoints/step_00000006/index.json)

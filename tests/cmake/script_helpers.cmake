@@ -127,6 +127,18 @@ function(same_evals fa fb what)
   endif()
 endfunction()
 
+# same_parameters(<checkpoint a> <checkpoint b> <tolerance> <what>): every model tensor of
+# the two checkpoints (any layouts) agrees within the relative tolerance (COMPARE: the
+# tests/tools/compare_checkpoints program).
+function(same_parameters a b tol what)
+  execute_process(COMMAND ${COMPARE} ${a} ${b} ${tol} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what}: the parameters differ (tolerance ${tol}): ${out}${err}")
+  endif()
+  message("${what}: ${out}")
+endfunction()
+
 # same_checkpoint_eval(<checkpoint a> <checkpoint b> <what>): `strata eval` of both (one
 # process, the config's eval split) prints the same loss and accuracy: the two runs end
 # with the same parameters, to the printed 4 decimals.
