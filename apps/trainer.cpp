@@ -135,6 +135,31 @@ data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
   // Any layout, world size and format version: every rank reads only what it holds.
   const parallel::Checkpoint ck = parallel::open_checkpoint(cfg_.train.resume);
   const std::string& state_file = ck.state_file;
+  // The model first: a checkpoint of another architecture (model.n_layer changed, ...)
+  // is named as such, not by a count that follows from it (its RNG states).
+  {
+    const std::vector<std::string> saved = ck.reader->names();
+    std::vector<std::string> missing;
+    for (const std::string& n : whole_state_names_)
+      if (std::find(saved.begin(), saved.end(), n) == saved.end()) missing.push_back(n);
+    const nlohmann::json& listed = ck.reader->meta().value(parallel::kMetaModelTensors, nlohmann::json::array());
+    std::vector<std::string> extra;
+    for (const auto& n : listed)
+      if (n.is_string() && std::find(whole_state_names_.begin(), whole_state_names_.end(), n.get<std::string>()) ==
+                               whole_state_names_.end())
+        extra.push_back(n.get<std::string>());
+    if (!missing.empty() || !extra.empty()) {
+      const auto few = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (size_t i = 0; i < v.size() && i < 5; ++i) s += (i ? ", '" : "'") + v[i] + "'";
+        return v.size() > 5 ? s + ", ... (" + std::to_string(v.size()) + ")" : s;
+      };
+      STRATA_THROW(DataError, "checkpoint '", ck.dir, "' holds another model than the config's (", cfg_.model.type,
+                   "; was it trained with other model.* keys?): ",
+                   missing.empty() ? "" : "it lacks " + few(missing), !missing.empty() && !extra.empty() ? "; " : "",
+                   extra.empty() ? "" : "it has " + few(extra) + " the model does not");
+    }
+  }
   auto gens = model_->generators();
   if (gens.size() != ck.state.model_rngs.size())
     STRATA_THROW(DataError, "checkpoint state '", state_file, "': holds ", ck.state.model_rngs.size(),
@@ -342,7 +367,13 @@ void Trainer::maybe_checkpoint() {
   save((root / name).string());
   last_checkpoint_step_ = step_;
   if (!opts_.write_files) return;
-  write_file_atomic((root / parallel::kLatestFile).string(), name + "\n");
+  try {
+    write_file_atomic((root / parallel::kLatestFile).string(), name + "\n");
+  } catch (const DataError& e) {  // a full disk after the commit: the checkpoint itself is complete
+    STRATA_THROW(DataError, "checkpoint '", (root / name).string(), "' (step ", step_,
+                 ") was committed, but LATEST could not be updated to name it: ", e.what(),
+                 "; resume from that directory (--resume ", (root / name).string(), ")");
+  }
   if (cfg_.train.keep_checkpoints > 0) {
     std::vector<std::string> dirs;
     for (const auto& e : fs::directory_iterator(root)) {

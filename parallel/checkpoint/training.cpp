@@ -133,6 +133,11 @@ std::string resolve_checkpoint_dir(const std::string& path) {
       STRATA_THROW(DataError, "checkpoint pointer '", latest.string(), "' holds '", name.substr(0, 200),
                    "', not the name of a checkpoint directory next to it (no '/' allowed)");
     const fs::path dir = latest.parent_path() / name;
+    std::error_code ec;
+    if (!name.empty() && fs::is_symlink(fs::symlink_status(dir, ec)))  // as a symlinked shard is refused
+      STRATA_THROW(DataError, "checkpoint pointer '", latest.string(), "' names '", name,
+                   "', a symbolic link (to '", fs::read_symlink(dir, ec).string(),
+                   "'): a run's checkpoint must be a directory of the run");
     if (name.empty() || !is_checkpoint_dir(dir))
       STRATA_THROW(DataError, "checkpoint pointer '", latest.string(), "' names '", name,
                    "', which is not a checkpoint directory (no ", kIndexFile, ")");

@@ -52,6 +52,17 @@ TEST_F(CheckpointHostileAppsTest, LatestClimbingOutOfTheRunIsNotFollowed) {
   EXPECT_EQ(parallel::resolve_checkpoint_dir(path("run")), path("run/checkpoints/step_2"));  // a sibling still works
 }
 
+// A step directory that is a symlink (to outside the run) is not followed, as a symlinked
+// shard is not.
+TEST_F(CheckpointHostileAppsTest, LatestNamingASymlinkedStepIsNotFollowed) {
+  save(path("outside/step_1"));
+  fs::create_directories(path("run/checkpoints"));
+  fs::create_directory_symlink(path("outside/step_1"), path("run/checkpoints/step_1"));
+  write_file_atomic(path("run/checkpoints/LATEST"), std::string("step_1\n"));
+  expect_error<DataError>([&] { parallel::resolve_checkpoint_dir(path("run")); },
+                          {path("run/checkpoints/LATEST"), "'step_1', a symbolic link", path("outside/step_1")});
+}
+
 TEST_F(CheckpointHostileAppsTest, RemoveStaleTmpCleansWhatFailedSavesLeft) {
   const std::string root = path("run/checkpoints");
   save(root + "/step_00000001");

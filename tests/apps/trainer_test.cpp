@@ -256,6 +256,48 @@ TEST_F(TrainerTest, NonFiniteWeightsAreNeverCheckpointed) {
   EXPECT_EQ(parallel::resolve_checkpoint_dir(run), ck + "/step_00000001");
 }
 
+// Resuming with another architecture names the model mismatch (the tensors), not a count
+// that follows from it (the RNG states).
+TEST_F(TrainerTest, ResumeWithAnotherModelNamesTheTensors) {
+  const std::string run = path("gpt2");
+  const std::vector<std::string> data = {"data.path=" + kCorpus, "train.max_steps=1", "train.save_final=true"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), data.begin(), data.end());
+    return more;
+  };
+  Trainer(TrainConfig::load(kTinyGpt, with({"run.dir=" + run})), {.verbose = false}).train();
+  try {
+    Trainer(TrainConfig::load(kTinyGpt, with({"run.dir=" + path("gpt1"), "model.n_layer=1", "train.resume=" + run})),
+            {.verbose = false});
+    FAIL() << "a 1-layer GPT resumed a 2-layer checkpoint";
+  } catch (const DataError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("holds another model than the config's"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'h.1."), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("RNG states"), std::string::npos) << msg;
+  }
+}
+
+// LATEST that cannot be written after a committed checkpoint (a full disk): the error says
+// the checkpoint is complete and how to resume from it.
+TEST_F(TrainerTest, LatestWriteFailureNamesTheCommittedCheckpoint) {
+  const std::string run = path("latest"), ck = run + "/checkpoints";
+  Trainer t(TrainConfig::load(kTinyMlp, {"run.dir=" + run, "train.max_steps=1", "train.checkpoint_every=1"}),
+            {.verbose = false});
+  fs::create_directories(ck + "/LATEST.tmp." + std::to_string(::getpid()));  // the atomic write's temporary
+  try {
+    t.train();
+    FAIL() << "LATEST was written";
+  } catch (const DataError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("checkpoint '" + ck + "/step_00000001' (step 1) was committed, but LATEST could not be updated"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("--resume " + ck + "/step_00000001"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(parallel::read_checkpoint(ck + "/step_00000001", false).state.step, 1);
+}
+
 // A save that died half-way left step_N.tmp: the next start removes it before anything
 // is written or resumed, and keeps the complete checkpoints beside it.
 TEST_F(TrainerTest, StartRemovesAStaleCheckpointTmp) {
