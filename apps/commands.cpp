@@ -55,7 +55,13 @@ TrainConfig config_from_checkpoint(const parallel::Checkpoint& ck, const std::ve
   on_cpu.insert(on_cpu.end(), sets.begin(), sets.end());
   // The layout the checkpoint was trained with does not matter here (eval and sample run
   // in this process), and checkpoints of older versions spell it parallel.mode.
-  YAML::Node stored = YAML::Load(ck.state.config_yaml);
+  YAML::Node stored;
+  try {
+    stored = YAML::Load(ck.state.config_yaml);
+  } catch (const YAML::Exception& e) {
+    STRATA_THROW(DataError, "checkpoint '", ck.state_file, "': the config it stores (training_state.config) is not valid YAML: ",
+                 e.what());
+  }
   if (stored.IsMap()) stored.remove("parallel");
   TrainConfig c = TrainConfig::from_node(ConfigNode::load_string(YAML::Dump(stored), on_cpu, src));
   c.source = src;

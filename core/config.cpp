@@ -259,6 +259,8 @@ void apply_config_override(YAML::Node& root, const std::string& assignment) {
   } catch (const YAML::Exception& e) {
     STRATA_THROW(ConfigError, key, ": cannot parse --set value '", text, "': ", e.msg);
   }
+  int64_t visited = 0;  // the value's own anchors and aliases: an alias bomb is the --set's, not the file's
+  check_tree(value, key, int(std::count(key.begin(), key.end(), '.')) + 1, visited, "--set " + key);
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) STRATA_THROW(ConfigError, "--set ", key, ": the config root is not a mapping");
   YAML::Node cur;

@@ -8,7 +8,7 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   set(strata_hostile_cases
       config_directory config_fifo config_duplicate_key config_second_document config_misspelt_required
       config_deep_nesting config_huge_number text_path_fifo idx_file_fifo idx_file_device
-      output_special_files)
+      output_special_files checkpoint_broken_config)
   foreach(case ${strata_hostile_cases})
     add_test(NAME hostile_${case}
              COMMAND ${CMAKE_COMMAND} -DCASE=${case} -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
@@ -92,6 +92,17 @@ if(CASE STREQUAL "output_special_files")
   if(NOT svg_at EQUAL 0 OR leftovers)
     message(FATAL_ERROR "old.svg not replaced by the plot, or temporaries left: ${leftovers}")
   endif()
+# A checkpoint whose stored config is not YAML: exit 1 naming the checkpoint's index, not
+# a bare "yaml-cpp: error at line N".
+elseif(CASE STREQUAL "checkpoint_broken_config")
+  run(0 train --config ${tiny_mlp} --set run.dir=r --set train.max_steps=1 --set train.save_final=true)
+  set(index ${WORK}/r/checkpoints/step_00000001/index.json)
+  file(READ ${index} j)
+  string(JSON j SET "${j}" meta training_state config "\"run: {dir: [\"")
+  file(WRITE ${index} "${j}")
+  run(1 eval --checkpoint r)
+  expect(ERR "checkpoint 'r/checkpoints/step_00000001/index.json': the config it stores"
+         "is not valid YAML")
 elseif(CASE STREQUAL "config_directory")
   file(MAKE_DIRECTORY ${WORK}/cfg.d)
   run(2 train --config cfg.d)

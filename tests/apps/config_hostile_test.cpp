@@ -119,6 +119,20 @@ TEST(ConfigHostileTest, AliasBombIsRefused) {
   EXPECT_NE(e.find("alias bomb"), std::string::npos) << e;
 }
 
+// The same bomb in a --set value is blamed on the --set, not on the config file.
+TEST(ConfigHostileTest, AliasBombInASetValueNamesTheSet) {
+  std::string v = "[&a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]";
+  for (int l = 1; l <= 6; ++l) {
+    v += ", &a" + std::to_string(l) + " [";
+    for (int k = 0; k < 10; ++k) v += (k ? ", *a" : "*a") + std::to_string(l - 1);
+    v += "]";
+  }
+  v += "]";
+  const std::string e = config_error([&] { ConfigNode::load_string("model: {type: mlp}\n", {"model.hidden=" + v}, "cfg.yaml"); });
+  EXPECT_TRUE(starts_with(e, "--set model.hidden: the config expands to more than 100000 values")) << e;
+  EXPECT_EQ(e.find("cfg.yaml"), std::string::npos) << e;
+}
+
 TEST(ConfigHostileTest, HugeFloatNamesKeyAndRange) {
   EXPECT_EQ(load_error("optim: {lr: 1e400}\n"),
             "optim.lr: expected a number, got '1e400' (out of range for a double) (line 1)");
