@@ -1,6 +1,8 @@
 // Checkpoint glue for unsharded and ZeRO layouts (see checkpoint_io.h).
 #include <strata/parallel/checkpoint/layout_io.h>
 
+#include <strata/comm/agreement.h>
+
 #include <map>
 
 #include <strata/tensor/ops.h>
@@ -53,30 +55,37 @@ std::vector<ShardPiece> replicated_pieces(const nn::Module& model, const optim::
   return out;
 }
 
-void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt) {
+void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt,
+                     comm::ProcessGroup* agree_over) {
   nn::NamedTensors sd, weights;  // weights: parameters as saved, for the optimizer's f32 masters
   std::map<std::string, bool> is_param;
   for (const auto& [n, p] : model.named_parameters()) is_param[n] = true;
-  for (const auto& [n, t] : model.state_dict()) {
-    expect_floating(ck, n, t.shape(), t.dtype());
-    Tensor v = ck.read_full(n);
-    if (is_param.count(n) && opt && v.dtype() != t.dtype()) weights.emplace_back(n, v);
-    sd.emplace_back(n, v.dtype() == t.dtype() ? v : ops::to_dtype(v, t.dtype()));
-  }
   optim::OptimizerState st;
-  if (opt) {
-    st.scalars = optimizer_meta(ck);
-    if (has_state(st.scalars))
-      for (const auto& kind : opt->state_kinds())
-        for (const auto& [pn, p] : opt->named_parameters()) {
-          const std::string name = kind + "." + pn;
-          expect_floating(ck, name, p.shape(), p.dtype());
-          Tensor v = ck.read_full(name);
-          // state is f32 for 16-bit parameters, the parameter's dtype otherwise
-          const DType want = p.dtype() == DType::bf16 || p.dtype() == DType::f16 ? DType::f32 : p.dtype();
-          st.tensors.emplace_back(name, v.dtype() == want ? v : ops::to_dtype(v, want));
-        }
-  }
+  const auto reads = [&] {
+    for (const auto& [n, t] : model.state_dict()) {
+      expect_floating(ck, n, t.shape(), t.dtype());
+      Tensor v = ck.read_full(n);
+      if (is_param.count(n) && opt && v.dtype() != t.dtype()) weights.emplace_back(n, v);
+      sd.emplace_back(n, v.dtype() == t.dtype() ? v : ops::to_dtype(v, t.dtype()));
+    }
+    if (opt) {
+      st.scalars = optimizer_meta(ck);
+      if (has_state(st.scalars))
+        for (const auto& kind : opt->state_kinds())
+          for (const auto& [pn, p] : opt->named_parameters()) {
+            const std::string name = kind + "." + pn;
+            expect_floating(ck, name, p.shape(), p.dtype());
+            Tensor v = ck.read_full(name);
+            // state is f32 for 16-bit parameters, the parameter's dtype otherwise
+            const DType want = p.dtype() == DType::bf16 || p.dtype() == DType::f16 ? DType::f32 : p.dtype();
+            st.tensors.emplace_back(name, v.dtype() == want ? v : ops::to_dtype(v, want));
+          }
+    }
+  };
+  if (agree_over)
+    comm::run_agreed(*agree_over, reads);  // every rank's reads succeeded before any changes its model
+  else
+    reads();
   model.load_state_dict(sd);  // validates everything before copying
   if (opt) {
     opt->load_state_dict(st);

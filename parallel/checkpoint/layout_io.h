@@ -23,7 +23,10 @@ std::vector<ShardPiece> replicated_pieces(const nn::Module& model, const optim::
 /// tensors and meta[kOptimizerMetaKey]) from a checkpoint of any layout into an unsharded
 /// model. Every tensor is read and checked against the model first (DataError naming the
 /// checkpoint and tensor: missing, wrong shape or dtype); nothing changes on error.
-void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt);
+/// `agree_over`: the ranks that agree on the outcome of the reads before any rank changes
+/// its model (none by default).
+void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt,
+                     comm::ProcessGroup* agree_over = nullptr);
 
 /// Loads a checkpoint of any layout into a ZeRO-wrapped model (collective; see
 /// ZeroDataParallel::load_state). The same checks as load_replicated first.

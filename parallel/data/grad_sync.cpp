@@ -26,12 +26,10 @@ std::vector<ShardPiece> GradSync::state_pieces(const nn::Module& model, const co
 void GradSync::load_state(const CheckpointReader& ck, nn::Module& model, bool with_optimizer, const TpLayout* tp,
                           comm::ProcessGroup& world) {
   optim::Optimizer* opt = with_optimizer ? &optimizer() : nullptr;
-  comm::run_agreed(world, [&] {  // no collective inside: the loads are local
-    if (tp)
-      load_tp(ck, model, opt, *tp);
-    else
-      load_replicated(ck, model, opt);
-  });
+  if (tp)
+    load_tp(ck, model, opt, *tp, &world);
+  else
+    load_replicated(ck, model, opt, &world);
 }
 
 namespace {

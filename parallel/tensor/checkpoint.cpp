@@ -1,6 +1,8 @@
 // The shard <-> global-range arithmetic of tensor-parallel checkpoints, and the loads.
 #include <strata/parallel/tensor/checkpoint.h>
 
+#include <strata/comm/agreement.h>
+
 #include <algorithm>
 #include <map>
 
@@ -91,19 +93,27 @@ Tensor tp_read(const CheckpointReader& ck, const TpLayout& layout, const std::st
   return out;
 }
 
-void load_tp(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt, const TpLayout& layout) {
+void load_tp(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt, const TpLayout& layout,
+             comm::ProcessGroup* agree_over) {
   const auto whole = [&](const std::string& name, const Tensor& t) {
     return ops::reshape(tp_read(ck, layout, name, t.shape(), t.dtype(), 0, t.numel()), t.shape());
   };
   nn::NamedTensors sd;
-  for (const auto& [n, t] : model.state_dict()) sd.emplace_back(n, whole(n, t));
   optim::OptimizerState st;
-  if (opt) {
-    st.scalars = *optimizer_scalars(ck);
-    if (st.scalars.value("step", int64_t(0)) > 0)  // before the first step there is no state
-      for (const auto& kind : opt->state_kinds())
-        for (const auto& [pn, p] : opt->named_parameters()) st.tensors.emplace_back(kind + "." + pn, whole(kind + "." + pn, p));
-  }
+  const auto reads = [&] {
+    for (const auto& [n, t] : model.state_dict()) sd.emplace_back(n, whole(n, t));
+    if (opt) {
+      st.scalars = *optimizer_scalars(ck);
+      if (st.scalars.value("step", int64_t(0)) > 0)  // before the first step there is no state
+        for (const auto& kind : opt->state_kinds())
+          for (const auto& [pn, p] : opt->named_parameters())
+            st.tensors.emplace_back(kind + "." + pn, whole(kind + "." + pn, p));
+    }
+  };
+  if (agree_over)
+    comm::run_agreed(*agree_over, reads);  // every rank's reads succeeded before any changes its model
+  else
+    reads();
   model.load_state_dict(sd);  // validates everything before copying
   if (opt) opt->load_state_dict(st);
 }

@@ -38,7 +38,10 @@ Tensor tp_read(const CheckpointReader& ck, const TpLayout& layout, const std::st
 /// Loads this tp rank's shard of every parameter and buffer (and of the optimizer state
 /// when `opt` is given) into a model sharded by apply_tp and not ZeRO-wrapped. Everything
 /// is read and checked before anything changes.
-void load_tp(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt, const TpLayout& layout);
+/// `agree_over`: the ranks that agree on the outcome of the reads before any rank changes
+/// its model (none by default).
+void load_tp(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt, const TpLayout& layout,
+             comm::ProcessGroup* agree_over = nullptr);
 /// The same for a ZeRO-wrapped tp shard (every rank reads its dp slices of its tp shard).
 /// `agree_over`: the ranks that agree on the outcome of the reads (none by default).
 void load_tp_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer, const TpLayout& layout,
