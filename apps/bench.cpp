@@ -354,6 +354,8 @@ Command add_bench_command(CLI::App& parent) {
       ->check(CLI::IsMember({"local", "mpi"}));
   soak->add_option("--ranks", so->ranks, "Ranks (local backend)")->check(CLI::PositiveNumber);
   soak->add_option("--dir", so->dir, "run.dir for the checkpoints and metrics (default: the config's)");
+  soak->add_flag("--overwrite", so->overwrite,
+                 "Start over in a run.dir that holds an earlier run (its metrics.jsonl and checkpoints/ are removed)");
   return {cmd, [o, co, dd, zo, to, po, so, gemm, train, alloc, comm, ddp, zero, tp, pp, cpb, cpo, soak]() -> int {
             if (soak->parsed()) return bench_soak(*so);
             if (pp->parsed()) return bench_pp(*po);

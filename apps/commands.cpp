@@ -16,7 +16,7 @@
 #include "apps/config.h"
 #include "apps/factory.h"
 #include "apps/output_file.h"
-#include "apps/run_lock.h"
+#include "apps/run_dir.h"
 #include "apps/plot.h"
 #include "apps/trace_command.h"
 #include "apps/trainer.h"
@@ -73,20 +73,14 @@ TrainConfig config_from_checkpoint(const parallel::Checkpoint& ck, const std::ve
 // metrics would be truncated and LATEST moved while its old checkpoints stay beside the
 // new ones. Every rank checks before any rank writes (the world forms first).
 void prepare_run_dir(const TrainConfig& cfg, bool overwrite) {
-  const fs::path dir = cfg.run.dir;
-  const fs::path metrics = dir / "metrics.jsonl", checkpoints = dir / "checkpoints";
-  std::error_code ec;
-  const bool earlier_run = fs::exists(metrics, ec) || fs::exists(checkpoints, ec);
-  if (!earlier_run || !cfg.train.resume.empty()) return;
+  if (!holds_earlier_run(cfg.run.dir) || !cfg.train.resume.empty()) return;
   if (!overwrite)
     config_fail("run.dir", "'" + cfg.run.dir + "' holds an earlier run (metrics.jsonl / checkpoints/): pass --resume " +
                                cfg.run.dir + " (or --resume auto) to continue it, --overwrite to start over, or set "
                                "another run.dir");
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
   if (rank && std::string(rank) != "0") return;  // rank 0 removes them
-  fs::remove(metrics, ec);
-  fs::remove_all(checkpoints, ec);
-  if (ec) STRATA_THROW(DataError, "--overwrite: cannot remove '", checkpoints.string(), "': ", ec.message());
+  remove_earlier_run(cfg.run.dir);
 }
 
 }  // namespace

@@ -4,15 +4,19 @@
 #include "apps/soak.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "apps/run_dir.h"
 #include "apps/trainer.h"
 #include <strata/comm/local.h>
 #include <strata/comm/mpi.h>
+#include <strata/core/config.h>
 #include <strata/core/error.h>
 #include <strata/core/memory.h>
 #include <strata/core/generator_override.h>
@@ -136,7 +140,19 @@ int bench_soak(const SoakArgs& a) {
   if (!a.dir.empty()) sets.push_back("run.dir=" + a.dir);
   sets.insert(sets.end(), a.sets.begin(), a.sets.end());
   TrainConfig cfg = TrainConfig::load(a.config, sets);
-  cfg.train.resume.clear();  // a fresh run: the checkpoints in run.dir are overwritten
+  cfg.train.resume.clear();  // a fresh run
+  // As `strata train`: rank 0 holds the directory, and an earlier run in it is not
+  // overwritten (its checkpoints rotated away) unless asked.
+  const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const bool rank0 = !env_rank || std::string(env_rank) == "0";
+  std::optional<RunDirLock> lock;
+  if (rank0) lock.emplace(cfg.run.dir);
+  if (holds_earlier_run(cfg.run.dir)) {
+    if (!a.overwrite)
+      config_fail("run.dir", "'" + cfg.run.dir + "' holds an earlier run (metrics.jsonl / checkpoints/) whose checkpoints "
+                             "the soak would rotate away: give a new --dir, or --overwrite to start over");
+    if (rank0) remove_earlier_run(cfg.run.dir);
+  }
 
   if (a.backend == "local") {
     std::vector<int64_t> rows, grew;

@@ -18,6 +18,9 @@ struct SoakArgs {
   std::string backend = "mpi";     ///< mpi (every process of mpirun is a rank) | local (threads)
   int ranks = 8;                   ///< local backend only
   std::string dir;                 ///< run.dir (checkpoints, metrics); empty: the config's
+  /// Start over in a run.dir that holds an earlier run (its metrics.jsonl and checkpoints/
+  /// are removed); without it such a directory is refused (exit 2 naming run.dir).
+  bool overwrite = false;
 };
 
 /// Trains a.config for a.steps steps on the chosen world, checkpointing every

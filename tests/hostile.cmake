@@ -8,7 +8,7 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   set(strata_hostile_cases
       config_directory config_fifo config_duplicate_key config_second_document config_misspelt_required
       config_deep_nesting config_huge_number text_path_fifo idx_file_fifo idx_file_device
-      output_special_files checkpoint_broken_config)
+      output_special_files checkpoint_broken_config soak_earlier_run)
   foreach(case ${strata_hostile_cases})
     add_test(NAME hostile_${case}
              COMMAND ${CMAKE_COMMAND} -DCASE=${case} -DSTRATA=$<TARGET_FILE:strata_cli> -DSRC=${PROJECT_SOURCE_DIR}
@@ -103,6 +103,15 @@ elseif(CASE STREQUAL "checkpoint_broken_config")
   run(1 eval --checkpoint r)
   expect(ERR "checkpoint 'r/checkpoints/step_00000001/index.json': the config it stores"
          "is not valid YAML")
+# `strata bench soak` into a run.dir holding an earlier run: refused (its checkpoints would
+# be rotated away) unless --overwrite; the earlier checkpoint stays.
+elseif(CASE STREQUAL "soak_earlier_run")
+  run(0 train --config ${tiny_mlp} --set run.dir=r --set train.max_steps=1 --set train.save_final=true)
+  run(2 bench soak -c ${tiny_mlp} --dir r --steps 4 --checkpoint-every 2 --probe 2 --backend local --ranks 1)
+  expect(ERR "run.dir: 'r' holds an earlier run" "--overwrite")
+  if(NOT EXISTS ${WORK}/r/checkpoints/step_00000001/index.json)
+    message(FATAL_ERROR "the refused soak removed the earlier checkpoint")
+  endif()
 elseif(CASE STREQUAL "config_directory")
   file(MAKE_DIRECTORY ${WORK}/cfg.d)
   run(2 train --config cfg.d)

@@ -13,7 +13,7 @@ set(_soak_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM
 
 function(strata_soak_test name label timeout steps every probe)
   set(args bench soak ${_soak_cfg} --steps ${steps} --checkpoint-every ${every} --probe ${probe}
-           --dir ${CMAKE_CURRENT_BINARY_DIR}/soak/${name})
+           --dir ${CMAKE_CURRENT_BINARY_DIR}/soak/${name} --overwrite)
   if(name MATCHES "local")
     add_test(NAME ${name} COMMAND $<TARGET_FILE:strata_cli> ${args} --backend local --ranks 8)
     set(labels e2e ${label})

@@ -1,5 +1,5 @@
-// The run directory's advisory lock (see run_lock.h).
-#include "apps/run_lock.h"
+// The run directory: its advisory lock and the earlier run a new one must not overwrite (see run_dir.h).
+#include "apps/run_dir.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -39,6 +39,20 @@ RunDirLock::RunDirLock(const std::string& dir) {
   const std::string me = "pid " + std::to_string(::getpid()) + " on " + host + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size()))
     STRATA_THROW(DataError, "cannot write the run directory lock '", path, "': ", std::strerror(errno));
+}
+
+bool holds_earlier_run(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::exists(std::filesystem::path(dir) / "metrics.jsonl", ec) ||
+         std::filesystem::exists(std::filesystem::path(dir) / "checkpoints", ec);
+}
+
+void remove_earlier_run(const std::string& dir) {
+  std::error_code ec;
+  const std::filesystem::path checkpoints = std::filesystem::path(dir) / "checkpoints";
+  std::filesystem::remove(std::filesystem::path(dir) / "metrics.jsonl", ec);
+  std::filesystem::remove_all(checkpoints, ec);
+  if (ec) STRATA_THROW(DataError, "--overwrite: cannot remove '", checkpoints.string(), "': ", ec.message());
 }
 
 RunDirLock::~RunDirLock() {

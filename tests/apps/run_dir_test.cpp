@@ -1,6 +1,6 @@
 // One run per run directory: while a run holds <run.dir>/.strata.lock, another is refused
 // (exit 2, naming run.dir and the holder's pid and host); the lock ends with its holder.
-#include "apps/run_lock.h"
+#include "apps/run_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
