@@ -179,7 +179,7 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"parallel.pp_exchanges", "string", "auto",
      "How pipeline exchanges run: `inline` (posted and progressed by the compute thread, which polls while it "
      "waits), `thread` (each channel's comm thread) or `auto`: inline when this host's ranks x compute threads "
-     ">= its cores, else thread. Pick `thread` on a host loaded by other jobs (docs/pipeline.md)."},
+     ">= its cores, else thread. Pick `thread` on a host whose cores other processes also load (docs/pipeline.md)."},
     {"parallel.pp_layers", "list of integers", "[]",
      "Blocks (GPT) or layers (MLP: a Linear with its activation and dropout) per pipeline stage, e.g. [3, 1]; "
      "empty = balanced by parameter count."},

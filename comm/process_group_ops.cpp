@@ -350,7 +350,7 @@ std::string ProcessGroup::describe_inline(InlineBatch& b) const {
 bool ProcessGroup::progress_inline(InlineBatch& b, Deadline until) {
   // Another thread may be on it: poll for the lock until `until`. Not a timed lock:
   // std::timed_mutex::try_lock_until on the steady clock is pthread_mutex_clocklock, which
-  // ThreadSanitizer does not intercept (llvm-project issue 62623): it saw no acquisition,
+  // ThreadSanitizer does not intercept (llvm/llvm-project#62623): it saw no acquisition,
   // reported the unlock as one of an unlocked mutex, and could check nothing this lock
   // orders. Contention is rare and short: a second waiter on the same Work, or
   // is_completed() polling beside a wait; the destructor waits with Deadline::max().

@@ -77,7 +77,7 @@ bool default_inline_exchanges(int host_ranks, int threads, int cores) {
   // with sleeping polls, ~5-20 us polling without sleep; comm threads must sleep between
   // polls (they share the cores with the compute) and add two thread hand-offs. With a
   // free core a comm thread progresses a transfer while the compute runs, which inline
-  // exchanges cannot (they move only in waits). Other jobs' load is not counted: on a
+  // exchanges cannot (they move only in waits). Other processes' load is not counted: on a
   // loaded host threads were faster (parallel.pp_exchanges: thread overrides).
   return int64_t(std::max(host_ranks, 1)) * std::max(threads, 1) >= int64_t(std::max(cores, 1));
 }
