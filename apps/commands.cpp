@@ -78,9 +78,7 @@ void prepare_run_dir(const TrainConfig& cfg, bool overwrite) {
     config_fail("run.dir", "'" + cfg.run.dir + "' holds an earlier run (metrics.jsonl / checkpoints/): pass --resume " +
                                cfg.run.dir + " (or --resume auto) to continue it, --overwrite to start over, or set "
                                "another run.dir");
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (rank && std::string(rank) != "0") return;  // rank 0 removes them
-  remove_earlier_run(cfg.run.dir);
+  if (comm::launcher_rank() == 0) remove_earlier_run(cfg.run.dir);  // rank 0 removes them
 }
 
 }  // namespace
@@ -110,9 +108,8 @@ Command add_train_command(CLI::App& parent) {
             if (!o->resume.empty()) sets.push_back("train.resume=" + o->resume);
             TrainConfig cfg = TrainConfig::load(o->config, sets);
             // Rank 0 holds the run directory for the whole run, before anything in it changes.
-            const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
             std::optional<RunDirLock> lock;
-            if (!env_rank || std::string(env_rank) == "0") lock.emplace(cfg.run.dir);
+            if (comm::launcher_rank() == 0) lock.emplace(cfg.run.dir);
             prepare_run_dir(cfg, o->overwrite);
             std::unique_ptr<Trainer> trainer;
             try {
@@ -122,9 +119,8 @@ Command add_train_command(CLI::App& parent) {
               // Report here, while the Trainer (and its process group) is alive: after a
               // failure, destroying the last MPI group ends the process with this status.
               std::fflush(stdout);
-              const char* env = std::getenv("OMPI_COMM_WORLD_RANK");
-              const std::string rank = trainer ? std::to_string(trainer->rank()) : (env ? env : "0");
-              std::fprintf(stderr, "strata: error: rank %s: communication failed: %s\n", rank.c_str(), e.what());
+              const int rank = trainer ? trainer->rank() : comm::launcher_rank();
+              std::fprintf(stderr, "strata: error: rank %d: communication failed: %s\n", rank, e.what());
               std::fflush(stderr);
               // Under mpirun the launcher terminates the remaining ranks about 1 s after the
               // first abnormal exit: end now with the documented status rather than after

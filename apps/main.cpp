@@ -73,9 +73,7 @@ int main(int argc, char** argv) {
   } catch (const strata::CommError& e) {
     // Name the rank: under mpirun every rank's stderr is interleaved.
     std::fflush(stdout);
-    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    if (!rank) rank = std::getenv("PMI_RANK");
-    std::fprintf(stderr, "strata: error: rank %s: communication failed: %s\n", rank ? rank : "0", e.what());
+    std::fprintf(stderr, "strata: error: rank %d: communication failed: %s\n", strata::comm::launcher_rank(), e.what());
     return strata::comm::kCommFailureExitCode;
   } catch (const strata::DataError& e) {
     std::fflush(stdout);

@@ -143,8 +143,7 @@ int bench_soak(const SoakArgs& a) {
   cfg.train.resume.clear();  // a fresh run
   // As `strata train`: rank 0 holds the directory, and an earlier run in it is not
   // overwritten (its checkpoints rotated away) unless asked.
-  const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  const bool rank0 = !env_rank || std::string(env_rank) == "0";
+  const bool rank0 = comm::launcher_rank() == 0;
   std::optional<RunDirLock> lock;
   if (rank0) lock.emplace(cfg.run.dir);
   if (holds_earlier_run(cfg.run.dir)) {

@@ -37,6 +37,10 @@ std::shared_ptr<ProcessGroup> init_mpi_world(const CommOptions& options = {}, in
 /// True when this process was started by an MPI launcher (mpirun / srun with PMI).
 bool launched_by_mpi();
 
+/// This process's rank in the job, from the launcher's environment (OMPI_COMM_WORLD_RANK,
+/// PMI_RANK or PMIX_RANK), before any group exists: 0 when none is set (one process).
+int launcher_rank();
+
 /// This process's rank among the ranks on its node, from the launcher's environment
 /// (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, MV2_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID
 /// or LOCAL_RANK); 0 when none is set. Picks a rank's GPU (one GPU per rank).

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -578,9 +579,11 @@ bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
 
-int local_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
-                          "SLURM_LOCALID", "LOCAL_RANK"}) {
+namespace {
+
+// The first of `vars` that holds a rank (a non-negative integer), else 0.
+int rank_from_env(std::initializer_list<const char*> vars) {
+  for (const char* var : vars) {
     const char* v = std::getenv(var);
     if (!v || !*v) continue;
     char* end = nullptr;
@@ -588,6 +591,15 @@ int local_rank() {
     if (*end == '\0' && x >= 0 && x < 1 << 20) return int(x);
   }
   return 0;
+}
+
+}  // namespace
+
+int launcher_rank() { return rank_from_env({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}); }
+
+int local_rank() {
+  return rank_from_env(
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"});
 }
 
 std::shared_ptr<ProcessGroup> init_mpi_world(const CommOptions& options, int* argc, char*** argv) {
