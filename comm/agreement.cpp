@@ -60,4 +60,11 @@ void run_agreed(ProcessGroup& group, const std::function<void()>& local) {
   }
 }
 
+void run_agreed(ProcessGroup* group, const std::function<void()>& local) {
+  if (group)
+    run_agreed(*group, local);
+  else
+    local();
+}
+
 }  // namespace strata::comm

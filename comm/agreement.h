@@ -16,5 +16,7 @@ namespace strata::comm {
 /// DataError, CommError or Error) with "rank R: <its message>". Returns normally on every
 /// rank only when `local` returned on every rank.
 void run_agreed(ProcessGroup& group, const std::function<void()>& local);
+/// The same over `*group`; with a null group `local` runs alone (nothing agreed, no collective).
+void run_agreed(ProcessGroup* group, const std::function<void()>& local);
 
 }  // namespace strata::comm

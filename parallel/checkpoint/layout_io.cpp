@@ -61,7 +61,8 @@ void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optim
   std::map<std::string, bool> is_param;
   for (const auto& [n, p] : model.named_parameters()) is_param[n] = true;
   optim::OptimizerState st;
-  const auto reads = [&] {
+  // Every rank's reads succeed before any rank changes its model (with agree_over).
+  comm::run_agreed(agree_over, [&] {
     for (const auto& [n, t] : model.state_dict()) {
       expect_floating(ck, n, t.shape(), t.dtype());
       Tensor v = ck.read_full(n);
@@ -81,11 +82,7 @@ void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optim
             st.tensors.emplace_back(name, v.dtype() == want ? v : ops::to_dtype(v, want));
           }
     }
-  };
-  if (agree_over)
-    comm::run_agreed(*agree_over, reads);  // every rank's reads succeeded before any changes its model
-  else
-    reads();
+  });
   model.load_state_dict(sd);  // validates everything before copying
   if (opt) {
     opt->load_state_dict(st);

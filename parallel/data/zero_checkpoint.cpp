@@ -60,7 +60,7 @@ void ZeroDataParallel::load_state(const RangeReader& read, const nlohmann::json*
   std::vector<Tensor> buffer_vals;
   const auto bufs = module_->named_buffers();
   optim::OptimizerState st;
-  const auto reads = [&] {
+  comm::run_agreed(agree_over, [&] {
     for (auto& u : s.units)
       for (const ShardSlice& sl : u.slices) {
         Tensor v = read(s.names[size_t(sl.param)], sl.param_begin, sl.param_end);
@@ -84,11 +84,7 @@ void ZeroDataParallel::load_state(const RangeReader& read, const nlohmann::json*
             st.tensors.emplace_back(name, v.dtype() == want ? v : ops::to_dtype(v, want));
           }
     }
-  };
-  if (agree_over)
-    comm::run_agreed(*agree_over, reads);
-  else
-    reads();
+  });
   // Apply: the optimizer first (load_state_dict checks everything before it changes
   // anything), dropping the read state as soon as it is copied, then the parameters.
   if (optimizer_scalars) {

@@ -100,7 +100,8 @@ void load_tp(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* op
   };
   nn::NamedTensors sd;
   optim::OptimizerState st;
-  const auto reads = [&] {
+  // Every rank's reads succeed before any rank changes its model (with agree_over).
+  comm::run_agreed(agree_over, [&] {
     for (const auto& [n, t] : model.state_dict()) sd.emplace_back(n, whole(n, t));
     if (opt) {
       st.scalars = *optimizer_scalars(ck);
@@ -109,11 +110,7 @@ void load_tp(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* op
           for (const auto& [pn, p] : opt->named_parameters())
             st.tensors.emplace_back(kind + "." + pn, whole(kind + "." + pn, p));
     }
-  };
-  if (agree_over)
-    comm::run_agreed(*agree_over, reads);  // every rank's reads succeeded before any changes its model
-  else
-    reads();
+  });
   model.load_state_dict(sd);  // validates everything before copying
   if (opt) opt->load_state_dict(st);
 }
