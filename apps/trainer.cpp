@@ -42,6 +42,27 @@ std::string checkpoint_name(int64_t step) {
   return buf;
 }
 
+// DataError unless the checkpoint `ck` holds exactly the model tensors `names` (the whole
+// model's, as the config builds it): naming what it lacks and what it has beyond them.
+void check_same_model(const parallel::Checkpoint& ck, const std::vector<std::string>& names, const std::string& type) {
+  const std::vector<std::string> saved = ck.reader->names();
+  std::vector<std::string> missing, extra;
+  for (const std::string& n : names)
+    if (std::find(saved.begin(), saved.end(), n) == saved.end()) missing.push_back(n);
+  for (const auto& n : ck.reader->meta().value(parallel::kMetaModelTensors, nlohmann::json::array()))
+    if (n.is_string() && std::find(names.begin(), names.end(), n.get<std::string>()) == names.end())
+      extra.push_back(n.get<std::string>());
+  if (missing.empty() && extra.empty()) return;
+  const auto few = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 5; ++i) s += (i ? ", '" : "'") + v[i] + "'";
+    return v.size() > 5 ? s + ", ... (" + std::to_string(v.size()) + ")" : s;
+  };
+  STRATA_THROW(DataError, "checkpoint '", ck.dir, "' holds another model than the config's (", type,
+               "; was it trained with other model.* keys?): ", missing.empty() ? "" : "it lacks " + few(missing),
+               !missing.empty() && !extra.empty() ? "; " : "", extra.empty() ? "" : "it has " + few(extra) + " the model does not");
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), opts_(opts) {
@@ -137,29 +158,7 @@ data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
   const std::string& state_file = ck.state_file;
   // The model first: a checkpoint of another architecture (model.n_layer changed, ...)
   // is named as such, not by a count that follows from it (its RNG states).
-  {
-    const std::vector<std::string> saved = ck.reader->names();
-    std::vector<std::string> missing;
-    for (const std::string& n : whole_state_names_)
-      if (std::find(saved.begin(), saved.end(), n) == saved.end()) missing.push_back(n);
-    const nlohmann::json& listed = ck.reader->meta().value(parallel::kMetaModelTensors, nlohmann::json::array());
-    std::vector<std::string> extra;
-    for (const auto& n : listed)
-      if (n.is_string() && std::find(whole_state_names_.begin(), whole_state_names_.end(), n.get<std::string>()) ==
-                               whole_state_names_.end())
-        extra.push_back(n.get<std::string>());
-    if (!missing.empty() || !extra.empty()) {
-      const auto few = [](const std::vector<std::string>& v) {
-        std::string s;
-        for (size_t i = 0; i < v.size() && i < 5; ++i) s += (i ? ", '" : "'") + v[i] + "'";
-        return v.size() > 5 ? s + ", ... (" + std::to_string(v.size()) + ")" : s;
-      };
-      STRATA_THROW(DataError, "checkpoint '", ck.dir, "' holds another model than the config's (", cfg_.model.type,
-                   "; was it trained with other model.* keys?): ",
-                   missing.empty() ? "" : "it lacks " + few(missing), !missing.empty() && !extra.empty() ? "; " : "",
-                   extra.empty() ? "" : "it has " + few(extra) + " the model does not");
-    }
-  }
+  check_same_model(ck, whole_state_names_, cfg_.model.type);
   auto gens = model_->generators();
   if (gens.size() != ck.state.model_rngs.size())
     STRATA_THROW(DataError, "checkpoint state '", state_file, "': holds ", ck.state.model_rngs.size(),
@@ -375,13 +374,9 @@ void Trainer::maybe_checkpoint() {
                  "; resume from that directory (--resume ", (root / name).string(), ")");
   }
   if (cfg_.train.keep_checkpoints > 0) {
-    std::vector<std::string> dirs;
-    for (const auto& e : fs::directory_iterator(root)) {
-      const std::string f = e.path().filename().string();
-      if (e.is_directory() && f.rfind("step_", 0) == 0 && f.find('.') == std::string::npos) dirs.push_back(f);
-    }
-    std::sort(dirs.begin(), dirs.end());
-    for (size_t i = 0; i + size_t(cfg_.train.keep_checkpoints) < dirs.size(); ++i) fs::remove_all(root / dirs[i], ec);
+    const auto dirs = parallel::step_checkpoints(root.string());  // by step: the oldest first
+    for (size_t i = 0; i + size_t(cfg_.train.keep_checkpoints) < dirs.size(); ++i)
+      fs::remove_all(root / dirs[i].second, ec);
   }
   progress_->line("checkpoint: " + (root / name).string());
   spdlog::info("checkpoint written: {} (step {})", (root / name).string(), step_);

@@ -148,24 +148,32 @@ std::string resolve_checkpoint_dir(const std::string& path) {
                "' (and no checkpoints/", kLatestFile, ")");
 }
 
-std::vector<std::string> set_aside_later_checkpoints(const std::string& root, int64_t step, const std::string& resumed) {
-  std::vector<std::string> moved;
+std::vector<std::pair<int64_t, std::string>> step_checkpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return moved;
-  std::vector<fs::path> later;
+  if (!fs::is_directory(root, ec)) return out;
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.rfind("step_", 0) != 0 || name.find('.') != std::string::npos || !it->is_directory()) continue;
     char* end_digits = nullptr;
     const long long n = std::strtoll(name.c_str() + 5, &end_digits, 10);
     if (end_digits == name.c_str() + 5 || *end_digits != 0) continue;
-    if (n > step) later.push_back(it->path());
+    out.emplace_back(int64_t(n), name);
   }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> set_aside_later_checkpoints(const std::string& root, int64_t step, const std::string& resumed) {
+  std::vector<std::string> moved;
+  std::error_code ec;
+  std::vector<fs::path> later;
+  for (const auto& [n, name] : step_checkpoints(root))
+    if (n > step) later.push_back(fs::path(root) / name);
   if (later.empty()) return moved;
   const fs::path aside = fs::path(root) / "superseded";
   fs::create_directories(aside, ec);
   if (ec) STRATA_THROW(DataError, "cannot create '", aside.string(), "': ", ec.message());
-  std::sort(later.begin(), later.end());
   for (const fs::path& p : later) {
     fs::path to = aside / p.filename();
     for (int k = 2; fs::exists(to); ++k) to = aside / (p.filename().string() + "." + std::to_string(k));

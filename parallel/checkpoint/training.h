@@ -90,6 +90,11 @@ std::string resolve_checkpoint_dir(const std::string& path);
 /// DataError naming the path if one cannot be removed.
 std::vector<std::string> remove_stale_tmp(const std::string& root);
 
+/// The complete checkpoints "step_N" directly in the checkpoints directory `root` (N
+/// digits; not a "<name>.tmp" staging directory), as (N, name), by step. Empty when `root`
+/// does not exist.
+std::vector<std::pair<int64_t, std::string>> step_checkpoints(const std::string& root);
+
 /// Resuming at `step` into the checkpoints directory `root`: every complete checkpoint
 /// "step_N" there with N > step (a later point of the run being resumed from its past) is
 /// moved, not deleted, into `root`/superseded/ (a name taken there gets a ".2", ".3", ...
