@@ -11,12 +11,10 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist fortunes
   time ccache
+  # Test-only: the interop tests check strata against transformers and tokenizers,
+  # which scripts/python_env.sh installs from PyPI into a venv over Debian's torch.
+  python3-venv python3-torch python3-numpy
 )
-# python3-torch is only needed to regenerate the reference
-# fixture (tools/make_reference.py); they are not installed by default.
-if [[ "${STRATA_BOOTSTRAP_REFERENCE:-0}" == "1" ]]; then
-  PACKAGES+=(python3-torch python3-numpy)
-fi
 # clang and its runtime (libFuzzer, ASan, UBSan) are only needed to run the fuzzers
 # (tests/fuzz/run_fuzz.sh); the corpus regression tests build with the default compiler.
 if [[ "${STRATA_BOOTSTRAP_FUZZ:-0}" == "1" ]]; then

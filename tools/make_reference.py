@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/data/gpt_reference.safetensors: a small GPT's weights, one batch,
-the loss and every parameter gradient, computed by PyTorch (Debian's python3-torch;
-`STRATA_BOOTSTRAP_REFERENCE=1 scripts/bootstrap.sh` installs it).
+the loss and every parameter gradient, computed by PyTorch (Debian's python3-torch,
+which `scripts/bootstrap.sh` installs).
 
 Weights are f32 with strata's parameter names; the loss and gradients are computed
 in f64 from those same f32 values, so the fixture holds the exact answer and the
