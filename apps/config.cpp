@@ -258,6 +258,7 @@ void read_train(const ConfigNode& n, TrainSection& s) {
   s.keep_checkpoints = n.get("keep_checkpoints", s.keep_checkpoints);
   n.check_range("keep_checkpoints", double(s.keep_checkpoints), 0, 1e9);
   s.save_final = n.get("save_final", s.save_final);
+  s.checkpoint_async = n.get("checkpoint_async", s.checkpoint_async);
   s.resume = n.get("resume", s.resume);
   s.grad_accum_steps = n.get("grad_accum_steps", s.grad_accum_steps);
   n.check_range("grad_accum_steps", double(s.grad_accum_steps), 1, 1e6);

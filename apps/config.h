@@ -121,6 +121,8 @@ struct TrainSection {
   int64_t checkpoint_every = 0;  // steps; 0 = only the final checkpoint
   int64_t keep_checkpoints = 0;  // newest step_* dirs kept; 0 = all
   bool save_final = true;
+  /// Checkpoints are copied to host buffers at the step and written in the background.
+  bool checkpoint_async = false;
   std::string resume;  // checkpoint dir (or run dir) to resume from; "" = fresh
   int64_t grad_accum_steps = 1;
 };

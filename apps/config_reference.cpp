@@ -147,6 +147,8 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"train.checkpoint_every", "integer", "0", "Checkpoint every N steps; 0 = only the final checkpoint."},
     {"train.keep_checkpoints", "integer", "0", "Newest `step_*` checkpoints kept; 0 = all."},
     {"train.save_final", "boolean", "true", "Write a checkpoint at the end of training."},
+    {"train.checkpoint_async", "boolean", "false",
+     "Copy each checkpoint to host buffers at the step and write it in the background; a failed write ends the run at the next step."},
     {"train.resume", "string", "\"\"",
      "Checkpoint dir, or run dir (its `LATEST`), to continue from; `auto` = `run.dir`'s newest checkpoint if it has "
      "one, else a fresh start. Same as `--resume`."},
