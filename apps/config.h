@@ -38,6 +38,9 @@ struct RunSection {
   int64_t trace_steps = 0;
   /// Also write the logged scalars as TensorBoard event files into <dir>/tb/ (rank 0).
   bool tensorboard = false;
+  /// Bytes a rank may hold ("80G", "512MiB", or a number); 0 = no limit. `parallel: auto`
+  /// chooses among the layouts that fit it.
+  int64_t memory_per_rank = 0;
 };
 
 struct ModelSection {

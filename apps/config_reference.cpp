@@ -24,7 +24,10 @@ const SectionDoc kSections[] = {
     {"schedule", "The learning-rate schedule. Every key is read whatever `name` is, so switching `name` with "
                  "`--set` leaves the others valid."},
     {"train", "The training loop: length, batch, evaluation, logging and checkpoints."},
-    {"parallel", "The layout, given by degrees whose product is the world size (see docs/parallelism.md)."},
+    {"parallel", "The layout, given by degrees whose product is the world size (see docs/parallelism.md). "
+                 "`parallel: auto` instead leaves the choice to strata: once the world size is known, the planner's "
+                 "fastest predicted layout that fits `run.memory_per_rank` is run, and the choice is logged with its "
+                 "reasons (docs/planner.md)."},
     {"comm", "The collectives under every multi-rank layout."},
 };
 
@@ -59,6 +62,9 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"run.tensorboard", "boolean", "false",
      "Also write the logged scalars (train loss, lr, throughput, MFU; eval loss and accuracy) as TensorBoard "
      "event files in `<run.dir>/tb/` (`tensorboard --logdir runs`)."},
+    {"run.memory_per_rank", "size", "0",
+     "Bytes a rank may hold (`80G`, `512MiB`, or a number; K/M/G/T are powers of 1024); 0 = no limit. "
+     "`parallel: auto` chooses among the layouts that fit it."},
     // model
     {"model.type", "string", "mlp", "`mlp`, `cnn` or `gpt` (`gpt` needs token data: `text`, or `synthetic` with "
                                     "`kind: tokens`)."},

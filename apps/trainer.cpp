@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "apps/auto_layout.h"
 #include "apps/flops.h"
 #include "apps/layout.h"
 #include "apps/world.h"
@@ -78,6 +79,17 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   std::shared_ptr<comm::ProcessGroup> world = opts_.world ? opts_.world : init_world(cfg_, device_);
   rank_ = world->rank();
   world_ = world->size();
+  if (cfg_.parallel.auto_layout) {
+    // Every rank must choose the same layout: the planner runs on identical inputs, the
+    // slowest rank's GEMM speed among them.
+    double flops = measured_gemm_flops();
+    if (world_ > 1)
+      flops = comm::all_reduce_host(*world, ops::full({1}, flops, DType::f64), comm::ReduceOp::min).item<double>();
+    const AutoLayout chosen = choose_layout(cfg_, world_, flops);
+    apply_layout(cfg_, chosen.plan);
+    if (rank_ == 0 && opts_.verbose) std::printf("%s\n", chosen.why.c_str());
+    spdlog::info("{}", chosen.why);
+  }
   const parallel::ParallelDims dims = resolve_dims(cfg_, world_);
   if (rank_ != 0) {  // logs, metrics and checkpoints come from rank 0 only
     opts_.verbose = false;

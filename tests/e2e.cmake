@@ -32,6 +32,16 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
                      -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/zero_matches_ddp -P ${strata_e2e_script})
     set_tests_properties(e2e_zero_matches_ddp PROPERTIES LABELS "e2e;dist" TIMEOUT 120 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    # parallel: auto under mpirun -np 2 (a budget that DDP does not fit and ZeRO does): the
+    # layout it chose trains the model one process trains; a budget nothing fits is a
+    # config error listing the closest layouts.
+    add_test(NAME e2e_auto_layout_matches_single_process
+             COMMAND ${CMAKE_COMMAND} -DCASE=auto_layout -DSTRATA=$<TARGET_FILE:strata_cli>
+                     -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
+                     -DCOMPARE=$<TARGET_FILE:strata_compare_checkpoints>
+                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/auto_layout -P ${strata_e2e_script})
+    set_tests_properties(e2e_auto_layout_matches_single_process PROPERTIES LABELS "e2e;dist" TIMEOUT 120 PROCESSORS 2
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endif()
   return()
 endif()
@@ -194,6 +204,41 @@ elseif(CASE STREQUAL "run_dir_guard")
   endif()
   run(2 trian --config ${tiny_mlp})
   expect(ERR "unknown command 'trian'; did you mean 'train'?")
+elseif(CASE STREQUAL "auto_layout")
+  set(common --config ${tiny_gpt} --set data.path=${corpus} --set model.dropout=0 --set train.max_steps=6
+             --set train.eval_every=0 --set train.save_final=true)
+  # The tiny GPT's DDP ranks hold 16 bytes per parameter (34,688: 555 KB) plus activations;
+  # ZeRO-2 holds 4 + 12 / 2 and fits the 1.35 MiB budget that DDP (1.45 MiB) does not.
+  execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
+                          --set parallel=auto --set run.memory_per_rank=1.35M --set run.dir=auto
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 60)
+  if(NOT "${rc}" STREQUAL "0")
+    message(FATAL_ERROR "mpirun -np 2 strata train parallel=auto: exit code ${rc}\nstdout:\n${OUT}\nstderr:\n${ERR}")
+  endif()
+  string(REGEX MATCH "parallel: auto chose dp 2 x tp 1 x pp 1, zero_stage [23] of [0-9]+ layouts of 2 rank\\(s\\)" chose "${OUT}")
+  if(NOT chose)
+    message(FATAL_ERROR "parallel: auto did not choose ZeRO-2/3 at 2 ranks within 1.35 MiB:\n${OUT}")
+  endif()
+  string(REGEX MATCH "zero_stage ([23])" _ "${chose}")
+  expect(OUT "layout: dp 2 x tp 1 x pp 1, zero_stage ${CMAKE_MATCH_1} | ZeRO-${CMAKE_MATCH_1} over 2 dp rank(s)")
+  run(0 train ${common} --set run.dir=single)
+  losses(${WORK}/auto/metrics.jsonl la)
+  losses(${WORK}/single/metrics.jsonl ls)
+  same_losses("${la}" "${ls}" "parallel: auto vs single process")
+  # The GPT clips its gradients (grad_clip 1.0), so Adam's updates carry the reduction's
+  # rounding: its small biases differ by up to ~1e-4 of their size (as under DDP).
+  same_parameters(auto single 5e-4 "parallel: auto vs single process parameters")
+  # Nothing fits: exit 2, naming the setting and the layouts that come closest.
+  execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
+                          --set parallel=auto --set run.memory_per_rank=100K --set run.dir=none
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 60)
+  if(NOT "${rc}" STREQUAL "2")
+    message(FATAL_ERROR "parallel=auto with 100K per rank: exit ${rc}, expected 2\n${OUT}\n${ERR}")
+  endif()
+  expect(ERR "strata: error: parallel: auto: none of the" "layouts of 2 rank(s) fits run.memory_per_rank (100.00 KiB)"
+         "the closest: dp " " needs " "raise run.memory_per_rank")
+  run(2 train ${common} --set parallel=mesh --set run.dir=bad)
+  expect(ERR "parallel: expected a mapping of layout keys or 'auto', got 'mesh'")
 elseif(CASE STREQUAL "ddp_matches_single_process")
   # 2 ranks x 8 samples (mpirun, parallel.dp auto) against 1 process x 16 samples: the
   # logged losses (world average) must agree to 1e-5 relative at every step, and the
