@@ -18,30 +18,23 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   # Multi-process DDP under mpirun (label dist).
   find_program(strata_mpirun NAMES mpirun mpiexec)
   if(strata_mpirun)
-    add_test(NAME e2e_ddp_matches_single_process
-             COMMAND ${CMAKE_COMMAND} -DCASE=ddp_matches_single_process -DSTRATA=$<TARGET_FILE:strata_cli>
-                     -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
-                     -DCOMPARE=$<TARGET_FILE:strata_compare_checkpoints>
-                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/ddp_matches_single_process -P ${strata_e2e_script})
-    set_tests_properties(e2e_ddp_matches_single_process PROPERTIES LABELS "e2e;dist" TIMEOUT 60 PROCESSORS 2
-                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
-    add_test(NAME e2e_zero_matches_ddp
-             COMMAND ${CMAKE_COMMAND} -DCASE=zero_matches_ddp -DSTRATA=$<TARGET_FILE:strata_cli>
-                     -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
-                     -DCOMPARE=$<TARGET_FILE:strata_compare_checkpoints>
-                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/zero_matches_ddp -P ${strata_e2e_script})
-    set_tests_properties(e2e_zero_matches_ddp PROPERTIES LABELS "e2e;dist" TIMEOUT 120 PROCESSORS 2
-                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
-    # parallel: auto under mpirun -np 2 (a budget that DDP does not fit and ZeRO does): the
-    # layout it chose trains the model one process trains; a budget nothing fits is a
-    # config error listing the closest layouts.
-    add_test(NAME e2e_auto_layout_matches_single_process
-             COMMAND ${CMAKE_COMMAND} -DCASE=auto_layout -DSTRATA=$<TARGET_FILE:strata_cli>
-                     -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
-                     -DCOMPARE=$<TARGET_FILE:strata_compare_checkpoints>
-                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/auto_layout -P ${strata_e2e_script})
-    set_tests_properties(e2e_auto_layout_matches_single_process PROPERTIES LABELS "e2e;dist" TIMEOUT 120 PROCESSORS 2
-                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    # e2e_<name> runs CASE <case>: DDP against one process; ZeRO-1/2/3 against DDP;
+    # parallel: auto under mpirun -np 2 (a budget that DDP does not fit and ZeRO does), the
+    # layout it chose against one process, and a budget nothing fits.
+    foreach(spec "ddp_matches_single_process|ddp_matches_single_process|60" "zero_matches_ddp|zero_matches_ddp|120"
+                 "auto_layout_matches_single_process|auto_layout|120")
+      string(REPLACE "|" ";" spec "${spec}")
+      list(GET spec 0 name)
+      list(GET spec 1 case)
+      list(GET spec 2 timeout)
+      add_test(NAME e2e_${name}
+               COMMAND ${CMAKE_COMMAND} -DCASE=${case} -DSTRATA=$<TARGET_FILE:strata_cli>
+                       -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
+                       -DCOMPARE=$<TARGET_FILE:strata_compare_checkpoints>
+                       -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/${case} -P ${strata_e2e_script})
+      set_tests_properties(e2e_${name} PROPERTIES LABELS "e2e;dist" TIMEOUT ${timeout} PROCESSORS 2
+                           ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    endforeach()
   endif()
   return()
 endif()
