@@ -202,12 +202,17 @@ elseif(CASE STREQUAL "auto_layout")
              --set train.eval_every=0 --set train.save_final=true)
   # The tiny GPT's DDP ranks hold 16 bytes per parameter (34,688: 555 KB) plus activations;
   # ZeRO-2 holds 4 + 12 / 2 and fits the 1.35 MiB budget that DDP (1.45 MiB) does not.
-  execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
-                          --set parallel=auto --set run.memory_per_rank=1.35M --set run.dir=auto
-                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 60)
-  if(NOT "${rc}" STREQUAL "0")
-    message(FATAL_ERROR "mpirun -np 2 strata train parallel=auto: exit code ${rc}\nstdout:\n${OUT}\nstderr:\n${ERR}")
-  endif()
+  # auto_run(<expected exit> <memory_per_rank> <run dir>): mpirun -np 2 with parallel: auto.
+  macro(auto_run want budget dir)
+    execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
+                            --set parallel=auto --set run.memory_per_rank=${budget} --set run.dir=${dir}
+                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 60)
+    if(NOT "${rc}" STREQUAL "${want}")
+      message(FATAL_ERROR "mpirun -np 2 strata train parallel=auto within ${budget}: exit ${rc}, expected ${want}\n"
+                          "stdout:\n${OUT}\nstderr:\n${ERR}")
+    endif()
+  endmacro()
+  auto_run(0 1.35M auto)
   string(REGEX MATCH "parallel: auto chose dp 2 x tp 1 x pp 1, zero_stage [23] of [0-9]+ layouts of 2 rank\\(s\\)" chose "${OUT}")
   if(NOT chose)
     message(FATAL_ERROR "parallel: auto did not choose ZeRO-2/3 at 2 ranks within 1.35 MiB:\n${OUT}")
@@ -222,12 +227,7 @@ elseif(CASE STREQUAL "auto_layout")
   # rounding: its small biases differ by up to ~1e-4 of their size (as under DDP).
   same_parameters(auto single 5e-4 "parallel: auto vs single process parameters")
   # Nothing fits: exit 2, naming the setting and the layouts that come closest.
-  execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
-                          --set parallel=auto --set run.memory_per_rank=100K --set run.dir=none
-                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 60)
-  if(NOT "${rc}" STREQUAL "2")
-    message(FATAL_ERROR "parallel=auto with 100K per rank: exit ${rc}, expected 2\n${OUT}\n${ERR}")
-  endif()
+  auto_run(2 100K none)
   expect(ERR "strata: error: parallel: auto: none of the" "layouts of 2 rank(s) fits run.memory_per_rank (100.00 KiB)"
          "the closest: dp " " needs " "raise run.memory_per_rank")
   run(2 train ${common} --set parallel=mesh --set run.dir=bad)
