@@ -68,7 +68,10 @@ void read_model(const ConfigNode& n, ModelSection& s) {
     s.n_embd = n.get("n_embd", s.n_embd);
     s.bias = n.get("bias", s.bias);
     s.tie_weights = n.get("tie_weights", s.tie_weights);
-    s.checkpoint_activations = n.get("checkpoint_activations", s.checkpoint_activations);
+    s.checkpoint_activations =
+        nn::parse_recompute(n.get("checkpoint_activations", std::string(nn::recompute_name(s.checkpoint_activations))),
+                            n.key_path("checkpoint_activations"));
+    n.one_of("checkpoint_activations", nn::recompute_name(s.checkpoint_activations), {"none", "full", "selective"});
     // vocab_size: token ids the GPT embeds; 0 = from the data (required for data.dataset tokens).
     s.vocab_size = n.get("vocab_size", s.vocab_size);
     n.check_range("vocab_size", double(s.vocab_size), 0, 1e8);

@@ -9,6 +9,7 @@
 #include <strata/comm/types.h>
 #include <strata/core/config.h>
 #include <strata/core/precision.h>
+#include <strata/nn/recompute.h>
 #include <strata/parallel/parallel_config.h>
 
 namespace strata::apps {
@@ -61,7 +62,9 @@ struct ModelSection {
   int64_t n_embd = 128;
   bool bias = true;
   bool tie_weights = true;
-  bool checkpoint_activations = false;
+  /// none | full (each block's input kept, the block recomputed) | selective (the GEMM
+  /// outputs kept, the attention core recomputed); true / false read as full / none.
+  nn::Recompute checkpoint_activations = nn::Recompute::none;
   /// gpt: embedding/output rows; 0 = from the data (256 for text, data.vocab_size for
   /// synthetic tokens). Required for data.dataset tokens and registered token datasets.
   int64_t vocab_size = 0;

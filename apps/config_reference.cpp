@@ -85,8 +85,10 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"model.n_embd", "integer", "128", "gpt: embedding width."},
     {"model.bias", "boolean", "true", "gpt: biases in the linear layers and layer norms."},
     {"model.tie_weights", "boolean", "true", "gpt: the output projection shares the token embedding's weights."},
-    {"model.checkpoint_activations", "boolean", "false",
-     "gpt: recompute each block's activations in backward instead of storing them."},
+    {"model.checkpoint_activations", "string", "none",
+     "gpt: activations recomputed in backward instead of stored. `none`; `full`: each block keeps only its input and "
+     "is recomputed whole; `selective`: the GEMM outputs are kept and the attention core (scores, softmax, dropout) is "
+     "recomputed, after Megatron-LM's selective recomputation (docs/planner.md). `true` / `false` mean `full` / `none`."},
     // data
     {"data.dataset", "string", "fashion_mnist",
      "`fashion_mnist` (IDX files), `text` (byte-level corpus), `tokens` (nanoGPT/llm.c .bin token files), `idx` "
