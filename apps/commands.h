@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "apps/config.h"
+#include <strata/nn/gpt.h>
+#include <strata/parallel/checkpoint/training.h>
+
 namespace strata::apps {
 
 struct Command {
@@ -32,6 +36,16 @@ Command add_ckpt_command(CLI::App& parent);
 Command add_config_command(CLI::App& parent);
 /// `strata plot RUN_DIR... [--out plot.svg]`: loss, eval and learning-rate curves as SVG.
 Command add_plot_command(CLI::App& parent);
+
+/// The config a checkpoint was trained with (its state echo), on the CPU (run.device=cpu,
+/// then `sets`): a GPU run's checkpoint evaluates anywhere, as torch.load's map_location.
+/// The layout it was trained with is dropped. DataError when the stored YAML is invalid.
+TrainConfig config_from_checkpoint(const parallel::Checkpoint& ck, const std::vector<std::string>& sets);
+
+/// The GPT that a Hugging Face model directory holds, built from its config.json and
+/// loaded with its weights (f32, this process), for sample and the interop tools.
+/// DataError naming the file and field or tensor.
+std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir);
 
 /// The strata version string.
 const char* version_string();
