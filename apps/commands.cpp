@@ -203,8 +203,8 @@ static std::vector<int64_t> parse_ids(const std::string& text) {
 }
 
 std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir) {
-  // The model keys come from config.json alone (model.init_from); the data section only
-  // has to be valid for a gpt.
+  // The model keys come from config.json alone (model.init_from); the data and optim
+  // sections only have to be valid for a gpt (nothing trains).
   const hf::HfModelSpec spec = hf::read_hf_config(dir);
   if (spec.model_type != "gpt")
     STRATA_THROW(ConfigError, "'", dir, "' holds a ", spec.architecture, " (model.type ", spec.model_type,
@@ -214,6 +214,7 @@ std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir) {
   y["data"]["dataset"] = "synthetic";
   y["data"]["kind"] = "tokens";
   y["data"]["vocab_size"] = spec.vocab;
+  y["optim"]["lr"] = 1e-3;
   const TrainConfig cfg = TrainConfig::from_node(ConfigNode::load_string(YAML::Dump(y), {}, dir + " (config.json)"));
   Generator init(cfg.run.seed);
   auto model = std::dynamic_pointer_cast<nn::GPT>(build_model(cfg, init));

@@ -129,7 +129,8 @@ HfModelDir::HfModelDir(const std::string& dir, DType dtype) : dir_(dir), dtype_(
                    " but config.json's ", spec_.architecture, " needs ", shape_str(want));
     it->second.used = true;
     order_.push_back(m.strata);
-    tensors_.emplace(m.strata, Stored{std::move(m), it->second.file, &e});
+    const std::string key = m.strata;  // before m is moved into the entry
+    tensors_.emplace(key, Stored{std::move(m), it->second.file, &e});
   }
   for (const auto& [name, f] : found)
     if (!f.used && !ignored_hf_tensor(spec_, name))
