@@ -47,7 +47,6 @@ void read_model(const ConfigNode& n, ModelSection& s) {
   // model.init_from: config.json gives the defaults, and a key set beside it must agree.
   s.init_from = n.get("init_from", s.init_from);
   std::optional<hf::HfModelSpec> hf;
-  if (n.has("init_from") && s.init_from.empty()) n.fail("init_from", "is empty: give a Hugging Face model directory");
   if (!s.init_from.empty()) hf = hf::read_hf_config(s.init_from);  // DataError naming config.json's field
   const std::string hf_file = s.init_from + "/" + hf::kConfigFile;
   auto agree = [&](const std::string& key, const auto& value, const auto& hf_value, const std::string& hf_field) {
