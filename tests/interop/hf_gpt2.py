@@ -5,8 +5,8 @@
   grads     one step's loss and every parameter's gradient agree (1e-4 relative)
   generate  greedy decoding of 20 tokens gives the same ids
   errors    broken directories and contradicting configs fail with the documented codes
-  export    strata trains from the directory (model.init_from) at tp 2 and ZeRO-3 under
-            mpirun -np 2 and alone, the layouts agree, `strata ckpt export --format hf`
+  export    strata trains from the directory (model.init_from) alone and under mpirun -np 2
+            at tp 2, ZeRO-3, pp 2 and DDP, the layouts agree, `strata ckpt export --format hf`
             writes what AutoModelForCausalLM loads with strata's logits, every exported
             tensor is bit-identical to the checkpoint's, and an imported directory
             exports back bit-exactly
@@ -210,14 +210,16 @@ def mode_export(a):
     vocab = 96  # tp 2 splits the vocabulary
     make_gpt2(7, vocab=vocab).save_pretrained(hf0, max_shard_size="20KB")  # strata reads the shards it needs
     runs = {}
-    for layout, extra in [("single", []), ("tp2", ["--set", "parallel.tp=2"]), ("zero3", ["--set", "parallel.zero_stage=3"])]:
+    layouts = [("single", []), ("tp2", ["--set", "parallel.tp=2"]), ("zero3", ["--set", "parallel.zero_stage=3"]),
+               ("pp2", ["--set", "parallel.pp=2"]), ("ddp2", [])]
+    for layout, extra in layouts:
         rd = f"{a.work}/run_{layout}"
         cmd = [a.strata, "train", "--config", train_config(a, hf0, rd, vocab)] + extra
         if layout != "single":
             cmd = [a.mpirun, "--oversubscribe", "-np", "2"] + cmd
         run(cmd, env=env)
         runs[layout] = rd
-    for layout in ("tp2", "zero3"):
+    for layout, _ in layouts[1:]:
         run([a.compare, runs["single"], runs[layout], "1e-5"])
         check(True, f"{layout} from model.init_from trains to the single process's parameters (1e-5)")
 
