@@ -102,9 +102,9 @@ HfExportSummary export_hf(const parallel::TensorSource& src, const HfModelSpec& 
     return std::string(buf);
   };
 
-  const std::string out = fs::path(out_arg).lexically_normal().string();
-  const std::string tmp = (fs::path(out).has_filename() ? out : fs::path(out).parent_path().string()) + ".tmp-" +
-                          std::to_string(::getpid());
+  std::string out = fs::path(out_arg).lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  const std::string tmp = out + ".tmp-" + std::to_string(::getpid());  // beside it: the rename stays on one file system
   std::error_code ec;
   fs::remove_all(tmp, ec);
   if (!fs::create_directory(tmp, ec))

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -211,6 +212,45 @@ TEST_F(HfDirTest, RangedReadsEqualSlicesOfWholeReads) {
       }
     }
   }
+}
+
+// Bytes read by this process through read(2)/pread(2) (Linux /proc/self/io "rchar").
+int64_t bytes_read_so_far() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  int64_t v = 0;
+  while (io >> key >> v)
+    if (key == "rchar:") return v;
+  return -1;
+}
+
+TEST_F(HfDirTest, ARangeReadsOnlyItsBytes) {
+  if (bytes_read_so_far() < 0) GTEST_SKIP() << "no /proc/self/io on this system";
+  json j = gpt2_json();
+  j["vocab_size"] = 2048;
+  j["n_embd"] = 256;
+  const HfModelSpec s = parse_hf_config(j, "a");
+  fs::create_directories(path("big"));
+  std::ofstream(path("big/config.json")) << hf_config_json(s, "float32").dump(2);
+  Generator gen(3);
+  NamedTensors file;
+  for (const TensorMapping& m : tensor_table(s)) {
+    Shape shape = m.shape;
+    if (m.transposed) std::reverse(shape.begin(), shape.end());
+    file.emplace_back(m.hf, ops::normal(shape, 0.0, 1.0, gen));
+  }
+  save_safetensors(path("big/model.safetensors"), file, {{"format", "pt"}});
+  const HfModelDir src(path("big"));
+  const int64_t probe = bytes_read_so_far();
+  const int64_t overhead = bytes_read_so_far() - probe;  // reading /proc/self/io counts too
+  constexpr int64_t kSlack = 32;
+  const int64_t row = 256;  // wte (2048, 256) f32: 2 MiB, rows of 1 KiB
+  const int64_t before = bytes_read_so_far();
+  const Tensor got = src.read("wte.weight", 1000 * row + 7, 1040 * row);
+  const int64_t used = bytes_read_so_far() - before - overhead;
+  EXPECT_TRUE(same(got, ops::narrow(ops::flatten(file[0].second), 0, 1000 * row + 7, 40 * row - 7)));
+  EXPECT_GE(used + kSlack, (40 * row - 7) * 4);
+  EXPECT_LE(used, (40 * row - 7) * 4 + kSlack) << "read " << used << " bytes of a 2 MiB tensor for 40 rows";
 }
 
 TEST_F(HfDirTest, DeliversTheRunsDtype) {
