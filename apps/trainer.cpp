@@ -195,6 +195,7 @@ void Trainer::init_from_hf() {
   // Weights only, delivered in the parameters' dtype; each rank reads the byte ranges of
   // the elements it holds, as from a checkpoint of another layout. The directory must
   // hold exactly the model's parameters: checked here, before any rank loads anything.
+  const Clock::time_point t0 = Clock::now();
   const hf::HfModelDir src(cfg_.model.init_from, precision_state_dtype(cfg_.run.precision).value_or(DType::f32));
   const std::vector<std::string> have = src.names();
   for (const std::string& n : whole_state_names_)
@@ -206,8 +207,9 @@ void Trainer::init_from_hf() {
       STRATA_THROW(DataError, "Hugging Face model directory '", src.dir(), "': tensor '", src.entry(n).name,
                    "' (strata's '", n, "') is not a parameter of the model built from the config");
   pm_->load_state(src, /*with_optimizer=*/false);
-  if (opts_.verbose) std::printf("initialised from %s (%s)\n", src.dir().c_str(), src.spec().architecture.c_str());
-  spdlog::info("initialised from {} ({})", src.dir(), src.spec().architecture);
+  const double secs = seconds_since(t0);
+  if (opts_.verbose) std::printf("initialised from %s (%s) in %.2f s\n", src.dir().c_str(), src.spec().architecture.c_str(), secs);
+  spdlog::info("initialised from {} ({}) in {:.2f} s", src.dir(), src.spec().architecture, secs);
 }
 
 Trainer::~Trainer() = default;
