@@ -202,26 +202,30 @@ static std::vector<int64_t> parse_ids(const std::string& text) {
   return ids;
 }
 
-std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir) {
+HfModel load_hf_model(const std::string& dir) {
   // The model keys come from config.json alone (model.init_from); the data and optim
-  // sections only have to be valid for a gpt (nothing trains).
+  // sections only have to be valid for a language model (nothing trains).
   const hf::HfModelSpec spec = hf::read_hf_config(dir);
-  if (spec.model_type != "gpt")
-    STRATA_THROW(ConfigError, "'", dir, "' holds a ", spec.architecture, " (model.type ", spec.model_type,
-                 "), which this build cannot run");
   YAML::Node y;
   y["model"]["init_from"] = dir;
   y["data"]["dataset"] = "synthetic";
   y["data"]["kind"] = "tokens";
   y["data"]["vocab_size"] = spec.vocab;
   y["optim"]["lr"] = 1e-3;
-  const TrainConfig cfg = TrainConfig::from_node(ConfigNode::load_string(YAML::Dump(y), {}, dir + " (config.json)"));
-  Generator init(cfg.run.seed);
-  auto model = std::dynamic_pointer_cast<nn::GPT>(build_model(cfg, init));
-  STRATA_CHECK(model != nullptr, "[load_hf_gpt] model.type gpt did not build a GPT");
+  HfModel out{TrainConfig::from_node(ConfigNode::load_string(YAML::Dump(y), {}, dir + " (config.json)")), nullptr};
+  Generator init(out.cfg.run.seed);
+  out.model = build_model(out.cfg, init);
   const hf::HfModelDir src(dir, DType::f32);
-  parallel::load_replicated(src, *model, nullptr, nullptr);
-  return model;
+  parallel::load_replicated(src, *out.model, nullptr, nullptr);
+  return out;
+}
+
+std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir) {
+  HfModel m = load_hf_model(dir);
+  auto gpt = std::dynamic_pointer_cast<nn::GPT>(m.model);
+  if (!gpt)
+    STRATA_THROW(ConfigError, "'", dir, "' holds a model.type ", m.cfg.model.type, " model; this command runs a gpt");
+  return gpt;
 }
 
 Command add_sample_command(CLI::App& parent) {

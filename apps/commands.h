@@ -42,9 +42,16 @@ Command add_plot_command(CLI::App& parent);
 /// The layout it was trained with is dropped. DataError when the stored YAML is invalid.
 TrainConfig config_from_checkpoint(const parallel::Checkpoint& ck, const std::vector<std::string>& sets);
 
-/// The GPT that a Hugging Face model directory holds, built from its config.json and
-/// loaded with its weights (f32, this process), for sample and the interop tools.
-/// DataError naming the file and field or tensor.
+/// A model built from a Hugging Face directory's config.json (model.init_from) and
+/// loaded with its weights, f32, in this process; `cfg` is the config that built it.
+struct HfModel {
+  TrainConfig cfg;
+  std::shared_ptr<nn::Module> model;
+};
+/// For sample and the interop tools. ConfigError when this build has no module for the
+/// architecture; DataError naming the file and field or tensor.
+HfModel load_hf_model(const std::string& dir);
+/// load_hf_model of a GPT2LMHeadModel directory, as strata's GPT.
 std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir);
 
 /// The strata version string.

@@ -22,8 +22,8 @@ endif()
 strata_python_test(NAME hf_llama_roundtrip
                    COMMAND python ${CMAKE_CURRENT_SOURCE_DIR}/interop/hf_llama.py roundtrip ${hf_args}
                    LABELS e2e TIMEOUT 300)
-# Enabled once model.type llama is built (apps/commands.cpp load_hf_gpt generalised to
-# the Llama family): strata's logits and greedy ids on LlamaForCausalLM directories.
+# Enabled once model.type llama is built and model.init_from fills its keys (and `strata
+# sample` runs a llama): strata's logits and greedy ids on LlamaForCausalLM directories.
 if(STRATA_HF_LLAMA_LOGITS)
   strata_python_test(NAME hf_llama_logits
                      COMMAND python ${CMAKE_CURRENT_SOURCE_DIR}/interop/hf_llama.py logits ${hf_args}

@@ -51,15 +51,15 @@ Tensor parse_batch(const std::string& text) {
   return ops::from_vector(ids, {rows, cols});
 }
 
-std::shared_ptr<nn::GPT> load_model(const std::string& path) {
-  if (apps::hf::is_hf_model_dir(path)) return apps::load_hf_gpt(path);
+// The model and the config that built it, from a Hugging Face directory or a checkpoint.
+apps::HfModel load_model(const std::string& path) {
+  if (apps::hf::is_hf_model_dir(path)) return apps::load_hf_model(path);
   const parallel::Checkpoint ck = parallel::read_checkpoint(path, false);
-  const apps::TrainConfig cfg = apps::config_from_checkpoint(ck, {});
-  Generator init(cfg.run.seed);
-  auto model = std::dynamic_pointer_cast<nn::GPT>(apps::build_model(cfg, init));
-  if (!model) throw ConfigError("checkpoint '" + path + "' does not hold a gpt");
-  parallel::load_into(ck, *model, nullptr);
-  return model;
+  apps::HfModel m{apps::config_from_checkpoint(ck, {}), nullptr};
+  Generator init(m.cfg.run.seed);
+  m.model = apps::build_model(m.cfg, init);
+  parallel::load_into(ck, *m.model, nullptr);
+  return m;
 }
 
 }  // namespace
@@ -81,21 +81,21 @@ int main(int argc, char** argv) {
       std::printf("%d tensors in %d files\n", r.tensors, r.files);
       return 0;
     }
-    auto model = load_model(opt.at("--model"));
-    model->eval();
+    const apps::HfModel m = load_model(opt.at("--model"));
+    m.model->eval();
     const Tensor ids = parse_batch(opt.at("--ids"));
     if (cmd == "logits") {
       NoGradGuard no_grad;
-      save_safetensors(opt.at("--out"), {{"logits", ops::contiguous(model->forward(ids))}});
+      save_safetensors(opt.at("--out"), {{"logits", ops::contiguous(m.model->forward(ids))}});
       return 0;
     }
     if (cmd == "grads") {
       const int64_t T = ids.shape()[1];
       const Tensor x = ops::contiguous(ops::narrow(ids, 1, 0, T - 1)), y = ops::contiguous(ops::narrow(ids, 1, 1, T - 1));
-      const Tensor loss = model->loss(x, y);
+      const Tensor loss = apps::batch_loss(*m.model, m.cfg, {x, y});  // the family's training loss
       backward(loss);
       NamedTensors out{{"loss", ops::reshape(loss, {1})}};
-      for (const auto& [n, p] : model->named_parameters()) out.emplace_back(n, p.grad());
+      for (const auto& [n, p] : m.model->named_parameters()) out.emplace_back(n, p.grad());
       save_safetensors(opt.at("--out"), out);
       return 0;
     }
