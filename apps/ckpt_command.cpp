@@ -113,7 +113,7 @@ Command add_ckpt_command(CLI::App& parent) {
               opts.max_shard_bytes = hf::parse_shard_size(x->max_shard_size, "--max-shard-size");
               opts.dtype = x->dtype == "bfloat16" ? DType::bf16 : x->dtype == "float16" ? DType::f16 : DType::f32;
               opts.overwrite = x->overwrite;
-              hf::check_output_dir(x->out, "--out", x->overwrite);  // before anything is read
+              check_output_dir(x->out, "--out", x->overwrite);  // before anything is read
               const parallel::Checkpoint ck = parallel::open_checkpoint(x->checkpoint);
               const hf::HfModelSpec spec = hf_spec_of(ck, config_from_checkpoint(ck, {}));
               const hf::HfExportSummary r = hf::export_hf(*ck.reader, spec, x->out, opts);

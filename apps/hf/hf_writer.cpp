@@ -3,7 +3,6 @@
 // the source into its shard, transposed to the file's layout where the table says so.
 #include "apps/hf/hf_writer.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,25 +45,6 @@ uint64_t parse_shard_size(const std::string& text, const std::string& option) {
   if (used == 0 || mult == 0 || !(v * mult >= 1) || v * mult > 1e15)
     STRATA_THROW(ConfigError, option, ": '", text, "' is not a size (e.g. 5GB, 200MB, 10KB or a number of bytes)");
   return uint64_t(v * mult);
-}
-
-void check_output_dir(const std::string& out, const std::string& option, bool overwrite) {
-  if (out.empty()) STRATA_THROW(ConfigError, option, ": is empty: give the directory to write");
-  struct stat st {};
-  if (::lstat(out.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode))
-      STRATA_THROW(ConfigError, option, " '", out, "' is ", file_kind_name(st.st_mode),
-                   ": refusing to replace it (give a new path or a directory)");
-    std::error_code ec;
-    if (!fs::is_empty(out, ec) && !overwrite)
-      STRATA_THROW(ConfigError, option, " '", out, "' is a directory that is not empty: give a new path, or --overwrite "
-                   "to replace it");
-    return;
-  }
-  std::error_code ec;
-  const fs::path parent = fs::path(out).parent_path();
-  if (!parent.empty() && !fs::is_directory(parent, ec))
-    STRATA_THROW(ConfigError, option, " '", out, "': the directory '", parent.string(), "' does not exist");
 }
 
 HfExportSummary export_hf(const parallel::TensorSource& src, const HfModelSpec& spec, const std::string& out_arg,

@@ -25,12 +25,8 @@ struct HfExportSummary {
   uint64_t bytes = 0;  // tensor data
 };
 
-/// ConfigError (exit 2) naming `option` unless `out` is a new name in an existing
-/// directory, an empty directory, or (with `overwrite`) an existing directory; never a
-/// file, symlink, device or FIFO. Call it before the work.
-void check_output_dir(const std::string& out, const std::string& option, bool overwrite);
-
-/// Writes `spec`'s model from `src` (strata names and shapes, tensor_table) into `out`:
+/// Writes `spec`'s model from `src` (strata names and shapes, tensor_table) into `out`
+/// (check it first with check_output_dir, apps/output_file.h):
 /// everything goes into a temporary directory beside it, renamed over `out` only when
 /// complete (nothing is left half-written). Tensors are read one at a time (memory
 /// O(largest tensor)). DataError naming the source and tensor when one is missing or of

@@ -13,6 +13,7 @@
 #include "apps/hf/hf_names.h"
 #include "apps/hf/hf_reader.h"
 #include "apps/hf/hf_writer.h"
+#include "apps/output_file.h"
 #include "tests/temp_dir_fixture.h"
 #include <strata/core/rng.h>
 #include <strata/tensor/ops.h>

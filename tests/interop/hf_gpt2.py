@@ -226,6 +226,16 @@ def mode_export(a):
     exp = f"{a.work}/exported"
     run([a.strata, "ckpt", "export", "--checkpoint", runs["tp2"], "--format", "hf", "--out", exp, "--max-shard-size", "20KB"])
     check(os.path.exists(f"{exp}/model.safetensors.index.json"), "export sharded above --max-shard-size")
+    # --out: a non-empty directory only with --overwrite, never a file; nothing half written.
+    export = [a.strata, "ckpt", "export", "--checkpoint", runs["tp2"], "--format", "hf", "--out"]
+    expect_fail(export + [exp], 2, "--out", exp, "--overwrite")
+    open(f"{a.work}/a_file", "w").write("x")
+    expect_fail(export + [f"{a.work}/a_file"], 2, "--out", "a regular file")
+    run(export + [exp, "--overwrite"])
+    check(not os.path.exists(f"{exp}/model.safetensors.index.json") and os.path.exists(f"{exp}/model.safetensors"),
+          "--overwrite replaced the sharded export with one file")
+    check(not [f for f in os.listdir(a.work) if ".tmp-" in f], "no temporary directory left beside --out")
+    run(export + [exp, "--overwrite", "--max-shard-size", "20KB"])
     ids = batch(8, vocab=vocab)
     ref = hf_logits(exp, ids)  # AutoModelForCausalLM
     got = strata_logits(a.tool, runs["tp2"], ids, a.work)
