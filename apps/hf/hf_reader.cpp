@@ -173,7 +173,8 @@ void HfModelDir::read_into(const std::string& name, int64_t begin, int64_t end, 
   const uint64_t es = element_size(e.dtype);
   Tensor v;  // the range in the file's dtype, strata's layout, (end - begin)
   if (!s.map.transposed) {
-    v = Tensor::empty({end - begin}, e.dtype);
+    // The file's dtype is the one delivered: straight into dst, no second copy.
+    v = e.dtype == dtype_ ? dst : Tensor::empty({end - begin}, e.dtype);
     s.file->read_bytes(e, uint64_t(begin) * es, uint64_t(end - begin) * es, v.raw_data());
   } else {
     // strata (O, I) = file (I, O)^T: the strata rows [r0, r1) holding the range are the
@@ -206,7 +207,7 @@ void HfModelDir::read_into(const std::string& name, int64_t begin, int64_t end, 
     STRATA_THROW(DataError, "Hugging Face shard '", s.file->path(), "': tensor '", e.name, "' (strata's '", name,
                  "', element ", begin + k, ") is not finite (NaN or inf)");
   Tensor d = dst;
-  ops::copy_(d, ops::reshape(v.dtype() == dtype_ ? v : ops::to_dtype(v, dtype_), dst.shape()));
+  if (v.raw_data() != dst.raw_data()) ops::copy_(d, ops::reshape(v.dtype() == dtype_ ? v : ops::to_dtype(v, dtype_), dst.shape()));
   d.bump_version();
 }
 
