@@ -71,6 +71,14 @@ def mode_logits(a):
         sd[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
     save_file(sd, f"{old}/model.safetensors", metadata={"format": "pt"})
     cases["original names and buffers"] = old
+    # The hub cache's layout: snapshots/<rev>/<file> are symlinks into blobs/.
+    blobs, snap = f"{a.work}/hub/blobs", f"{a.work}/hub/snapshots/rev"
+    os.makedirs(blobs, exist_ok=True)
+    os.makedirs(snap, exist_ok=True)
+    for f in os.listdir(f"{a.work}/tied_sharded"):
+        shutil.copy(f"{a.work}/tied_sharded/{f}", f"{blobs}/{f}.blob")
+        os.symlink(f"../../blobs/{f}.blob", f"{snap}/{f}")
+    cases["hub cache symlinks"] = snap
     for name, d in cases.items():
         ref = hf_logits(d, ids)
         got = strata_logits(a.tool, d, ids, a.work)
