@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "apps/config.h"
 #include "apps/hf/hf_config.h"
 #include "apps/hf/hf_names.h"
 #include "apps/hf/hf_reader.h"
@@ -294,6 +295,44 @@ TEST_F(HfDirTest, OutputDirectoryRules) {
   fs::create_symlink(path("empty"), path("link"));
   EXPECT_THROW(check_output_dir(path("link"), "--out", true), ConfigError);
   EXPECT_THROW(check_output_dir(path("nowhere/out"), "--out", false), ConfigError);
+}
+
+TEST_F(HfDirTest, InitFromFillsTheModelKeysAndRefusesContradictions) {
+  write_gpt2(path("m"), DType::f32);
+  const std::string base = "model: {init_from: " + path("m") + "}\ndata: {dataset: synthetic, kind: tokens, vocab_size: 50}\n"
+                           "optim: {lr: 0.001}\n";
+  const TrainConfig c = TrainConfig::from_node(ConfigNode::load_string(base));
+  EXPECT_EQ(c.model.type, "gpt");
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.model.n_embd, 8);
+  EXPECT_EQ(c.model.block_size, 16);
+  EXPECT_EQ(c.model.vocab_size, 50);
+  // the echo a checkpoint stores rebuilds the model without the directory
+  const YAML::Node echoed = YAML::Load(c.yaml);
+  EXPECT_FALSE(echoed["model"]["init_from"].IsDefined());
+  EXPECT_EQ(echoed["model"]["n_layer"].as<int>(), 2);
+  EXPECT_EQ(echoed["model"]["type"].as<std::string>(), "gpt");
+  // a key that agrees is fine; one that contradicts names both
+  EXPECT_NO_THROW(TrainConfig::from_node(ConfigNode::load_string(base, {"model.n_head=2"})));
+  for (const auto& [set, key, field] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"model.n_layer=3", "model.n_layer", "n_layer 2"},
+           {"model.block_size=32", "model.block_size", "n_positions 16"},
+           {"model.tie_weights=false", "model.tie_weights", "tie_word_embeddings true"},
+           {"model.type=mlp", "model.type", "GPT2LMHeadModel"},
+           {"model.bias=false", "model.bias", "always"}}) {
+    try {
+      TrainConfig::from_node(ConfigNode::load_string(base, {set}));
+      ADD_FAILURE() << set << " was accepted";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(key), std::string::npos) << msg;
+      EXPECT_NE(msg.find(path("m") + "/config.json"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(field), std::string::npos) << msg;
+    }
+  }
+  EXPECT_THROW(TrainConfig::from_node(ConfigNode::load_string(
+                   "model: {init_from: " + path("nowhere") + "}\ndata: {dataset: synthetic, kind: tokens}\noptim: {lr: 0.001}\n")),
+               DataError);
 }
 
 TEST_F(HfDirTest, ShardIndexMustAgreeWithTheFiles) {
