@@ -266,6 +266,20 @@ def mode_export(a):
         same += int(t.dtype == s.dtype and torch.equal(t.view(torch.int32), s.view(torch.int32)))
     check(same == len(index) == len([k for k in ck if "." in k and not k.startswith(("exp_avg", "exp_avg_sq"))]),
           f"{same} of {len(index)} exported tensors bit-identical to the checkpoint's")
+    # --dtype bfloat16: each tensor is the checkpoint's rounded to nearest even, as torch rounds it.
+    exp16 = f"{a.work}/exported_bf16"
+    run(export + [exp16, "--dtype", "bfloat16"])
+    check(json.load(open(f"{exp16}/config.json"))["torch_dtype"] == "bfloat16", "config.json says bfloat16")
+    b16 = hf_state(exp16)
+    rounded = 0
+    for hf_name, t in b16.items():
+        s = ck[hf_name.removeprefix("transformer.")]
+        if hf_name.endswith(conv1d):
+            s = s.t().contiguous()
+        rounded += int(t.dtype == torch.bfloat16 and torch.equal(t.view(torch.int16), s.to(torch.bfloat16).view(torch.int16)))
+    check(rounded == len(b16) == len(index), f"{rounded} of {len(index)} bf16 tensors equal torch's rounding of the checkpoint's")
+    err = rel_err(hf_logits(exp16, ids), ref)
+    check(1e-5 < err < 5e-2, f"the bf16 export's logits are the f32 ones to bf16 precision ({err:.1e})")
     # The run started from hf0's weights: three small steps stay close to them, far from a fresh init.
     trained, initial = hf_state(exp), hf_state(hf0)
     moved = max(rel_err(trained[k], initial[k]) for k in initial if k.endswith("weight"))  # biases start at 0
