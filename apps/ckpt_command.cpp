@@ -1,5 +1,6 @@
 // strata ckpt: tools for checkpoints. `ckpt consolidate` turns a checkpoint of any layout
-// and version (parallel/checkpoint/reader.h) into one plain safetensors file.
+// and version (parallel/checkpoint/reader.h) into one plain safetensors file; `ckpt
+// export --format hf` into a Hugging Face model directory (apps/hf/hf_writer.h).
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 
 #include <strata/parallel/checkpoint/training.h>
 #include "apps/commands.h"
+#include "apps/hf/hf_writer.h"
 #include "apps/output_file.h"
 #include <strata/parallel/checkpoint/reader.h>
 #include <strata/tensor/file_io.h>
@@ -45,6 +47,33 @@ void check_out_not_input(const std::string& out, const parallel::CheckpointReade
   }
 }
 
+// The Hugging Face architecture of a checkpoint's model: its config's model keys, the
+// shapes from the tensors themselves. DataError for a model transformers has no class for.
+hf::HfModelSpec hf_spec_of(const parallel::Checkpoint& ck, const TrainConfig& cfg) {
+  const parallel::CheckpointReader& rd = *ck.reader;
+  if (cfg.model.type != "gpt")
+    STRATA_THROW(DataError, "checkpoint '", ck.dir, "' holds a model.type ", cfg.model.type,
+                 " model: --format hf exports gpt (as GPT2LMHeadModel)");
+  if (!cfg.model.bias)
+    STRATA_THROW(DataError, "checkpoint '", ck.dir, "' holds a gpt with model.bias false: GPT2LMHeadModel always has "
+                 "biases, so it has no Hugging Face form");
+  hf::HfModelSpec s;
+  s.architecture = "GPT2LMHeadModel";
+  s.model_type = "gpt";
+  for (const char* n : {"wte.weight", "wpe.weight"})
+    if (!rd.contains(n) || rd.global_shape(n).size() != 2)
+      STRATA_THROW(DataError, "checkpoint '", ck.dir, "': tensor '", n, "' is missing or not 2-D");
+  s.vocab = rd.global_shape("wte.weight")[0];
+  s.n_embd = rd.global_shape("wte.weight")[1];
+  s.block_size = rd.global_shape("wpe.weight")[0];
+  s.n_layer = cfg.model.n_layer;
+  s.n_head = s.n_kv_head = cfg.model.n_head;
+  s.intermediate_size = 4 * s.n_embd;
+  s.norm_eps = 1e-5;
+  s.tie_weights = cfg.model.tie_weights;
+  return s;
+}
+
 }  // namespace
 
 Command add_ckpt_command(CLI::App& parent) {
@@ -52,8 +81,13 @@ Command add_ckpt_command(CLI::App& parent) {
     std::string checkpoint;
     std::string out;
   };
+  struct ExportOpts {
+    std::string checkpoint, out, format, max_shard_size = "5GB", dtype = "float32";
+    bool overwrite = false;
+  };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = parent.add_subcommand("ckpt", "Checkpoint tools (consolidate a checkpoint into one file)");
+  auto x = std::make_shared<ExportOpts>();
+  CLI::App* cmd = parent.add_subcommand("ckpt", "Checkpoint tools (consolidate a checkpoint into one file, export it)");
   cmd->require_subcommand(1);
   CLI::App* cons = cmd->add_subcommand(
       "consolidate", "Write every tensor of a checkpoint, at its global shape, into one safetensors file");
@@ -61,7 +95,33 @@ Command add_ckpt_command(CLI::App& parent) {
                    "Checkpoint directory (with index.json; v1 state.json also read), or a run dir (its LATEST)")
       ->required();
   cons->add_option("-o,--out", o->out, "Output .safetensors file (written atomically)")->required();
-  return {cmd, [o, cons] {
+  CLI::App* exp = cmd->add_subcommand(
+      "export", "Write a checkpoint's model (any layout) as a Hugging Face model directory that transformers loads");
+  exp->add_option("--checkpoint", x->checkpoint, "Checkpoint directory, or a run dir (its LATEST)")->required();
+  exp->add_option("--format", x->format, "Output format: hf (config.json + safetensors)")->required()->check(
+      CLI::IsMember({"hf"}));
+  exp->add_option("-o,--out", x->out, "Output directory (written beside it, then renamed into place)")->required();
+  exp->add_option("--max-shard-size", x->max_shard_size,
+                  "Largest safetensors file, e.g. 5GB (the default, as save_pretrained), 200MB; above it the weights "
+                  "are split into shards listed by model.safetensors.index.json");
+  exp->add_option("--dtype", x->dtype, "Stored dtype: float32 (default), bfloat16 or float16")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  exp->add_flag("--overwrite", x->overwrite, "Replace an existing non-empty --out directory");
+  return {cmd, [o, cons, x, exp] {
+            if (exp->parsed()) {
+              hf::HfExportOptions opts;
+              opts.max_shard_bytes = hf::parse_shard_size(x->max_shard_size, "--max-shard-size");
+              opts.dtype = x->dtype == "bfloat16" ? DType::bf16 : x->dtype == "float16" ? DType::f16 : DType::f32;
+              opts.overwrite = x->overwrite;
+              check_output_dir(x->out, "--out", x->overwrite);  // before anything is read
+              const parallel::Checkpoint ck = parallel::open_checkpoint(x->checkpoint);
+              const hf::HfModelSpec spec = hf_spec_of(ck, config_from_checkpoint(ck, {}));
+              const hf::HfExportSummary r = hf::export_hf(*ck.reader, spec, x->out, opts);
+              std::printf("exported %s (step %lld) as %s: %d tensors, %.3f MB in %d safetensors file%s, into %s\n",
+                          ck.dir.c_str(), (long long)ck.state.step, spec.architecture.c_str(), r.tensors,
+                          double(r.bytes) / 1e6, r.files, r.files == 1 ? "" : "s", x->out.c_str());
+              return 0;
+            }
             if (!cons->parsed()) return 2;
             struct stat st {};
             if (::stat(o->checkpoint.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {

@@ -12,9 +12,11 @@
 #include <thread>
 #include <vector>
 
+#include <strata/parallel/checkpoint/layout_io.h>
 #include <strata/parallel/checkpoint/training.h>
 #include "apps/config.h"
 #include "apps/factory.h"
+#include "apps/hf/hf_reader.h"
 #include "apps/output_file.h"
 #include "apps/run_dir.h"
 #include "apps/plot.h"
@@ -44,11 +46,6 @@ const char* version_string() {
 #endif
 }
 
-namespace {
-
-// The config a checkpoint was trained with (its state.json echo), on the CPU: a GPU
-// run's checkpoint evaluates anywhere unless `sets` asks for run.device (as torch.load's
-// map_location).
 TrainConfig config_from_checkpoint(const parallel::Checkpoint& ck, const std::vector<std::string>& sets) {
   const std::string src = ck.dir + "/" + parallel::kStateFile + " (config)";
   std::vector<std::string> on_cpu = {"run.device=cpu"};
@@ -67,6 +64,8 @@ TrainConfig config_from_checkpoint(const parallel::Checkpoint& ck, const std::ve
   c.source = src;
   return c;
 }
+
+namespace {
 
 // A run dir holding an earlier run (metrics.jsonl or checkpoints/) is refused unless the
 // run resumes (train.resume) or --overwrite removes that run's files: otherwise its
@@ -203,6 +202,32 @@ static std::vector<int64_t> parse_ids(const std::string& text) {
   return ids;
 }
 
+HfModel load_hf_model(const std::string& dir) {
+  // The model keys come from config.json alone (model.init_from); the data and optim
+  // sections only have to be valid for a language model (nothing trains).
+  const hf::HfModelSpec spec = hf::read_hf_config(dir);
+  YAML::Node y;
+  y["model"]["init_from"] = dir;
+  y["data"]["dataset"] = "synthetic";
+  y["data"]["kind"] = "tokens";
+  y["data"]["vocab_size"] = spec.vocab;
+  y["optim"]["lr"] = 1e-3;
+  HfModel out{TrainConfig::from_node(ConfigNode::load_string(YAML::Dump(y), {}, dir + " (config.json)")), nullptr};
+  Generator init(out.cfg.run.seed);
+  out.model = build_model(out.cfg, init);
+  const hf::HfModelDir src(dir, DType::f32);
+  parallel::load_replicated(src, *out.model, nullptr, nullptr);
+  return out;
+}
+
+std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir) {
+  HfModel m = load_hf_model(dir);
+  auto gpt = std::dynamic_pointer_cast<nn::GPT>(m.model);
+  if (!gpt)
+    STRATA_THROW(ConfigError, "'", dir, "' holds a model.type ", m.cfg.model.type, " model; this command runs a gpt");
+  return gpt;
+}
+
 Command add_sample_command(CLI::App& parent) {
   struct Opts {
     std::string checkpoint;
@@ -227,14 +252,24 @@ Command add_sample_command(CLI::App& parent) {
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   return {cmd, [o, prompt_opt] {
             set_num_threads(o->threads);
-            const parallel::Checkpoint ck = parallel::read_checkpoint(o->checkpoint, false);
-            const TrainConfig cfg = config_from_checkpoint(ck, {});
-            if (cfg.model.type != "gpt")
-              STRATA_THROW(ConfigError, "model.type: 'strata sample' needs a gpt checkpoint, '", ck.dir, "' holds a ",
-                           cfg.model.type);
-            Generator init(cfg.run.seed);
-            auto model = std::dynamic_pointer_cast<nn::GPT>(build_model(cfg, init));
-            parallel::load_into(ck, *model, nullptr);
+            // A Hugging Face model directory samples as it is; else a strata checkpoint.
+            const bool hf_dir = hf::is_hf_model_dir(o->checkpoint);
+            std::optional<parallel::Checkpoint> ck;
+            TrainConfig cfg;
+            std::shared_ptr<nn::GPT> model;
+            if (hf_dir) {
+              model = load_hf_gpt(o->checkpoint);
+              cfg.data.dataset = "hf";  // token ids in and out
+            } else {
+              ck = parallel::read_checkpoint(o->checkpoint, false);
+              cfg = config_from_checkpoint(*ck, {});
+              if (cfg.model.type != "gpt")
+                STRATA_THROW(ConfigError, "model.type: 'strata sample' needs a gpt checkpoint, '", ck->dir, "' holds a ",
+                             cfg.model.type);
+              Generator init(cfg.run.seed);
+              model = std::dynamic_pointer_cast<nn::GPT>(build_model(cfg, init));
+              parallel::load_into(*ck, *model, nullptr);
+            }
             model->eval();
             NoGradGuard no_grad;
             const int64_t vocab = model->config().vocab, block = model->config().block_size;

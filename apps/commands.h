@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "apps/config.h"
+#include <strata/nn/gpt.h>
+#include <strata/parallel/checkpoint/training.h>
+
 namespace strata::apps {
 
 struct Command {
@@ -32,6 +36,23 @@ Command add_ckpt_command(CLI::App& parent);
 Command add_config_command(CLI::App& parent);
 /// `strata plot RUN_DIR... [--out plot.svg]`: loss, eval and learning-rate curves as SVG.
 Command add_plot_command(CLI::App& parent);
+
+/// The config a checkpoint was trained with (its state echo), on the CPU (run.device=cpu,
+/// then `sets`): a GPU run's checkpoint evaluates anywhere, as torch.load's map_location.
+/// The layout it was trained with is dropped. DataError when the stored YAML is invalid.
+TrainConfig config_from_checkpoint(const parallel::Checkpoint& ck, const std::vector<std::string>& sets);
+
+/// A model built from a Hugging Face directory's config.json (model.init_from) and
+/// loaded with its weights, f32, in this process; `cfg` is the config that built it.
+struct HfModel {
+  TrainConfig cfg;
+  std::shared_ptr<nn::Module> model;
+};
+/// For sample and the interop tools. ConfigError when this build has no module for the
+/// architecture; DataError naming the file and field or tensor.
+HfModel load_hf_model(const std::string& dir);
+/// load_hf_model of a GPT2LMHeadModel directory, as strata's GPT.
+std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir);
 
 /// The strata version string.
 const char* version_string();

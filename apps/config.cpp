@@ -3,6 +3,11 @@
 #include "apps/config.h"
 #include "apps/plan_table.h"
 
+#include <optional>
+#include <sstream>
+
+#include "apps/hf/hf_config.h"
+
 #include <strata/comm/nccl.h>
 #include <strata/core/log.h>
 #include <strata/data/registry.h>
@@ -43,7 +48,24 @@ void read_run(const ConfigNode& n, RunSection& s) {
 }
 
 void read_model(const ConfigNode& n, ModelSection& s) {
-  s.type = n.get("type", s.type);
+  // model.init_from: config.json gives the defaults, and a key set beside it must agree.
+  s.init_from = n.get("init_from", s.init_from);
+  std::optional<hf::HfModelSpec> hf;
+  if (!s.init_from.empty()) hf = hf::read_hf_config(s.init_from);  // DataError naming config.json's field
+  const std::string hf_file = s.init_from + "/" + hf::kConfigFile;
+  auto agree = [&](const std::string& key, const auto& value, const auto& hf_value, const std::string& hf_field) {
+    if (hf && n.has(key) && value != hf_value) {
+      std::ostringstream msg;
+      msg << std::boolalpha << "is " << value << " but model.init_from's " << hf_file << " has " << hf_field << " " << hf_value
+          << " (remove model." << key << " or make it agree)";
+      n.fail(key, msg.str());
+    }
+  };
+  s.type = n.get("type", hf ? hf->model_type : s.type);
+  agree("type", s.type, hf ? hf->model_type : s.type, "architectures " + (hf ? hf->architecture : std::string()) + ", model.type");
+  if (hf && hf->model_type != "gpt")
+    n.fail("init_from", hf_file + " is a " + hf->architecture + ", which needs model.type " + hf->model_type +
+                            "; this build has mlp, cnn and gpt");
   n.one_of("type", s.type, {"mlp", "cnn", "gpt"});
   s.dropout = n.get("dropout", s.dropout);
   n.check_range("dropout", s.dropout, 0.0, 1.0, false, true);
@@ -62,18 +84,27 @@ void read_model(const ConfigNode& n, ModelSection& s) {
     s.fc_hidden = n.get("hidden", s.fc_hidden);
     n.check_range("hidden", double(s.fc_hidden), 1, 1e9);
   } else {
-    s.block_size = n.get("block_size", s.block_size);
-    s.n_layer = n.get("n_layer", s.n_layer);
-    s.n_head = n.get("n_head", s.n_head);
-    s.n_embd = n.get("n_embd", s.n_embd);
+    s.block_size = n.get("block_size", hf ? hf->block_size : s.block_size);
+    s.n_layer = n.get("n_layer", hf ? hf->n_layer : s.n_layer);
+    s.n_head = n.get("n_head", hf ? hf->n_head : s.n_head);
+    s.n_embd = n.get("n_embd", hf ? hf->n_embd : s.n_embd);
     s.bias = n.get("bias", s.bias);
-    s.tie_weights = n.get("tie_weights", s.tie_weights);
+    s.tie_weights = n.get("tie_weights", hf ? hf->tie_weights : s.tie_weights);
     s.checkpoint_activations =
         nn::parse_recompute(n.get("checkpoint_activations", std::string(nn::recompute_name(s.checkpoint_activations))),
                             n.key_path("checkpoint_activations"));
     n.one_of("checkpoint_activations", nn::recompute_name(s.checkpoint_activations), {"none", "full", "selective"});
     // vocab_size: token ids the GPT embeds; 0 = from the data (required for data.dataset tokens).
-    s.vocab_size = n.get("vocab_size", s.vocab_size);
+    s.vocab_size = n.get("vocab_size", hf ? hf->vocab : s.vocab_size);
+    if (hf) {
+      agree("block_size", s.block_size, hf->block_size, "n_positions");
+      agree("n_layer", s.n_layer, hf->n_layer, "n_layer");
+      agree("n_head", s.n_head, hf->n_head, "n_head");
+      agree("n_embd", s.n_embd, hf->n_embd, "n_embd");
+      agree("tie_weights", s.tie_weights, hf->tie_weights, "tie_word_embeddings");
+      agree("vocab_size", s.vocab_size, hf->vocab, "vocab_size");
+      agree("bias", s.bias, true, "GPT2LMHeadModel's biases: always");
+    }
     n.check_range("vocab_size", double(s.vocab_size), 0, 1e8);
     n.check_range("block_size", double(s.block_size), 1, 1e6);
     n.check_range("n_layer", double(s.n_layer), 1, 1e4);
@@ -316,6 +347,22 @@ TrainConfig TrainConfig::from_node(const ConfigNode& root) {
   read_comm(root.child("comm"), c.comm, c.comm_backend);
   root.check_unknown_keys();
   c.yaml = root.dump();
+  if (!c.model.init_from.empty()) {
+    // The config a checkpoint echoes must rebuild the model without the directory it was
+    // initialised from: the keys config.json filled are written out, init_from dropped.
+    YAML::Node y = YAML::Load(c.yaml);
+    YAML::Node m = y["model"];
+    m.remove("init_from");
+    m["type"] = c.model.type;
+    m["block_size"] = c.model.block_size;
+    m["n_layer"] = c.model.n_layer;
+    m["n_head"] = c.model.n_head;
+    m["n_embd"] = c.model.n_embd;
+    m["bias"] = c.model.bias;
+    m["tie_weights"] = c.model.tie_weights;
+    m["vocab_size"] = c.model.vocab_size;
+    c.yaml = YAML::Dump(y);
+  }
   c.validate();
   return c;
 }

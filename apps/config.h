@@ -46,6 +46,10 @@ struct RunSection {
 
 struct ModelSection {
   std::string type = "mlp";  // mlp | cnn | gpt
+  /// A Hugging Face model directory (config.json + safetensors) whose weights a new run
+  /// starts from (docs/interop.md). Its config.json fills model.type and the shape keys;
+  /// a shape key given beside it must agree. Ignored when the run resumes.
+  std::string init_from;
   // mlp
   std::vector<int64_t> hidden = {256, 128};
   std::string activation = "relu";

@@ -76,6 +76,10 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "cnn: output channels of each conv block (3x3 conv, optional batch norm, ReLU, 2x2 max pool). 28x28 "
      "images allow at most 2 blocks."},
     {"model.batch_norm", "boolean", "true", "cnn: batch norm after each convolution."},
+    {"model.init_from", "string", "\"\"",
+     "A Hugging Face model directory (config.json + model.safetensors or a sharded index) whose weights a new "
+     "run starts from, at any layout; its config.json fills `model.type` and the shape keys, and a shape key "
+     "given beside it must agree (docs/interop.md). Ignored when the run resumes."},
     {"model.block_size", "integer", "64", "gpt: context length in tokens."},
     {"model.vocab_size", "integer", "0",
      "gpt: token ids the model embeds; 0 = from the data. Required for `data.dataset: tokens`, whose largest id "

@@ -3,6 +3,8 @@
 // directory or an existing regular file is ever replaced, never a device, FIFO, symlink or
 // directory (as root, `-o /dev/null` must not replace the machine's /dev/null), and the
 // file is written atomically (a temporary beside it, renamed over it; removed on failure).
+// A command that writes a directory (`strata ckpt export --out`) is checked here too, and
+// commits it the same way (commit_dir: a temporary directory beside it, renamed).
 #pragma once
 #include <string>
 
@@ -11,6 +13,11 @@ namespace strata::apps {
 /// ConfigError (exit 2) naming `option` and the path unless `path` is a new name in an
 /// existing directory or an existing regular file. Call it before the command's work.
 void check_output_path(const std::string& path, const std::string& option);
+
+/// ConfigError (exit 2) naming `option` unless `out` is a new name in an existing
+/// directory, an empty directory, or (with `overwrite`) an existing directory; never a
+/// file, symlink, device or FIFO. Call it before the command's work.
+void check_output_dir(const std::string& out, const std::string& option, bool overwrite);
 
 /// check_output_path, then the atomic write of `text` to `path`.
 void write_output_file(const std::string& path, const std::string& option, const std::string& text);

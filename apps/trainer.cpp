@@ -14,6 +14,7 @@
 
 #include "apps/auto_layout.h"
 #include "apps/flops.h"
+#include "apps/hf/hf_reader.h"
 #include "apps/layout.h"
 #include "apps/world.h"
 #include "apps/memory_report.h"
@@ -169,7 +170,10 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
 data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
   if (cfg_.train.resume == "auto")  // torchtitan's auto-resume: continue this run dir if it has a checkpoint
     cfg_.train.resume = fs::exists(fs::path(cfg_.run.dir) / "checkpoints" / parallel::kLatestFile) ? cfg_.run.dir : "";
-  if (cfg_.train.resume.empty()) return {};
+  if (cfg_.train.resume.empty()) {
+    if (!cfg_.model.init_from.empty()) init_from_hf();
+    return {};
+  }
   // Any layout, world size and format version: every rank reads only what it holds.
   const parallel::Checkpoint ck = parallel::open_checkpoint(cfg_.train.resume);
   const std::string& state_file = ck.state_file;
@@ -202,6 +206,27 @@ data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
   if (opts_.verbose) std::printf("resumed from %s at step %lld\n", ck.dir.c_str(), (long long)step_);
   spdlog::info("resumed from {} at step {}", ck.dir, step_);
   return {ck.state.loader_epoch, ck.state.loader_batch};
+}
+
+void Trainer::init_from_hf() {
+  // Weights only, delivered in the parameters' dtype; each rank reads the byte ranges of
+  // the elements it holds, as from a checkpoint of another layout. The directory must
+  // hold exactly the model's parameters: checked here, before any rank loads anything.
+  const Clock::time_point t0 = Clock::now();
+  const hf::HfModelDir src(cfg_.model.init_from, precision_state_dtype(cfg_.run.precision).value_or(DType::f32));
+  const std::vector<std::string> have = src.names();
+  for (const std::string& n : whole_state_names_)
+    if (std::find(have.begin(), have.end(), n) == have.end())
+      STRATA_THROW(DataError, "Hugging Face model directory '", src.dir(), "': holds no tensor for the model's '", n,
+                   "' (model.* keys other than its config.json's?)");
+  for (const std::string& n : have)
+    if (std::find(whole_state_names_.begin(), whole_state_names_.end(), n) == whole_state_names_.end())
+      STRATA_THROW(DataError, "Hugging Face model directory '", src.dir(), "': tensor '", src.entry(n).name,
+                   "' (strata's '", n, "') is not a parameter of the model built from the config");
+  pm_->load_state(src, /*with_optimizer=*/false);
+  const double secs = seconds_since(t0);
+  if (opts_.verbose) std::printf("initialised from %s (%s) in %.2f s\n", src.dir().c_str(), src.spec().architecture.c_str(), secs);
+  spdlog::info("initialised from {} ({}) in {:.2f} s", src.dir(), src.spec().architecture, secs);
 }
 
 Trainer::~Trainer() = default;

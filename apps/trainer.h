@@ -130,6 +130,8 @@ class Trainer {
   /// Restores model, optimizer, RNGs and loader position from cfg_.train.resume
   /// ("auto": <run.dir>'s newest checkpoint when it has one, else a fresh start).
   data::LoaderState resume(int64_t batches_per_epoch);
+  /// model.init_from: the weights of a Hugging Face directory, read at this layout.
+  void init_from_hf();
   void log_window(double lr);
   void log_eval(const EvalResult& r, bool test = false);
   void maybe_checkpoint();

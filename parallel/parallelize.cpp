@@ -126,7 +126,7 @@ std::vector<ShardPiece> ParallelModel::state_pieces() const {
   return out;
 }
 
-void ParallelModel::load_state(const CheckpointReader& ck, bool with_optimizer) {
+void ParallelModel::load_state(const TensorSource& ck, bool with_optimizer) {
   sync_->load_state(ck, *model_, with_optimizer, tp_ ? &*tp_ : nullptr, *mesh_.world());
 }
 

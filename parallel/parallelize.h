@@ -160,9 +160,11 @@ class ParallelModel {
   /// of a globally named tensor (replicated tensors from one rank only). Views: save
   /// before changing the model. Call sync_generators() first (collective).
   std::vector<ShardPiece> state_pieces() const;
-  /// Loads a checkpoint of any layout and world size (every rank reads only what it
-  /// holds; everything is checked before anything changes). Collective.
-  void load_state(const CheckpointReader& ck, bool with_optimizer);
+  /// Loads a checkpoint of any layout and world size, or any other source of the model's
+  /// global tensors (every rank reads only what it holds; everything is checked before
+  /// anything changes). Without the optimizer, 16-bit parameters' masters take the loaded
+  /// values. Collective.
+  void load_state(const TensorSource& ck, bool with_optimizer);
   /// Collective: every rank's model generators take the state of the rank that runs them
   /// (pipeline stages), so that rank 0's checkpoint state is the whole model's.
   void sync_generators() { split_->sync_generators(); }

@@ -11,7 +11,7 @@ namespace strata::parallel {
 namespace {
 
 // DataError unless `ck` holds `name` with `shape` and `dtype`.
-void expect_tensor(const CheckpointReader& ck, const std::string& name, const Shape& shape, DType dtype) {
+void expect_tensor(const TensorSource& ck, const std::string& name, const Shape& shape, DType dtype) {
   if (!ck.contains(name))
     STRATA_THROW(DataError, "checkpoint '", ck.dir(), "': tensor '", name, "' is missing (the model has it)");
   if (ck.global_shape(name) != shape || ck.dtype(name) != dtype)
@@ -21,13 +21,13 @@ void expect_tensor(const CheckpointReader& ck, const std::string& name, const Sh
 
 // Parameters and optimizer state move between precisions (f32, autocast, 16-bit model
 // states): any floating checkpoint dtype loads into any floating tensor of the same shape.
-void expect_floating(const CheckpointReader& ck, const std::string& name, const Shape& shape, DType dtype) {
+void expect_floating(const TensorSource& ck, const std::string& name, const Shape& shape, DType dtype) {
   if (ck.contains(name) && is_floating(ck.dtype(name)) && is_floating(dtype))
     return expect_tensor(ck, name, shape, ck.dtype(name));
   expect_tensor(ck, name, shape, dtype);
 }
 
-const nlohmann::json& optimizer_meta(const CheckpointReader& ck) {
+const nlohmann::json& optimizer_meta(const TensorSource& ck) {
   if (!ck.meta().contains(kOptimizerMetaKey))
     STRATA_THROW(DataError, "checkpoint '", ck.dir(), "': index meta has no '", kOptimizerMetaKey,
                  "' entry (saved without optimizer state)");
@@ -55,7 +55,7 @@ std::vector<ShardPiece> replicated_pieces(const nn::Module& model, const optim::
   return out;
 }
 
-void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt,
+void load_replicated(const TensorSource& ck, nn::Module& model, optim::Optimizer* opt,
                      comm::ProcessGroup* agree_over) {
   nn::NamedTensors sd, weights;  // weights: parameters as saved, for the optimizer's f32 masters
   std::map<std::string, bool> is_param;
@@ -91,7 +91,7 @@ void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optim
   }
 }
 
-void load_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer, comm::ProcessGroup* agree_over) {
+void load_zero(const TensorSource& ck, ZeroDataParallel& zero, bool with_optimizer, comm::ProcessGroup* agree_over) {
   // Check every name, shape and dtype up front (full shapes from the module).
   const nn::NamedTensors sd = zero.module().state_dict();
   for (const auto& [n, t] : sd) expect_floating(ck, n, t.shape(), t.dtype());

@@ -25,13 +25,13 @@ std::vector<ShardPiece> replicated_pieces(const nn::Module& model, const optim::
 /// checkpoint and tensor: missing, wrong shape or dtype); nothing changes on error.
 /// `agree_over`: the ranks that agree on the outcome of the reads before any rank changes
 /// its model (none by default).
-void load_replicated(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt,
+void load_replicated(const TensorSource& ck, nn::Module& model, optim::Optimizer* opt,
                      comm::ProcessGroup* agree_over = nullptr);
 
 /// Loads a checkpoint of any layout into a ZeRO-wrapped model (collective; see
 /// ZeroDataParallel::load_state). The same checks as load_replicated first.
 /// `agree_over`: the ranks that agree on the outcome of the reads (none by default).
-void load_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer,
+void load_zero(const TensorSource& ck, ZeroDataParallel& zero, bool with_optimizer,
                comm::ProcessGroup* agree_over = nullptr);
 
 }  // namespace strata::parallel

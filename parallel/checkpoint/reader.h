@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <strata/parallel/checkpoint/format.h>
+#include <strata/parallel/checkpoint/tensor_source.h>
 #include <strata/tensor/safetensors.h>
 #include <strata/tensor/tensor.h>
 
@@ -28,7 +29,7 @@ namespace strata::parallel {
 /// non-finite check.
 inline constexpr const char* kAllowNonfiniteEnv = "STRATA_ALLOW_NONFINITE";
 
-class CheckpointReader {
+class CheckpointReader : public TensorSource {
  public:
   static constexpr size_t kMaxOpenFiles = 64;
   static constexpr uint64_t kMaxGapBytes = 4096;
@@ -54,7 +55,7 @@ class CheckpointReader {
   /// Turns the non-finite check of reads off (true) or back to open()'s rule (false).
   void allow_nonfinite(bool allow);
 
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const override { return dir_; }
   /// 2, or 1 for both v1 layouts.
   int version() const { return version_; }
   /// The file the meta came from (index.json, or state.json of a v1 plain directory).
@@ -63,10 +64,10 @@ class CheckpointReader {
   const std::vector<std::string>& files() const { return files_; }
   /// Tensor names, sorted.
   std::vector<std::string> names() const;
-  bool contains(const std::string& name) const;
+  bool contains(const std::string& name) const override;
   /// DataError naming the checkpoint and tensor for an unknown name.
-  const Shape& global_shape(const std::string& name) const;
-  DType dtype(const std::string& name) const;
+  const Shape& global_shape(const std::string& name) const override;
+  DType dtype(const std::string& name) const override;
   int64_t numel(const std::string& name) const;
   /// The box `box` of the tensor into `dst`: a contiguous CPU tensor of box.numel()
   /// elements of the tensor's dtype (any shape; filled in row-major box order), copied
@@ -79,11 +80,11 @@ class CheckpointReader {
   Tensor read(const std::string& name, int64_t begin, int64_t end) const;
   /// As read(), into `dst`: a contiguous CPU tensor of end - begin elements of the
   /// tensor's dtype (any shape), e.g. a rank's slice of a ZeRO flat buffer.
-  void read_into(const std::string& name, int64_t begin, int64_t end, const Tensor& dst) const;
+  void read_into(const std::string& name, int64_t begin, int64_t end, const Tensor& dst) const override;
   /// The whole tensor at its global shape (new contiguous CPU tensor).
   Tensor read_full(const std::string& name) const;
   /// The caller's "meta" JSON as saved (rank 0's).
-  const nlohmann::json& meta() const { return meta_; }
+  const nlohmann::json& meta() const override { return meta_; }
   /// How many ranks wrote it (= shard files), the mesh and ZeRO stage it was written with.
   int world_size() const { return world_size_; }
   const MeshDims& mesh() const { return mesh_; }

@@ -23,13 +23,16 @@ std::vector<ShardPiece> GradSync::state_pieces(const nn::Module& model, const co
   return replicated_pieces(model, &optimizer(), group.rank());
 }
 
-void GradSync::load_state(const CheckpointReader& ck, nn::Module& model, bool with_optimizer, const TpLayout* tp,
+void GradSync::load_state(const TensorSource& ck, nn::Module& model, bool with_optimizer, const TpLayout* tp,
                           comm::ProcessGroup& world) {
   optim::Optimizer* opt = with_optimizer ? &optimizer() : nullptr;
   if (tp)
     load_tp(ck, model, opt, *tp, &world);
   else
     load_replicated(ck, model, opt, &world);
+  // Weights only (a run initialised from another model's weights): the optimizer keeps no
+  // state, but 16-bit parameters' f32 masters must become the loaded values.
+  if (!opt) optimizer().reload_masters_from_params();
 }
 
 namespace {
@@ -99,7 +102,7 @@ class ZeroSync final : public GradSync {
   std::vector<ShardPiece> state_pieces(const nn::Module&, const comm::ProcessGroup&) override {
     return zero_->state_pieces();
   }
-  void load_state(const CheckpointReader& ck, nn::Module&, bool with_optimizer, const TpLayout* tp,
+  void load_state(const TensorSource& ck, nn::Module&, bool with_optimizer, const TpLayout* tp,
                   comm::ProcessGroup& world) override {
     if (tp)
       load_tp_zero(ck, *zero_, with_optimizer, *tp, &world);

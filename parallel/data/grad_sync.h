@@ -61,7 +61,7 @@ class GradSync {
   /// shards to global tensors (null at tp 1). Everything is checked before anything
   /// changes, and the ranks of `world` agree on the outcome of the reads before any rank
   /// moves on: one rank's read error ends every rank with its cause (comm::run_agreed).
-  virtual void load_state(const CheckpointReader& ck, nn::Module& model, bool with_optimizer, const TpLayout* tp,
+  virtual void load_state(const TensorSource& ck, nn::Module& model, bool with_optimizer, const TpLayout* tp,
                           comm::ProcessGroup& world);
 
   /// True when parameters, gradients or optimizer state are split over the group.

@@ -25,7 +25,7 @@ Shape shard_shape(const TpShardedParam& p, int n) {
   return s;
 }
 
-const nlohmann::json* optimizer_scalars(const CheckpointReader& ck) {
+const nlohmann::json* optimizer_scalars(const TensorSource& ck) {
   if (!ck.meta().contains(kOptimizerMetaKey))
     STRATA_THROW(DataError, "checkpoint '", ck.dir(), "': index meta has no '", kOptimizerMetaKey,
                  "' entry (saved without optimizer state)");
@@ -74,7 +74,7 @@ std::vector<ShardPiece> tp_global_pieces(const std::vector<ShardPiece>& local, c
   return out;
 }
 
-Tensor tp_read(const CheckpointReader& ck, const TpLayout& layout, const std::string& name, const Shape& local,
+Tensor tp_read(const TensorSource& ck, const TpLayout& layout, const std::string& name, const Shape& local,
                DType dtype, int64_t b, int64_t e) {
   const TpShardedParam* p = tp_sharded_of(layout, name);
   const Shape want = p ? p->global_shape : local;
@@ -93,7 +93,7 @@ Tensor tp_read(const CheckpointReader& ck, const TpLayout& layout, const std::st
   return out;
 }
 
-void load_tp(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt, const TpLayout& layout,
+void load_tp(const TensorSource& ck, nn::Module& model, optim::Optimizer* opt, const TpLayout& layout,
              comm::ProcessGroup* agree_over) {
   const auto whole = [&](const std::string& name, const Tensor& t) {
     return ops::reshape(tp_read(ck, layout, name, t.shape(), t.dtype(), 0, t.numel()), t.shape());
@@ -115,7 +115,7 @@ void load_tp(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* op
   if (opt) opt->load_state_dict(st);
 }
 
-void load_tp_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer, const TpLayout& layout,
+void load_tp_zero(const TensorSource& ck, ZeroDataParallel& zero, bool with_optimizer, const TpLayout& layout,
                   comm::ProcessGroup* agree_over) {
   // Shapes and dtypes of this rank's shards (tp_read checks them against the checkpoint).
   std::map<std::string, std::pair<Shape, DType>> local;

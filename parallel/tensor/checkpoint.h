@@ -32,7 +32,7 @@ std::vector<ShardPiece> tp_global_pieces(const std::vector<ShardPiece>& local, c
 /// Elements [b, e) of this rank's shard of `name` read from a checkpoint of any layout
 /// (for a replicated tensor, of the tensor itself). DataError naming the checkpoint and
 /// tensor when the checkpoint's tensor does not have `local`'s global shape.
-Tensor tp_read(const CheckpointReader& ck, const TpLayout& layout, const std::string& name, const Shape& local,
+Tensor tp_read(const TensorSource& ck, const TpLayout& layout, const std::string& name, const Shape& local,
                DType dtype, int64_t b, int64_t e);
 
 /// Loads this tp rank's shard of every parameter and buffer (and of the optimizer state
@@ -40,11 +40,11 @@ Tensor tp_read(const CheckpointReader& ck, const TpLayout& layout, const std::st
 /// is read and checked before anything changes.
 /// `agree_over`: the ranks that agree on the outcome of the reads before any rank changes
 /// its model (none by default).
-void load_tp(const CheckpointReader& ck, nn::Module& model, optim::Optimizer* opt, const TpLayout& layout,
+void load_tp(const TensorSource& ck, nn::Module& model, optim::Optimizer* opt, const TpLayout& layout,
              comm::ProcessGroup* agree_over = nullptr);
 /// The same for a ZeRO-wrapped tp shard (every rank reads its dp slices of its tp shard).
 /// `agree_over`: the ranks that agree on the outcome of the reads (none by default).
-void load_tp_zero(const CheckpointReader& ck, ZeroDataParallel& zero, bool with_optimizer, const TpLayout& layout,
+void load_tp_zero(const TensorSource& ck, ZeroDataParallel& zero, bool with_optimizer, const TpLayout& layout,
                   comm::ProcessGroup* agree_over = nullptr);
 
 }  // namespace strata::parallel
