@@ -497,11 +497,13 @@ Command add_launch_command(CLI::App& parent) {
               // not answer a probe is dropped.
               std::vector<std::string> dropped;
               double probe_s = 0;
+              nlohmann::json probed = nlohmann::json::object();  // host -> answered
               if (!hosts.empty()) {
                 const auto t_probe = Clock::now();
                 const std::set<std::string> suspects = suspect_hosts(hosts, scan);
                 const std::vector<bool> answered = probe_hosts(o->mpirun, user_args, hosts, o->probe_timeout);
                 probe_s = seconds_since(t_probe);
+                for (size_t i = 0; i < hosts.size(); ++i) probed[hosts[i].name] = bool(answered[i]);
                 hosts = surviving_hosts(hosts, answered, suspects, dropped);
               }
               const int prev_np = np;
@@ -523,13 +525,14 @@ Command add_launch_command(CLI::App& parent) {
                 return give_up(e.what(), 2);
               }
               const double wait_s = o->backoff * std::pow(2.0, attempt);
+              char probe_limit[32];
+              std::snprintf(probe_limit, sizeof probe_limit, "%g", o->probe_timeout);
               const std::string line =
                   "restart " + std::to_string(attempt + 1) + "/" + std::to_string(o->max_restarts) + ": " + v.reason +
-                  "; " + (dropped.empty() ? std::string("no host dropped") : "dropped " + join(dropped, ", ") +
-                                                                                    " (named in the failure, no answer "
-                                                                                    "within " +
-                                                                                    std::to_string(int(o->probe_timeout)) +
-                                                                                    " s)") +
+                  "; " +
+                  (dropped.empty() ? std::string("no host dropped")
+                                   : "dropped " + join(dropped, ", ") + " (named in the failure; its probe failed or " +
+                                         "ran past " + probe_limit + " s)") +
                   "; hosts " + (hosts.empty() ? std::string("(mpirun's)") : host_list(hosts)) + "; world size " +
                   std::to_string(prev_np) + " -> " + std::to_string(np) + "; from " + latest_checkpoint(cfg.run.dir) +
                   " in " + std::to_string(wait_s).substr(0, std::to_string(wait_s).find('.') + 2) + " s";
@@ -544,6 +547,7 @@ Command add_launch_command(CLI::App& parent) {
                          {"world_size", np},
                          {"previous_world_size", prev_np},
                          {"probe_s", probe_s},
+                         {"answered", probed},
                          {"backoff_s", wait_s},
                          {"resume", latest_checkpoint(cfg.run.dir)}});
               const auto t_wait = Clock::now();

@@ -202,7 +202,7 @@ case $mode in
     [ "$(events restart)" = 1 ] || fail "launch.jsonl records $(events restart) restarts, not 1"
     grep '"event":"restart"' run/launch.jsonl | grep -q "\"dropped\":\[\"$h2\"\].*\"previous_world_size\":2.*\"world_size\":1" ||
       fail "the restart did not drop $h2 and shrink to 1 rank"
-    grep -q "^strata launch: restart 1/3: .*; dropped $h2 (named in the failure, no answer within 6 s); hosts ${hostlist%%,*}; world size 2 -> 1; from step_" out.txt ||
+    grep -q "^strata launch: restart 1/3: .*; dropped $h2 (named in the failure; its probe failed or ran past 6 s); hosts ${hostlist%%,*}; world size 2 -> 1; from step_" out.txt ||
       fail "no restart line naming the dropped host on stderr"
     k=$(grep '"event":"restart"' run/launch.jsonl | sed -E 's/.*"resume":"step_0*([0-9]+)".*/\1/')
     ckpt=$(grep '"event":"restart"' run/launch.jsonl | sed -E 's/.*"resume":"(step_[0-9]+)".*/\1/')
