@@ -39,6 +39,13 @@ void add_host(std::vector<Host>& hosts, Host h, const std::string& where) {
   hosts.push_back(std::move(h));
 }
 
+// A notice as one clause of launch's own line: without its blanks and final period.
+std::string clause(const std::string& s) {
+  std::string t = trim(s);
+  while (!t.empty() && t.back() == '.') t.pop_back();
+  return t;
+}
+
 }  // namespace
 
 std::vector<Host> parse_hosts(const std::string& list, const std::string& option) {
@@ -170,7 +177,7 @@ void OutputScan::line(const std::string& text) {
     rank_signalled_ = true;
     named_ranks_.insert(std::stoi(m[1].str()));
     named_nodes_.insert(m[2].str());
-    if (launcher_notice_.empty()) launcher_notice_ = trim(text);
+    if (launcher_notice_.empty()) launcher_notice_ = clause(text);
     return;
   }
   static const char* const kLost[] = {"ORTE has lost communication with a remote daemon",
@@ -180,7 +187,7 @@ void OutputScan::line(const std::string& text) {
   for (const char* k : kLost)
     if (text.find(k) != std::string::npos) {
       lost_daemon_ = true;
-      if (launcher_notice_.empty()) launcher_notice_ = trim(text);
+      if (launcher_notice_.empty()) launcher_notice_ = clause(text);
       return;
     }
   static const std::regex daemon_re(R"(Remote daemon\s*:\s*\S+ on node (\S+))");

@@ -131,7 +131,7 @@ TEST(LaunchScan, ALostDaemonNamesItsNode) {
   EXPECT_EQ(s.named_nodes(), (std::set<std::string>{"h3"}));
   const Verdict v = classify(1, 0, s);  // no strata error: mpirun's own status
   EXPECT_EQ(v.outcome, Outcome::transient);
-  EXPECT_EQ(v.reason, "mpirun: ORTE has lost communication with a remote daemon.");
+  EXPECT_EQ(v.reason, "mpirun: ORTE has lost communication with a remote daemon");
 }
 
 TEST(LaunchScan, ConfigAndDataErrorsAreNeverRestarted) {
