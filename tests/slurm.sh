@@ -139,7 +139,7 @@ cat > train.sbatch << EOF
 #SBATCH --cpus-per-task=1
 #SBATCH --time=00:05:00
 #SBATCH --output=$work/sbatch.out
-srun --mpi=pmix --kill-on-bad-exit=1 $strata train ${cfg[*]} --set run.dir=$work/sbatch_run
+srun --mpi=pmix --kill-on-bad-exit=1 $strata train ${cfg[*]} --set run.dir=$work/sbatch_run --resume auto
 EOF
 timeout 120 sbatch --wait train.sbatch > sbatch.submit 2>&1
 rc=$?
