@@ -18,7 +18,11 @@
 #   cut           two hosts, host 2's link taken down: launch drops host 2, finishes on host 1
 #                 alone, and its losses after the restart equal a 1-process run resumed by hand
 #                 from the same checkpoint (to 1e-5)
-# kill and cut need root and network namespaces (skipped otherwise). The time from the fault to
+#   cut_tp        as cut at tp 2: the 1 rank left cannot hold tp 2, so launch exits 2 naming
+#                 parallel.tp / .pp / .cp and the ranks left, without a restart
+#   interrupt     SIGTERM to launch: forwarded to the job, which ends with every rank; exit 143,
+#                 no restart
+# kill, cut and cut_tp need root and network namespaces (skipped otherwise). The time from the fault to
 # the restarted job's first logged step is printed ("fault to first step: X s").
 set -u
 mode=$1 strata=$2 mpirun=$3 src=$4 work=$5
@@ -48,7 +52,7 @@ stop_launch() {
   for _ in $(seq 150); do kill -0 "$lp" 2> /dev/null || return 0; sleep 0.1; done
   kill -KILL "$lp" 2> /dev/null
 }
-if [ "$mode" = kill ] || [ "$mode" = cut ]; then
+if [ "$mode" = kill ] || [ "$mode" = cut ] || [ "$mode" = cut_tp ]; then
   NETNS_TAG=sl NETNS_OCTET=79
   . "$src/tests/netns_test_env.sh"  # the two hosts, skip rules, $work, cleanup
   trap 'stop_launch; cleanup' EXIT
@@ -231,6 +235,49 @@ case $mode in
     [ "$(wc -l < launched.txt)" = $((steps - k)) ] || fail "the restarted job logged $(wc -l < launched.txt) steps after $k"
     compare launched.txt byhand.txt 1e-5 "losses on host 1 alone after the restart vs 1 process resumed by hand from $ckpt"
     echo "final loss: $(tail -n 1 launched.txt) (by hand: $(tail -n 1 byhand.txt))"
+    echo PASS
+    ;;
+
+  cut_tp)
+    # tp 2 on 2 hosts of 1 rank: with host 2 cut off, 1 rank is left, which tp 2 cannot use.
+    flags=$(bash "$hosts" up 2) || fail "netns_hosts.sh up 2 failed"
+    hostlist=$(echo "$flags" | sed -nE 's/.*--host ([^ ]+).*/\1/p')
+    start_launch --hosts "$hostlist" --probe-timeout 6 --backoff 0.5 --mpirun "$mpirun" \
+      --mpirun-args "--oversubscribe -x STRATA_NO_REEXEC ${flags% --host *}" -- \
+      train "${common[@]}" --set run.dir=run --set train.max_steps=$steps --set parallel.tp=2 --set "model.hidden=[32, 16]"
+    wait_steps 5
+    r0=$(events restart)
+    bash "$hosts" cut 2 || fail "netns_hosts.sh cut 2 failed"
+    echo "host 2 cut off at step $n"
+    wait_launch 60
+    grep "^strata launch:" out.txt
+    [ "$rc" = 2 ] || fail "launch exited $rc, not 2, for a layout the hosts left cannot hold"
+    h1=${hostlist%%,*}
+    h2=${hostlist#*,}
+    grep -q "^strata launch: cannot restart: parallel.tp (2) x parallel.pp (1) x parallel.cp (1) = 2 does not divide the 1 rank(s) left on $h1 after dropping ${h2%:*}" out.txt ||
+      fail "launch does not name the layout keys and the ranks left"
+    [ "$(events restart)" = "$r0" ] || fail "launch.jsonl records a restart after the cut"
+    [ "$(events give_up)" = 1 ] || fail "launch.jsonl records no give_up"
+    echo PASS
+    ;;
+
+  interrupt)
+    # SIGTERM to launch: forwarded to the job, which ends; no restart, exit 128 + 15.
+    start_launch -np 2 --mpirun-args "--oversubscribe" --mpirun "$mpirun" -- \
+      train "${common[@]}" --set run.dir=run --set train.max_steps=100000
+    wait_steps 5
+    ranks="$(rank_pid 0) $(rank_pid 1)"
+    [ "$(echo $ranks | wc -w)" = 2 ] || fail "ranks 0 and 1 not found: '$ranks'"
+    kill -TERM "$lp"
+    wait_launch 20
+    echo "launch exit status $rc after SIGTERM"
+    [ "$rc" = 143 ] || fail "launch exited $rc, not 143, on SIGTERM"
+    # Gone, or a zombie waiting for init to reap it (the ranks' parent, mpirun, has ended).
+    alive() { [ -e "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2> /dev/null)" != Z ]; }
+    for p in $ranks; do alive "$p" && fail "rank pid $p outlived launch: $(cat "/proc/$p/stat" 2> /dev/null)"; done
+    grep -q '"outcome":"interrupted"' run/launch.jsonl || fail "launch.jsonl does not record the interruption"
+    [ "$(events restart)" = 0 ] || fail "launch.jsonl records a restart"
+    grep -q "^strata launch: interrupted (signal 15): not restarting" out.txt || fail "no interruption line"
     echo PASS
     ;;
 
