@@ -89,6 +89,8 @@ class Child {
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
+    // Built before fork: the child only calls async-signal-safe functions.
+    const std::string exec_failed = "strata launch: cannot run '" + argv[0] + "' (not found or not executable)\n";
     pid_ = fork();
     if (pid_ < 0) STRATA_THROW(DataError, "strata launch: fork: ", std::strerror(errno));
     if (pid_ == 0) {
@@ -101,8 +103,7 @@ class Child {
       dup2(out_fd >= 0 ? out_fd : null_fd, 1);
       dup2(err_fd >= 0 ? err_fd : null_fd, 2);
       execvp(args[0], args.data());
-      const std::string msg = "strata launch: cannot run '" + argv[0] + "': " + std::strerror(errno) + "\n";
-      [[maybe_unused]] const ssize_t w = write(2, msg.data(), msg.size());
+      [[maybe_unused]] const ssize_t w = write(2, exec_failed.data(), exec_failed.size());
       _exit(127);
     }
     setpgid(pid_, pid_);  // also here: whichever runs first
@@ -465,6 +466,7 @@ Command add_launch_command(CLI::App& parent) {
                                       {"signal", end.signal}, {"reason", v.reason},
                                       {"elapsed_s", seconds_since(t_launch)}};
               if (end.failure_to_end_s >= 0) ended["failure_to_end_s"] = end.failure_to_end_s;
+              if (end.stopped_by_launch) ended["stopped_by_launch"] = true;  // mpirun outlived the grace
               if (end.interrupted_by) {
                 ended["outcome"] = "interrupted";
                 log.write(ended);
