@@ -26,6 +26,7 @@
 # the restarted job's first logged step is printed ("fault to first step: X s").
 set -u
 mode=$1 strata=$2 mpirun=$3 src=$4 work=$5
+hosts=$src/tests/netns_hosts.sh  # (netns_test_env.sh sets it too)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATA_NO_REEXEC=1
 steps=300
 r0=0  # restarts launch.jsonl records before the fault
@@ -53,7 +54,9 @@ stop_launch() {
   kill -KILL "$lp" 2> /dev/null
 }
 if [ "$mode" = kill ] || [ "$mode" = cut ] || [ "$mode" = cut_tp ]; then
+  # shellcheck disable=SC2034 # read by netns_test_env.sh
   NETNS_TAG=sl NETNS_OCTET=79
+  # shellcheck source=tests/netns_test_env.sh
   . "$src/tests/netns_test_env.sh"  # the two hosts, skip rules, $work, cleanup
   trap 'stop_launch; cleanup' EXIT
 else
@@ -267,7 +270,7 @@ case $mode in
       train "${common[@]}" --set run.dir=run --set train.max_steps=100000
     wait_steps 5
     ranks="$(rank_pid 0) $(rank_pid 1)"
-    [ "$(echo $ranks | wc -w)" = 2 ] || fail "ranks 0 and 1 not found: '$ranks'"
+    [ "$(echo "$ranks" | wc -w)" = 2 ] || fail "ranks 0 and 1 not found: '$ranks'"
     kill -TERM "$lp"
     wait_launch 20
     echo "launch exit status $rc after SIGTERM"
@@ -297,7 +300,8 @@ case $mode in
     grep -q "parallel.dp" out.txt || fail "the ranks' error naming parallel.dp is not passed through"
     grep -q "^strata launch: not restarting (exit 2 is not a communication failure): .*parallel.dp" out.txt ||
       fail "launch does not say why it does not restart"
-    [ "$(events restart)" = 0 ] && [ "$(events start)" = 1 ] || fail "launch.jsonl records a restart"
+    [ "$(events restart)" = 0 ] || fail "launch.jsonl records a restart"
+    [ "$(events start)" = 1 ] || fail "launch.jsonl records $(events start) starts, not 1"
     echo PASS
     ;;
 
@@ -307,12 +311,13 @@ case $mode in
     wait_launch 60
     [ "$rc" = 0 ] || fail "the first 6 steps failed (exit $rc)"
     ckpt=$(cat run/checkpoints/LATEST)
-    shard=$(ls run/checkpoints/"$ckpt"/*.safetensors 2> /dev/null | head -n 1)
+    shard=$(find run/checkpoints/"$ckpt" -name "*.safetensors" | sort | head -n 1)
     [ -n "$shard" ] || fail "no shard file in run/checkpoints/$ckpt: $(ls run/checkpoints/"$ckpt")"
     # Flip every bit of one byte in the middle of the shard: its CRC no longer matches.
     size=$(stat -c %s "$shard")
     off=$((size / 2))
     byte=$(od -An -tu1 -j "$off" -N1 "$shard" | tr -d ' ')
+    # shellcheck disable=SC2059 # the format is the byte, as an octal escape
     printf "$(printf '\\%03o' $((255 - byte)))" | dd of="$shard" bs=1 seek="$off" conv=notrunc status=none
     start_launch -np 2 --mpirun-args "--oversubscribe" --backoff 0 --mpirun "$mpirun" -- \
       train "${common[@]}" --set run.dir=run --set train.max_steps=12
@@ -321,7 +326,8 @@ case $mode in
     [ "$rc" = 1 ] || fail "launch exited $rc, not the job's 1"
     grep -q "^strata launch: not restarting (exit 1 is not a communication failure): .*$ckpt" out.txt ||
       fail "launch does not name the checkpoint error as why it does not restart"
-    [ "$(events restart)" = 0 ] && [ "$(events start)" = 2 ] || fail "launch.jsonl records a restart"
+    [ "$(events restart)" = 0 ] || fail "launch.jsonl records a restart"
+    [ "$(events start)" = 2 ] || fail "launch.jsonl records $(events start) starts, not 2 (6 steps, then the resume)"
     echo PASS
     ;;
   *) echo "FAIL: unknown mode $mode"; exit 1 ;;

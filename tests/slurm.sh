@@ -20,7 +20,7 @@ rm -rf "$work"
 mkdir -p "$work"
 cd "$work" || exit 1
 tmp=$(mktemp -d /tmp/strata-slurm.XXXXXX)
-ctld= slurmd_pid=
+ctld="" slurmd_pid=""
 now() { date +%s.%N; }
 stop() {  # stop PID NAME: SIGTERM, then SIGKILL after 10 s
   [ -n "$1" ] && kill -0 "$1" 2> /dev/null || return 0
