@@ -19,6 +19,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,7 +39,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// SIGINT / SIGTERM / SIGHUP to launch: forwarded to the job, which then ends without a restart.
+// SIGINT / SIGTERM / SIGHUP to launch: forwarded to the job, which then ends without a
+// restart. SIGPIPE is ignored meanwhile (a closed terminal or `| head` must not end launch
+// and orphan the job: writes fail instead, and the job runs on).
 volatile sig_atomic_t g_interrupt = 0;
 extern "C" void on_interrupt(int sig) { g_interrupt = sig; }
 
@@ -49,9 +52,14 @@ class InterruptHandlers {
     sa.sa_handler = on_interrupt;
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &old_[i]);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, &old_pipe_);
   }
   ~InterruptHandlers() {
     for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+    sigaction(SIGPIPE, &old_pipe_, nullptr);
   }
   InterruptHandlers(const InterruptHandlers&) = delete;
   InterruptHandlers& operator=(const InterruptHandlers&) = delete;
@@ -59,6 +67,7 @@ class InterruptHandlers {
  private:
   static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
   struct sigaction old_[3] {};
+  struct sigaction old_pipe_ {};
 };
 
 // A pipe's two ends, closed on scope exit.
@@ -98,6 +107,7 @@ class Child {
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::signal(SIGPIPE, SIG_DFL);  // an ignored signal stays ignored across exec
       const int null_fd = open("/dev/null", O_RDWR);
       dup2(null_fd, 0);
       dup2(out_fd >= 0 ? out_fd : null_fd, 1);
@@ -162,8 +172,7 @@ void write_all(int fd, const char* p, size_t n) {
   }
 }
 
-// One mpirun: its output streamed through to this process's stdout / stderr as it comes and
-// fed, line by line, to the scan.
+// How one mpirun ended.
 struct JobEnd {
   int status = 0, signal = 0;
   int interrupted_by = 0;     // a signal launch received and forwarded
@@ -171,6 +180,8 @@ struct JobEnd {
   double failure_to_end_s = -1;    // from the first failure line to mpirun's end
 };
 
+// One mpirun: its output streamed through to this process's stdout / stderr as it comes and
+// fed, line by line, to the scan.
 JobEnd run_job(const std::vector<std::string>& argv, double grace_s, OutputScan& scan) {
   Pipe out, err;
   Child child(argv, out.fd[1], err.fd[1]);

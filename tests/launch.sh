@@ -21,7 +21,7 @@
 #   cut_tp        as cut at tp 2: the 1 rank left cannot hold tp 2, so launch exits 2 naming
 #                 parallel.tp / .pp / .cp and the ranks left, without a restart
 #   interrupt     SIGTERM to launch: forwarded to the job, which ends with every rank; exit 143,
-#                 no restart
+#                 no restart. And a closed output (`| head`) ends neither launch nor the job
 # kill, cut and cut_tp need root and network namespaces (skipped otherwise). The time from the fault to
 # the restarted job's first logged step is printed ("fault to first step: X s").
 set -u
@@ -281,6 +281,13 @@ case $mode in
     grep -q '"outcome":"interrupted"' run/launch.jsonl || fail "launch.jsonl does not record the interruption"
     [ "$(events restart)" = 0 ] || fail "launch.jsonl records a restart"
     grep -q "^strata launch: interrupted (signal 15): not restarting" out.txt || fail "no interruption line"
+    # A reader that goes away (`| head`) ends neither launch nor the job: SIGPIPE is ignored.
+    rm -rf run
+    "$strata" launch -np 2 --mpirun-args "--oversubscribe" --mpirun "$mpirun" -- \
+      train "${common[@]}" --set run.dir=run --set train.max_steps=30 < /dev/null 2>&1 | head -n 1 > /dev/null
+    rc=${PIPESTATUS[0]}
+    [ "$rc" = 0 ] || fail "launch exited $rc when its output was closed"
+    [ "$(grep -c '"type":"train"' run/metrics.jsonl)" = 30 ] || fail "the job did not finish its 30 steps"
     echo PASS
     ;;
 
