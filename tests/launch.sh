@@ -153,6 +153,17 @@ case $mode in
     echo "$line" | grep -q -- "--resume auto$" || fail "the first start does not pass --resume auto: $line"
     line=$("$strata" launch --dry-run --hosts a:2,b:1 -- train "${common[@]}" --overwrite)
     echo "$line" | grep -q -- "--host a:2,b:1 --map-by slot -np 3 .* --overwrite$" || fail "hosts / --overwrite: $line"
+    printf '# two hosts\na slots=2\nb\n' > hosts
+    line=$("$strata" launch --dry-run --hostfile hosts -np 2 -- train "${common[@]}")
+    echo "$line" | grep -q -- "--host a:2,b:1 --map-by slot -np 2 " || fail "--hostfile: $line"
+    # What launch owns is refused, exit 2, naming it.
+    for bad in "-np 4 --hosts a:2,b:1" "--hosts a:2 --mpirun-args=--map-by=node" "--hosts a:2 --mpirun-args=-H=b"; do
+      # shellcheck disable=SC2086 # the options are words
+      "$strata" launch --dry-run $bad -- train "${common[@]}" > bad.txt 2>&1
+      rc=$?
+      [ "$rc" = 2 ] || { cat bad.txt; fail "launch $bad: exit $rc, not 2"; }
+      grep -Eq "exceeds the 3 slots|is launch's to set" bad.txt || { cat bad.txt; fail "launch $bad: no reason given"; }
+    done
     echo PASS
     ;;
 
