@@ -34,6 +34,9 @@ Command add_bench_command(CLI::App& parent);
 Command add_ckpt_command(CLI::App& parent);
 /// strata config show --config X.yaml [--set k=v]... | config reference (apps/config_command.cpp)
 Command add_config_command(CLI::App& parent);
+/// strata launch [--hosts H:N,... | --hostfile F] [-np N] [--max-restarts K] ... -- train ...
+/// (apps/launch.cpp): mpirun with restarts after communication failures.
+Command add_launch_command(CLI::App& parent);
 /// `strata plot RUN_DIR... [--out plot.svg]`: loss, eval and learning-rate curves as SVG.
 Command add_plot_command(CLI::App& parent);
 

@@ -23,11 +23,13 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {add_train_command(app), add_eval_command(app), add_sample_command(app),
                                          add_bench_command(app), add_info_command(app), add_plan_command(app),
                                          add_ckpt_command(app), add_plot_command(app),
-                                         add_config_command(app), add_trace_command(app)};
+                                         add_config_command(app), add_trace_command(app),
+                                         add_launch_command(app)};
   app.footer(
       "Examples:\n"
       "  strata train --config configs/fashion_mlp.yaml\n"
       "  mpirun -np 2 strata train --config configs/gpt_char_ddp.yaml --set optim.lr=3e-4\n"
+      "  strata launch --hosts node1:4,node2:4 -- train --config configs/gpt_char_ddp.yaml\n"
       "  strata plan --config configs/gpt_char.yaml --ranks 8\n"
       "  strata eval --checkpoint runs/fashion_mlp\n"
       "  strata sample --checkpoint runs/gpt_char --prompt 'The ' --tokens 200\n"
@@ -35,6 +37,9 @@ int main(int argc, char** argv) {
   require_finite_numbers(app);
   // `strata help train`, `strata train help`: the --help of that command.
   std::vector<std::string> words = help_words_as_flags(argc, argv);
+  // `strata launch -np N`, mpirun's spelling, as --np N (CLI11 reads -np as -n p).
+  for (size_t i = 2; words.size() > 1 && words[1] == "launch" && i < words.size() && words[i] != "--"; ++i)
+    if (words[i] == "-np") words[i] = "--np";
   std::vector<const char*> args;
   for (const std::string& w : words) args.push_back(w.c_str());
   argc = int(args.size());

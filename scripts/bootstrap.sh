@@ -14,6 +14,8 @@ PACKAGES=(
   # Test-only: the interop tests check strata against transformers and tokenizers,
   # which scripts/python_env.sh installs from PyPI into a venv over Debian's torch.
   python3-venv python3-torch python3-numpy
+  # Test-only: tests/slurm.sh starts a one-node Slurm (srun --mpi=pmix) on this machine.
+  slurm-wlm munge
 )
 # clang and its runtime (libFuzzer, ASan, UBSan) are only needed to run the fuzzers
 # (tests/fuzz/run_fuzz.sh); the corpus regression tests build with the default compiler.

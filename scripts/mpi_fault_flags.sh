@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # OpenMPI (4.x, ORTE) settings that bound a job's teardown when a host drops off the
-# network, for a given comm.timeout_s; printed as mpirun flags. Used by run.sh; see
+# network, for a given comm.timeout_s; printed as mpirun flags. Used by run.sh; `strata launch`
+# computes the same flags in C++ (apps/launch_policy.cpp: keep the two formulas in step, the
+# test launch_flags compares them). See
 # docs/reliability.md ("A host cut off") for why each is needed and how they were measured.
 #   scripts/mpi_fault_flags.sh [comm.timeout_s, default 300]
 # - oob_tcp_keepalive_*: mpirun's out-of-band TCP link to each daemon probes an idle peer
