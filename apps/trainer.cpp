@@ -424,6 +424,10 @@ void Trainer::maybe_checkpoint() {
   save_checkpoint_state((root / name).string(),
                         [this, root = root.string(), name, step] { publish_checkpoint(root, name, step); });
   last_checkpoint_step_ = step_;
+  if (async_ckpt_)
+    async_pending_ = (root / name).string();  // announced when its write is collected
+  else
+    progress_->line("checkpoint: " + (root / name).string());
   if (async_ckpt_ && rank_ == 0 && opts_.verbose && !async_reported_) {
     std::printf("checkpoint %s: %.1f MiB of this rank's state copied to host buffers in %.1f ms; written in the "
                 "background (train.checkpoint_async)\n",
@@ -449,6 +453,7 @@ void Trainer::publish_checkpoint(const std::string& root_dir, const std::string&
     for (size_t i = 0; i + size_t(cfg_.train.keep_checkpoints) < dirs.size(); ++i)
       fs::remove_all(root / dirs[i].second, ec);
   }
+  spdlog::info("checkpoint written: {} (step {})", (root / name).string(), step);  // thread-safe
 }
 
 void Trainer::poll_async_checkpoint() {
@@ -467,6 +472,7 @@ void Trainer::finish_async_checkpoint() {
   } catch (const DataError& e) {
     STRATA_THROW(DataError, "the checkpoint written in the background (train.checkpoint_async) failed: ", e.what());
   }
+  if (!async_pending_.empty()) progress_->line("checkpoint: " + std::exchange(async_pending_, std::string()));
 }
 
 EvalResult Trainer::train() {

@@ -176,6 +176,7 @@ class Trainer {
   int64_t steps_per_epoch_ = 1;
   int64_t last_checkpoint_step_ = -1;
   bool async_reported_ = false;  // the first async checkpoint's cost was printed
+  std::string async_pending_;    // the checkpoint being written in the background
   double elapsed_before_ = 0;  // training seconds of the run before this process resumed it
   std::string resumed_from_;   // the checkpoint directory train.resume resolved to ("" for a fresh start)
   double flops_per_step_ = 0;  // model FLOPs of one optimizer step, all ranks (apps/flops.h)
