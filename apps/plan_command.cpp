@@ -148,8 +148,10 @@ Command add_plan_command(CLI::App& parent) {
                   break;
                 }
               if (choice != nullptr)
-                std::printf("choice: dp %d x tp %d x pp %d, zero_stage %d%s%s%s\n", choice->dims.dp, choice->dims.tp,
-                            choice->dims.pp, choice->dims.zero_stage, choice->dims.pp > 1 ? ", pp_schedule " : "",
+                std::printf("choice: dp %d x tp %d x pp %d, zero_stage %d%s%s%s%s\n", choice->dims.dp, choice->dims.tp,
+                            choice->dims.pp, choice->dims.zero_stage,
+                            choice->dims.hybrid() ? (", dp_shard " + std::to_string(choice->dims.shard_size())).c_str() : "",
+                            choice->dims.pp > 1 ? ", pp_schedule " : "",
                             choice->dims.pp > 1 ? parallel::schedule_name(choice->schedule) : "",
                             choice->dims.pp > 1 ? (", microbatches " + std::to_string(choice->microbatches)).c_str()
                                                 : "");
@@ -161,7 +163,8 @@ Command add_plan_command(CLI::App& parent) {
             // f32 parameters (autocast keeps f32 masters) unless run.precision is bf16_params;
             // cp ranks are replicas too.
             parallel::MemoryPlanInput in =
-                memory_plan_input(cfg, model.total, 4, dims.dp * dims.cp, dims.zero_stage);
+                memory_plan_input(cfg, model.total, 4, dims.hybrid() ? dims.shard_size() : dims.dp * dims.cp,
+                                  dims.zero_stage);
             const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
             in.tp = dims.tp;
             if (dims.tp > 1) {

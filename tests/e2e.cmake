@@ -32,6 +32,13 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
                      -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/zero_matches_ddp -P ${strata_e2e_script})
     set_tests_properties(e2e_zero_matches_ddp PROPERTIES LABELS "e2e;dist" TIMEOUT 120 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    add_test(NAME e2e_hsdp_matches_single_process
+             COMMAND ${CMAKE_COMMAND} -DCASE=hsdp_matches_single_process -DSTRATA=$<TARGET_FILE:strata_cli>
+                     -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
+                     -DCOMPARE=$<TARGET_FILE:strata_compare_checkpoints>
+                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/hsdp_matches_single_process -P ${strata_e2e_script})
+    set_tests_properties(e2e_hsdp_matches_single_process PROPERTIES LABELS "e2e;dist" TIMEOUT 300 PROCESSORS 2
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
     # parallel: auto under mpirun -np 2 (a budget that DDP does not fit and ZeRO does): the
     # layout it chose trains the model one process trains; a budget nothing fits is a
     # config error listing the closest layouts.
@@ -287,6 +294,41 @@ elseif(CASE STREQUAL "ddp_matches_single_process")
   if(NOT "${la_tail}" STREQUAL "${lc}")
     message(FATAL_ERROR "ddp resumed losses differ\nstraight: ${la_tail}\nresumed:  ${lc}")
   endif()
+elseif(CASE STREQUAL "hsdp_matches_single_process")
+  # HSDP under mpirun -np 4 (parallel.dp_shard 2: ZeRO within 2 shard groups of 2 ranks,
+  # the gradient slices averaged over the 2 replicas) logs the losses one process logs
+  # (tiny GPT, accumulation and clipping on) and ends with its parameters, at ZeRO-3 and
+  # ZeRO-1. The HSDP checkpoint (replica 0's slices only) resumes in one process as the
+  # one process's own does, and the one process's checkpoint resumes under HSDP.
+  set(common --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
+             --set train.max_steps=6 --set train.grad_accum_steps=2 --set train.save_final=true)
+  macro(hsdp_run dir stage)
+    execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 4 ${STRATA} train ${ARGN}
+                            --set run.dir=${dir} --set parallel.zero_stage=${stage} --set parallel.dp_shard=2
+                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 120)
+    if(NOT "${rc}" STREQUAL "0")
+      message(FATAL_ERROR "mpirun -np 4 strata train zero_stage ${stage} dp_shard 2 (${dir}): exit code ${rc}\n${OUT}\n${ERR}")
+    endif()
+    expect(OUT "layout: dp 4 x tp 1 x pp 1, zero_stage ${stage}, dp_shard 2 x dp_replicate 2 | HSDP ZeRO-${stage} over 4 dp rank(s) in 2 replicas of 2-rank shard groups")
+  endmacro()
+  run(0 train ${common} --set run.dir=single)
+  losses(${WORK}/single/metrics.jsonl ls)
+  foreach(stage 3 1)
+    hsdp_run(h${stage} ${stage} ${common})
+    losses(${WORK}/h${stage}/metrics.jsonl lh${stage})
+    same_losses("${ls}" "${lh${stage}}" "HSDP ZeRO-${stage} vs one process")
+    same_parameters(single h${stage} 1e-5 "HSDP ZeRO-${stage} vs one process parameters")
+  endforeach()
+  set(resume --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
+             --set train.max_steps=8 --set train.grad_accum_steps=2)
+  run(0 train ${resume} --set run.dir=rs --resume single)
+  run(0 train ${resume} --set run.dir=rh --resume h3)
+  hsdp_run(hr 3 ${resume} --resume single)
+  losses(${WORK}/rs/metrics.jsonl lrs)
+  losses(${WORK}/rh/metrics.jsonl lrh)
+  losses(${WORK}/hr/metrics.jsonl lhr)
+  same_losses("${lrs}" "${lrh}" "one-process resume of the HSDP vs the one-process checkpoint")
+  same_losses("${lrs}" "${lhr}" "HSDP resume vs one-process resume of the one-process checkpoint")
 elseif(CASE STREQUAL "zero_matches_ddp")
   # ZeRO-1/2/3 under mpirun -np 2 log the same losses as DDP (tiny GPT, grad accumulation
   # and clipping on); the stage-3 sharded checkpoint evaluates single-process, resumes on
