@@ -211,8 +211,10 @@ std::vector<LayoutPlan> plan_layouts(const TrainConfig& cfg, int ranks, const Pl
       for (int zero = 0; zero <= (dims.dp > 1 ? 3 : 0); ++zero) {
         dims.zero_stage = zero;
         // ZeRO over all dp ranks (dp_shard 0), then HSDP over every smaller shard group
-        // S that divides dp (shard groups of consecutive ranks, averaged over dp / S replicas).
-        for (int S = dims.dp; S >= 1; --S) {
+        // 1 < S < dp that divides dp (shard groups of consecutive ranks, averaged over
+        // dp / S replicas). S = 1 is left out: every rank holds everything, DDP's bytes
+        // and sends without its buckets, which gradient_as_bucket_view already removes.
+        for (int S = dims.dp; S >= 2 || S == dims.dp; --S) {
           if (dims.dp % S != 0 || (zero == 0 && S < dims.dp)) continue;
           dims.dp_shard = S == dims.dp ? 0 : S;
           for (const Sched& s : scheds) out.push_back(plan_layout(cfg, model, dims, s.kind, m, s.v, a));

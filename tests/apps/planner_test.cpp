@@ -302,7 +302,7 @@ TEST(Planner, EnumeratesEveryValidLayoutSortedByStepTime) {
       EXPECT_EQ(p.memory.total(), 20 * spec.total);
     }
   }
-  EXPECT_EQ(hsdp_rows, 3 * 3);  // ZeRO-1/2/3 x dp_shard 1, 2, 4 (8 is plain ZeRO)
+  EXPECT_EQ(hsdp_rows, 3 * 2);  // ZeRO-1/2/3 x dp_shard 2, 4 (8 is plain ZeRO, 1 is not listed)
   // A memory limit marks and sorts: what fits first.
   PlanAssumptions tight = a;
   tight.memory_per_rank = plans.front().total() - 1;
