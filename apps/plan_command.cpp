@@ -200,11 +200,11 @@ Command add_plan_command(CLI::App& parent) {
             }
             if (dims.cp > 1) print_cp_plan(cfg, dims);  // context parallel
             std::printf("predicted static bytes per rank at %d rank(s) (MiB and multiples of Ψ; DDP buckets %s; "
-                        "shards padded to a multiple of %d; activations not included):\n",
+                        "shards padded to a multiple of %d%s; activations not included):\n",
                         dims.dp * dims.cp,
                         cfg.parallel.ddp.gradient_as_bucket_view ? "none (gradient_as_bucket_view)"
                                                                  : "one flat copy of the grads",
-                        dims.dp * dims.cp);
+                        in.world_size, dims.hybrid() ? ", ZeRO rows within HSDP's shard groups" : "");
             std::printf("%s", format_plan_table(in, dims.zero_stage).c_str());
             if (dims.pp > 1) print_pipeline_plan(cfg, dims, model);
             if (!cfg.parallel.thread_replicas()) {  // the planner's row: activations, bytes sent, bubble
