@@ -312,6 +312,11 @@ elseif(CASE STREQUAL "hsdp_matches_single_process")
     endif()
     expect(OUT "layout: dp 4 x tp 1 x pp 1, zero_stage ${stage}, dp_shard 2 x dp_replicate 2 | HSDP ZeRO-${stage} over 4 dp rank(s) in 2 replicas of 2-rank shard groups")
   endmacro()
+  # A shard group or a replica count that does not divide dp: exit 2 naming the key.
+  run(2 train ${common} --set run.dir=bad --set parallel.zero_stage=3 --set parallel.dp=1 --set parallel.dp_shard=3)
+  expect(ERR "parallel.dp_shard: is 3 but does not divide parallel.dp = 1")
+  run(2 train ${common} --set run.dir=bad --set parallel.zero_stage=1 --set parallel.dp_replicate=2)
+  expect(ERR "parallel.dp_replicate: is 2 but does not divide parallel.dp = 1")
   run(0 train ${common} --set run.dir=single)
   losses(${WORK}/single/metrics.jsonl ls)
   execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 4 ${STRATA} train ${common} --set run.dir=ddp4
