@@ -220,6 +220,7 @@ struct DpBenchArgs {
   std::string precision = "f32";          ///< bench zero: f32, or bf16_params (rows beside f32's)
   std::string algorithm, reduce_dtype;    ///< bench zero: comm overrides (empty: default)
   bool no_overlap = false;                ///< bench zero: skip the overlap table
+  int dp_shard = 0;                       ///< bench zero: HSDP rows in shard groups of this many ranks
 };
 
 // A data-parallel benchmark (bench_ddp, bench_zero) on a local world of a.ranks threads
@@ -234,6 +235,7 @@ int bench_dp(const char* name, const DpBenchArgs& a, Local&& local, Mpi&& on_gro
     if (!a.algorithm.empty()) o.algorithm = comm::parse_algorithm(a.algorithm);
     if (!a.reduce_dtype.empty()) o.reduce_dtype = comm::parse_reduce_dtype(a.reduce_dtype);
     o.overlap = !a.no_overlap;
+    o.dp_shard = a.dp_shard;
   }
   if (a.backend == "local") {
     std::printf("%s", local(a.ranks, o).to_string().c_str());
@@ -318,6 +320,10 @@ Command add_bench_command(CLI::App& parent) {
   zero->add_option("--reduce-dtype", zo->reduce_dtype, "comm.reduce_dtype of the stage rows: param or f32")
       ->check(CLI::IsMember({"param", "f32"}));
   zero->add_flag("--no-overlap", zo->no_overlap, "Skip the stage-1/2 overlap table");
+  zero->add_option("--dp-shard", zo->dp_shard,
+                   "Also HSDP rows: ZeRO-1/2/3 within shard groups of this many consecutive ranks, with the bytes "
+                   "each group sent")
+      ->check(CLI::PositiveNumber);
   CLI::App* tp = cmd->add_subcommand("tp", "Tensor parallel at tp 1, 2, 4 (and SP) on gpt_char: step, comm, memory per rank");
   auto to = std::make_shared<bench::TpBenchOptions>();
   tp->add_option("--steps", to->steps, "Timed steps per layout")->check(CLI::PositiveNumber);

@@ -199,6 +199,13 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "empty = balanced by parameter count."},
     {"parallel.zero_stage", "integer", "0",
      "0 = DDP on the dp ranks; 1, 2, 3 = ZeRO sharding of optimizer state, + gradients, + parameters (FSDP)."},
+    {"parallel.dp_shard", "integer", "0",
+     "HSDP (hybrid sharding): ZeRO shards within groups of this many consecutive dp ranks and averages the "
+     "gradient slices over the dp / dp_shard replicas; must divide dp and needs zero_stage >= 1. 0 (or dp) = "
+     "ZeRO over every dp rank; 1 = every rank holds the whole state (docs/zero.md#hybrid-sharding-hsdp)."},
+    {"parallel.dp_replicate", "integer", "0",
+     "HSDP: the number of replicas, dp / dp_shard; 0 = derived. Given alone it sets dp_shard = dp / dp_replicate; "
+     "given with dp_shard their product must be dp."},
     {"parallel.replicas", "integer", "null (off, or the length of `devices` when that is given)",
      "K >= 1 thread replicas of the model in one process (DataParallel)."},
     {"parallel.devices", "list of strings", "[]",

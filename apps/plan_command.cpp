@@ -148,8 +148,10 @@ Command add_plan_command(CLI::App& parent) {
                   break;
                 }
               if (choice != nullptr)
-                std::printf("choice: dp %d x tp %d x pp %d, zero_stage %d%s%s%s\n", choice->dims.dp, choice->dims.tp,
-                            choice->dims.pp, choice->dims.zero_stage, choice->dims.pp > 1 ? ", pp_schedule " : "",
+                std::printf("choice: dp %d x tp %d x pp %d, zero_stage %d%s%s%s%s\n", choice->dims.dp, choice->dims.tp,
+                            choice->dims.pp, choice->dims.zero_stage,
+                            choice->dims.hybrid() ? (", dp_shard " + std::to_string(choice->dims.shard_size())).c_str() : "",
+                            choice->dims.pp > 1 ? ", pp_schedule " : "",
                             choice->dims.pp > 1 ? parallel::schedule_name(choice->schedule) : "",
                             choice->dims.pp > 1 ? (", microbatches " + std::to_string(choice->microbatches)).c_str()
                                                 : "");
@@ -161,7 +163,8 @@ Command add_plan_command(CLI::App& parent) {
             // f32 parameters (autocast keeps f32 masters) unless run.precision is bf16_params;
             // cp ranks are replicas too.
             parallel::MemoryPlanInput in =
-                memory_plan_input(cfg, model.total, 4, dims.dp * dims.cp, dims.zero_stage);
+                memory_plan_input(cfg, model.total, 4, dims.hybrid() ? dims.shard_size() : dims.dp * dims.cp,
+                                  dims.zero_stage);
             const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
             in.tp = dims.tp;
             if (dims.tp > 1) {
@@ -197,11 +200,11 @@ Command add_plan_command(CLI::App& parent) {
             }
             if (dims.cp > 1) print_cp_plan(cfg, dims);  // context parallel
             std::printf("predicted static bytes per rank at %d rank(s) (MiB and multiples of Ψ; DDP buckets %s; "
-                        "shards padded to a multiple of %d; activations not included):\n",
+                        "shards padded to a multiple of %d%s; activations not included):\n",
                         dims.dp * dims.cp,
                         cfg.parallel.ddp.gradient_as_bucket_view ? "none (gradient_as_bucket_view)"
                                                                  : "one flat copy of the grads",
-                        dims.dp * dims.cp);
+                        in.world_size, dims.hybrid() ? ", ZeRO rows within HSDP's shard groups" : "");
             std::printf("%s", format_plan_table(in, dims.zero_stage).c_str());
             if (dims.pp > 1) print_pipeline_plan(cfg, dims, model);
             if (!cfg.parallel.thread_replicas()) {  // the planner's row: activations, bytes sent, bubble

@@ -116,7 +116,7 @@ LayoutPlan plan_layout(const TrainConfig& cfg, const nn::ModelSpec& model, const
     in.param_elements = elements;
     in.bytes_per_element = kF32;  // f32 parameters, grads and state (autocast keeps f32 masters)
     in.optimizer_states = states;
-    in.world_size = dims.dp;
+    in.world_size = dims.shard_size();  // ZeRO shards over the shard group (HSDP), else over dp
     in.zero_stage = dims.zero_stage;
     in.tp = dims.tp;
     in.tp_sharded_elements = dims.tp > 1 ? sharded : 0;
@@ -136,10 +136,13 @@ LayoutPlan plan_layout(const TrainConfig& cfg, const nn::ModelSpec& model, const
                                                 .sequence_parallel = sp});
     // dp: DDP all-reduces the grads (2 (N-1)/N), ZeRO-1/2 reduce-scatter the grads and
     // all-gather the params ((N-1)/N twice), ZeRO-3 gathers twice and reduce-scatters.
-    const int64_t padded = parallel::shard_elements(rank_elements, dims.dp) * dims.dp * kF32;
-    const int64_t dp_sent = dims.zero_stage == 3 ? 3 * (dims.dp - 1) * padded / dims.dp
-                                                 : ring_all_reduce(dims.zero_stage > 0 ? padded : rank_elements * kF32,
-                                                                   dims.dp);
+    // HSDP: that over the S ranks of a shard group, plus the all-reduce of the rank's
+    // slice (padded / S) over the R = dp / S replicas, 2 (R-1)/R of it.
+    const int S = dims.shard_size(), R = dims.replicate_size();
+    const int64_t padded = parallel::shard_elements(rank_elements, S) * S * kF32;
+    const int64_t dp_sent = (dims.zero_stage == 3 ? 3 * (S - 1) * padded / S
+                                                  : ring_all_reduce(dims.zero_stage > 0 ? padded : rank_elements * kF32, S)) +
+                            (dims.hybrid() ? ring_all_reduce(padded / S, R) : 0);
     // tp: per micro-batch the family's all-reduces of its blocks, first and last stage
     // (a model without blocks: its whole-model ones).
     int64_t tp_sent = 0;
@@ -207,7 +210,16 @@ std::vector<LayoutPlan> plan_layouts(const TrainConfig& cfg, int ranks, const Pl
       }
       for (int zero = 0; zero <= (dims.dp > 1 ? 3 : 0); ++zero) {
         dims.zero_stage = zero;
-        for (const Sched& s : scheds) out.push_back(plan_layout(cfg, model, dims, s.kind, m, s.v, a));
+        // ZeRO over all dp ranks (dp_shard 0), then HSDP over every smaller shard group
+        // 1 < S < dp that divides dp (shard groups of consecutive ranks, averaged over
+        // dp / S replicas). S = 1 is left out: every rank holds everything, DDP's bytes
+        // and sends without its buckets, which gradient_as_bucket_view already removes.
+        for (int S = dims.dp; S >= 2 || S == dims.dp; --S) {
+          if (dims.dp % S != 0 || (zero == 0 && S < dims.dp)) continue;
+          dims.dp_shard = S == dims.dp ? 0 : S;
+          for (const Sched& s : scheds) out.push_back(plan_layout(cfg, model, dims, s.kind, m, s.v, a));
+        }
+        dims.dp_shard = 0;
       }
     }
   }
@@ -222,6 +234,7 @@ std::vector<LayoutPlan> plan_layouts(const TrainConfig& cfg, int ranks, const Pl
 bool layout_fixed(const TrainConfig& cfg) {
   const auto& d = cfg.parallel.dims;
   return d.dp != parallel::ParallelDims::kAuto || d.tp != 1 || d.pp != 1 || d.cp != 1 || d.zero_stage != 0 ||
+         d.dp_shard != 0 || d.dp_replicate != 0 ||
          cfg.parallel.thread_replicas();
 }
 

@@ -41,6 +41,13 @@ std::string seconds_str(double s) {
   return buf;
 }
 
+// The ZeRO stage, and under HSDP the shard group's size after a slash ("3/2").
+std::string zero_str(const parallel::ParallelDims& d) {
+  std::string s = std::to_string(d.zero_stage);
+  if (d.hybrid()) s.append(1, '/').append(std::to_string(d.shard_size()));
+  return s;
+}
+
 }  // namespace
 
 std::string format_layouts(const std::vector<LayoutPlan>& plans, const PlanAssumptions& a, size_t limit) {
@@ -51,14 +58,14 @@ std::string format_layouts(const std::vector<LayoutPlan>& plans, const PlanAssum
                 "dp sent", "tp sent", "pp sent", "bubble", "step", "fits");
   out += line;
   size_t n = 0;
-  bool starred = false;
+  bool starred = false, hybrid = false;
   for (const LayoutPlan& p : plans) {
     if (limit > 0 && n >= limit) break;
     ++n;
     const std::string fits = a.memory_per_rank <= 0 ? "-" : p.fits ? "yes" : "NO";
     std::snprintf(line, sizeof line,
-                  "%3zu  %-4d %-4d %-4d %-4d %-16s %10s %10s %10s %10s %4d %10s | %10s %10s %10s | %6.3f %10s  %s%s\n", n,
-                  p.dims.dp, p.dims.tp, p.dims.pp, p.dims.zero_stage, schedule_str(p).c_str(),
+                  "%3zu  %-4d %-4d %-4d %-4s %-16s %10s %10s %10s %10s %4d %10s | %10s %10s %10s | %6.3f %10s  %s%s\n", n,
+                  p.dims.dp, p.dims.tp, p.dims.pp, zero_str(p.dims).c_str(), schedule_str(p).c_str(),
                   bytes_str(p.memory.params).c_str(), bytes_str(p.memory.grads).c_str(),
                   bytes_str(p.memory.optimizer + p.memory.comm).c_str(), bytes_str(p.activations).c_str(), p.in_flight,
                   bytes_str(p.total()).c_str(), bytes_str(p.dp_bytes).c_str(), bytes_str(p.tp_bytes).c_str(),
@@ -66,7 +73,11 @@ std::string format_layouts(const std::vector<LayoutPlan>& plans, const PlanAssum
                   p.note.empty() ? "" : " *");
     out += line;
     if (!p.note.empty()) starred = true;
+    if (p.dims.hybrid()) hybrid = true;
   }
+  if (hybrid)
+    out += "zero a/S: HSDP, ZeRO-a within shard groups of S consecutive dp ranks; dp sent adds the all-reduce of "
+           "each rank's slice over the dp/S replicas\n";
   if (starred)
     out += "* pp with ZeRO-3: each stage's units stay gathered for the whole pipeline step, a peak this "
            "row does not model; listed, never chosen\n";

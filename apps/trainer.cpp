@@ -566,7 +566,7 @@ EvalResult Trainer::train() {
 parallel::MemoryPlan Trainer::predicted_memory() const {
   // DDP holds bucket buffers; one process and thread replicas hold one copy of each
   // category (the other replicas are extra, shown by DataParallel's per-replica table).
-  parallel::MemoryPlanInput in = memory_plan_input(cfg_, *model_, pm_->dims().dp, cfg_.parallel.dims.zero_stage,
+  parallel::MemoryPlanInput in = memory_plan_input(cfg_, *model_, pm_->dims().shard_size(), cfg_.parallel.dims.zero_stage,
                                                    /*ddp_buckets=*/pm_->holds_buckets());
   in.flat_units = pm_->flat_unit_sizes();
   return parallel::plan_memory(in);

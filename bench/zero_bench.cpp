@@ -9,6 +9,7 @@
 #include <strata/autograd/engine.h>
 #include <strata/autograd/grad_mode.h>
 #include <strata/comm/local.h>
+#include <strata/core/config.h>
 #include <strata/core/memory.h>
 #include <strata/core/threads.h>
 #include <strata/optim/adam.h>
@@ -50,11 +51,20 @@ struct GptRun {
   Tensor loss() { return model->loss(idx, tgt); }
 };
 
-ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int stage, bool bf16) {
+// dp_shard > 0: HSDP, ZeRO within shard groups of dp_shard consecutive ranks of g.
+ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int stage, bool bf16, int dp_shard = 0) {
   const int64_t div = std::string(g.backend_kind()) == "local" ? g.size() : 1;
   ZeroStageResult r;
   r.stage = stage;
   r.bf16_params = bf16;
+  r.dp_shard = dp_shard;
+  // HSDP's groups (split before the allocator baseline; they outlive the ZeRO instance).
+  std::shared_ptr<comm::ProcessGroup> shard, replicate;
+  if (dp_shard > 0) {
+    shard = g.split(g.rank() / dp_shard, g.rank(), "dp_shard");
+    replicate = g.split(g.rank() % dp_shard, g.rank(), "dp_replicate");
+  }
+  comm::ProcessGroup& zg = shard ? *shard : g;
   g.barrier().wait();
   const ZeroBenchMemory before = snapshot();
   const int64_t total_before = cpu_memory().total_current();
@@ -73,14 +83,18 @@ ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int 
       ddp = apply_ddp(model, g, {});
       opt = std::make_unique<optim::AdamW>(model->named_parameters(), adam);
     } else {
-      zero = apply_zero(model, g, {.stage = stage, .wrap = {}},
-                        [&](optim::NamedTensors p) { return std::make_unique<optim::AdamW>(std::move(p), adam); });
-      for (const auto& u : zero->units()) units.push_back(u.numel);
+      zero = apply_zero(model, zg, {.stage = stage, .wrap = {}},
+                        [&](optim::NamedTensors p) { return std::make_unique<optim::AdamW>(std::move(p), adam); },
+                        replicate.get());
+      for (const auto& u : zero->units()) {
+        units.push_back(u.numel);
+        r.padded += u.padded();
+      }
     }
     r.predicted = [&] {
       const int64_t b = bf16 ? 2 : 4;  // DDP's buckets follow the gradients' dtype
       MemoryPlanInput in{.param_elements = model->num_parameters(), .bytes_per_element = 4, .optimizer_states = 2,
-                         .world_size = g.size(), .zero_stage = stage,
+                         .world_size = zg.size(), .zero_stage = stage,
                          .ddp_bucket_bytes = stage == 0 ? b * model->num_parameters() : 0, .flat_units = units};
       if (bf16) in = sixteen_bit_states(in);
       const MemoryPlan p = plan_memory(in);
@@ -104,13 +118,16 @@ ZeroStageResult run_stage(comm::ProcessGroup& g, const ZeroBenchOptions& o, int 
     for (int i = 0; i < o.warmup; ++i) step();
     g.barrier().wait();
     std::vector<double> t;
-    const int64_t sent0 = sent_bytes(g);
+    const auto sent_on = [](const std::shared_ptr<comm::ProcessGroup>& p) { return p ? sent_bytes(*p) : 0; };
+    const int64_t sent0 = sent_bytes(g), shard0 = sent_on(shard), rep0 = sent_on(replicate);
     for (int i = 0; i < o.steps; ++i) {
       const auto t0 = Clock::now();
       step();
       t.push_back(since(t0));
     }
-    r.bytes_sent = (sent_bytes(g) - sent0) / o.steps;
+    r.replicate_bytes_sent = (sent_on(replicate) - rep0) / o.steps;
+    r.shard_bytes_sent = ((shard ? sent_on(shard) - shard0 : 0) + sent_bytes(g) - sent0) / o.steps;
+    r.bytes_sent = r.shard_bytes_sent + r.replicate_bytes_sent;
     r.step_s = max_over_ranks(g, median(t));
     g.barrier().wait();
     const ZeroBenchMemory after = snapshot();
@@ -232,9 +249,14 @@ ZeroBenchReport bench_zero(comm::ProcessGroup& group, const ZeroBenchOptions& op
   group.set_reduce_dtype(opts.reduce_dtype.value_or(rd0));
   rep.algorithm = comm::algorithm_name(group.algorithm());
   rep.reduce_dtype = comm::reduce_dtype_name(group.reduce_dtype());
+  if (opts.dp_shard != 0 && (opts.dp_shard < 1 || opts.dp_shard >= group.size() || group.size() % opts.dp_shard != 0))
+    STRATA_THROW(ConfigError, "--dp-shard: ", opts.dp_shard, " must divide the ", group.size(),
+                 " ranks and be smaller (shard groups of that many ranks, at least 2 replicas)");
   for (int stage = 0; stage <= 3; ++stage) {
     rep.stages.push_back(run_stage(group, opts, stage, false));
     if (opts.bf16_params) rep.stages.push_back(run_stage(group, opts, stage, true));
+    if (stage > 0 && opts.dp_shard > 0 && opts.dp_shard < group.size() && group.size() % opts.dp_shard == 0)
+      rep.stages.push_back(run_stage(group, opts, stage, false, opts.dp_shard));
   }
   group.set_algorithm(algo0);
   group.set_reduce_dtype(rd0);
@@ -251,6 +273,19 @@ ZeroBenchReport bench_zero_local(int ranks, const ZeroBenchOptions& opts) {
   });
   return out;
 }
+
+namespace {
+
+// "DDP", "ZeRO-2", "HSDP ZeRO-2 (S=2)".
+std::string label(const ZeroStageResult& r) {
+  if (r.stage == 0) return "DDP";
+  std::string s = r.dp_shard > 0 ? "HSDP ZeRO-" : "ZeRO-";
+  s += std::to_string(r.stage);
+  if (r.dp_shard > 0) s.append(" (S=").append(std::to_string(r.dp_shard)).append(1, ')');
+  return s;
+}
+
+}  // namespace
 
 std::string ZeroBenchReport::to_string() const {
   std::string s;
@@ -273,13 +308,34 @@ std::string ZeroBenchReport::to_string() const {
     const double d = ddp_s(r.bf16_params);
     std::snprintf(buf, sizeof buf,
                   "| %s | %s | %.1f | %.2f | %s | %s | %s | %s | %s | %s | %.3f | %.2fΨ | %s | %s | %s |\n",
-                  r.stage == 0 ? "DDP" : ("ZeRO-" + std::to_string(r.stage)).c_str(),
-                  r.bf16_params ? "bf16_params" : "f32", r.step_s * 1e3, d > 0 ? r.step_s / d : 0.0,
+                  label(r).c_str(), r.bf16_params ? "bf16_params" : "f32", r.step_s * 1e3, d > 0 ? r.step_s / d : 0.0,
                   mib(r.measured.params).c_str(), mib(r.measured.grads).c_str(), mib(r.measured.optimizer).c_str(),
                   mib(r.measured.comm).c_str(), mib(r.measured.total()).c_str(), mib(r.predicted.total()).c_str(),
                   ratio, double(r.measured.total()) / double(psi), mib(r.peak_activations).c_str(),
                   mib(r.peak).c_str(), mib(r.bytes_sent).c_str());
     s += buf;
+  }
+  // Bytes per group: HSDP against ZeRO over every rank. Ring formulas per rank and step,
+  // N ranks, S per shard group, R = N / S replicas, P the padded flat bytes: within the
+  // shard group k (S-1)/S P (k = 2 at stages 1-2, 3 at stage 3); over the replicas
+  // 2 (R-1)/R P/S.
+  bool hybrid = false;
+  for (const auto& r : stages) hybrid |= r.dp_shard > 0;
+  if (hybrid) {
+    s += "\nBytes sent per rank and step by group (KiB; predicted by the ring formulas: within the shard group "
+         "k (S-1)/S P, k = 2 at stages 1-2 and 3 at stage 3; over the replicas 2 (R-1)/R P/S; P the padded flat "
+         "units):\n\n";
+    s += "| layout | shard group S | within it | predicted | replicas R | across them | predicted |\n";
+    s += "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+    for (const auto& r : stages) {
+      if (r.stage == 0 || r.bf16_params) continue;
+      const int64_t S = r.dp_shard > 0 ? r.dp_shard : ranks, R = ranks / S, P = 4 * r.padded;
+      const int64_t within = (r.stage == 3 ? 3 : 2) * (S - 1) * P / S, across = R > 1 ? 2 * (R - 1) * (P / S) / R : 0;
+      std::snprintf(buf, sizeof buf, "| %s | %lld | %.2f | %.2f | %lld | %.2f | %.2f |\n", label(r).c_str(),
+                    (long long)S, double(r.shard_bytes_sent) / 1024.0, double(within) / 1024.0, (long long)R,
+                    double(r.replicate_bytes_sent) / 1024.0, double(across) / 1024.0);
+      s += buf;
+    }
   }
   // bf16_params against f32, stage by stage
   bool any16 = false;

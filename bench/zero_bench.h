@@ -27,6 +27,9 @@ struct ZeroBenchOptions {
   /// (unset: the group's own). `ring` counts bytes message by message.
   std::optional<comm::Algorithm> algorithm;
   std::optional<comm::ReduceDtype> reduce_dtype;
+  /// > 0 and below the rank count: also HSDP rows, ZeRO-1/2/3 within shard groups of this
+  /// many consecutive ranks with the gradient slices all-reduced over the replicas.
+  int dp_shard = 0;
 };
 
 /// Bytes per rank by category.
@@ -44,6 +47,10 @@ struct ZeroStageResult {
   int64_t peak = 0;              ///< allocator: highest total during the steps, above the start
   int64_t peak_activations = 0;  ///< allocator: highest activation bytes during the steps
   int64_t bytes_sent = 0;        ///< comm bytes this rank sent per step
+  int dp_shard = 0;              ///< HSDP: ranks per shard group (0: ZeRO over every rank)
+  int64_t shard_bytes_sent = 0;      ///< of bytes_sent: within the shard group (every rank when not HSDP)
+  int64_t replicate_bytes_sent = 0;  ///< of bytes_sent: over the replicate group (HSDP)
+  int64_t padded = 0;                ///< elements of the flat units, padded (ZeRO)
 };
 
 /// End-to-end overlap of one stage-1/2 layout, from three steps timed interleaved in one

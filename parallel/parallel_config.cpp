@@ -93,6 +93,12 @@ ParallelConfig ParallelConfig::from_node(const ConfigNode& n) {
   n.check_range("pp", c.dims.pp, 1, 1 << 20);
   c.dims.zero_stage = n.get("zero_stage", c.dims.zero_stage);
   n.check_range("zero_stage", c.dims.zero_stage, 0, 3);
+  // HSDP: dp_shard ranks per ZeRO shard group (0 = every dp rank); dp_replicate may be
+  // given instead or as well (checked against dp once it is resolved).
+  c.dims.dp_shard = n.get("dp_shard", c.dims.dp_shard);
+  n.check_range("dp_shard", c.dims.dp_shard, 0, 1 << 20);
+  c.dims.dp_replicate = n.get("dp_replicate", c.dims.dp_replicate);
+  n.check_range("dp_replicate", c.dims.dp_replicate, 0, 1 << 20);
   c.dims.cp = n.get("cp", c.dims.cp);
   n.check_range("cp", c.dims.cp, 1, 1 << 20);
   c.cp_split = n.get("cp_split", c.cp_split);
@@ -146,6 +152,9 @@ void ParallelConfig::validate() const {
     config_fail("parallel.cp_split", "expected one of zigzag|plain, got '" + cp_split + "'");
   if (dims.zero_stage < 0 || dims.zero_stage > 3)
     config_fail("parallel.zero_stage", "expected a value in [0, 3], got " + std::to_string(dims.zero_stage));
+  if (dims.dp_shard < 0) config_fail("parallel.dp_shard", "must be >= 0, got " + std::to_string(dims.dp_shard));
+  if (dims.dp_replicate < 0)
+    config_fail("parallel.dp_replicate", "must be >= 0, got " + std::to_string(dims.dp_replicate));
   if (replicas < 0) config_fail("parallel.replicas", "must be >= 1, got " + std::to_string(replicas));
   if (thread_replicas() && dims.zero_stage != 0)
     config_fail("parallel.zero_stage", "is " + std::to_string(dims.zero_stage) +

@@ -15,7 +15,7 @@
 namespace strata::parallel {
 
 struct ParallelConfig {
-  ParallelDims dims;          ///< parallel.{dp (int | auto), cp, tp, pp, zero_stage}
+  ParallelDims dims;          ///< parallel.{dp (int | auto), cp, tp, pp, zero_stage, dp_shard, dp_replicate}
   std::string cp_split = "zigzag";  ///< parallel.cp_split: zigzag | plain (how cp cuts each sequence)
   int replicas = 0;           ///< parallel.replicas: K >= 1 thread replicas in one process (DataParallel);
                               ///<   0 = off. from_node sets it to devices.size() when only devices is given

@@ -4,6 +4,39 @@
 #include <strata/core/config.h>
 
 namespace strata::parallel {
+namespace {
+
+// HSDP's dp_shard / dp_replicate against the resolved dp: fills dp_shard from dp_replicate.
+void resolve_hybrid(ParallelDims& d) {
+  int& dp_shard = d.dp_shard;
+  const int dp_replicate = d.dp_replicate, dp = d.dp, zero_stage = d.zero_stage, cp = d.cp;
+  if (dp_shard < 0) config_fail("parallel.dp_shard", "must be >= 0 (0 = every dp rank), got " + std::to_string(dp_shard));
+  if (dp_replicate < 0)
+    config_fail("parallel.dp_replicate", "must be >= 0 (0 = dp / dp_shard), got " + std::to_string(dp_replicate));
+  if (dp_replicate > 0) {
+    if (dp % dp_replicate != 0)
+      config_fail("parallel.dp_replicate", detail::str_cat("is ", dp_replicate, " but does not divide parallel.dp = ", dp));
+    if (dp_shard == 0) dp_shard = dp / dp_replicate;
+    if (dp_shard * dp_replicate != dp)
+      config_fail("parallel.dp_replicate", detail::str_cat("is ", dp_replicate, " but parallel.dp_shard x dp_replicate = ",
+                                                           dp_shard, " x ", dp_replicate, " = ", dp_shard * dp_replicate,
+                                                           " is not parallel.dp = ", dp));
+  }
+  if (dp_shard == 0) return;
+  if (dp % dp_shard != 0)
+    config_fail("parallel.dp_shard", detail::str_cat("is ", dp_shard, " but does not divide parallel.dp = ", dp,
+                                                     " (the dp ranks are cut into dp / dp_shard shard groups)"));
+  if (zero_stage == 0 && dp_shard < dp)
+    config_fail("parallel.dp_shard", detail::str_cat("is ", dp_shard, " but parallel.zero_stage is 0: hybrid sharding "
+                                                     "shards ZeRO's state within groups of dp_shard ranks (set "
+                                                     "zero_stage: 1|2|3, or drop dp_shard for DDP)"));
+  if (cp > 1 && dp_shard < dp)
+    config_fail("parallel.dp_shard", detail::str_cat("is ", dp_shard, " < parallel.dp = ", dp,
+                                                     " but hybrid sharding does not compose with parallel.cp > 1 in "
+                                                     "this version (drop dp_shard)"));
+}
+
+}  // namespace
 
 ParallelDims ParallelDims::resolve(int world) const {
   ParallelDims d = *this;
@@ -29,6 +62,7 @@ ParallelDims ParallelDims::resolve(int world) const {
                                 std::to_string(pp) + " = " + std::to_string(d.world()) + " rank(s), but the world has " +
                                 std::to_string(world) + " (start with mpirun -np " + std::to_string(d.world()) +
                                 ", or set parallel.dp: auto)");
+  resolve_hybrid(d);
   return d;
 }
 
@@ -101,6 +135,7 @@ comm::MeshShape ParallelDims::mesh_shape() const {
 }
 
 std::string ParallelDims::dp_strategy() const {
+  if (hybrid()) return "HSDP ZeRO-" + std::to_string(zero_stage);
   if (zero_stage > 0) return "ZeRO-" + std::to_string(zero_stage);
   return dp * cp > 1 ? "DDP" : "single process";  // at cp > 1 over the dp x cp ranks
 }
@@ -108,7 +143,10 @@ std::string ParallelDims::dp_strategy() const {
 std::string ParallelDims::str() const {
   return "dp " + (dp == kAuto ? std::string("auto") : std::to_string(dp)) +
          (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) + " x tp " + std::to_string(tp) +
-         " x pp " + std::to_string(pp) + ", zero_stage " + std::to_string(zero_stage);
+         " x pp " + std::to_string(pp) + ", zero_stage " + std::to_string(zero_stage) +
+         (dp != kAuto && hybrid() ? ", dp_shard " + std::to_string(shard_size()) + " x dp_replicate " +
+                                        std::to_string(replicate_size())
+                                  : std::string());
 }
 
 }  // namespace strata::parallel

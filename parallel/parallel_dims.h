@@ -33,7 +33,17 @@ struct LayoutChecks {
   int world = 1;                          ///< the ranks the layout runs on
 };
 
-/// The degrees of a layout. Config keys: parallel.{dp, cp, tp, pp, zero_stage}.
+/// The degrees of a layout. Config keys: parallel.{dp, cp, tp, pp, zero_stage, dp_shard,
+/// dp_replicate}.
+///
+/// Hybrid sharding (HSDP; FSDP2's HSDP, DeepSpeed's MiCS/hpZ): under ZeRO the dp ranks
+/// are cut into dp_replicate = dp / dp_shard replicas of dp_shard ranks each. A shard
+/// group is a run of consecutive dp ranks (dp rank d is in shard group d / S at position
+/// d % S), so with tp fastest and dp next it stays inside a node when ranks fill nodes in
+/// order. ZeRO shards within a shard group; the replicate group (the ranks at the same
+/// position of every shard group) averages the gradient slices. dp_shard 0 or dp is plain
+/// ZeRO over all dp ranks; dp_shard 1 keeps the whole state on every rank and all-reduces
+/// the flat gradient units over dp (replication through ZeRO's flat units).
 struct ParallelDims {
   static constexpr int kAuto = 0;
   int dp = kAuto;      ///< data-parallel degree; kAuto = world / (cp * tp * pp)
@@ -41,6 +51,16 @@ struct ParallelDims {
   int pp = 1;          ///< pipeline stages
   int zero_stage = 0;  ///< 0 DDP (or nothing at dp 1), 1-3 ZeRO on the dp dimension
   int cp = 1;          ///< context-parallel degree (every sequence split over cp ranks)
+  int dp_shard = 0;    ///< HSDP: ranks per shard group; 0 = all dp ranks (plain ZeRO)
+  int dp_replicate = 0;  ///< HSDP: shard groups (= dp / dp_shard); 0 = derived. resolve() fills
+                         ///<   dp_shard from it when only it is given
+
+  /// Ranks per ZeRO shard group (dp when not hybrid; dp must be resolved).
+  int shard_size() const { return dp_shard > 0 ? dp_shard : dp; }
+  /// Replicas of the sharded state: dp / shard_size() (1 when not hybrid).
+  int replicate_size() const { return dp / shard_size(); }
+  /// True when ZeRO shards over fewer ranks than dp (HSDP): a replicate group exists.
+  bool hybrid() const { return zero_stage > 0 && shard_size() < dp; }
 
   /// The same degrees with dp resolved for `world` ranks. ConfigError naming the
   /// parallel.* key: a degree < 1, a product that is not the world size (with the
@@ -61,9 +81,10 @@ struct ParallelDims {
   /// consecutive ranks on one node), with cp between dp and tp when cp > 1 (pp x dp x
   /// cp x tp, Megatron-LM's order). dp must be resolved.
   comm::MeshShape mesh_shape() const;
-  /// "dp 4 x tp 1 x pp 1, zero_stage 2" (" x cp 2" after dp when cp > 1)
+  /// "dp 4 x tp 1 x pp 1, zero_stage 2" (" x cp 2" after dp when cp > 1; ", dp_shard 2
+  /// x dp_replicate 2" under HSDP)
   std::string str() const;
-  /// The strategy on the dp dimension (at cp > 1 on dp x cp): "single process", "DDP" or "ZeRO-N".
+  /// The strategy on the dp dimension (at cp > 1 on dp x cp): "single process", "DDP", "ZeRO-N" or "HSDP ZeRO-N".
   std::string dp_strategy() const;
   bool operator==(const ParallelDims&) const = default;
 };

@@ -148,6 +148,9 @@ DataParallel* ParallelModel::data_parallel() const {
 std::string ParallelModel::describe() const {
   const comm::ProcessGroup& dp = *replica_;
   std::string s = dims_.dp_strategy() + " over " + std::to_string(dp.size()) + (dims_.cp > 1 ? " dp x cp" : " dp") + " rank(s)";
+  if (dims_.hybrid())
+    s += " in " + std::to_string(dims_.replicate_size()) + " replicas of " + std::to_string(dims_.shard_size()) +
+         "-rank shard groups";
   if (dp.size() > 1 || dims_.zero_stage > 0)
     s += std::string(" (") + dp.backend_kind() + " backend, comm.algorithm " + comm::algorithm_name(dp.algorithm()) + ")";
   s += split_->describe();
@@ -206,6 +209,7 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
   // one model's): ZeRO, DDP or nothing; the optimizer is built after the split and shards.
   parts.sync = make_grad_sync(model, *parts.replica,
                               {.zero_stage = d.zero_stage,
+                               .dp_shard = d.hybrid() ? d.shard_size() : 0,
                                .ddp = opts.ddp,
                                .fsdp_prefetch = opts.fsdp_prefetch,
                                .fsdp_wrap = opts.fsdp_wrap,

@@ -18,11 +18,11 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   # Multi-process DDP under mpirun (label dist).
   find_program(strata_mpirun NAMES mpirun mpiexec)
   if(strata_mpirun)
-    # e2e_<name> runs CASE <case>: DDP against one process; ZeRO-1/2/3 against DDP;
-    # parallel: auto under mpirun -np 2 (a budget that DDP does not fit and ZeRO does), the
+    # e2e_<name> runs CASE <case>: DDP against one process; ZeRO-1/2/3 against DDP; HSDP
+    # (parallel.dp_shard) against one process; parallel: auto under mpirun -np 2 (a budget that DDP does not fit and ZeRO does), the
     # layout it chose against one process, and a budget nothing fits.
     foreach(spec "ddp_matches_single_process|ddp_matches_single_process|60" "zero_matches_ddp|zero_matches_ddp|120"
-                 "auto_layout_matches_single_process|auto_layout|120")
+                 "hsdp_matches_single_process|hsdp_matches_single_process|300" "auto_layout_matches_single_process|auto_layout|120")
       string(REPLACE "|" ";" spec "${spec}")
       list(GET spec 0 name)
       list(GET spec 1 case)
@@ -280,6 +280,52 @@ elseif(CASE STREQUAL "ddp_matches_single_process")
   if(NOT "${la_tail}" STREQUAL "${lc}")
     message(FATAL_ERROR "ddp resumed losses differ\nstraight: ${la_tail}\nresumed:  ${lc}")
   endif()
+elseif(CASE STREQUAL "hsdp_matches_single_process")
+  # HSDP under mpirun -np 4 (parallel.dp_shard 2: ZeRO within 2 shard groups of 2 ranks,
+  # the gradient slices averaged over the 2 replicas) logs the losses one process logs
+  # (tiny GPT, accumulation and clipping on) at ZeRO-3 and ZeRO-1, and ends with the
+  # parameters of DDP over the same 4 ranks (to 1e-5; both differ from one process's by
+  # 6.5e-5 in the attention bias, whose tiny gradients Adam scales up). The HSDP checkpoint (replica 0's slices only) resumes in one process as the
+  # one process's own does, and the one process's checkpoint resumes under HSDP.
+  set(common --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
+             --set train.max_steps=6 --set train.grad_accum_steps=2 --set train.save_final=true)
+  macro(hsdp_run dir stage)
+    execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 4 ${STRATA} train ${ARGN}
+                            --set run.dir=${dir} --set parallel.zero_stage=${stage} --set parallel.dp_shard=2
+                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 120)
+    if(NOT "${rc}" STREQUAL "0")
+      message(FATAL_ERROR "mpirun -np 4 strata train zero_stage ${stage} dp_shard 2 (${dir}): exit code ${rc}\n${OUT}\n${ERR}")
+    endif()
+    expect(OUT "layout: dp 4 x tp 1 x pp 1, zero_stage ${stage}, dp_shard 2 x dp_replicate 2 | HSDP ZeRO-${stage} over 4 dp rank(s) in 2 replicas of 2-rank shard groups")
+  endmacro()
+  # A shard group or a replica count that does not divide dp: exit 2 naming the key.
+  run(2 train ${common} --set run.dir=bad --set parallel.zero_stage=3 --set parallel.dp=1 --set parallel.dp_shard=3)
+  expect(ERR "parallel.dp_shard: is 3 but does not divide parallel.dp = 1")
+  run(2 train ${common} --set run.dir=bad --set parallel.zero_stage=1 --set parallel.dp_replicate=2)
+  expect(ERR "parallel.dp_replicate: is 2 but does not divide parallel.dp = 1")
+  run(0 train ${common} --set run.dir=single)
+  losses(${WORK}/single/metrics.jsonl ls)
+  execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 4 ${STRATA} train ${common} --set run.dir=ddp4
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 120)
+  if(NOT "${rc}" STREQUAL "0")
+    message(FATAL_ERROR "mpirun -np 4 strata train (DDP): exit code ${rc}\n${OUT}\n${ERR}")
+  endif()
+  foreach(stage 3 1)
+    hsdp_run(h${stage} ${stage} ${common})
+    losses(${WORK}/h${stage}/metrics.jsonl lh${stage})
+    same_losses("${ls}" "${lh${stage}}" "HSDP ZeRO-${stage} vs one process")
+    same_parameters(ddp4 h${stage} 1e-5 "HSDP ZeRO-${stage} vs DDP parameters")
+  endforeach()
+  set(resume --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
+             --set train.max_steps=8 --set train.grad_accum_steps=2)
+  run(0 train ${resume} --set run.dir=rs --resume single)
+  run(0 train ${resume} --set run.dir=rh --resume h3)
+  hsdp_run(hr 3 ${resume} --resume single)
+  losses(${WORK}/rs/metrics.jsonl lrs)
+  losses(${WORK}/rh/metrics.jsonl lrh)
+  losses(${WORK}/hr/metrics.jsonl lhr)
+  same_losses("${lrs}" "${lrh}" "one-process resume of the HSDP vs the one-process checkpoint")
+  same_losses("${lrs}" "${lhr}" "HSDP resume vs one-process resume of the one-process checkpoint")
 elseif(CASE STREQUAL "zero_matches_ddp")
   # ZeRO-1/2/3 under mpirun -np 2 log the same losses as DDP (tiny GPT, grad accumulation
   # and clipping on); the stage-3 sharded checkpoint evaluates single-process, resumes on

@@ -134,15 +134,22 @@ elseif(CASE STREQUAL "plan_errors")
 elseif(CASE STREQUAL "plan_layouts")
   # tiny_gpt (2 blocks, 2 heads, vocab 256) at 4 ranks: tp 1|2 (heads), pp 1|2 (blocks),
   # dp | batch 8. dp 4 (4 stages) + dp 2 x tp 2 (4) + dp 2 x pp 2 (4 stages x gpipe|1f1b)
-  # + tp 2 x pp 2 (gpipe|1f1b) + tp 4? no (2 heads) + pp 4? no (2 blocks) = 4 + 4 + 8 + 2 = 18.
+  # + tp 2 x pp 2 (gpipe|1f1b) + tp 4? no (2 heads) + pp 4? no (2 blocks) = 4 + 4 + 8 + 2 = 18,
+  # + HSDP at dp 4: ZeRO-1/2/3 in shard groups of 2 (zero column "1/2") = 21.
   set(g ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${SRC}/tests/data_files/tiny_corpus.txt)
   run(0 plan --config ${g} --ranks 4 --gflops 5 --bandwidth 2)
   expect(OUT "model: gpt, Ψ = " "step model: 5.0 GFLOP/s per rank (--gflops), 2.00 GB/s per rank"
-         "18 layout(s); bytes per rank" "choice: dp ")
-  string(REGEX MATCHALL "\n +[0-9]+  [0-9]+ +[0-9]+ +[0-9]+ +[0-9] " rows "${OUT}")
+         "21 layout(s); bytes per rank" "choice: dp "
+         "zero a/S: HSDP, ZeRO-a within shard groups of S consecutive dp ranks")
+  string(REGEX MATCHALL "\n +[0-9]+  [0-9]+ +[0-9]+ +[0-9]+ +[0-9](/[0-9]+)? " rows "${OUT}")
   list(LENGTH rows n)
-  if(NOT n EQUAL 18)
-    message(FATAL_ERROR "expected 18 layout rows, got ${n}:\n${OUT}")
+  if(NOT n EQUAL 21)
+    message(FATAL_ERROR "expected 21 layout rows, got ${n}:\n${OUT}")
+  endif()
+  string(REGEX MATCHALL "\n +[0-9]+  4 +1 +1 +[123]/2 " hsdp "${OUT}")
+  list(LENGTH hsdp n)
+  if(NOT n EQUAL 3)
+    message(FATAL_ERROR "expected 3 HSDP rows (dp 4, zero 1/2, 2/2, 3/2), got ${n}:\n${OUT}")
   endif()
   # A limit between the smallest and the largest total marks some layouts NO, lists them last.
   run(0 plan --config ${g} --ranks 4 --gflops 5 --memory-per-rank 600KiB)
@@ -154,7 +161,7 @@ elseif(CASE STREQUAL "plan_layouts")
     message(FATAL_ERROR "a fitting layout listed after one that does not fit:\n${OUT}")
   endif()
   run(0 plan --config ${g} --ranks 4 --gflops 5 --top 3)
-  expect(OUT "... 15 more (--top 0 lists all)")
+  expect(OUT "... 18 more (--top 0 lists all)")
   # Without --gflops the step model uses this machine's measured GEMM rate.
   run(0 plan --config ${g} --ranks 2 --top 1)
   expect(OUT "GFLOP/s per rank (measured GEMM)" "... ")
@@ -206,7 +213,7 @@ elseif(CASE STREQUAL "plan_70b_cost")
   message(STATUS "70B plan: ${plan_ms} ms wall, ${plan_kb} kB peak RSS; strata config show: ${base_ms} ms, ${base_kb} kB; "
                  "the plan adds ${added_ms} ms and ${added_kb} kB")
   expect(OUT "Ψ = 69561221120 parameters")  # 86 (12C² + 13C) + (V + T) C + 2C
-  expect(OUT "452 layout(s), 60 fit 80.00 GiB per rank" "choice: ")
+  expect(OUT "1595 layout(s), 114 fit 80.00 GiB per rank" "choice: ")  # HSDP rows included
   if(added_kb GREATER 102400)
     message(FATAL_ERROR "planning 70B added ${added_kb} kB of RSS over strata config show (limit 100 MB)")
   endif()

@@ -68,15 +68,20 @@ class DdpSync final : public GradSync {
   std::unique_ptr<optim::Optimizer> opt_;
 };
 
-// ZeRO-1/2/3: gradients reduce-scattered into shards, each rank steps its slices.
+// ZeRO-1/2/3: gradients reduce-scattered into shards, each rank steps its slices. Under
+// HSDP `group` is the shard group and the sync owns it and the replicate group (both
+// split from the replica group), which the ZeroDataParallel uses.
 class ZeroSync final : public GradSync {
  public:
-  ZeroSync(std::unique_ptr<ZeroDataParallel> zero, comm::ProcessGroup& group) : zero_(std::move(zero)), group_(group) {}
+  ZeroSync(std::shared_ptr<comm::ProcessGroup> shard, std::shared_ptr<comm::ProcessGroup> replicate,
+           std::unique_ptr<ZeroDataParallel> zero, comm::ProcessGroup& group)
+      : shard_(std::move(shard)), replicate_(std::move(replicate)), zero_(std::move(zero)), group_(group) {}
   Tensor forward_with(const std::function<Tensor()>& fn) override { return zero_->forward_with(fn); }
   Scoped no_sync() override { return std::make_shared<ZeroNoSyncGuard>(zero_->no_sync()); }
   void reduce_accumulated() override { zero_->reduce_accumulated(); }
   void finalize() override { zero_->finalize(); }
-  // Every rank's slices partition each tensor over the group.
+  // Every rank's slices partition each tensor over the (shard) group; under HSDP the
+  // replicas hold equal slices and are not counted again.
   double sum_over_shards(double local) override {
     return comm::all_reduce_host(group_, ops::full({1}, local, DType::f64), comm::ReduceOp::sum).item<double>();
   }
@@ -115,10 +120,13 @@ class ZeroSync final : public GradSync {
     for (const auto& u : zero_->units()) out.push_back(u.numel);
     return out;
   }
-  std::string name() const override { return "ZeRO-" + std::to_string(zero_->stage()); }
+  std::string name() const override {
+    return (replicate_ ? "HSDP ZeRO-" : "ZeRO-") + std::to_string(zero_->stage());
+  }
   ZeroDataParallel& zero() { return *zero_; }
 
  private:
+  std::shared_ptr<comm::ProcessGroup> shard_, replicate_;  // HSDP only; outlive zero_
   std::unique_ptr<ZeroDataParallel> zero_;
   comm::ProcessGroup& group_;
 };
@@ -137,7 +145,19 @@ std::unique_ptr<GradSync> make_grad_sync(std::shared_ptr<nn::Module> model, comm
                    .wrap = opts.fsdp_wrap};
     zo.first_unit_mb = opts.ddp.first_bucket_mb;
     zo.last_unit_mb = opts.ddp.last_bucket_mb;
-    return std::make_unique<ZeroSync>(apply_zero(std::move(model), group, zo, opts.make_optimizer), group);
+    const int n = group.size(), r = group.rank(), S = opts.dp_shard;
+    if (S > 0 && S < n) {
+      STRATA_CHECK(n % S == 0, "[parallelize] dp_shard ", S, " does not divide the ", n, " ranks of '", group.name(), "'");
+      // Shard group: S consecutive ranks of the group (r / S); replicate group: the ranks
+      // at the same position r % S of every shard group. Both splits are collective.
+      auto shard = group.split(r / S, r, "dp_shard");
+      auto replicate = group.split(r % S, r, "dp_replicate");
+      auto zero = apply_zero(std::move(model), *shard, zo, opts.make_optimizer, replicate.get());
+      comm::ProcessGroup& g = *shard;
+      return std::make_unique<ZeroSync>(std::move(shard), std::move(replicate), std::move(zero), g);
+    }
+    return std::make_unique<ZeroSync>(nullptr, nullptr, apply_zero(std::move(model), group, zo, opts.make_optimizer),
+                                      group);
   }
   if (group.size() == 1) return std::make_unique<LocalSync>(opts.make_optimizer(model->named_parameters()));
   auto ddp = apply_ddp(model, group, opts.ddp);  // broadcasts rank 0's weights

@@ -1,7 +1,8 @@
 // GradSync: how a layout's gradients meet over the data-parallel ranks and who steps the
 // optimizer: nothing (one replica), DDP (bucketed all-reduce) or ZeRO-1/2/3 (reduce-scatter
 // into shards, a sharded optimizer). The handle parallelize() returns drives one of these
-// through this interface and never asks which one it holds.
+// through this interface and never asks which one it holds. HSDP is ZeRO over a shard
+// group plus a replicate group (ZeroSync with two groups), not a fourth kind.
 #pragma once
 #include <functional>
 #include <memory>
@@ -78,6 +79,9 @@ class GradSync {
 /// What make_grad_sync builds over `group`.
 struct GradSyncOptions {
   int zero_stage = 0;       ///< 1-3: ZeRO; 0: DDP when the group has more than one rank, else none
+  /// ZeRO only: ranks per shard group (HSDP) when 0 < dp_shard < the group's size, which
+  /// it must divide; the group is then split into shard and replicate groups. 0: plain ZeRO.
+  int dp_shard = 0;
   DDPOptions ddp{};         ///< DDP's buckets (ZeRO-1/2's unit sizes too)
   bool fsdp_prefetch = true;
   std::vector<std::string> fsdp_wrap{};

@@ -46,21 +46,25 @@ std::vector<std::string> default_wrap_policy(nn::Module& model) {
 }
 
 ZeroDataParallel::ZeroDataParallel(std::shared_ptr<nn::Module> module, comm::ProcessGroup& group,
-                                   const ZeroOptions& opts, const OptimizerFactory& make_optimizer)
-    : module_(std::move(module)), group_(group), opts_(opts) {
+                                   const ZeroOptions& opts, const OptimizerFactory& make_optimizer,
+                                   comm::ProcessGroup* replicate)
+    : module_(std::move(module)), group_(group), replicate_(replicate), opts_(opts) {
   const ZeroPolicy policy = ZeroPolicy::for_stage(opts.stage);  // checks the stage
   STRATA_CHECK(opts.bucket_cap_mb > 0, "[zero] bucket_cap_mb must be > 0, got ", opts.bucket_cap_mb);
   STRATA_CHECK(opts.first_unit_mb > 0, "[zero] first_unit_mb must be > 0, got ", opts.first_unit_mb);
   STRATA_CHECK(opts.last_unit_mb > 0, "[zero] last_unit_mb must be > 0, got ", opts.last_unit_mb);
   s_ = std::make_shared<detail::ZeroState>(group, opts);
   auto& s = *s_;
-  // Rank 0's weights everywhere, before flattening.
+  s.replicate = replicate;
+  // Rank 0's weights everywhere, before flattening (HSDP: replica 0's over the replicate
+  // group first, then its rank 0's over the shard group).
   std::vector<Tensor> all;
   for (auto& [n, p] : module_->named_parameters()) all.push_back(p);
   for (auto& [n, b] : module_->named_buffers()) {
     all.push_back(b);
     s.buffers.push_back(b);
   }
+  if (replicate) broadcast_coalesced(*replicate, all, 0);
   broadcast_coalesced(group, all, 0);
 
   std::vector<ZeroPlanParam> plan_params;
@@ -168,6 +172,7 @@ ZeroDataParallel::~ZeroDataParallel() {
     try {
       if (u.ag_work) u.ag_work->wait();
       if (u.rs_work) u.rs_work->wait();
+      if (u.ar_work) u.ar_work->wait();
     } catch (...) {  // the group failed; nothing left to wait for
     }
   }
@@ -179,7 +184,10 @@ Tensor ZeroDataParallel::forward_with(const std::function<Tensor()>& fn) {
   auto& s = *s_;
   STRATA_CHECK(!s.active || !s.sync, "[zero] forward while the previous backward was not finalized: call finalize() "
                                      "after backward");
-  if (opts_.broadcast_buffers && !s.buffers.empty() && s.world > 1) broadcast_coalesced(group_, s.buffers, 0);
+  if (opts_.broadcast_buffers && !s.buffers.empty()) {
+    if (replicate_ && replicate_->size() > 1) broadcast_coalesced(*replicate_, s.buffers, 0);
+    if (s.world > 1) broadcast_coalesced(group_, s.buffers, 0);
+  }
   if (!s.policy.shards_params || s.units.empty()) return fn();
   detail::ZeroUnit& root = s.units[0];
   s.in_backward = false;
@@ -280,8 +288,9 @@ ZeroBackwardSchedule zero_backward_schedule(const ZeroDataParallel& z) {
 const ZeroStepStats& ZeroDataParallel::last_stats() const { return s_->last; }
 
 std::unique_ptr<ZeroDataParallel> apply_zero(std::shared_ptr<nn::Module> module, comm::ProcessGroup& group,
-                                             const ZeroOptions& opts, const OptimizerFactory& make_optimizer) {
-  return std::make_unique<ZeroDataParallel>(std::move(module), group, opts, make_optimizer);
+                                             const ZeroOptions& opts, const OptimizerFactory& make_optimizer,
+                                             comm::ProcessGroup* replicate) {
+  return std::make_unique<ZeroDataParallel>(std::move(module), group, opts, make_optimizer, replicate);
 }
 
 }  // namespace strata::parallel

@@ -1,7 +1,9 @@
 // ZeRO stages 1-3 (stage 3 = FSDP) as one sharded data-parallel component: the model's
 // parameters are flattened into units padded to a multiple of the world size, each rank
 // owns one contiguous 1/N slice of every unit and keeps the optimizer state (stage >= 1),
-// the gradients (stage >= 2) and the parameters (stage 3) of its slice only.
+// the gradients (stage >= 2) and the parameters (stage 3) of its slice only. With a
+// replicate group (hybrid sharding, HSDP) N is the shard group, and the R replicas of
+// each slice average their gradients over the replicate group before the step.
 #pragma once
 #include <functional>
 #include <memory>
@@ -48,6 +50,7 @@ using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(optim::
 struct ZeroStepStats {
   int64_t reduce_scatters = 0;
   int64_t all_gathers = 0;
+  int64_t replicate_all_reduces = 0;  ///< HSDP: gradient slices averaged over the replicas
   double wait_s = 0;  ///< time finalize()/step() blocked on communication
 };
 
@@ -79,12 +82,21 @@ class ZeroNoSyncGuard;
 /// Per step each rank sends (N-1)/N of the padded flat size once for the reduce-scatter
 /// and once per all-gather: 2 units' worth for stages 1-2, 3 for stage 3.
 ///
+/// Hybrid sharding (HSDP): `group` is this rank's shard group (N ranks) and `replicate`
+/// the R ranks at the same position of every shard group. Everything above happens
+/// within the shard group; finalize() then all-reduces (averages) each unit's gradient
+/// slice over the replicate group, so every replica steps the same slice with the
+/// gradient averaged over all N x R ranks: on a ring that sends 2(R-1)/R of the slice,
+/// (padded / N) elements per unit, per rank per step. The replicas' slices stay equal,
+/// so only replica 0's are checkpointed (state_pieces()).
+///
 /// Stage 3: parameters of the model are usable only inside forward_with/backward; use
 /// summon_full_params() around evaluation or a full state_dict (collective). Not thread-safe.
 class ZeroDataParallel {
  public:
+  /// `replicate` (HSDP; null: plain ZeRO) must outlive this object, as `group` must.
   ZeroDataParallel(std::shared_ptr<nn::Module> module, comm::ProcessGroup& group, const ZeroOptions& opts,
-                   const OptimizerFactory& make_optimizer);
+                   const OptimizerFactory& make_optimizer, comm::ProcessGroup* replicate = nullptr);
   ~ZeroDataParallel();
   ZeroDataParallel(const ZeroDataParallel&) = delete;
   ZeroDataParallel& operator=(const ZeroDataParallel&) = delete;
@@ -130,7 +142,9 @@ class ZeroDataParallel {
   nn::NamedTensors full_state_dict();
 
   /// This rank's parameter slices, optimizer state slices ("exp_avg.<param>", ...) and,
-  /// on rank 0, the buffers whole. With the optimizer scalars (state_dict().scalars of
+  /// on rank 0, the buffers whole. Under HSDP only replica 0 contributes (the other
+  /// replicas hold the same slices and return nothing), so the pieces of all ranks tile
+  /// every tensor exactly once. With the optimizer scalars (state_dict().scalars of
   /// rank 0; per-parameter steps are equal on every rank) this is a complete checkpoint
   /// for save_sharded(). Pieces are views: save before changing the model.
   std::vector<ShardPiece> state_pieces() const;
@@ -149,6 +163,8 @@ class ZeroDataParallel {
   optim::Optimizer& optimizer();
   nn::Module& module() { return *module_; }
   comm::ProcessGroup& group() { return group_; }
+  /// HSDP's replicate group; null under plain ZeRO.
+  comm::ProcessGroup* replicate_group() { return replicate_; }
   const ZeroOptions& options() const { return opts_; }
   int stage() const { return opts_.stage; }
   /// The flat units, in registration order (stage 3: root first).
@@ -159,6 +175,7 @@ class ZeroDataParallel {
   friend class ZeroNoSyncGuard;
   std::shared_ptr<nn::Module> module_;
   comm::ProcessGroup& group_;
+  comm::ProcessGroup* replicate_ = nullptr;
   ZeroOptions opts_;
   std::shared_ptr<detail::ZeroState> s_;
 };
@@ -182,8 +199,10 @@ class ZeroNoSyncGuard {
 /// with the same architecture). Broadcasts rank 0's parameters and buffers, flattens the
 /// parameters into units (their tensors become views of the flat buffers: build nothing
 /// that holds the old parameter tensors before this), and builds the optimizer over this
-/// rank's slices with `make_optimizer`.
+/// rank's slices with `make_optimizer`. With `replicate` (HSDP), `group` is the shard
+/// group and rank 0's weights are those of replica 0's rank 0.
 std::unique_ptr<ZeroDataParallel> apply_zero(std::shared_ptr<nn::Module> module, comm::ProcessGroup& group,
-                                             const ZeroOptions& opts, const OptimizerFactory& make_optimizer);
+                                             const ZeroOptions& opts, const OptimizerFactory& make_optimizer,
+                                             comm::ProcessGroup* replicate = nullptr);
 
 }  // namespace strata::parallel

@@ -24,6 +24,7 @@ nn::NamedTensors ZeroDataParallel::full_state_dict() {
 std::vector<ShardPiece> ZeroDataParallel::state_pieces() const {
   const auto& s = *s_;
   std::vector<ShardPiece> out;
+  if (replicate_ && replicate_->rank() != 0) return out;  // HSDP: replica 0 holds the same slices
   std::unordered_map<std::string, std::pair<int, const ShardSlice*>> slice_of;  // param name -> (unit, slice)
   // 16-bit model states: the checkpoint holds this rank's slices of the f32 masters
   std::unordered_map<std::string, Tensor> masters;

@@ -239,11 +239,28 @@ void ZeroState::finalize() {
   }
   launch_ready();
   const auto t = ZeroClock::now();
+  // HSDP: each unit's slice, averaged over the shard group, goes on to the replicate
+  // group as soon as its reduce-scatter is in, while later units' are still waited on.
+  const bool replicated = replicate && replicate->size() > 1;
   for (int k : launch_order) {
     ZeroUnit& u = units[size_t(k)];
     if (!u.rs_work) continue;
     u.rs_work->wait();
     u.rs_work.reset();
+    if (replicated) {
+      trace::tag_next_op("unit", k);
+      u.ar_work = replicate->all_reduce(u.rs_out, comm::ReduceOp::avg);
+      ++stats.replicate_all_reduces;
+    }
+    if (!staged.empty() && staged.front() == &u) retire_staged(staged.size() - 1);  // waited: free its staging
+  }
+  for (int k : launch_order) {
+    ZeroUnit& u = units[size_t(k)];
+    if (!u.rs_out.defined()) continue;
+    if (u.ar_work) {
+      u.ar_work->wait();
+      u.ar_work.reset();
+    }
     if (!u.rs_out.shares_storage(u.grad_shard)) {
       // Stage 1's slice is part of the flat gradients, which hold this rank's local sum
       // since zero_grad(): the average replaces it (accumulate only through no_sync).
@@ -253,7 +270,6 @@ void ZeroState::finalize() {
         ops::add_(u.grad_shard, u.rs_out);
     }
     u.rs_out = Tensor();
-    if (!staged.empty() && staged.front() == &u) retire_staged(staged.size() - 1);  // waited: free its staging
   }
   stats.wait_s += seconds_since(t);
   STRATA_CHECK(staged.empty(), "[zero] ", staged.size(), " staged units left after finalize");

@@ -40,6 +40,7 @@ struct ZeroUnit {
   Tensor rs_in;             // stages 2-3: the staged full gradient (padded), held until its reduce-scatter is waited on
   Tensor rs_out;            // where the reduce-scatter lands (grad_shard, or a comm buffer to add)
   std::optional<comm::Work> rs_work;
+  std::optional<comm::Work> ar_work;  // HSDP: rs_out averaged over the replicate group
   // Stage 3 gather state.
   bool gathered = false;
   std::optional<comm::Work> ag_work;  // in flight until waited
@@ -47,6 +48,7 @@ struct ZeroUnit {
 
 struct ZeroState {
   comm::ProcessGroup& group;
+  comm::ProcessGroup* replicate = nullptr;  // HSDP: the same slice on the other replicas
   ZeroOptions opts;
   ZeroPolicy policy;
   int rank = 0, world = 1;

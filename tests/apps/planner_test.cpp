@@ -281,14 +281,28 @@ TEST(Planner, EnumeratesEveryValidLayoutSortedByStepTime) {
   EXPECT_GT(plans.size(), 12u);
   // ZeRO-3 at dp 8 holds 16Ψ/8 (padded) of static state, DDP 20Ψ (with its buckets).
   const nn::ModelSpec spec = model_family(cfg).spec(cfg);
+  int hsdp_rows = 0;
   for (const LayoutPlan& p : plans) {
     if (p.dims.dp != 8) continue;
+    if (p.dims.hybrid()) {
+      // HSDP: ZeRO-3 over the shard group of S ranks, 16Ψ/S (padded); and the dp bytes are
+      // ZeRO-3's over S plus the ring all-reduce of the slice over R = 8 / S replicas.
+      const int64_t S = p.dims.shard_size(), R = p.dims.replicate_size();
+      EXPECT_EQ(8 % S, 0);
+      ++hsdp_rows;
+      if (p.dims.zero_stage != 3) continue;
+      const int64_t slice = (spec.total + S - 1) / S;
+      EXPECT_EQ(p.memory.total(), 16 * slice) << p.dims.str();
+      EXPECT_EQ(p.dp_bytes, 3 * (S - 1) * slice * 4 + 2 * (R - 1) * (slice * 4) / R) << p.dims.str();
+      continue;
+    }
     if (p.dims.zero_stage == 3) {
       EXPECT_EQ(p.memory.total(), 16 * ((spec.total + 7) / 8));
     } else if (p.dims.zero_stage == 0) {
       EXPECT_EQ(p.memory.total(), 20 * spec.total);
     }
   }
+  EXPECT_EQ(hsdp_rows, 3 * 2);  // ZeRO-1/2/3 x dp_shard 2, 4 (8 is plain ZeRO, 1 is not listed)
   // A memory limit marks and sorts: what fits first.
   PlanAssumptions tight = a;
   tight.memory_per_rank = plans.front().total() - 1;

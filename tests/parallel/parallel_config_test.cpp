@@ -22,6 +22,18 @@ std::string error_of(const std::string& yaml) {
   return "";
 }
 
+TEST(ParallelConfig, HsdpKeysAreReadAndCheckedAtResolve) {
+  ParallelConfig c = load("parallel: {zero_stage: 3, dp_shard: 2}\n");
+  EXPECT_EQ(c.dims.dp_shard, 2);
+  EXPECT_EQ(c.dims.dp_replicate, 0);
+  EXPECT_EQ(c.dims.resolve(8).replicate_size(), 4);
+  c = load("parallel: {zero_stage: 1, dp_replicate: 2}\n");
+  EXPECT_EQ(c.dims.resolve(6).shard_size(), 3);
+  EXPECT_EQ(load("parallel: {}\n").dims.dp_shard, 0);
+  EXPECT_NE(error_of("parallel: {zero_stage: 1, dp_shard: -2}\n").find("parallel.dp_shard"), std::string::npos);
+  EXPECT_NE(error_of("parallel: {zero_stage: 1, dp_replicate: -1}\n").find("parallel.dp_replicate"), std::string::npos);
+}
+
 TEST(ParallelConfig, DefaultsMatchPyTorch) {
   ParallelConfig c = load("parallel: {}\n");
   EXPECT_EQ(c.dims.dp, ParallelDims::kAuto);

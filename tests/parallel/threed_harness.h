@@ -35,6 +35,7 @@ struct Case {
   int steps = 3;      ///< the run trains steps [first, steps)
   int first = 0;
   int64_t batch = 16;
+  int dp_shard = 0;   ///< HSDP: ranks per ZeRO shard group (0: all dp ranks)
   int world() const { return dp * tp * pp; }
   std::string str() const {
     std::string s = "(dp " + std::to_string(dp) + ", tp " + std::to_string(tp) + ", pp " + std::to_string(pp) +
@@ -42,6 +43,7 @@ struct Case {
     if (pp > 1) s += std::string(" ") + schedule_name(kind) + " m " + std::to_string(m) + " v " + std::to_string(v);
     if (sp) s += " sp";
     if (!tied) s += " untied";
+    if (dp_shard > 0) s += " dp_shard " + std::to_string(dp_shard);
     return s;
   }
 };
@@ -74,7 +76,8 @@ inline Run reference(const Case& c) {
 
 /// The layout of `c` over `world` (c.world() ranks; mesh pp x dp x tp) by parallelize().
 inline std::unique_ptr<ParallelModel> build(std::shared_ptr<comm::ProcessGroup> world, const Case& c) {
-  const ParallelDims dims = ParallelDims{.dp = c.dp, .tp = c.tp, .pp = c.pp, .zero_stage = c.zero}.resolve(world->size());
+  const ParallelDims dims =
+      ParallelDims{.dp = c.dp, .tp = c.tp, .pp = c.pp, .zero_stage = c.zero, .dp_shard = c.dp_shard}.resolve(world->size());
   std::shared_ptr<nn::GPT> model = gpt(c);
   PipelinePlan plan = nn::gpt_pp_plan(*model, {}, c.sp && c.tp > 1 ? c.tp : 1);
   return parallelize(std::move(model), comm::DeviceMesh(std::move(world), dims.mesh_shape()),

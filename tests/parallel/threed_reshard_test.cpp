@@ -1,7 +1,8 @@
 // Resharding between 3D layouts (dp, tp, pp, zero): 2 steps at one layout, a checkpoint,
 // `consolidate` of it (every tensor whole, equal to one process's after 2 steps), and the
 // third step at another layout from that checkpoint, equal to one process's 3 steps. Both
-// ways for (2,2,2,z1) <-> (1,1,1,-), (4,2,1,z3), (1,4,2,-), and (8,1,1,z2) <-> (2,2,2,z1).
+// ways for (2,2,2,z1) <-> (1,1,1,-), (4,2,1,z3), (1,4,2,-), and (8,1,1,z2) <-> (2,2,2,z1);
+// and HSDP under tp, (4,2,1,z3 in shard groups of 2) <-> (2,2,2,z1), (1,1,1,-).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -21,10 +22,12 @@ constexpr double kTol = 1e-5;
 
 struct Layout {
   int dp, tp, pp, zero;
+  int dp_shard = 0;  // HSDP: ZeRO within shard groups of this many dp ranks
 };
 
 Case at(const Layout& l, int first, int steps) {
-  return {.dp = l.dp, .tp = l.tp, .pp = l.pp, .zero = l.zero, .m = 2, .clip = 0.05, .steps = steps, .first = first};
+  return {.dp = l.dp, .tp = l.tp, .pp = l.pp, .zero = l.zero, .m = 2, .clip = 0.05, .steps = steps, .first = first,
+          .dp_shard = l.dp_shard};
 }
 
 void reshard(const Layout& from, const Layout& to) {
@@ -82,4 +85,12 @@ TEST(ThreeDReshard, ToTp4Pp2) {
 TEST(ThreeDReshard, FromDp8Zero2) {
   reshard({8, 1, 1, 2}, k3d);
   reshard(k3d, {8, 1, 1, 2});
+}
+
+TEST(ThreeDReshard, HsdpUnderTensorParallel) {
+  // Only replica 0 of each tp rank's shard groups writes; every rank reads its own boxes.
+  const Layout hsdp{4, 2, 1, 3, 2};
+  reshard(hsdp, k3d);
+  reshard(k3d, hsdp);
+  reshard(hsdp, {1, 1, 1, 0});
 }
