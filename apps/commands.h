@@ -33,6 +33,11 @@ Command add_config_command(CLI::App& parent);
 /// `strata plot RUN_DIR... [--out plot.svg]`: loss, eval and learning-rate curves as SVG.
 Command add_plot_command(CLI::App& parent);
 
+/// strata tokenizer train|encode|decode (apps/tokenizer_command.cpp)
+Command add_tokenizer_command(CLI::App& parent);
+/// strata tokenize INPUT... --tokenizer T.json --output X.bin (apps/tokenizer_command.cpp)
+Command add_tokenize_command(CLI::App& parent);
+
 /// The strata version string.
 const char* version_string();
 

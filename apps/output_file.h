@@ -4,13 +4,20 @@
 // directory (as root, `-o /dev/null` must not replace the machine's /dev/null), and the
 // file is written atomically (a temporary beside it, renamed over it; removed on failure).
 #pragma once
+#include <memory>
 #include <string>
+
+#include <strata/tensor/file_io.h>
 
 namespace strata::apps {
 
 /// ConfigError (exit 2) naming `option` and the path unless `path` is a new name in an
 /// existing directory or an existing regular file. Call it before the command's work.
 void check_output_path(const std::string& path, const std::string& option);
+
+/// check_output_path, then an atomic writer for output too large to hold in memory
+/// (`strata tokenize`): nothing appears at `path` until its commit().
+std::unique_ptr<AtomicFileWriter> open_output_file(const std::string& path, const std::string& option);
 
 /// check_output_path, then the atomic write of `text` to `path`.
 void write_output_file(const std::string& path, const std::string& option, const std::string& text);

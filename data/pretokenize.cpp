@@ -77,14 +77,17 @@ void split_piece(const UnicodeRegex& re, SplitBehavior behavior, bool invert, Pi
 
 }  // namespace
 
-void PreTokenizer::run(std::string_view segment, PreTokenizeScratch& s) const {
+void PreTokenizer::run(std::string_view segment, PreTokenizeScratch& s, bool continues) const {
   s.text.assign(segment);
   s.pieces.clear();
   if (!segment.empty()) s.pieces.push_back({0, uint32_t(segment.size())});
-  for (const PreTokenizeStep& step : steps_) {
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const PreTokenizeStep& step = steps_[k];
     s.next.clear();
     for (Piece p : s.pieces) {
-      if (step.kind == PreTokenizeStep::Kind::byte_level && step.add_prefix_space && s.text[p.begin] != ' ') {
+      const bool skip_prefix = continues && k == 0 && p.begin == 0;
+      if (step.kind == PreTokenizeStep::Kind::byte_level && step.add_prefix_space && s.text[p.begin] != ' ' &&
+          !skip_prefix) {
         // `tokenizers` prepends the space to every non-empty piece that lacks one; the
         // prefixed copy goes behind the text so the offsets of other pieces stay valid.
         const uint32_t at = uint32_t(s.text.size());

@@ -56,7 +56,9 @@ class PreTokenizer {
   explicit PreTokenizer(std::vector<PreTokenizeStep> steps) : steps_(std::move(steps)) {}
 
   /// Splits `segment` (valid UTF-8) into s.pieces (over s.text); empty pieces are dropped.
-  void run(std::string_view segment, PreTokenizeScratch& s) const;
+  /// `continues`: the segment continues text cut before it (a chunk of a long file), so
+  /// a ByteLevel first step adds no prefix space to it.
+  void run(std::string_view segment, PreTokenizeScratch& s, bool continues = false) const;
 
   const std::vector<PreTokenizeStep>& steps() const { return steps_; }
 

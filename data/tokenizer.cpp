@@ -119,8 +119,8 @@ std::optional<uint32_t> Tokenizer::token_to_id(const std::string& text) const {
   return std::nullopt;
 }
 
-void Tokenizer::encode_ordinary(std::string_view text, std::vector<uint32_t>& out, Scratch& s) const {
-  pre_.run(text, s.pre);
+void Tokenizer::encode_ordinary(std::string_view text, std::vector<uint32_t>& out, Scratch& s, bool continues) const {
+  pre_.run(text, s.pre, continues);
   const std::hash<std::string_view> hasher;
   for (const Piece& p : s.pre.pieces) {
     const std::string_view bytes(s.pre.text.data() + p.begin, p.end - p.begin);
@@ -137,7 +137,7 @@ void Tokenizer::encode_ordinary(std::string_view text, std::vector<uint32_t>& ou
   }
 }
 
-void Tokenizer::encode_valid(std::string_view text, std::vector<uint32_t>& out, Scratch& s) const {
+void Tokenizer::encode_valid(std::string_view text, std::vector<uint32_t>& out, Scratch& s, bool continues) const {
   s.raw.clear();
   raw_matcher_.find(text, 0, text.size(), s.raw);
   for (const Segment& r : s.raw) {
@@ -151,24 +151,25 @@ void Tokenizer::encode_valid(std::string_view text, std::vector<uint32_t>& out, 
       if (n.token >= 0)
         out.push_back(spec_.added_tokens[size_t(n.token)].id);
       else
-        encode_ordinary(text.substr(n.begin, n.end - n.begin), out, s);
+        encode_ordinary(text.substr(n.begin, n.end - n.begin), out, s, continues && n.begin == 0);
     }
   }
 }
 
-void Tokenizer::encode(std::string_view text, bool add_special_tokens, std::vector<uint32_t>& out) const {
+void Tokenizer::encode(std::string_view text, bool add_special_tokens, std::vector<uint32_t>& out,
+                       bool continues) const {
   Scratch& s = scratch();
   const bool valid = utf8::is_valid(text);
   std::string replaced;
   if (!valid) replaced = utf8::replace_invalid(text);
   const std::string_view t = valid ? text : std::string_view(replaced);
   if (!add_special_tokens || spec_.single_template.empty()) {
-    encode_valid(t, out, s);
+    encode_valid(t, out, s, continues);
     return;
   }
   for (const TemplateItem& item : spec_.single_template) {
     if (item.is_sequence)
-      encode_valid(t, out, s);
+      encode_valid(t, out, s, continues);
     else
       out.insert(out.end(), item.ids.begin(), item.ids.end());
   }

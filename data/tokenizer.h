@@ -52,7 +52,10 @@ class Tokenizer {
   /// Appends the ids of `text` to `out`. Bytes that are not UTF-8 are first replaced by
   /// U+FFFD as Python's bytes.decode(errors="replace") does; the ids are then those of
   /// `tokenizers`' Tokenizer.encode(replaced_text, add_special_tokens=...).ids.
-  void encode(std::string_view text, bool add_special_tokens, std::vector<uint32_t>& out) const;
+  /// `continues`: `text` continues text encoded before it (the next chunk of a file cut
+  /// where a pre-token ends), so no prefix space is added at its start.
+  void encode(std::string_view text, bool add_special_tokens, std::vector<uint32_t>& out,
+              bool continues = false) const;
   std::vector<uint32_t> encode(std::string_view text, bool add_special_tokens = true) const;
 
   /// The text of `ids` as `tokenizers`' Tokenizer.decode(ids, skip_special_tokens=...):
@@ -71,8 +74,8 @@ class Tokenizer {
  private:
   struct Scratch;
   Scratch& scratch() const;
-  void encode_valid(std::string_view text, std::vector<uint32_t>& out, Scratch& s) const;
-  void encode_ordinary(std::string_view text, std::vector<uint32_t>& out, Scratch& s) const;
+  void encode_valid(std::string_view text, std::vector<uint32_t>& out, Scratch& s, bool continues) const;
+  void encode_ordinary(std::string_view text, std::vector<uint32_t>& out, Scratch& s, bool continues) const;
 
   TokenizerSpec spec_;
   BpeModel model_;

@@ -31,3 +31,11 @@ foreach(family gpt2 gpt2_prefix llama3)
                              $<TARGET_FILE:strata_tokenize_ids> ${PROJECT_BINARY_DIR}/tokenizer_compare/${family} ${family}
                      LABELS e2e TIMEOUT 120)
 endforeach()
+# `strata tokenizer train` (loaded by `tokenizers`, same ids) and `strata tokenize`.
+foreach(family gpt2 llama3)
+  strata_python_test(NAME tokenizer_cli_train_${family}
+                     COMMAND ${CMAKE_COMMAND} -E env python ${PROJECT_SOURCE_DIR}/tests/data/tokenizer_cli_test.py
+                             $<TARGET_FILE:strata_cli> $<TARGET_FILE:strata_tokenize_ids>
+                             ${PROJECT_BINARY_DIR}/tokenizer_cli/${family} ${family}
+                     LABELS e2e TIMEOUT 120)
+endforeach()

@@ -6,7 +6,8 @@ pattern, special tokens and a BOS template, and with ignore_merges), then checks
 strata encodes every case to the same ids and decodes id lists to the same text.
 
   tokenizer_compare.py TOOL WORKDIR [FAMILY...]
-TOOL is strata_tokenize_ids; FAMILY is gpt2, gpt2_prefix, llama3 (all by default).
+TOOL is strata_tokenize_ids; FAMILY is gpt2, gpt2_prefix, llama3 (all by default), or
+file:PATH to check a tokenizer.json made elsewhere (`strata tokenizer train`).
 """
 import json
 import os
@@ -82,7 +83,7 @@ def cases(family):
     for f in fortune_files():
         with open(f, "rb") as fh:
             out.append(("fortunes/" + os.path.basename(f), fh.read()))
-    special = "<|endoftext|>" if family != "llama3" else "<|begin_of_text|>"
+    special = "<|endoftext|>" if "llama3" not in family else "<|begin_of_text|>"
     texts = {
         "empty": "",
         "one_space": " ",
@@ -126,10 +127,14 @@ def run_tool(tool, mode, tok_path, files, extra=()):
 
 
 def check_family(tool, work, family):
-    tok = train(family)
-    path = os.path.join(work, f"{family}.json")
-    tok.save(path)
-    edit_json(path, family)
+    if family.startswith("file:"):
+        path = family[len("file:"):]
+        family = os.path.splitext(os.path.basename(path))[0]
+    else:
+        tok = train(family)
+        path = os.path.join(work, f"{family}.json")
+        tok.save(path)
+        edit_json(path, family)
     ref = Tokenizer.from_file(path)
     case_list = cases(family)
     files = []
