@@ -24,6 +24,7 @@
 #include <strata/data/bpe_trainer.h>
 #include <strata/data/text_chunks.h>
 #include <strata/data/token_dataset.h>
+#include <strata/data/tokenize_files.h>
 #include <strata/data/tokenizer_json.h>
 
 namespace strata::apps {
@@ -123,8 +124,8 @@ struct TokenizeOptions {
   size_t chunk_bytes = size_t(1) << 20;
 };
 
-// Chunks are encoded in rounds of 2 per thread: the reader, the encoders and the writer
-// never hold more than that many chunks (and their ids), whatever the corpus size.
+// The ids go to the file as they come (data/tokenize_files.h bounds what is held), behind
+// a header whose count is filled in at the end.
 int run_tokenize(const TokenizeOptions& o) {
   check_output_path(o.output, "--output");
   const auto tok = data::load_tokenizer(o.tokenizer);
@@ -139,68 +140,27 @@ int run_tokenize(const TokenizeOptions& o) {
   auto writer = open_output_file(o.output, "--output");
   std::vector<uint8_t> header(size_t(data::TokenFile::kLlmcHeaderBytes), 0);
   writer->write(header.data(), header.size());
-
-  struct Job {
-    std::string text;
-    bool continues = false, first_of_file = false;
-    std::vector<uint32_t> ids;
-  };
-  std::vector<Job> jobs(size_t(2 * threads));
   std::vector<uint16_t> narrow;
   int64_t count = 0;
-  const uint64_t total = total_bytes(files);
   uint64_t done = 0;
-  ByteProgress bar("tokenize", total, o.quiet);
+  ByteProgress bar("tokenize", total_bytes(files), o.quiet);
   const auto t0 = Clock::now();
-  size_t file_index = 0;
-  std::unique_ptr<data::TextChunker> chunker;
-  bool more = true;
-  while (more) {
-    size_t n = 0;
-    while (n < jobs.size()) {
-      if (!chunker) {
-        if (file_index == files.size()) {
-          more = false;
-          break;
-        }
-        chunker = std::make_unique<data::TextChunker>(files[file_index++], o.chunk_bytes);
-      }
-      Job& j = jobs[n];
-      if (!chunker->next(j.text, j.continues)) {
-        chunker.reset();
-        continue;
-      }
-      j.first_of_file = !j.continues;
-      ++n;
-    }
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t k; (k = next.fetch_add(1)) < n;) {
-        jobs[k].ids.clear();
-        tok->encode(jobs[k].text, false, jobs[k].ids, jobs[k].continues);
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < std::min<int>(threads, int(n)); ++t) pool.emplace_back(work);
-    work();
-    for (auto& t : pool) t.join();
-    for (size_t k = 0; k < n; ++k) {
-      Job& j = jobs[k];
-      if (j.first_of_file && sep) j.ids.insert(j.ids.begin(), *sep);
-      count += int64_t(j.ids.size());
-      if (count > INT32_MAX)
-        STRATA_THROW(DataError, "[tokenize] ", o.output, ": more than 2^31-1 tokens, the most one llm.c token file "
-                     "counts; tokenize the inputs into several files");
-      if (wide) {
-        writer->write(j.ids.data(), j.ids.size() * 4);
-      } else {
-        narrow.assign(j.ids.begin(), j.ids.end());
-        writer->write(narrow.data(), narrow.size() * 2);
-      }
-      done += j.text.size();
-    }
-    bar.update(done, format_count(double(count)) + " tokens");
-  }
+  data::tokenize_files(files, *tok, {.threads = threads, .chunk_bytes = o.chunk_bytes, .separator = sep},
+                       [&](std::span<const uint32_t> ids, uint64_t bytes_done) {
+                         count += int64_t(ids.size());
+                         if (count > INT32_MAX)
+                           STRATA_THROW(DataError, "[tokenize] ", o.output,
+                                        ": more than 2^31-1 tokens, the most one llm.c token file counts; tokenize "
+                                        "the inputs into several files");
+                         if (wide) {
+                           writer->write(ids.data(), ids.size() * 4);
+                         } else {
+                           narrow.assign(ids.begin(), ids.end());
+                           writer->write(narrow.data(), narrow.size() * 2);
+                         }
+                         done = bytes_done;
+                         bar.update(done, format_count(double(count)) + " tokens");
+                       });
   bar.update(done, format_count(double(count)) + " tokens", true);
   if (count < 2) STRATA_THROW(DataError, "[tokenize] the inputs gave ", count, " tokens; a token file needs at least 2");
   const int32_t h[3] = {wide ? data::TokenFile::kLlmcMagicU32 : data::TokenFile::kLlmcMagic, wide ? 7 : 1,
