@@ -18,7 +18,7 @@ std::atomic<uint64_t> next_instance{1};
 class PieceCache {
  public:
   static constexpr size_t kMaxKey = 256;
-  static constexpr size_t kSlots = size_t(1) << 16;
+  static constexpr size_t kSlots = size_t(1) << 18;  // 6 MiB of slots per thread; 128k pre-tokens
 
   PieceCache() : slots_(kSlots) {}
 
