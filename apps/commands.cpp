@@ -175,6 +175,8 @@ static std::string token_files_tokenizer(const std::string& data_path) {
   const fs::path meta = dir / "tokenizer.json";
   if (!fs::is_regular_file(meta, ec)) return "";
   const nlohmann::json j = parse_json_file_text(read_file_text(meta.string()), meta.string());
+  // A Hugging Face tokenizer.json beside the files is not this note; data.tokenizer names one.
+  if (j.is_object() && j.contains("model") && !j.contains("tokenizer")) return "";
   if (!j.is_object() || !j.contains("tokenizer") || !j["tokenizer"].is_string())
     STRATA_THROW(DataError, meta.string(), ": expected {\"tokenizer\": \"<name>\"}");
   return j["tokenizer"].get<std::string>();
