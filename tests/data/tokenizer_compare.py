@@ -6,7 +6,9 @@ pattern, special tokens and a BOS template, and with ignore_merges), then checks
 strata encodes every case to the same ids and decodes id lists to the same text.
 
   tokenizer_compare.py TOOL WORKDIR [FAMILY...]
-TOOL is strata_tokenize_ids; FAMILY is gpt2, gpt2_prefix, llama3 (all by default), or
+TOOL is strata_tokenize_ids; FAMILY is gpt2, gpt2_prefix, llama3, gpt2_transformers (the
+GPT-2 tokenizer's file as `transformers`' GPT2TokenizerFast writes it from vocab.json and
+merges.txt, the form of GPT-2's own file) (all by default), or
 file:PATH to check a tokenizer.json made elsewhere (`strata tokenizer train`).
 """
 import json
@@ -77,6 +79,21 @@ def edit_json(path, family):
         json.dump(j, fh, ensure_ascii=False)
 
 
+def transformers_gpt2(work):
+    from transformers import GPT2TokenizerFast
+    j = json.loads(train("gpt2").to_str())
+    os.makedirs(os.path.join(work, "gpt2_files"), exist_ok=True)
+    vocab_path = os.path.join(work, "gpt2_files", "vocab.json")
+    merges_path = os.path.join(work, "gpt2_files", "merges.txt")
+    with open(vocab_path, "w", encoding="utf-8") as fh:
+        json.dump(j["model"]["vocab"], fh, ensure_ascii=False)
+    with open(merges_path, "w", encoding="utf-8") as fh:
+        fh.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in j["model"]["merges"]))
+    out = os.path.join(work, "gpt2_transformers")
+    GPT2TokenizerFast(vocab_file=vocab_path, merges_file=merges_path).save_pretrained(out)
+    return os.path.join(out, "tokenizer.json")
+
+
 def cases(family):
     """(name, bytes) pairs."""
     out = []
@@ -130,6 +147,8 @@ def check_family(tool, work, family):
     if family.startswith("file:"):
         path = family[len("file:"):]
         family = os.path.splitext(os.path.basename(path))[0]
+    elif family == "gpt2_transformers":
+        path = transformers_gpt2(work)
     else:
         tok = train(family)
         path = os.path.join(work, f"{family}.json")
@@ -183,7 +202,7 @@ def check_family(tool, work, family):
 
 def main():
     tool, work = sys.argv[1], sys.argv[2]
-    families = sys.argv[3:] or ["gpt2", "gpt2_prefix", "llama3"]
+    families = sys.argv[3:] or ["gpt2", "gpt2_prefix", "llama3", "gpt2_transformers"]
     os.makedirs(work, exist_ok=True)
     failures = sum(check_family(tool, work, f) for f in families)
     sys.exit(1 if failures else 0)
