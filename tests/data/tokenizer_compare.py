@@ -115,6 +115,7 @@ def cases(family):
         "special_inside": f"hello{special}world {special} {special}{special}x<|endo",
         "special_only": special,
         "added_flags": "a stratum b xstratum stratumx  stratum\t<sep>  q <sep>z",
+        "unicode15": "a\U00031350b \U0001FAE8x \u0C5Dy",
         "controls": "\x00\x01\x7f\x1b[31mred\x1b[0m\x0b\x0c",
     }
     out += [(k, v.encode("utf-8")) for k, v in texts.items()]
