@@ -3,7 +3,8 @@
 #   tokenizer_e2e.sh STRATA SRC WORK CASE
 # text_matches_tokens: training on the text corpus with data.tokenizer gives the same
 #   losses as training on the token file `strata tokenize` wrote with that tokenizer;
-#   `strata sample` then prints decoded text.
+#   `strata sample` then prints decoded text; a tokenizer with add_prefix_space tokenized in
+#   small chunks gives the ids of encoding the file whole.
 # errors: a missing data.tokenizer exits 2 naming the key, a malformed one exits 1 naming
 #   the file; tokenize refuses a device as output (exit 2) and writes nothing partial.
 set -euo pipefail
@@ -28,6 +29,14 @@ text_matches_tokens)
   grep -q 'final val loss' text.log || fail "no final val loss"
   out=$("$strata" sample --checkpoint text --prompt "The " --tokens 10 --seed 1)
   [[ "$out" == "The "* && ${#out} -gt 6 ]] || fail "sample printed '$out'"
+  "$strata" tokenizer train /usr/share/games/fortunes/science --vocab-size 600 -o gpt2.json -q
+  sed '0,/"add_prefix_space": false/s//"add_prefix_space": true/' gpt2.json >prefix.json
+  grep -q '"add_prefix_space": true' prefix.json || fail "no add_prefix_space in prefix.json"
+  f=/usr/share/games/fortunes/science
+  "$strata" tokenize "$f" -t prefix.json -o prefix.bin --chunk-bytes 4096 --threads 2 -q
+  whole=$("$strata" tokenizer encode -t prefix.json --file "$f")
+  chunked=$(od -An -tu2 -v -j1024 prefix.bin | tr -s ' \n' '  ' | sed 's/^ //; s/ $//')
+  [[ -n "$whole" && "$whole" == "$chunked" ]] || fail "chunked ids differ from whole-file ids with add_prefix_space"
   ;;
 errors)
   set +e
