@@ -250,3 +250,26 @@ TEST(BpeTrainer, DeterministicAndRoundTrips) {
   }();
   EXPECT_NE(small.find("--vocab-size: 200 is below"), std::string::npos) << small;
 }
+
+TEST(Tokenizer, ConcurrentEncodesAndCacheRefillsAgree) {
+  const auto tok = parse_tokenizer_json(small_tokenizer().dump(), "small");
+  // 200k distinct pre-tokens: more than the per-thread cache holds before it is emptied.
+  std::string text;
+  std::vector<std::string> words;
+  for (int i = 0; i < 200000; ++i) {
+    std::string w = " t";
+    for (int v = i; v > 0; v /= 26) w += char('a' + v % 26);
+    w += "ee";
+    words.push_back(w);
+    text += w;
+  }
+  std::vector<uint32_t> piecewise;
+  for (const std::string& w : words) tok->encode(w, false, piecewise);
+  const std::vector<uint32_t> whole = tok->encode(text, false);
+  EXPECT_EQ(whole, piecewise);
+  std::vector<std::vector<uint32_t>> got(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t) threads.emplace_back([&, t] { got[t] = tok->encode(text, false); });
+  for (auto& th : threads) th.join();
+  for (const auto& g : got) EXPECT_EQ(g, whole);
+}
