@@ -1,6 +1,7 @@
 // The measurement behind the pre-tokenizer's regex engine (data/unicode_regex.h): GPT-2's
 // and Llama 3's patterns over a UTF-8 text with PCRE2 (JIT, UTF + UCP) and with ICU's
-// regex engine (UText over UTF-8), matches counted the same way. Build and run:
+// regex engine (UText over UTF-8), matches counted the same way. Needs libicu-dev besides
+// libpcre2-dev (ICU is not a build dependency of strata). Build and run:
 //   g++ -O2 -std=c++20 scripts/bench_regex_engines.cpp -o /tmp/bench_regex \
 //       $(pkg-config --cflags --libs libpcre2-8 icu-i18n icu-uc)
 //   /work/shared/scripts/quiet-run -- /tmp/bench_regex /tmp/text.txt
