@@ -4,7 +4,7 @@
 // libpcre2-dev (ICU is not a build dependency of strata). Build and run:
 //   g++ -O2 -std=c++20 scripts/bench_regex_engines.cpp -o /tmp/bench_regex \
 //       $(pkg-config --cflags --libs libpcre2-8 icu-i18n icu-uc)
-//   /work/shared/scripts/quiet-run -- /tmp/bench_regex /tmp/text.txt
+//   /tmp/bench_regex /tmp/text.txt     (on an otherwise idle machine)
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <unicode/uregex.h>
