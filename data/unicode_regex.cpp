@@ -65,7 +65,8 @@ UnicodeRegex::UnicodeRegex(const std::string& pattern, const std::string& what, 
   const std::string src = literal ? pattern : translate_pattern(pattern);
   int err = 0;
   PCRE2_SIZE offset = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : 0);
+  // PCRE2_LITERAL admits no UCP (a literal has no classes for it to change).
+  const uint32_t options = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   pcre2_code* code =
       pcre2_compile(reinterpret_cast<PCRE2_SPTR>(src.data()), src.size(), options, &err, &offset, nullptr);
   if (!code) {

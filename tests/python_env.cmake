@@ -25,7 +25,7 @@ strata_python_test(NAME python_env COMMAND ${CMAKE_COMMAND} -E env python -c
                    LABELS unit)
 
 # The tokenizer against `tokenizers`: one entry per tokenizer family trained by the script.
-foreach(family gpt2 gpt2_prefix llama3 gpt2_transformers)
+foreach(family gpt2 gpt2_prefix llama3 splits gpt2_transformers)
   strata_python_test(NAME tokenizer_vs_tokenizers_${family}
                      COMMAND ${CMAKE_COMMAND} -E env python ${PROJECT_SOURCE_DIR}/tests/data/tokenizer_compare.py
                              $<TARGET_FILE:strata_tokenize_ids> ${PROJECT_BINARY_DIR}/tokenizer_compare/${family} ${family}

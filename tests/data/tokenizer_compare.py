@@ -6,7 +6,8 @@ pattern, special tokens and a BOS template, and with ignore_merges), then checks
 strata encodes every case to the same ids and decodes id lists to the same text.
 
   tokenizer_compare.py TOOL WORKDIR [FAMILY...]
-TOOL is strata_tokenize_ids; FAMILY is gpt2, gpt2_prefix, llama3, gpt2_transformers (the
+TOOL is strata_tokenize_ids; FAMILY is gpt2, gpt2_prefix, llama3, splits (every Split
+behaviour, invert, a literal pattern, empty matches), gpt2_transformers (the
 GPT-2 tokenizer's file as `transformers`' GPT2TokenizerFast writes it from vocab.json and
 merges.txt, the form of GPT-2's own file) (all by default), or
 file:PATH to check a tokenizer.json made elsewhere (`strata tokenizer train`).
@@ -46,6 +47,16 @@ def train(family, vocab_size=1200):
             pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         specials = SPECIALS
+    elif family == "splits":  # every Split behaviour, invert, a literal pattern, ByteLevel's prefix space
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split("\n", behavior="merged_with_previous"),
+            pre_tokenizers.Split(Regex(r"\p{N}"), behavior="contiguous"),
+            pre_tokenizers.Split(Regex(r"[,;:]"), behavior="merged_with_next"),
+            pre_tokenizers.Split(Regex(r"[^;]+"), behavior="removed", invert=True),  # drops the ';' runs
+            pre_tokenizers.Split(Regex(r"\s+"), behavior="isolated"),
+            pre_tokenizers.Split(Regex(r"(?<=[a-z])(?=[A-Z])"), behavior="isolated"),  # empty matches
+            pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=False)])
+        specials = ["<|endoftext|>"]
     else:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=(family == "gpt2_prefix"))
         specials = ["<|endoftext|>"]
@@ -116,6 +127,7 @@ def cases(family):
         "special_only": special,
         "added_flags": "a stratum b xstratum stratumx  stratum\t<sep>  q <sep>z",
         "unicode15": "a\U00031350b \U0001FAE8x \u0C5Dy",
+        "split_edges": "camelCaseWord xxabxx 12ab34;;c,d\n\nx 1,2,3 ; end\n",
         "controls": "\x00\x01\x7f\x1b[31mred\x1b[0m\x0b\x0c",
     }
     out += [(k, v.encode("utf-8")) for k, v in texts.items()]
@@ -203,7 +215,7 @@ def check_family(tool, work, family):
 
 def main():
     tool, work = sys.argv[1], sys.argv[2]
-    families = sys.argv[3:] or ["gpt2", "gpt2_prefix", "llama3", "gpt2_transformers"]
+    families = sys.argv[3:] or ["gpt2", "gpt2_prefix", "llama3", "splits", "gpt2_transformers"]
     os.makedirs(work, exist_ok=True)
     failures = sum(check_family(tool, work, f) for f in families)
     sys.exit(1 if failures else 0)
