@@ -174,6 +174,8 @@ static std::string token_files_tokenizer(const std::string& data_path) {
   const fs::path meta = dir / "tokenizer.json";
   if (!fs::is_regular_file(meta, ec)) return "";
   const nlohmann::json j = parse_json_file_text(read_file_text(meta.string()), meta.string());
+  // A Hugging Face tokenizer.json beside the files is not this note; data.tokenizer names one.
+  if (j.is_object() && j.contains("model") && !j.contains("tokenizer")) return "";
   if (!j.is_object() || !j.contains("tokenizer") || !j["tokenizer"].is_string())
     STRATA_THROW(DataError, meta.string(), ": expected {\"tokenizer\": \"<name>\"}");
   return j["tokenizer"].get<std::string>();
@@ -241,7 +243,7 @@ Command add_sample_command(CLI::App& parent) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = parent.add_subcommand("sample", "Generate text from a GPT checkpoint");
   cmd->add_option("--checkpoint", o->checkpoint, "Checkpoint dir (or run dir)")->required();
-  CLI::Option* prompt_opt = cmd->add_option("--prompt", o->prompt, "Text to continue (byte-level models)");
+  CLI::Option* prompt_opt = cmd->add_option("--prompt", o->prompt, "Text to continue (byte-level models, or encoded with data.tokenizer)");
   cmd->add_option("--prompt-ids", o->prompt_ids,
                   "Token ids to continue (models trained on `tokens` files of another tokenizer), e.g. '464,3290'");
   cmd->add_option("--tokens", o->tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
@@ -275,14 +277,24 @@ Command add_sample_command(CLI::App& parent) {
             const int64_t vocab = model->config().vocab, block = model->config().block_size;
             // Byte-level models (the text corpus, or token files make_tokens.py wrote from bytes)
             // read and write text; other token models read and write ids.
-            const std::string tokenizer = cfg.data.dataset == "tokens" ? token_files_tokenizer(cfg.data.path) : "";
-            const bool bytes = cfg.data.dataset == "text" || tokenizer == "bytes";
+            // data.tokenizer: the prompt is encoded and the output decoded with it.
+            const auto tok = config_tokenizer(cfg);
+            const std::string tokenizer =
+                !tok && cfg.data.dataset == "tokens" ? token_files_tokenizer(cfg.data.path) : "";
+            const bool bytes = !tok && (cfg.data.dataset == "text" || tokenizer == "bytes");
+            const bool text_io = bytes || tok;
             std::vector<int64_t> ctx;
             if (!o->prompt_ids.empty()) {
               ctx = parse_ids(o->prompt_ids);
               for (int64_t id : ctx)
                 if (id < 0 || id >= vocab)
                   STRATA_THROW(ConfigError, "--prompt-ids: ", id, " is outside the model's vocabulary of ", vocab);
+            } else if (tok) {
+              for (uint32_t id : tok->encode(o->prompt, false)) {
+                if (int64_t(id) >= vocab)
+                  STRATA_THROW(ConfigError, "--prompt: token ", id, " of data.tokenizer is outside the model's vocabulary of ", vocab);
+                ctx.push_back(id);
+              }
             } else {
               if (!bytes && prompt_opt->count() > 0)
                 STRATA_THROW(ConfigError, "--prompt: this model was trained on token ids",
@@ -294,15 +306,24 @@ Command add_sample_command(CLI::App& parent) {
                 ctx.push_back(c);
               }
             }
-            if (!bytes)
+            if (!text_io)
               std::fprintf(stderr, "strata sample: printing token ids%s\n",
                            tokenizer.empty()
                                ? ""
                                : (" (decode: ... | python3 tools/make_tokens.py --decode " + tokenizer + ")").c_str());
             if (ctx.empty()) ctx.push_back(0);
             Utf8Writer text(stdout);  // a byte model may emit invalid UTF-8: escaped as \xNN
-            if (bytes)
-              for (int64_t c : ctx) text.put(static_cast<unsigned char>(c));
+            // Token bytes through the writer: a token may end inside a UTF-8 character.
+            auto put_token = [&](int64_t id) {
+              if (bytes) {
+                text.put(static_cast<unsigned char>(id));
+              } else {
+                const uint32_t one = uint32_t(id);
+                for (unsigned char c : tok->decode_bytes({&one, 1})) text.put(c);
+              }
+            };
+            if (text_io)
+              for (int64_t c : ctx) put_token(c);
             Generator gen(o->seed);
             std::vector<float> probs(static_cast<size_t>(vocab));
             for (int64_t i = 0; i < o->tokens; ++i) {
@@ -339,8 +360,8 @@ Command add_sample_command(CLI::App& parent) {
                 }
               }
               ctx.push_back(next);
-              if (bytes)
-                text.put(static_cast<unsigned char>(next));
+              if (text_io)
+                put_token(next);
               else
                 std::printf("%lld ", (long long)next);
               std::fflush(stdout);

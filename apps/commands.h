@@ -57,6 +57,11 @@ HfModel load_hf_model(const std::string& dir);
 /// load_hf_model of a GPT2LMHeadModel directory, as strata's GPT.
 std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir);
 
+/// strata tokenizer train|encode|decode (apps/tokenizer_command.cpp)
+Command add_tokenizer_command(CLI::App& parent);
+/// strata tokenize INPUT... --tokenizer T.json --output X.bin (apps/tokenizer_command.cpp)
+Command add_tokenize_command(CLI::App& parent);
+
 /// The strata version string.
 const char* version_string();
 

@@ -8,6 +8,8 @@
 
 #include "apps/hf/hf_config.h"
 
+#include <filesystem>
+
 #include <strata/comm/nccl.h>
 #include <strata/core/log.h>
 #include <strata/data/registry.h>
@@ -142,6 +144,18 @@ void read_sample_shape(const ConfigNode& n, DataSection& s) {
     if (d <= 0) n.fail("sample_shape", "every dimension must be positive, got " + std::to_string(d));
 }
 
+// data.tokenizer: a missing file is a config error (exit 2) naming the key; a file that
+// is not a tokenizer strata can run is a data error (exit 1) naming the file, raised
+// when the data is built.
+void read_tokenizer(const ConfigNode& n, DataSection& s) {
+  s.tokenizer = n.get("tokenizer", s.tokenizer);
+  if (s.tokenizer.empty()) return;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(s.tokenizer, ec))
+    n.fail("tokenizer", "'" + s.tokenizer + "' is not a file (give a tokenizer.json, e.g. one written by "
+                        "`strata tokenizer train`)");
+}
+
 // One-line meanings for the config reference are the comments on each key below.
 void read_data(const ConfigNode& n, DataSection& s) {
   // dataset: which data to train on (built-in name or one registered from C++).
@@ -194,6 +208,7 @@ void read_data(const ConfigNode& n, DataSection& s) {
     // stride: tokens between the starts of training windows; 0 = model.block_size (non-overlapping).
     s.stride = n.get("stride", int64_t(0));
     n.check_range("stride", double(s.stride), 0, 1e12);
+    read_tokenizer(n, s);  // tokenizer: the tokenizer.json the token files were made with (vocab size, sample)
     return;
   }
   if (registered) {
@@ -215,6 +230,7 @@ void read_data(const ConfigNode& n, DataSection& s) {
     s.path = n.get("path", s.path);
     s.stride = n.get("stride", s.stride);
     n.check_range("stride", double(s.stride), 1, 1e9);
+    read_tokenizer(n, s);  // tokenizer: a tokenizer.json the text is encoded with ("" = bytes)
     return;
   }
   s.kind = n.get("kind", s.kind);
@@ -419,11 +435,11 @@ void TrainConfig::validate() const {
   if (model.type == "gpt") {
     const bool need = data.dataset == "tokens" || registered;
     const int64_t least = data.dataset == "text" ? 256 : data.dataset == "synthetic" ? data.vocab_size : 2;
-    if (need && model.vocab_size == 0)
+    if (need && model.vocab_size == 0 && data.tokenizer.empty())
       config_fail("model.vocab_size", "data.dataset " + data.dataset +
                                           " needs the tokenizer's vocabulary size (50257 for GPT-2's, 256 for "
                                           "bytes); the data's largest token id is checked against it");
-    if (model.vocab_size != 0 && model.vocab_size < least)
+    if (model.vocab_size != 0 && model.vocab_size < least && data.tokenizer.empty())
       config_fail("model.vocab_size", "is " + std::to_string(model.vocab_size) + " but data.dataset " + data.dataset +
                                           " has ids up to " + std::to_string(least - 1));
   }

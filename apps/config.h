@@ -85,6 +85,9 @@ struct DataSection {
   double val_fraction = 0.1;
   int64_t stride = 1;                     // text, tokens: distance between training windows (tokens: 0 = block_size)
   int64_t prefetch = 2;                   // batches built ahead on the loader thread
+  /// text, tokens: a tokenizer.json (byte-level BPE). text is encoded with it and
+  /// model.vocab_size defaults to its vocabulary; `strata sample` decodes with it.
+  std::string tokenizer;
   // tokens
   std::string val_path;  // "" = <path>/val.bin when path is a directory, else carved by val_fraction
   // idx, npy: labelled images (test_* optional, evaluated once after training)

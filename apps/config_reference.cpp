@@ -118,6 +118,11 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"data.stride", "integer", "1 (text); 0 (tokens)",
      "text: distance in bytes between the starts of training windows (>= 1). tokens: tokens between them; 0 = "
      "`model.block_size` (non-overlapping, as llm.c reads)."},
+    {"data.tokenizer", "string", "\"\"",
+     "text, tokens: a `tokenizer.json` (byte-level BPE, e.g. written by `strata tokenizer train`). text is encoded "
+     "with it instead of read as bytes; `model.vocab_size` defaults to its vocabulary; `strata sample` encodes the "
+     "prompt and decodes with it. A missing file is a config error, a malformed one a data error naming the file "
+     "(docs/tokenizer.md)."},
     {"data.kind", "string", "classification", "synthetic: `classification` (vectors or images) or `tokens` (for gpt)."},
     {"data.size", "integer", "1024", "synthetic: number of samples."},
     {"data.seed", "integer", "0", "synthetic: seed of the generated data."},

@@ -16,6 +16,11 @@
 #include <strata/data/synthetic.h>
 #include <strata/data/text_dataset.h>
 #include <strata/data/token_dataset.h>
+#include <strata/data/token_stream.h>
+#include <strata/data/tokenizer_json.h>
+#include <strata/core/threads.h>
+#include <map>
+#include <mutex>
 #include <strata/optim/adam.h>
 #include <strata/optim/sgd.h>
 
@@ -52,7 +57,7 @@ void build_tokens(const TrainConfig& cfg, DataBundle& b) {
     const std::string v = (fs::path(d.path) / "val.bin").string();
     if (val_path.empty() && fs::exists(v, ec)) val_path = v;
   }
-  const int64_t t = cfg.model.block_size, v = cfg.model.vocab_size;
+  const int64_t t = cfg.model.block_size, v = gpt_vocab(cfg);
   const int64_t stride = d.stride > 0 ? d.stride : t;
   auto train = std::make_shared<const data::TokenFile>(train_path);
   train->check_vocab(v, "model.vocab_size");
@@ -151,8 +156,20 @@ void build_registered(const TrainConfig& cfg, DataBundle& b) {
 
 }  // namespace
 
+std::shared_ptr<const data::Tokenizer> config_tokenizer(const TrainConfig& cfg) {
+  if (cfg.data.tokenizer.empty()) return nullptr;
+  // The model's vocabulary, the data and `strata sample` all ask: one load per process.
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const data::Tokenizer>> loaded;
+  std::lock_guard lock(mu);
+  auto& t = loaded[cfg.data.tokenizer];
+  if (!t) t = data::load_tokenizer(cfg.data.tokenizer);
+  return t;
+}
+
 int64_t gpt_vocab(const TrainConfig& cfg) {
   if (cfg.model.vocab_size > 0) return cfg.model.vocab_size;
+  if (const auto tok = config_tokenizer(cfg)) return tok->vocab_size();
   return cfg.data.dataset == "text" ? data::TextDataset::kVocabSize : cfg.data.vocab_size;
 }
 
@@ -198,6 +215,25 @@ DataBundle build_data(const TrainConfig& cfg) {
     return b;
   }
   b.eval_split = "val";
+  if (d.dataset == "text" && !d.tokenizer.empty()) {
+    const int64_t t = cfg.model.block_size;
+    const auto tok = config_tokenizer(cfg);
+    const std::string path = d.path.empty() ? std::string(data::kFortunesDir) : d.path;
+    auto ids = std::make_shared<const std::vector<uint32_t>>(data::tokenize_text_corpus(path, *tok, get_num_threads()));
+    const int64_t vocab = gpt_vocab(cfg);
+    if (tok->vocab_size() > vocab)
+      config_fail("model.vocab_size", "is " + std::to_string(vocab) + " but data.tokenizer " + d.tokenizer +
+                                          " has " + std::to_string(tok->vocab_size()) + " tokens");
+    const int64_t n = int64_t(ids->size()), n_val = std::llround(double(n) * d.val_fraction);
+    if (n_val < t + 1)
+      config_fail("data.val_fraction", "the val split has " + std::to_string(n_val) +
+                                           " tokens, fewer than model.block_size + 1 = " + std::to_string(t + 1));
+    b.train = std::make_shared<data::TokenStreamDataset>(ids, 0, n - n_val, t, d.stride);
+    b.eval = std::make_shared<data::TokenStreamDataset>(ids, n - n_val, n, t, t);  // every val token predicted once
+    b.tokens = true;
+    b.tokens_per_sample = t;
+    return b;
+  }
   if (d.dataset == "text") {
     const int64_t t = cfg.model.block_size;
     auto splits = data::load_text_splits(d.path.empty() ? std::string(data::kFortunesDir) : d.path, d.val_fraction);

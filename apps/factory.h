@@ -9,6 +9,7 @@
 #include "apps/config.h"
 #include <strata/core/rng.h>
 #include <strata/data/dataset.h>
+#include <strata/data/tokenizer.h>
 #include <strata/nn/module.h>
 #include <strata/optim/lr_schedule.h>
 #include <strata/optim/optimizer.h>
@@ -33,6 +34,10 @@ struct DataBundle {
 
 /// Loads/generates the datasets (DataError naming the file on a bad dataset path).
 DataBundle build_data(const TrainConfig& cfg);
+
+/// data.tokenizer loaded once per process (null when unset). DataError naming the file
+/// when it is not a tokenizer strata can run.
+std::shared_ptr<const data::Tokenizer> config_tokenizer(const TrainConfig& cfg);
 
 /// The model for `cfg`, built by its family (model_family.h; dimensions come from the
 /// config alone: fashion 784/10, text vocab 256, synthetic from its keys). Weights are

@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
                                          add_bench_command(app), add_info_command(app), add_plan_command(app),
                                          add_ckpt_command(app), add_plot_command(app),
                                          add_config_command(app), add_trace_command(app),
-                                         add_launch_command(app)};
+                                         add_launch_command(app), add_tokenizer_command(app),
+                                         add_tokenize_command(app)};
   app.footer(
       "Examples:\n"
       "  strata train --config configs/fashion_mlp.yaml\n"
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
       "  strata plan --config configs/gpt_char.yaml --ranks 8\n"
       "  strata eval --checkpoint runs/fashion_mlp\n"
       "  strata sample --checkpoint runs/gpt_char --prompt 'The ' --tokens 200\n"
+      "  strata tokenizer train /usr/share/games/fortunes --vocab-size 2048 -o tokenizer.json\n"
+      "  strata tokenize /usr/share/games/fortunes --tokenizer tokenizer.json -o fortunes.bin\n"
       "  strata help train");
   require_finite_numbers(app);
   // `strata help train`, `strata train help`: the --help of that command.

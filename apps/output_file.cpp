@@ -46,6 +46,11 @@ void check_output_dir(const std::string& out_arg, const std::string& option, boo
     STRATA_THROW(ConfigError, option, " '", out, "': the directory '", parent.string(), "' does not exist");
 }
 
+std::unique_ptr<AtomicFileWriter> open_output_file(const std::string& path, const std::string& option) {
+  check_output_path(path, option);
+  return std::make_unique<AtomicFileWriter>(path);
+}
+
 void write_output_file(const std::string& path, const std::string& option, const std::string& text) {
   check_output_path(path, option);
   write_file_atomic(path, text);

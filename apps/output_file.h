@@ -6,7 +6,10 @@
 // A command that writes a directory (`strata ckpt export --out`) is checked here too, and
 // commits it the same way (commit_dir: a temporary directory beside it, renamed).
 #pragma once
+#include <memory>
 #include <string>
+
+#include <strata/tensor/file_io.h>
 
 namespace strata::apps {
 
@@ -18,6 +21,10 @@ void check_output_path(const std::string& path, const std::string& option);
 /// directory, an empty directory, or (with `overwrite`) an existing directory; never a
 /// file, symlink, device or FIFO. Call it before the command's work.
 void check_output_dir(const std::string& out, const std::string& option, bool overwrite);
+
+/// check_output_path, then an atomic writer for output too large to hold in memory
+/// (`strata tokenize`): nothing appears at `path` until its commit().
+std::unique_ptr<AtomicFileWriter> open_output_file(const std::string& path, const std::string& option);
 
 /// check_output_path, then the atomic write of `text` to `path`.
 void write_output_file(const std::string& path, const std::string& option, const std::string& text);

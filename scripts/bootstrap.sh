@@ -8,6 +8,7 @@ PACKAGES=(
   libopenblas-dev
   libspdlog-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev
+  libpcre2-dev  # the tokenizer's pre-tokenizer regexes
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist fortunes
   time ccache

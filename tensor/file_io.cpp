@@ -60,6 +60,19 @@ void AtomicFileWriter::write(const void* data, size_t n) {
   }
 }
 
+void AtomicFileWriter::write_at(uint64_t offset, const void* data, size_t n) {
+  STRATA_CHECK(fd_ >= 0, "[AtomicFileWriter] '", path_, "': write after commit");
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd_, p, n, off_t(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) STRATA_THROW(DataError, "cannot write '", tmp_, "': ", errno_str());
+    p += w;
+    n -= size_t(w);
+    offset += uint64_t(w);
+  }
+}
+
 void AtomicFileWriter::commit() {
   STRATA_CHECK(fd_ >= 0, "[AtomicFileWriter] '", path_, "': committed twice");
   if (::fsync(fd_) != 0) STRATA_THROW(DataError, "cannot fsync '", tmp_, "': ", errno_str());

@@ -22,6 +22,9 @@ class AtomicFileWriter {
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
   void write(const void* data, size_t n);
+  /// Overwrites bytes already written at `offset` (a header whose counts are known only
+  /// at the end); crc32() then no longer describes the file.
+  void write_at(uint64_t offset, const void* data, size_t n);
   void commit();
   /// CRC32 of the bytes written so far.
   uint32_t crc32() const { return crc_; }

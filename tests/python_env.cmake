@@ -23,3 +23,19 @@ endfunction()
 strata_python_test(NAME python_env COMMAND ${CMAKE_COMMAND} -E env python -c
                    "import torch, transformers, tokenizers, safetensors; print(transformers.__version__, tokenizers.__version__)"
                    LABELS unit)
+
+# The tokenizer against `tokenizers`: one entry per tokenizer family trained by the script.
+foreach(family gpt2 gpt2_prefix llama3 splits gpt2_transformers)
+  strata_python_test(NAME tokenizer_vs_tokenizers_${family}
+                     COMMAND ${CMAKE_COMMAND} -E env python ${PROJECT_SOURCE_DIR}/tests/data/tokenizer_compare.py
+                             $<TARGET_FILE:strata_tokenize_ids> ${PROJECT_BINARY_DIR}/tokenizer_compare/${family} ${family}
+                     LABELS e2e TIMEOUT 120)
+endforeach()
+# `strata tokenizer train` (loaded by `tokenizers`, same ids) and `strata tokenize`.
+foreach(family gpt2 llama3)
+  strata_python_test(NAME tokenizer_cli_train_${family}
+                     COMMAND ${CMAKE_COMMAND} -E env python ${PROJECT_SOURCE_DIR}/tests/data/tokenizer_cli_test.py
+                             $<TARGET_FILE:strata_cli> $<TARGET_FILE:strata_tokenize_ids>
+                             ${PROJECT_BINARY_DIR}/tokenizer_cli/${family} ${family}
+                     LABELS e2e TIMEOUT 120)
+endforeach()
