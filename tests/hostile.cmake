@@ -40,8 +40,8 @@ function(write_fashion_config)
                              "optim: {lr: 0.01}\ntrain: {max_steps: 1}\n")
 endfunction()
 
-# Every file-writing command (plot -o, trace merge -o, ckpt consolidate --out) refuses to
-# replace anything but a regular file: a FIFO, a symlink, a directory and a character
+# Every file-writing command (plot -o, trace merge -o, ckpt consolidate --out, tokenize -o,
+# tokenizer train -o) refuses to replace anything but a regular file: a FIFO, a symlink, a directory and a character
 # device stay what they were (exit 2 naming --out); a missing directory is named too.
 if(CASE STREQUAL "output_special_files")
   run(0 train --config ${tiny_mlp} --set run.dir=r --set train.max_steps=2 --set run.trace.start_step=0
@@ -60,13 +60,21 @@ if(CASE STREQUAL "output_special_files")
   else()
     message("mknod not permitted here: the character-device case is skipped")
   endif()
-  foreach(cmd "plot;r" "trace;merge;r" "ckpt;consolidate;--checkpoint;r")
+  set(bpe ${SRC}/configs/tokenizers/fortunes_bpe.json)
+  set(corpus ${SRC}/tests/data_files/tiny_corpus.txt)
+  # "<option>|<command words>" for every command that writes one file.
+  foreach(spec "--out|plot;r" "--out|trace;merge;r" "--out|ckpt;consolidate;--checkpoint;r"
+               "--output|tokenize;--tokenizer;${bpe};${corpus}" "--output|tokenizer;train;--vocab-size;300;${corpus}")
+    string(FIND "${spec}" "|" bar)
+    string(SUBSTRING "${spec}" 0 ${bar} option)
+    math(EXPR bar "${bar} + 1")
+    string(SUBSTRING "${spec}" ${bar} -1 cmd)
     foreach(t k IN ZIP_LISTS targets kinds)
       run(2 ${cmd} -o ${t})
-      expect(ERR "--out '${t}' is ${k}: refusing to replace it")
+      expect(ERR "${option} '${t}' is ${k}: refusing to replace it")
     endforeach()
     run(2 ${cmd} -o missing/x.out)
-    expect(ERR "--out 'missing/x.out': the directory 'missing' does not exist")
+    expect(ERR "${option} 'missing/x.out': the directory 'missing' does not exist")
   endforeach()
   execute_process(COMMAND test -p ${WORK}/out.fifo RESULT_VARIABLE fifo_rc)
   file(READ ${WORK}/target.txt kept)
@@ -86,6 +94,8 @@ if(CASE STREQUAL "output_special_files")
   run(0 plot r -o new.svg)
   run(0 trace merge r -o merged.json)
   run(0 ckpt consolidate --checkpoint r -o whole.safetensors)
+  run(0 tokenize --tokenizer ${bpe} ${corpus} -o tokens.bin -q)
+  run(0 tokenizer train --vocab-size 300 ${corpus} -o bpe.json -q)
   file(READ ${WORK}/old.svg svg)
   string(FIND "${svg}" "<svg" svg_at)
   file(GLOB leftovers ${WORK}/*.tmp*)
