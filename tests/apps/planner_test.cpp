@@ -44,6 +44,9 @@ std::vector<Case> cases() {
   out.push_back({kTinyGpt, {}});
   out.push_back({kTinyGpt, {"model.bias=false", "model.tie_weights=false", "model.n_layer=3"}});
   out.push_back({kTinyGpt, {"model.vocab_size=300", "model.n_head=4", "model.block_size=16", "model.dropout=0"}});
+  out.push_back({kTinyLlama, {}});
+  out.push_back({kTinyLlama, {"model.tie_weights=true", "model.n_kv_head=1", "model.n_layer=3"}});
+  out.push_back({kTinyLlama, {"model.intermediate_size=0", "model.multiple_of=16", "model.ffn_dim_multiplier=1.5"}});
   const std::string cnn = kSrc + "/configs/fashion_cnn.yaml";
   out.push_back({cnn, {"model.channels=[4, 8]", "model.batch_norm=false", "model.dropout=0.3", "model.hidden=20"}});
   out.push_back({cnn, {"model.channels=[3]", "model.batch_norm=true", "model.hidden=7"}});
@@ -58,7 +61,7 @@ std::string label(const Case& c) {
 
 // FLOPs of a sample counted from the built model's parameters (flops.h's formulas).
 double flops_of_built(const TrainConfig& cfg, const nn::Module& model) {
-  if (cfg.model.type == "gpt") {
+  if (cfg.model.token_model()) {
     const double n = double(model.num_parameters()), t = double(cfg.model.block_size);
     return (6.0 * n + 12.0 * double(cfg.model.n_layer) * double(cfg.model.n_embd) * t) * t;
   }
@@ -98,7 +101,7 @@ TEST(Planner, ParameterShapesEqualTheBuiltModel) {
     EXPECT_DOUBLE_EQ(spec.flops_per_sample, flops_of_built(cfg, *model)) << label(c);
     const parallel::PipelinePlan pp = family.pp_plan(*model, {}, 1, 1);
     // The MLP has a stage split too (by layers), but the planner lists pipelines of the GPT only.
-    EXPECT_EQ(spec.has_pp_plan(), cfg.model.type == "gpt" && !pp.empty()) << label(c);
+    EXPECT_EQ(spec.has_pp_plan(), cfg.model.token_model() && !pp.empty()) << label(c);
     if (!spec.has_pp_plan()) continue;
     for (int stages = 2; stages <= cfg.model.n_layer; ++stages) {
       const auto want = parallel::plan_stages(*model, pp, stages);
@@ -110,7 +113,7 @@ TEST(Planner, ParameterShapesEqualTheBuiltModel) {
       }
     }
   }
-  EXPECT_GE(built, 15);
+  EXPECT_GE(built, 18);
 }
 
 // The TP-sharded parameters of a family's description are exactly those apply_tp splits
@@ -174,6 +177,38 @@ TEST(Planner, SeventyBillionIsPlannedWithoutATensor) {
   EXPECT_EQ(cpu_memory().total_peak(), before);
   EXPECT_GT(plans.size(), 100u);
   EXPECT_EQ(model_family(cfg).spec(cfg).total, 69'561'221'120);
+}
+
+// Llama 3 8B (configs/llama3_8b.yaml): 32 blocks of 2·C² (q, o) + 2·C·C/4 (k, v: 8 of 32
+// heads) + 3·C·14336 (SwiGLU) + 2·C (RMSNorm), the untied 128256 x 4096 embedding and head,
+// the final norm: 8,030,261,248. tp shards every linear and both vocabulary matrices; tp
+// must also divide the 8 key/value heads, so the planner's layouts at 64 ranks use tp
+// 1, 2, 4 or 8 only, and every one of them fits the planner's own limits.
+TEST(Planner, Llama3EightBillion) {
+  const TrainConfig cfg = TrainConfig::load(kSrc + "/configs/llama3_8b.yaml", kNoCudaSets);
+  const nn::ModelSpec s = model_family(cfg).spec(cfg);
+  EXPECT_EQ(s.total, 8'030'261'248);
+  EXPECT_EQ(s.total - s.tp_sharded, 32 * 2 * 4096 + 4096);  // the RMSNorm weights stay whole
+  EXPECT_EQ(s.block_params.size(), 32u);
+  cpu_memory().reset_peaks();
+  const int64_t before = cpu_memory().total_peak();
+  const auto plans = plan_layouts(cfg, 64, PlanAssumptions{.flops_per_s = 3e11, .bytes_per_s = 2.5e10});
+  EXPECT_EQ(cpu_memory().total_peak(), before);
+  ASSERT_FALSE(plans.empty());
+  std::set<int> tps;
+  for (const auto& p : plans) tps.insert(p.dims.tp);
+  for (int tp : tps) EXPECT_EQ(8 % tp, 0) << "tp " << tp << " splits the 8 key/value heads";
+  EXPECT_TRUE(tps.count(8));
+  // A layout that splits a key/value head is the config error `strata train` reports.
+  try {
+    (void)resolve_dims(TrainConfig::load(kSrc + "/configs/llama3_8b.yaml",
+                                         {"parallel.tp=16", "parallel.dp=1", "run.device=cpu"}),
+                       16);
+    ADD_FAILURE() << "tp 16 over 8 key/value heads was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.tp"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.n_kv_head = 8"), std::string::npos) << e.what();
+  }
 }
 
 // The ZeRO paper (Rajbhandari et al., Fig. 1): Ψ = 7.5B, N = 64, mixed-precision Adam
