@@ -500,7 +500,7 @@ TEST(TrainConfigTest, CrossFieldValidation) {
             "data.dataset: model.type gpt needs token data (text, tokens, or synthetic with kind: tokens), got "
             "'fashion_mnist'");
   EXPECT_EQ(schema_error("model: {type: mlp}\ndata: {dataset: text}\noptim: {lr: 0.1}\n"),
-            "model.type: token data needs model.type gpt, got 'mlp'");
+            "model.type: token data needs model.type gpt or llama, got 'mlp'");
   EXPECT_EQ(schema_error("model: {type: cnn, channels: [8, 8, 8]}\noptim: {lr: 0.1}\n"),
             "model.channels: 28x28 images allow at most 2 pooling blocks, got 3");
   EXPECT_EQ(schema_error("model: {type: mlp}\noptim: {name: sgd}\n"),

@@ -22,6 +22,9 @@ namespace st = strata::testing;
 using namespace strata::testing::tp;  // NOLINT: test harness
 
 constexpr double kParamTol = 3.0 / 128;
+// The Llama's tok_embeddings collects every block's gradient through the RMSNorms (no
+// LayerNorm mean subtraction damping it): measured worst 0.033 at tp 2 (4.2 ulps), so 5.
+constexpr double kLlamaParamTol = 5.0 / 128;
 constexpr double kLossTol = 1e-2;
 constexpr int kSteps = 3;
 
@@ -85,7 +88,8 @@ void check16(int dp, int tp, int stage, const std::string& kind = "gpt") {
     const std::string what = "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " stage " +
                              std::to_string(stage) + " rank " + std::to_string(w.rank());
     std::string worst;
-    EXPECT_LT(st::max_relative_error(got.state, want.state, &worst), kParamTol) << what << " worst " << worst;
+    EXPECT_LT(st::max_relative_error(got.state, want.state, &worst), kind == "gpt" ? kParamTol : kLlamaParamTol)
+        << what << " worst " << worst;
     ASSERT_EQ(got.losses.size(), want.losses.size());
     for (size_t s = 0; s < got.losses.size(); ++s)
       EXPECT_NEAR(got.losses[s], want.losses[s], kLossTol * want.losses[s]) << what << " step " << s;

@@ -65,7 +65,11 @@ inline nn::LlamaConfig tp_llama_config(const std::string& kind) {
 inline std::shared_ptr<nn::Module> tp_model(const std::string& kind, uint64_t seed) {
   if (kind == "mlp") return st::make_model("mlp", seed);
   Generator gen(seed);
-  if (is_llama(kind)) return std::make_shared<nn::Llama>(tp_llama_config(kind), gen);
+  if (is_llama(kind)) {  // in f64, as st::make_model's Llama (see there)
+    auto m = std::make_shared<nn::Llama>(tp_llama_config(kind), gen);
+    m->to(DType::f64);
+    return m;
+  }
   return std::make_shared<nn::GPT>(tp_gpt_config(kind), gen);
 }
 
