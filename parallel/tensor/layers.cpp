@@ -106,10 +106,14 @@ Tensor SequenceParallelNorm::forward(const Tensor& x) {
 std::shared_ptr<nn::Module> SequenceParallelNorm::whole() const {
   if (rms_) {
     auto rms = std::make_shared<nn::RMSNorm>(weight_->size(0), eps_);
+    rms->to(weight_->dtype());  // the shard's dtype and device (an f64 or bf16 model's)
+    rms->to(weight_->device());
     rms->load_state_dict({{"weight", weight_->detach()}});
     return rms;
   }
   auto ln = std::make_shared<nn::LayerNorm>(weight_->size(0), eps_, bias_ != nullptr);
+  ln->to(weight_->dtype());
+  ln->to(weight_->device());
   nn::NamedTensors sd{{"weight", weight_->detach()}};
   if (bias_) sd.emplace_back("bias", bias_->detach());
   ln->load_state_dict(sd);
