@@ -12,10 +12,13 @@ namespace strata::nn {
 // width, f32; "/tp" where tensor parallelism splits it, "/sp" where sequence parallelism
 // does):
 //   block:  its input x (N·C/sp, kept by attention_norm) and rstd (N/sp), the norm's
-//           output (N·C, kept by wq, wk, wv; gathered under SP), the packed rotated q|k|v
+//           output (N·C, kept by wq, wk, wv; under SP each of the three column-parallel
+//           projections all-gathers the shard itself and keeps its own N·C copy, 3 N·C),
+//           the packed rotated q|k|v
 //           with k, v repeated to H heads (3N·C/tp, kept by the attention core), the
 //           probabilities (b·H/tp·T²), the attention output (N·C/tp, kept by wo), the
-//           residual sum h (N·C/sp) and ffn_norm's rstd (N/sp) and output (N·C), the gate
+//           residual sum h (N·C/sp) and ffn_norm's rstd (N/sp) and output (N·C; 2 N·C under
+//           SP, gathered by w1 and w3 each), the gate
 //           and up projections (2N·F/tp, kept by SwiGLU) and its output (N·F/tp, kept by
 //           w2). The rotary embedding keeps nothing (its backward is the inverse rotation).
 //   last:   norm's input and rstd, its output (N·C) and the loss's probabilities (N·V/tp).
@@ -28,9 +31,9 @@ int64_t llama_activation_bytes(const LlamaActivationInput& a) {
   const int64_t tp = a.tp, spd = sp ? tp : 1;
   const int64_t n = a.batch * a.seq, nc = n * a.embd, nf = n * a.hidden;
   const int64_t att = a.batch * (a.heads / tp) * a.seq * a.seq;
-  const int64_t block = nc / spd + n / spd + nc        // x, attention_norm's rstd and output
-                        + 3 * nc / tp + att + nc / tp  // q|k|v, probabilities, attention output
-                        + nc / spd + n / spd + nc      // h, ffn_norm
+  const int64_t block = nc / spd + n / spd + (sp ? 3 : 1) * nc  // x, attention_norm's rstd and output
+                        + 3 * nc / tp + att + nc / tp            // q|k|v, probabilities, attention output
+                        + nc / spd + n / spd + (sp ? 2 : 1) * nc // h, ffn_norm
                         + 3 * nf / tp;                 // gate, up, SwiGLU output
   int64_t bytes = a.checkpoint ? a.layers * (nc / spd) * 4 + (a.layers > 0 ? block * 4 : 0) : a.layers * block * 4;
   if (a.last) bytes += (nc / spd + n / spd + nc + n * (a.vocab / tp)) * 4;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include "apps/factory.h"
@@ -399,32 +400,17 @@ std::vector<RankMeasured> measure(const TrainConfig& cfg, int n) {
   return out;
 }
 
-TEST(PlannerMemory, EquivalenceLayoutsWithinFivePercentOfTheAllocator) {
-  struct Layout {
-    const char* name;
-    int ranks;
-    std::vector<std::string> sets;
-  };
-  const Layout layouts[] = {
-      {"dp2 DDP", 2, {"parallel.dp=2"}},
-      {"tp2", 2, {"parallel.tp=2"}},
-      {"pp2 1f1b", 2, {"parallel.pp=2", "parallel.microbatches=4"}},
-      {"pp2 gpipe", 2, {"parallel.pp=2", "parallel.microbatches=4", "parallel.pp_schedule=gpipe"}},
-      {"tp2 x dp2 ZeRO-1", 4, {"parallel.tp=2", "parallel.dp=2", "parallel.zero_stage=1"}},
-      {"dp2 ZeRO-3", 2, {"parallel.dp=2", "parallel.zero_stage=3"}},
-      {"tp2 + SP", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
-      {"dp2 dropout 0.1", 2, {"parallel.dp=2", "model.dropout=0.1"}},
-      {"tp2 + SP dropout", 2, {"parallel.tp=2", "parallel.sequence_parallel=true", "model.dropout=0.1"}},
-      {"pp2 1f1b dropout", 2, {"parallel.pp=2", "parallel.microbatches=4", "model.dropout=0.1"}},
-      // 3D: dp x tp x pp as configs/gpt_char_3d.yaml, tp x pp with SP, dp x tp with ZeRO-3
-      {"dp2 tp2 pp2 ZeRO-1", 8,
-       {"parallel.dp=2", "parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=1", "parallel.microbatches=4"}},
-      {"tp2 pp2 + SP", 4,
-       {"parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.microbatches=4"}},
-      {"dp2 tp2 ZeRO-3", 4, {"parallel.dp=2", "parallel.tp=2", "parallel.zero_stage=3"}},
-  };
-  for (const Layout& l : layouts) {
-    const TrainConfig cfg = small_gpt(l.sets);
+struct MemoryLayout {
+  const char* name;
+  int ranks;
+  std::vector<std::string> sets;
+};
+
+// Each layout's ranks, trained one step, against the planner's prediction for them.
+void check_planner_memory(const std::function<TrainConfig(const std::vector<std::string>&)>& config,
+                          const std::vector<MemoryLayout>& layouts) {
+  for (const MemoryLayout& l : layouts) {
+    const TrainConfig cfg = config(l.sets);
     const parallel::ParallelDims dims = resolve_dims(cfg, l.ranks);
     const auto& pl = cfg.parallel.pipeline;
     const LayoutPlan p =
@@ -450,6 +436,52 @@ TEST(PlannerMemory, EquivalenceLayoutsWithinFivePercentOfTheAllocator) {
       EXPECT_LE(std::abs(da), 0.10) << l.name << " rank " << r;
     }
   }
+}
+
+TEST(PlannerMemory, EquivalenceLayoutsWithinFivePercentOfTheAllocator) {
+  const std::vector<MemoryLayout> layouts = {
+      {"dp2 DDP", 2, {"parallel.dp=2"}},
+      {"tp2", 2, {"parallel.tp=2"}},
+      {"pp2 1f1b", 2, {"parallel.pp=2", "parallel.microbatches=4"}},
+      {"pp2 gpipe", 2, {"parallel.pp=2", "parallel.microbatches=4", "parallel.pp_schedule=gpipe"}},
+      {"tp2 x dp2 ZeRO-1", 4, {"parallel.tp=2", "parallel.dp=2", "parallel.zero_stage=1"}},
+      {"dp2 ZeRO-3", 2, {"parallel.dp=2", "parallel.zero_stage=3"}},
+      {"tp2 + SP", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+      {"dp2 dropout 0.1", 2, {"parallel.dp=2", "model.dropout=0.1"}},
+      {"tp2 + SP dropout", 2, {"parallel.tp=2", "parallel.sequence_parallel=true", "model.dropout=0.1"}},
+      {"pp2 1f1b dropout", 2, {"parallel.pp=2", "parallel.microbatches=4", "model.dropout=0.1"}},
+      // 3D: dp x tp x pp as configs/gpt_char_3d.yaml, tp x pp with SP, dp x tp with ZeRO-3
+      {"dp2 tp2 pp2 ZeRO-1", 8,
+       {"parallel.dp=2", "parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=1", "parallel.microbatches=4"}},
+      {"tp2 pp2 + SP", 4,
+       {"parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.microbatches=4"}},
+      {"dp2 tp2 ZeRO-3", 4, {"parallel.dp=2", "parallel.tp=2", "parallel.zero_stage=3"}},
+  };
+  check_planner_memory([](const std::vector<std::string>& sets) { return small_gpt(sets); }, layouts);
+}
+
+// The Llama's description (nn/llama_spec.cpp's activation list: RMSNorm inputs, the packed
+// rotated q|k|v, probabilities, SwiGLU's gate, up and product) against the allocator.
+TEST(PlannerMemory, LlamaLayoutsWithinFivePercentOfTheAllocator) {
+  const auto small_llama = [](const std::vector<std::string>& sets) {
+    return TrainConfig::from_node(ConfigNode::load_string(
+        "run: {seed: 3, threads: 1}\n"
+        "model: {type: llama, block_size: 16, n_layer: 4, n_head: 4, n_kv_head: 2, n_embd: 32, "
+        "intermediate_size: 64}\n"
+        "data: {dataset: synthetic, kind: tokens, vocab_size: 32, size: 256}\n"
+        "optim: {name: adamw, lr: 0.001}\n"
+        "train: {batch_size: 8, max_steps: 1}\n",
+        sets, "small_llama"));
+  };
+  check_planner_memory(small_llama,
+                       {{"dp2 DDP", 2, {"parallel.dp=2"}},
+                        {"tp2", 2, {"parallel.tp=2"}},
+                        {"tp2 + SP", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+                        {"pp2 1f1b", 2, {"parallel.pp=2", "parallel.microbatches=4"}},
+                        {"dp2 ZeRO-3", 2, {"parallel.dp=2", "parallel.zero_stage=3"}},
+                        {"dp2 tp2 pp2 ZeRO-1", 8,
+                         {"parallel.dp=2", "parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=1",
+                          "parallel.microbatches=4"}}});
 }
 
 }  // namespace
