@@ -45,6 +45,17 @@ if(CASE STREQUAL "llama_train")
     message(FATAL_ERROR "expected 12 train records, got ${n}: ${l}")
   endif()
   loss_falls("${l}" 0.1 "llama on fortunes")
+  # 6 steps, a checkpoint, and --resume to 12 log the uninterrupted run's losses (the
+  # checkpoint's config brings the llama keys back, rope_scaling included).
+  set(exact --set schedule.name=constant --set schedule.warmup_steps=0 --set model.rope_scaling.factor=4
+            --set model.rope_scaling.original_max_position_embeddings=16)
+  run(0 train --config ${cfg} --set run.dir=full ${common} ${exact})
+  run(0 train --config ${cfg} --set run.dir=half ${common} ${exact} --set train.max_steps=6
+      --set train.checkpoint_every=6)
+  run(0 train --config ${cfg} --set run.dir=half ${common} ${exact} --resume half)
+  losses(${WORK}/full/metrics.jsonl lf)
+  losses(${WORK}/half/metrics.jsonl lh)
+  same_losses("${lf}" "${lh}" "llama resumed at step 6 vs uninterrupted")
   # A config error names its key and exits 2.
   run(2 train --config ${cfg} --set run.dir=bad ${common} --set model.n_kv_head=3)
   expect(ERR "model.n_kv_head")
