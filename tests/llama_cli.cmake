@@ -1,7 +1,9 @@
 # The Llama through the CLI: `strata train` with model.type llama on the fortunes corpus
-# (tests/data_files/tiny_llama.yaml, data.dataset text), its loss falling over 12 steps;
-# the same run under `mpirun -np 2` at tp 2 with sequence parallelism logs the same
-# losses; and `strata plan` counts configs/llama3_8b.yaml (8.03B) and lists its layouts.
+# (tests/data_files/tiny_llama.yaml, data.dataset text), its loss falling over 12 steps,
+# and a run resumed from its step-6 checkpoint logging an uninterrupted run's losses; the
+# run under `mpirun -np 2` at tp 2 with sequence parallelism, at pp 2 and at cp 2 logging
+# the one-process losses; `strata plan` counting configs/llama3_8b.yaml (8.03B) and
+# listing its layouts, and refusing a tp that splits its key/value heads.
 # Run as `cmake -DCASE=<llama_train|llama_plan|llama_tp_mpi> -DSTRATA=... [-DMPIRUN=...]
 # -DSRC=... -DWORK=... -P llama_cli.cmake`.
 
@@ -74,15 +76,22 @@ elseif(CASE STREQUAL "llama_plan")
   expect(ERR "parallel.tp" "model.n_kv_head = 8")
 elseif(CASE STREQUAL "llama_tp_mpi")
   run(0 train --config ${cfg} --set run.dir=one ${common})
-  execute_process(COMMAND ${MPIRUN} -np 2 --oversubscribe ${STRATA} train --config ${cfg} --set run.dir=tp ${common}
-                          --set parallel.tp=2 --set parallel.sequence_parallel=true
-                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "mpirun -np 2 strata train (tp 2, sp): exit ${rc}\n${OUT}\n${ERR}")
-  endif()
   losses(${WORK}/one/metrics.jsonl a)
-  losses(${WORK}/tp/metrics.jsonl b)
-  same_losses("${a}" "${b}" "llama tp 2 + sp vs one process" 1e-4)
+  # tp 2 with sequence parallelism, pp 2 (1F1B), cp 2 (zigzag ring attention), each
+  # under mpirun -np 2, log the one-process losses.
+  foreach(layout "tp;--set;parallel.tp=2;--set;parallel.sequence_parallel=true"
+                 "pp;--set;parallel.pp=2;--set;parallel.microbatches=2"
+                 "cp;--set;parallel.cp=2")
+    list(POP_FRONT layout name)
+    execute_process(COMMAND ${MPIRUN} -np 2 --oversubscribe ${STRATA} train --config ${cfg} --set run.dir=${name}
+                            ${common} ${layout}
+                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "mpirun -np 2 strata train (${name} ${layout}): exit ${rc}\n${OUT}\n${ERR}")
+    endif()
+    losses(${WORK}/${name}/metrics.jsonl b)
+    same_losses("${a}" "${b}" "llama ${name} 2 vs one process" 1e-4)
+  endforeach()
 else()
   message(FATAL_ERROR "unknown case '${CASE}'")
 endif()
