@@ -1,6 +1,7 @@
 // TrainConfig loading: one read function per section, keys read only where they apply
 // (an mlp config with `n_head` is an unknown-key error), then cross-field validation.
 #include "apps/config.h"
+#include "apps/plan_table.h"
 
 #include <strata/comm/nccl.h>
 #include <strata/core/log.h>
@@ -31,6 +32,9 @@ void read_run(const ConfigNode& n, RunSection& s) {
   s.peak_flops = n.get("peak_flops", s.peak_flops);
   n.check_range("peak_flops", s.peak_flops, 0, 1e21);
   s.tensorboard = n.get("tensorboard", s.tensorboard);
+  if (const std::string m = n.get("memory_per_rank", std::string("0")); m != "0")
+    s.memory_per_rank = parse_bytes(n.key_path("memory_per_rank"), m);
+  n.note_read("memory_per_rank", "size", "0", YAML::Node(n.get("memory_per_rank", std::string("0"))));
   const ConfigNode trace = n.child("trace");
   s.trace_start_step = trace.get("start_step", s.trace_start_step);
   s.trace_steps = trace.get("steps", s.trace_steps);
@@ -103,7 +107,12 @@ void read_model(const ConfigNode& n, ModelSection& s) {
     s.n_embd = n.get("n_embd", s.n_embd);
     if (s.type == "gpt") s.bias = n.get("bias", s.bias);
     s.tie_weights = n.get("tie_weights", s.type == "llama" ? false : s.tie_weights);
-    s.checkpoint_activations = n.get("checkpoint_activations", s.checkpoint_activations);
+    s.checkpoint_activations =
+        nn::parse_recompute(n.get("checkpoint_activations", std::string(nn::recompute_name(s.checkpoint_activations))),
+                            n.key_path("checkpoint_activations"));
+    n.one_of("checkpoint_activations", nn::recompute_name(s.checkpoint_activations), {"none", "full", "selective"});
+    if (s.type == "llama" && s.checkpoint_activations == nn::Recompute::selective)
+      n.fail("checkpoint_activations", "selective recomputation is the GPT's only; model.type llama takes none or full");
     // vocab_size: token ids the GPT embeds; 0 = from the data (required for data.dataset tokens).
     s.vocab_size = n.get("vocab_size", s.vocab_size);
     n.check_range("vocab_size", double(s.vocab_size), 0, 1e8);
@@ -298,6 +307,7 @@ void read_train(const ConfigNode& n, TrainSection& s) {
   s.keep_checkpoints = n.get("keep_checkpoints", s.keep_checkpoints);
   n.check_range("keep_checkpoints", double(s.keep_checkpoints), 0, 1e9);
   s.save_final = n.get("save_final", s.save_final);
+  s.checkpoint_async = n.get("checkpoint_async", s.checkpoint_async);
   s.resume = n.get("resume", s.resume);
   s.grad_accum_steps = n.get("grad_accum_steps", s.grad_accum_steps);
   n.check_range("grad_accum_steps", double(s.grad_accum_steps), 1, 1e6);
@@ -336,7 +346,15 @@ TrainConfig TrainConfig::from_node(const ConfigNode& root) {
   read_optim(root.child("optim"), c.optim);
   read_schedule(root.child("schedule"), c.schedule);
   read_train(root.child("train"), c.train);
-  read_parallel(root.child("parallel"), c.parallel);
+  if (root.has("parallel") && root.yaml()["parallel"].IsScalar()) {
+    // `parallel: auto`: the layout is chosen when the world size is known (auto_layout.h).
+    // Read from the YAML itself: `parallel` is documented as a section, not as a key.
+    if (const std::string v = root.yaml()["parallel"].Scalar(); v != "auto")
+      root.fail("parallel", "expected a mapping of layout keys or 'auto', got '" + v + "'");
+    c.parallel.auto_layout = true;
+  } else {
+    read_parallel(root.child("parallel"), c.parallel);
+  }
   read_comm(root.child("comm"), c.comm, c.comm_backend);
   root.check_unknown_keys();
   c.yaml = root.dump();

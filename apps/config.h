@@ -10,6 +10,7 @@
 #include <strata/comm/types.h>
 #include <strata/core/config.h>
 #include <strata/core/precision.h>
+#include <strata/nn/recompute.h>
 #include <strata/parallel/parallel_config.h>
 
 namespace strata::apps {
@@ -39,6 +40,9 @@ struct RunSection {
   int64_t trace_steps = 0;
   /// Also write the logged scalars as TensorBoard event files into <dir>/tb/ (rank 0).
   bool tensorboard = false;
+  /// Bytes a rank may hold ("80G", "512MiB", or a number); 0 = no limit. `parallel: auto`
+  /// chooses among the layouts that fit it.
+  int64_t memory_per_rank = 0;
 };
 
 /// model.rope_scaling (llama): Llama 3.1's frequency rescaling (nn::RopeScaling).
@@ -67,7 +71,9 @@ struct ModelSection {
   int64_t n_embd = 128;
   bool bias = true;
   bool tie_weights = true;
-  bool checkpoint_activations = false;
+  /// none | full (each block's input kept, the block recomputed) | selective (the GEMM
+  /// outputs kept, the attention core recomputed); true / false read as full / none.
+  nn::Recompute checkpoint_activations = nn::Recompute::none;
   /// gpt: embedding/output rows; 0 = from the data (256 for text, data.vocab_size for
   /// synthetic tokens). Required for data.dataset tokens and registered token datasets.
   int64_t vocab_size = 0;
@@ -141,6 +147,8 @@ struct TrainSection {
   int64_t checkpoint_every = 0;  // steps; 0 = only the final checkpoint
   int64_t keep_checkpoints = 0;  // newest step_* dirs kept; 0 = all
   bool save_final = true;
+  /// Checkpoints are copied to host buffers at the step and written in the background.
+  bool checkpoint_async = false;
   std::string resume;  // checkpoint dir (or run dir) to resume from; "" = fresh
   int64_t grad_accum_steps = 1;
 };

@@ -24,7 +24,10 @@ const SectionDoc kSections[] = {
     {"schedule", "The learning-rate schedule. Every key is read whatever `name` is, so switching `name` with "
                  "`--set` leaves the others valid."},
     {"train", "The training loop: length, batch, evaluation, logging and checkpoints."},
-    {"parallel", "The layout, given by degrees whose product is the world size (see docs/parallelism.md)."},
+    {"parallel", "The layout, given by degrees whose product is the world size (see docs/parallelism.md). "
+                 "`parallel: auto` instead leaves the choice to strata: once the world size is known, the planner's "
+                 "fastest predicted layout that fits `run.memory_per_rank` is run, and the choice is logged with its "
+                 "reasons (docs/planner.md)."},
     {"comm", "The collectives under every multi-rank layout."},
 };
 
@@ -59,6 +62,9 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"run.tensorboard", "boolean", "false",
      "Also write the logged scalars (train loss, lr, throughput, MFU; eval loss and accuracy) as TensorBoard "
      "event files in `<run.dir>/tb/` (`tensorboard --logdir runs`)."},
+    {"run.memory_per_rank", "size", "0",
+     "Bytes a rank may hold (`80G`, `512MiB`, or a number; K/M/G/T are powers of 1024); 0 = no limit. "
+     "`parallel: auto` chooses among the layouts that fit it."},
     // model
     {"model.type", "string", "mlp", "`mlp`, `cnn`, `gpt` or `llama` (`gpt` and `llama` need token data: `text`, "
                                     "`tokens`, or `synthetic` with `kind: tokens`; docs/models.md)."},
@@ -80,8 +86,11 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"model.bias", "boolean", "true", "gpt: biases in the linear layers and layer norms."},
     {"model.tie_weights", "boolean", "true (gpt); false (llama)",
      "gpt, llama: the output projection shares the token embedding's weights."},
-    {"model.checkpoint_activations", "boolean", "false",
-     "gpt, llama: recompute each block's activations in backward instead of storing them."},
+    {"model.checkpoint_activations", "string", "none",
+     "gpt, llama: activations recomputed in backward instead of stored. `none`; `full`: each block keeps only its "
+     "input and is recomputed whole; `selective` (gpt only): the GEMM outputs are kept and the attention core "
+     "(scores, softmax, dropout) is recomputed, after Megatron-LM's selective recomputation (docs/planner.md). "
+     "`true` / `false` mean `full` / `none`."},
     {"model.n_kv_head", "integer", "0",
      "llama: key/value heads (grouped-query attention); 0 = `n_head`, 1 = multi-query; must divide `n_head`, and "
      "under tensor parallelism be divisible by `parallel.tp`."},
@@ -168,6 +177,8 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"train.checkpoint_every", "integer", "0", "Checkpoint every N steps; 0 = only the final checkpoint."},
     {"train.keep_checkpoints", "integer", "0", "Newest `step_*` checkpoints kept; 0 = all."},
     {"train.save_final", "boolean", "true", "Write a checkpoint at the end of training."},
+    {"train.checkpoint_async", "boolean", "false",
+     "Copy each checkpoint to host buffers at the step and write it in the background; a failed write ends the run at the next step."},
     {"train.resume", "string", "\"\"",
      "Checkpoint dir, or run dir (its `LATEST`), to continue from; `auto` = `run.dir`'s newest checkpoint if it has "
      "one, else a fresh start. Same as `--resume`."},

@@ -21,7 +21,8 @@ nn::GPTConfig gpt_config(const TrainConfig& cfg) {
   c.dropout = m.dropout;
   c.bias = m.bias;
   c.tie_weights = m.tie_weights;
-  c.checkpoint = m.checkpoint_activations;
+  c.checkpoint = m.checkpoint_activations == nn::Recompute::full;
+  c.selective = m.checkpoint_activations == nn::Recompute::selective;
   return c;
 }
 

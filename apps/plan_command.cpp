@@ -70,8 +70,6 @@ void print_cp_plan(const TrainConfig& cfg, const parallel::ParallelDims& dims) {
 
 }  // namespace
 
-// "80G", "80GiB", "512MiB", "1e9": bytes (K/M/G/T suffixes are powers of 1024, as a
-// GPU's "80 GB" is 80 GiB); ConfigError naming the flag on anything else.
 int64_t parse_bytes(const std::string& flag, const std::string& s) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);

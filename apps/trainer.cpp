@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "apps/auto_layout.h"
 #include "apps/flops.h"
 #include "apps/layout.h"
 #include "apps/world.h"
@@ -78,6 +79,17 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   std::shared_ptr<comm::ProcessGroup> world = opts_.world ? opts_.world : init_world(cfg_, device_);
   rank_ = world->rank();
   world_ = world->size();
+  if (cfg_.parallel.auto_layout) {
+    // Every rank must choose the same layout: the planner runs on identical inputs, the
+    // slowest rank's GEMM speed among them.
+    double flops = measured_gemm_flops();
+    if (world_ > 1)
+      flops = comm::all_reduce_host(*world, ops::full({1}, flops, DType::f64), comm::ReduceOp::min).item<double>();
+    const AutoLayout chosen = choose_layout(cfg_, world_, flops);
+    apply_layout(cfg_, chosen.plan);
+    if (rank_ == 0 && opts_.verbose) std::printf("%s\n", chosen.why.c_str());
+    spdlog::info("{}", chosen.why);
+  }
   const parallel::ParallelDims dims = resolve_dims(cfg_, world_);
   if (rank_ != 0) {  // logs, metrics and checkpoints come from rank 0 only
     opts_.verbose = false;
@@ -147,6 +159,11 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   peak_flops_ = cfg_.run.peak_flops;
   if (peak_flops_ == 0 && rank_ == 0 && device_.is_cpu()) peak_flops_ = measured_gemm_flops() * double(pm_->compute_streams());
   run_start_ = window_start_ = Clock::now();  // train() restarts both; a save() before it needs them set
+  if (cfg_.train.checkpoint_async && write_files_any_rank_) {
+    // The background writer's collectives go over a group of their own (collective split).
+    async_ckpt_ = std::make_unique<parallel::AsyncCheckpointWriter>(
+        pm_->mesh().world()->split(0, pm_->mesh().world()->rank(), "checkpoint"));
+  }
 }
 
 data::LoaderState Trainer::resume(int64_t batches_per_epoch) {
@@ -281,6 +298,10 @@ parallel::TrainingState Trainer::capture_state() const {
 }
 
 void Trainer::save(const std::string& dir) {
+  save_checkpoint_state(dir, nullptr);
+}
+
+void Trainer::save_checkpoint_state(const std::string& dir, const std::function<void()>& after_commit) {
   // Never commit weights that are not finite (they would become LATEST and the resume
   // point): every rank checks the parameters it steps (its shards, slices or stages), and
   // the world agrees before anything is written.
@@ -304,11 +325,21 @@ void Trainer::save(const std::string& dir) {
   pm_->sync_generators();  // rank 0's state lists every pipeline stage's dropout streams
   // Not model_->state_dict(): under pp it lists only rank 0's stages, and readers take
   // every tensor not listed for optimizer state (eval, sample, consolidate would miss them).
-  const std::vector<std::string>& names = whole_state_names_;
   parallel::CheckpointLayout layout{.mesh = {}, .zero_stage = pm_->dims().zero_stage};
   for (const auto& d : pm_->mesh().shape().dims()) layout.mesh.emplace_back(d.name, d.size);
-  parallel::save_sharded_checkpoint(dir, *pm_->mesh().world(), pm_->state_pieces(), layout, names,
-                          pm_->optimizer().state_dict().scalars, capture_state());
+  if (async_ckpt_ && after_commit) {
+    // The state is captured now; the pieces are copied to host buffers by start().
+    async_ckpt_->start(pm_->state_pieces(),
+                       [dir, layout, names = whole_state_names_, scalars = pm_->optimizer().state_dict().scalars,
+                        st = capture_state(), after_commit](comm::ProcessGroup& g, const std::vector<parallel::ShardPiece>& snap) {
+                         parallel::save_sharded_checkpoint(dir, g, snap, layout, names, scalars, st);
+                         after_commit();
+                       });
+    return;
+  }
+  parallel::save_sharded_checkpoint(dir, *pm_->mesh().world(), pm_->state_pieces(), layout, whole_state_names_,
+                                    pm_->optimizer().state_dict().scalars, capture_state());
+  if (after_commit) after_commit();
 }
 
 EvalResult Trainer::evaluate_collective(bool test) {
@@ -363,23 +394,54 @@ void Trainer::maybe_checkpoint() {
   fs::create_directories(root, ec);
   if (ec) STRATA_THROW(DataError, "cannot create '", root.string(), "': ", ec.message());
   const std::string name = checkpoint_name(step_);
-  save((root / name).string());
+  if (async_ckpt_) finish_async_checkpoint();  // one write in flight: the previous one first
+  const int64_t step = step_;
+  save_checkpoint_state((root / name).string(),
+                        [this, root = root.string(), name, step] { publish_checkpoint(root, name, step); });
   last_checkpoint_step_ = step_;
+  if (async_ckpt_ && rank_ == 0 && opts_.verbose && !async_reported_) {
+    std::printf("checkpoint %s: %.1f MiB of this rank's state copied to host buffers in %.1f ms; written in the "
+                "background (train.checkpoint_async)\n",
+                name.c_str(), double(async_ckpt_->buffer_bytes()) / (1 << 20), async_ckpt_->last_snapshot_s() * 1e3);
+    std::fflush(stdout);
+    async_reported_ = true;
+  }
+}
+
+void Trainer::publish_checkpoint(const std::string& root_dir, const std::string& name, int64_t step) const {
   if (!opts_.write_files) return;
+  const fs::path root(root_dir);
   try {
     write_file_atomic((root / parallel::kLatestFile).string(), name + "\n");
   } catch (const DataError& e) {  // a full disk after the commit: the checkpoint itself is complete
-    STRATA_THROW(DataError, "checkpoint '", (root / name).string(), "' (step ", step_,
+    STRATA_THROW(DataError, "checkpoint '", (root / name).string(), "' (step ", step,
                  ") was committed, but LATEST could not be updated to name it: ", e.what(),
                  "; resume from that directory (--resume ", (root / name).string(), ")");
   }
   if (cfg_.train.keep_checkpoints > 0) {
+    std::error_code ec;
     const auto dirs = parallel::step_checkpoints(root.string());  // by step: the oldest first
     for (size_t i = 0; i + size_t(cfg_.train.keep_checkpoints) < dirs.size(); ++i)
       fs::remove_all(root / dirs[i].second, ec);
   }
-  progress_->line("checkpoint: " + (root / name).string());
-  spdlog::info("checkpoint written: {} (step {})", (root / name).string(), step_);
+}
+
+void Trainer::poll_async_checkpoint() {
+  // Every rank collects the outcome at the same step (save_sharded ends with the same
+  // error on every rank), so none enters the next collective while another throws.
+  bool done = async_ckpt_->done_here();
+  if (world_ > 1)
+    done = comm::all_reduce_host(*pm_->mesh().world(), ops::full({1}, done ? 1.0 : 0.0, DType::f64), comm::ReduceOp::min)
+               .item<double>() > 0;
+  if (done) finish_async_checkpoint();
+}
+
+void Trainer::finish_async_checkpoint() {
+  try {
+    async_ckpt_->finish();
+  } catch (const DataError& e) {
+    STRATA_THROW(DataError, "the checkpoint written in the background (train.checkpoint_async) failed: ", e.what());
+  }
 }
 
 EvalResult Trainer::train() {
@@ -440,12 +502,14 @@ EvalResult Trainer::train() {
       if (rank_ == 0) log_eval(r);
       window_start_ = Clock::now();
     }
+    if (async_ckpt_ && async_ckpt_->in_flight()) poll_async_checkpoint();
     if (cfg_.train.checkpoint_every > 0 && step_ % cfg_.train.checkpoint_every == 0) maybe_checkpoint();
     if (opts_.after_step) opts_.after_step(step_);
   }
   progress_->close_bar();
   tracing.finish();
   if (cfg_.train.save_final) maybe_checkpoint();
+  if (async_ckpt_) finish_async_checkpoint();  // the run ends with its last checkpoint committed
   const EvalResult r = evaluate_collective();  // rank 0 evaluates
   // A test split beside a val split: evaluated once, here, never during training.
   const std::optional<EvalResult> rt = data_.test ? std::optional(evaluate_collective(true)) : std::nullopt;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include <strata/parallel/checkpoint/async_writer.h>
 #include <strata/parallel/checkpoint/training.h>
 #include "apps/config.h"
 #include "apps/factory.h"
@@ -93,7 +94,8 @@ class Trainer {
   /// Evaluates on the eval split, or on the test split (data().test, which must be set)
   /// when `test` (eval mode, no grad; train.eval_batches caps it).
   EvalResult evaluate(bool test = false);
-  /// Writes a checkpoint of the current state into `dir`.
+  /// Writes a checkpoint of the current state into `dir` (synchronously, whatever
+  /// train.checkpoint_async says).
   void save(const std::string& dir);
 
   int64_t step_count() const { return step_; }
@@ -131,6 +133,17 @@ class Trainer {
   void log_window(double lr);
   void log_eval(const EvalResult& r, bool test = false);
   void maybe_checkpoint();
+  /// save(), then `after_commit`; with train.checkpoint_async and an `after_commit`, the
+  /// state is captured and copied now and both are done by the background writer.
+  void save_checkpoint_state(const std::string& dir, const std::function<void()>& after_commit);
+  /// After a commit: LATEST names `name`, and rotation keeps train.keep_checkpoints (the
+  /// writing rank only). Runs on the background writer's thread for async checkpoints.
+  void publish_checkpoint(const std::string& root, const std::string& name, int64_t step) const;
+  /// The world agrees whether the background write has ended everywhere; if so, its
+  /// outcome is collected (an error is thrown, naming the checkpoint). Collective.
+  void poll_async_checkpoint();
+  /// Waits for the background write and throws its error, if it failed.
+  void finish_async_checkpoint();
   /// evaluate() on rank 0 with the full parameters in place (collective). Other ranks
   /// return an empty result.
   EvalResult evaluate_collective(bool test = false);
@@ -146,6 +159,7 @@ class Trainer {
   // its stages): a checkpoint's model_tensors list, written by rank 0, names every stage's.
   std::vector<std::string> whole_state_names_;
   std::unique_ptr<parallel::ParallelModel> pm_;  // the layout: owns the optimizer
+  std::unique_ptr<parallel::AsyncCheckpointWriter> async_ckpt_;  // train.checkpoint_async
   std::optional<optim::LrSchedule> schedule_;
   std::shared_ptr<data::Sampler> sampler_;  // this rank's dp share
   uint64_t sampler_seed_ = 0;
@@ -159,6 +173,7 @@ class Trainer {
   int64_t total_steps_ = 0;
   int64_t steps_per_epoch_ = 1;
   int64_t last_checkpoint_step_ = -1;
+  bool async_reported_ = false;  // the first async checkpoint's cost was printed
   double elapsed_before_ = 0;  // training seconds of the run before this process resumed it
   std::string resumed_from_;   // the checkpoint directory train.resume resolved to ("" for a fresh start)
   double flops_per_step_ = 0;  // model FLOPs of one optimizer step, all ranks (apps/flops.h)

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include <strata/comm/algorithms.h>
+#include <strata/comm/launcher_signal.h>
 #include <strata/comm/mpi.h>
 #include <strata/comm/reduce_kernels.h>
 #include <strata/core/error.h>
@@ -151,6 +152,7 @@ class MpiRuntime {
                    "; strata's comm threads need MPI_THREAD_SERIALIZED (initialise MPI with it, or let "
                    "init_mpi_world do it)");
     if (owns_init_) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    detail::install_launcher_signal_handler();
     mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
     mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &world_size), "MPI_Comm_size");
     self = self_info();
@@ -386,6 +388,7 @@ class MpiBackend final : public Backend {
 
 bool MpiRequest::wait_until(Deadline deadline) {
   MpiRuntime& rt = b_->runtime();
+  const detail::WaitingScope waiting;  // the launcher's SIGTERM ends this wait (launcher_signal.h)
   const auto t0 = Clock::now();
   auto next_check = t0 + std::chrono::milliseconds(10);
   // One status per piece; a message under 1 GiB is one piece, kept off the heap (this runs
@@ -419,7 +422,7 @@ bool MpiRequest::wait_until(Deadline deadline) {
     if (flag) return true;
     const auto now = Clock::now();
     if (b_->aborted()) STRATA_THROW(CommError, "group aborted: ", b_->abort_reason());
-    if (now >= deadline) return false;
+    if (now >= deadline || detail::take_termination_request()) return false;
     if (now >= next_check) {
       b_->check_peers();
       next_check = now + std::chrono::milliseconds(10);

@@ -2,9 +2,11 @@
 // thread runs each op: optional cross-rank debug check, native collective or an
 // algorithm on send/recv, byte counting, and timeouts turned into named CommErrors.
 #include <strata/comm/process_group.h>
+#include <strata/comm/launcher_signal.h>
 #include <strata/comm/process_group_detail.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -158,8 +160,17 @@ std::exception_ptr ProcessGroup::op_failure(OpInfo& info, std::exception_ptr err
   try {
     std::rethrow_exception(err);
   } catch (const detail::TimedOut& e) {
-    std::string msg = strata::detail::str_cat("[", op, "] timed out after ", opts_.timeout_s, " s (comm.timeout_s): ",
-                                              describe(info));
+    std::string msg;
+    if (detail::seconds_since_termination() && Clock::now() < info.deadline) {
+      // Ended early by the launcher stopping the job (a lost host, launcher_signal.h).
+      const double waited = opts_.timeout_s - std::chrono::duration<double>(info.deadline - Clock::now()).count();
+      msg = strata::detail::str_cat("[", op, "] stopped by the launcher (SIGTERM) after waiting ",
+                                    std::round(waited * 10) / 10, " s of comm.timeout_s ", opts_.timeout_s,
+                                    " s: ", describe(info));
+    } else {
+      msg = strata::detail::str_cat("[", op, "] timed out after ", opts_.timeout_s, " s (comm.timeout_s): ",
+                                    describe(info));
+    }
     if (!e.detail.empty())
       msg += "; " + e.detail;
     else if (e.peer >= 0)

@@ -33,8 +33,8 @@ inline bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
 
 /// How long a rank whose collective timed out waits for the others' status after it
 /// (ProcessGroup::hang_report): they time out within about the skew of their entry into
-/// the op. Bounded so that a job still ends soon after comm.timeout_s (scripts/mpi_fault_flags.sh
-/// budgets the 3 s maximum into its teardown delays).
+/// the op. Bounded so that a job still ends soon after comm.timeout_s (0.5 s at most
+/// after the launcher's SIGTERM, whose SIGKILL follows 1 s later: launcher_signal.h).
 inline double hang_grace_s(double timeout_s) { return std::clamp(0.5 * timeout_s, 0.2, 3.0); }
 
 inline Tensor comm_buffer(int64_t numel, DType dt, Device device = kCPU) {

@@ -1,6 +1,7 @@
 // Naming the hung rank: after a collective times out, the ranks that timed out too tell
 // each other which op they are stuck in (a short exchange on a reserved tag, like NCCL's
 // Flight Recorder dump); a rank that does not answer is the one that never joined.
+#include <strata/comm/launcher_signal.h>
 #include <strata/comm/process_group_detail.h>
 
 #include <algorithm>
@@ -37,7 +38,10 @@ std::string ProcessGroup::hang_report(const OpInfo& info) {
   mine[0] = kMagic;
   mine[1] = int64_t(info.kind);
   mine[2] = info.seq;
-  const double grace_s = detail::hang_grace_s(opts_.timeout_s);
+  // After the launcher's SIGTERM its SIGKILL follows within odls_base_sigkill_timeout
+  // (1 s by default): answer within half of it.
+  const double grace_s = detail::seconds_since_termination() ? std::min(detail::hang_grace_s(opts_.timeout_s), 0.5)
+                                                             : detail::hang_grace_s(opts_.timeout_s);
   const auto t0 = Clock::now();
   const Deadline end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s));
   std::vector<std::unique_ptr<Request>> recvs(static_cast<size_t>(n));

@@ -12,6 +12,7 @@
 #include <strata/nn/embedding.h>
 #include <strata/nn/linear.h>
 #include <strata/nn/normalization.h>
+#include <strata/nn/recompute.h>
 
 namespace strata::nn {
 namespace {
@@ -47,7 +48,8 @@ M* fusable(const std::shared_ptr<Module>& m, const Tensor& x) {
 }  // namespace
 
 // ---------------------------------------------------------------- attention
-CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg, Generator& gen) : head_dim_(cfg.n_embd / cfg.n_head) {
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg, Generator& gen)
+    : head_dim_(cfg.n_embd / cfg.n_head), selective_(cfg.selective) {
   const int64_t c = cfg.n_embd;
   register_module("c_attn", std::make_shared<Linear>(c, 3 * c, gen, cfg.bias, kInitStd));
   register_module("c_proj", std::make_shared<Linear>(c, c, gen, cfg.bias, resid_std(cfg)));
@@ -73,37 +75,43 @@ Tensor CausalSelfAttention::forward_add(const Tensor& x, const Tensor& residual)
 Tensor CausalSelfAttention::forward_impl(const Tensor& x, const Tensor& residual) {
   STRATA_CHECK(x.dim() == 3, "[CausalSelfAttention] expects (B, T, C), got ", shape_str(x.shape()));
   Tensor qkv = (*child("c_attn"))(x);  // (B, T, 3*Hl*hd); x may be a sequence shard (B, T/tp, C)
-  const int64_t b = qkv.size(0), t = qkv.size(1), hd = head_dim_;
   const int64_t cl = qkv.size(-1) / 3;
-  STRATA_CHECK(qkv.size(-1) == 3 * cl && cl % hd == 0, "[CausalSelfAttention] c_attn output width ",
-               qkv.size(-1), " is not 3 * heads * head_dim (head_dim ", hd, ")");
-  const int64_t h = cl / hd;
+  STRATA_CHECK(qkv.size(-1) == 3 * cl && cl % head_dim_ == 0, "[CausalSelfAttention] c_attn output width ",
+               qkv.size(-1), " is not 3 * heads * head_dim (head_dim ", head_dim_, ")");
+  // Selective recomputation: the core's (B, Hl, T, T) probabilities (and their dropout)
+  // are not kept; qkv and y are, as c_attn's output and c_proj's input.
+  const Tensor y = selective_ ? recompute_in_backward([this](const Tensor& q) { return core(q); }, qkv,
+                                                      child("attn_dropout")->generators())
+                              : core(qkv);
+  return project_residual(*child("c_proj"), *child("resid_dropout"), y, residual);
+}
+
+Tensor CausalSelfAttention::core(const Tensor& qkv) {
+  const int64_t b = qkv.size(0), t = qkv.size(1), hd = head_dim_;
+  const int64_t cl = qkv.size(-1) / 3, h = cl / hd;
   // One fused op (no head split/merge copies, the causal softmax on the lower triangle
   // only) unless the probabilities need dropout or autocast runs the matmuls in 16 bits.
-  const std::shared_ptr<Module> attn_dropout = child("attn_dropout"), c_proj = child("c_proj"),
-                                resid_dropout = child("resid_dropout");
+  const std::shared_ptr<Module> attn_dropout = child("attn_dropout");
   const auto* attn_drop = dynamic_cast<const Dropout*>(attn_dropout.get());
   if (attention_fn_) {  // replaced (ring attention): it draws the dropout masks from our generator
     const bool drop = attn_drop && attn_drop->p() > 0 && attn_drop->is_training();
     Generator* gen = drop ? attn_dropout->own_generator() : nullptr;
-    return project_residual(*c_proj, *resid_dropout, attention_fn_(qkv, hd, drop ? attn_drop->p() : 0.0, gen),
-                            residual);
+    return attention_fn_(qkv, hd, drop ? attn_drop->p() : 0.0, gen);
   }
   if (attn_drop && (attn_drop->p() == 0 || !attn_drop->is_training()) && !autocast_dtype())
-    return project_residual(*c_proj, *resid_dropout, causal_attention(qkv, hd), residual);
+    return causal_attention(qkv, hd);
   auto parts = split(qkv, {cl, cl, cl}, -1);  // 3 x (B, T, Hl*hd)
   auto heads = [&](const Tensor& p) { return transpose(reshape(p, {b, t, h, hd}), 1, 2); };  // (B, Hl, T, hd)
   Tensor q = mul(heads(parts[0]), 1.0 / std::sqrt(double(hd)));  // scale q: fewer elements than scores
   Tensor k = heads(parts[1]), v = heads(parts[2]);
   Tensor att = matmul(q, transpose(k, -1, -2));  // (B, Hl, T, T)
-  const Tensor& mask = causal_mask(t);  // built on the host, then cached on x's device
-  if (mask.device() != x.device()) mask_ = mask.to(x.device());
+  const Tensor& mask = causal_mask(t);  // built on the host, then cached on qkv's device
+  if (mask.device() != qkv.device()) mask_ = mask.to(qkv.device());
   att = masked_fill(att, mask_, -std::numeric_limits<double>::infinity());
   att = softmax(att, -1);
   att = (*attn_dropout)(att);
   Tensor y = matmul(att, v);                              // (B, Hl, T, hd)
-  y = reshape(contiguous(transpose(y, 1, 2)), {b, t, cl});  // (B, T, Hl*hd)
-  return project_residual(*c_proj, *resid_dropout, y, residual);
+  return reshape(contiguous(transpose(y, 1, 2)), {b, t, cl});  // (B, T, Hl*hd)
 }
 
 // ---------------------------------------------------------------- MLP
@@ -182,32 +190,7 @@ std::shared_ptr<ModuleList> GPT::blocks() const {
 
 Tensor GPT::run_block(const std::shared_ptr<Module>& blk, const Tensor& x) {
   if (!cfg_.checkpoint || !grad_enabled()) return (*blk)(x);
-  // checkpoint() calls fn twice: the forward, then the recompute in backward. The
-  // recompute replays the dropout masks by restoring the generators to their state
-  // at the forward, and then puts them back where they were.
-  struct Replay {
-    std::vector<Generator*> gens;
-    std::vector<std::pair<uint64_t, uint64_t>> at_forward;
-    bool ran = false;
-  };
-  auto rp = std::make_shared<Replay>();
-  rp->gens = blk->generators();
-  auto fn = [blk, rp](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-    if (!rp->ran) {
-      rp->ran = true;
-      for (Generator* g : rp->gens) rp->at_forward.emplace_back(g->seed(), g->offset());
-      return {(*blk)(in[0])};
-    }
-    std::vector<std::pair<uint64_t, uint64_t>> now;
-    for (size_t j = 0; j < rp->gens.size(); ++j) {
-      now.emplace_back(rp->gens[j]->seed(), rp->gens[j]->offset());
-      rp->gens[j]->set_state(rp->at_forward[j].first, rp->at_forward[j].second);
-    }
-    Tensor out = (*blk)(in[0]);
-    for (size_t j = 0; j < rp->gens.size(); ++j) rp->gens[j]->set_state(now[j].first, now[j].second);
-    return {out};
-  };
-  return checkpoint(fn, {x})[0];
+  return recompute_in_backward([blk](const Tensor& in) { return (*blk)(in); }, x, blk->generators());
 }
 
 Tensor GPT::features(const Tensor& full_idx) {

@@ -19,6 +19,7 @@ struct GPTConfig {
   bool tie_weights = true;  // lm head = wte.weight (not listed twice)
   bool bias = true;         // biases in Linear and LayerNorm
   bool checkpoint = false;  // recompute each block's activations in backward
+  bool selective = false;   // recompute only the attention core in backward (Megatron's selective)
 };
 
 /// Children c_attn (C -> 3C, fused q|k|v), c_proj (C -> C), attn_dropout, resid_dropout.
@@ -41,10 +42,13 @@ class CausalSelfAttention : public Module, public ReplaceableAttention {
 
  private:
   Tensor forward_impl(const Tensor& x, const Tensor& residual);
+  /// The attention core: qkv (B, T, 3*Hl*hd) -> y (B, T, Hl*hd), the replaced one if set.
+  Tensor core(const Tensor& qkv);
   AttentionFn attention_fn_;
   /// (T, T) u8, 1 above the diagonal (future positions); cached for the last T.
   const Tensor& causal_mask(int64_t t);
   int64_t head_dim_;
+  bool selective_;
   Tensor mask_;
 };
 

@@ -2,6 +2,8 @@
 // TP plan and the pipeline split give them, FLOPs and activation bytes.
 #include <strata/nn/gpt_spec.h>
 
+#include <algorithm>
+
 #include <string>
 
 #include <strata/core/error.h>
@@ -24,8 +26,11 @@ namespace strata::nn {
 //   first:  the positions (T i64) and the embeddings' dropout mask (N·C/sp u8).
 //   last:   ln_f's input and stats (N·C/sp, 2N/sp) and output (N·C, gathered under SP),
 //           and the loss's probabilities (N·V/tp).
-// With model.checkpoint_activations a block keeps only its input (N·C/sp) until its
-// backward recomputes it; the recomputation holds one block's worth at a time.
+// With model.checkpoint_activations full a block keeps only its input (N·C/sp) until its
+// backward recomputes it; the recomputation holds one block's worth at a time. With
+// selective the attention core's tensors (the probabilities; with dropout also the scaled
+// q, the dropped probabilities and their mask) are not kept, and one block's are
+// recomputed at a time in backward.
 // Megatron-LM's count (16-bit, s·b·h·(34 + 5·a·s/h) bytes per layer) is the same list in
 // 2-byte elements, less the LayerNorm statistics and our scaled-q copy (docs/planner.md).
 int64_t gpt_activation_bytes(const GptActivationInput& a) {
@@ -45,9 +50,14 @@ int64_t gpt_activation_bytes(const GptActivationInput& a) {
     block += nc / tp + att;
     block_u8 += att + 2 * nc / spd;
   }
+  // The attention core's own tensors: the probabilities, and with dropout the scaled q,
+  // the dropped probabilities and their mask.
+  const int64_t core = att + (a.dropout ? nc / tp + att : 0), core_u8 = a.dropout ? att : 0;
   int64_t bytes = 0;
   if (a.checkpoint)
-    bytes = a.layers * (nc / spd) * 4 + (a.layers > 0 ? block * 4 + block_u8 : 0);
+    bytes = a.layers * (nc / spd) * 4;
+  else if (a.selective)
+    bytes = a.layers * ((block - core) * 4 + block_u8 - core_u8);
   else
     bytes = a.layers * (block * 4 + block_u8);
   if (a.first) bytes += a.seq * 8 + (a.dropout ? nc / spd : 0);
@@ -61,6 +71,17 @@ int64_t gpt_activation_bytes(const GptActivationInput& a) {
 // c_fc's weight gradient (4C²/tp) exists before it is accumulated. Once per rank (one
 // backward runs at a time); the freeing of the backwarded micro-batch's own activations
 // as its backward proceeds is not subtracted (PlannerMemory measures each rank's peak).
+int64_t gpt_recompute_bytes(const GptActivationInput& a) {
+  if ((!a.checkpoint && !a.selective) || a.layers == 0) return 0;
+  const int64_t tp = a.tp, nc = a.batch * a.seq * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
+  if (a.selective) return (att + (a.dropout ? nc / tp + att : 0)) * 4 + (a.dropout ? att : 0);  // one core
+  GptActivationInput one = a;  // one block as it is kept without recomputation
+  one.checkpoint = false;
+  one.layers = 1;
+  one.first = one.last = one.pipeline = false;
+  return gpt_activation_bytes(one);
+}
+
 int64_t gpt_backward_transient_bytes(const GptActivationInput& a) {
   const int64_t n = a.batch * a.seq, tp = a.tp;
   return (8 * n * a.embd / tp + 4 * a.embd * a.embd / tp) * 4;
@@ -120,15 +141,23 @@ ModelSpec gpt_spec(const GPTConfig& cfg) {
     const GptActivationInput blocks{.batch = q.batch, .seq = cfg.block_size, .embd = cfg.n_embd, .heads = cfg.n_head,
                                     .vocab = cfg.vocab, .layers = q.layers, .first = false, .last = false, .tp = q.tp,
                                     .sequence_parallel = q.sequence_parallel, .dropout = cfg.dropout > 0,
-                                    .checkpoint = cfg.checkpoint, .pipeline = false};
+                                    .checkpoint = cfg.checkpoint, .selective = cfg.selective, .pipeline = false};
     int64_t bytes = int64_t(q.in_flight) * gpt_activation_bytes(blocks);
     GptActivationInput ends = blocks;
     ends.layers = 0;
     ends.first = q.first;
     ends.last = q.last;
     ends.pipeline = q.pipeline;  // a rank's stages: its output (or the logits) per in-flight micro-batch
-    if (q.first || q.last || q.pipeline) bytes += int64_t(q.in_flight) * gpt_activation_bytes(ends);
+    const int64_t end_bytes = q.first || q.last || q.pipeline ? gpt_activation_bytes(ends) : 0;
+    bytes += int64_t(q.in_flight) * end_bytes;
     if (q.layers > 0) bytes += gpt_backward_transient_bytes(blocks);
+    // A recomputation runs in a block's backward, after the micro-batch's head and loss
+    // (on the last stage) were backwarded and freed: the two do not coexist.
+    if (const int64_t re = gpt_recompute_bytes(blocks); re > 0) {
+      GptActivationInput head = ends;
+      head.first = false;
+      bytes += std::max<int64_t>(0, re - (q.last ? gpt_activation_bytes(head) : 0));
+    }
     return bytes;
   };
   return s;

@@ -20,13 +20,17 @@ struct GptActivationInput {
   int tp = 1;
   bool sequence_parallel = false;
   bool dropout = false;    ///< model.dropout > 0
-  bool checkpoint = false; ///< model.checkpoint_activations: only each block's input is kept
+  bool checkpoint = false; ///< model.checkpoint_activations full: only each block's input is kept
+  bool selective = false;  ///< model.checkpoint_activations selective: the attention cores are not kept
   /// Under the pipeline executor, which holds each in-flight micro-batch's stage output
   /// until its backward: N·C more on a stage that sends its output on (last = false), the
   /// logits N·V/tp on the last stage.
   bool pipeline = false;
 };
 int64_t gpt_activation_bytes(const GptActivationInput& in);
+/// What a backward recomputes and holds at a time under activation recomputation: one
+/// block's activations (full) or one attention core's (selective); 0 without.
+int64_t gpt_recompute_bytes(const GptActivationInput& in);
 /// What one block's backward holds on top of the stored activations at its largest (the
 /// MLP's output-gradient pair and c_fc's weight gradient); a rank's peak adds it once.
 int64_t gpt_backward_transient_bytes(const GptActivationInput& in);

@@ -4,10 +4,10 @@
 
 #include <cmath>
 
-#include <strata/autograd/grad_mode.h>
 #include <strata/nn/embedding.h>
 #include <strata/nn/linear.h>
 #include <strata/nn/normalization.h>
+#include <strata/nn/recompute.h>
 
 namespace strata::nn {
 namespace {
@@ -134,9 +134,9 @@ std::shared_ptr<ModuleList> Llama::blocks() const {
 }
 
 Tensor Llama::run_block(const std::shared_ptr<Module>& blk, const Tensor& x) {
-  if (!cfg_.checkpoint || !grad_enabled()) return (*blk)(x);
+  if (!cfg_.checkpoint) return (*blk)(x);
   // No dropout and no generator: the recompute in backward is the same function of x.
-  return checkpoint([blk](const std::vector<Tensor>& in) { return std::vector<Tensor>{(*blk)(in[0])}; }, {x})[0];
+  return recompute_in_backward([blk](const Tensor& in) { return (*blk)(in); }, x, {});
 }
 
 Tensor Llama::embed(const Tensor& full_idx) {

@@ -30,6 +30,7 @@ struct ParallelConfig {
   PipelineOptions pipeline;   ///< parallel.{pp_schedule: gpipe|1f1b|interleaved (1f1b),
                               ///<   microbatches (default: pp), pp_virtual (1), pp_exchanges: auto|inline|thread}
   std::vector<int64_t> pp_layers;  ///< parallel.pp_layers: blocks per stage; empty: balanced
+  bool auto_layout = false;  ///< `parallel: auto`: the driver chooses dims and schedule once the world size is known
 
   /// True when the run uses DataParallel thread replicas (parallel.replicas or .devices).
   bool thread_replicas() const { return replicas > 0; }

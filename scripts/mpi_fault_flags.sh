@@ -10,11 +10,12 @@
 #   D must be shorter than comm.timeout_s: once a surviving rank has exited, mpirun's order
 #   to the lost host stays unacknowledged, and Linux sends no keepalive probes while data is
 #   outstanding.
-# - odls_base_sigkill_timeout W = margin + 3 + interval + grace: the daemons wait W s before
-#   SIGTERM (and W more before SIGKILL), so the ranks on the surviving hosts reach their own
-#   comm.timeout_s, spend the hang report's grace (min(max(timeout/2, 0.2), 3) s) asking
-#   which peer is missing, and report it first. The job ends about D + 2W after the cut,
-#   within comm.timeout_s + 30 s.
+# - odls_base_sigkill_timeout stays at its default (1 s): the daemons of the surviving
+#   hosts then send their ranks SIGTERM about 1 s after mpirun declared the host lost, and
+#   a rank waiting on a peer answers that SIGTERM by naming the op and the peer that does
+#   not answer within 0.5 s, before the SIGKILL (comm/launcher_signal.h). A longer wait
+#   would delay the end of every failed job by twice its value, a killed rank's included.
+#   The job ends about D + 2 s after the cut, within comm.timeout_s.
 set -euo pipefail
 t=${1:-300}
 t=${t%%.*}
@@ -24,7 +25,4 @@ detect=$((t - margin > 2 ? t - margin : 2))
 intvl=$(((detect + 119) / 120))  # at most 120 probes (TCP_KEEPCNT <= 127); good up to comm.timeout_s of about 400 s
 probes=$(((detect + intvl - 1) / intvl))
 probes=$((probes < 2 ? 2 : probes))
-grace=$((t / 2 < 3 ? (t / 2 < 1 ? 1 : t / 2) : 3))  # the hang report's grace, rounded up
-wait_s=$((margin + 3 + intvl + grace))
-echo "--mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl $intvl --mca oob_tcp_keepalive_probes $probes" \
-  "--mca odls_base_sigkill_timeout $wait_s"
+echo "--mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl $intvl --mca oob_tcp_keepalive_probes $probes"

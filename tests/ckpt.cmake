@@ -12,6 +12,11 @@
 #                         mismatch (exit 1), without checksums the NaN is refused naming the
 #                         tensor (exit 1), with STRATA_ALLOW_NONFINITE=1 eval reports the
 #                         non-finite loss and exits 1
+#   ckpt_mpi_one_rank_nonfinite_{zero3,tp2}
+#                         `mpirun -np 2` resumes a checkpoint with a NaN in the piece only
+#                         rank 1 reads (its ZeRO-3 slice / tp shard, checksums removed): the
+#                         job ends with exit 1 in seconds although comm.timeout_s is 300,
+#                         rank 1 naming the file and tensor, rank 0 "rank 1: <that error>"
 #   ckpt_python_check     tools/check_consolidated.py loads the consolidated file and the
 #                         single-process checkpoint's shard file with Python (the safetensors
 #                         package when installed) and compares exactly
@@ -41,6 +46,22 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
            COMMAND ${CMAKE_COMMAND} -DCASE=nonfinite -DSTRATA=$<TARGET_FILE:strata_cli> -DWORK=${_ckpt_work}_nonfinite
                    -DCONFIG=${PROJECT_SOURCE_DIR}/tests/data_files/tiny_mlp.yaml -P ${CMAKE_CURRENT_LIST_FILE})
   set_tests_properties(ckpt_eval_nonfinite PROPERTIES LABELS e2e TIMEOUT 120)
+  if(MPIEXEC_EXECUTABLE)
+    foreach(layout zero3 tp2)
+      if(layout STREQUAL "zero3")
+        set(_layout_set "parallel.zero_stage=3")
+      else()
+        set(_layout_set "parallel.tp=2")
+      endif()
+      add_test(NAME ckpt_mpi_one_rank_nonfinite_${layout}
+               COMMAND ${CMAKE_COMMAND} -DCASE=one_rank_nonfinite -DSTRATA=$<TARGET_FILE:strata_cli>
+                       -DMPIEXEC=${MPIEXEC_EXECUTABLE} -DLAYOUT=${_layout_set}
+                       -DWORK=${_ckpt_work}_one_rank_${layout}
+                       -DCONFIG=${PROJECT_SOURCE_DIR}/tests/data_files/tiny_gpt.yaml
+                       -DCORPUS=${PROJECT_SOURCE_DIR}/tests/data_files/tiny_corpus.txt -P ${CMAKE_CURRENT_LIST_FILE})
+      set_tests_properties(ckpt_mpi_one_rank_nonfinite_${layout} PROPERTIES LABELS "e2e;dist" TIMEOUT 120)
+    endforeach()
+  endif()
   set_tests_properties(ckpt_cli_consolidate ckpt_cli_hostile ckpt_python_check PROPERTIES
                        LABELS e2e TIMEOUT 60 FIXTURES_REQUIRED ckpt_e2e)
   set_tests_properties(ckpt_python_check PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED:")
@@ -62,6 +83,33 @@ function(strata want_rc want_err)
     message(FATAL_ERROR "strata ${ARGN}: stderr does not match '${want_err}':\n${err}")
   endif()
   message(STATUS "strata ${ARGN} -> ${rc}: ${out}${err}")
+endfunction()
+
+# safetensors_header(<file> <length var> <header var>): the JSON header of a safetensors
+# file and its length (the 8-byte little-endian prefix).
+function(safetensors_header file len_var header_var)
+  file(READ ${file} len_hex LIMIT 8 HEX)
+  set(n 0)
+  foreach(i 7 6 5 4 3 2 1 0)
+    math(EXPR at "${i} * 2")
+    string(SUBSTRING ${len_hex} ${at} 2 byte)
+    math(EXPR n "${n} * 256 + 0x${byte}")
+  endforeach()
+  file(READ ${file} header OFFSET 8 LIMIT ${n})
+  set(${len_var} ${n} PARENT_SCOPE)
+  set(${header_var} "${header}" PARENT_SCOPE)
+endfunction()
+
+# write_nan(<file> <header length> <header> <tensor>): NaN (f32 0x7fc00000) over the first
+# element of `tensor` in the safetensors file, in place.
+function(write_nan file n header tensor)
+  string(JSON begin GET "${header}" ${tensor} data_offsets 0)
+  math(EXPR data_start "8 + ${n} + ${begin}")
+  execute_process(COMMAND sh -c "printf '\\000\\000\\300\\177' | dd of='${file}' bs=1 seek=${data_start} conv=notrunc status=none"
+                  RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "could not write the NaN into ${file}")
+  endif()
 endfunction()
 
 if(CASE STREQUAL "cli")
@@ -165,25 +213,12 @@ elseif(CASE STREQUAL "nonfinite")
   get_filename_component(ck ${shard} DIRECTORY)
   # NaN (f32 0x7fc00000) over the first element of the last model tensor (the output
   # layer's bias, so the logits and the loss are NaN: ReLU would swallow a NaN weight).
-  file(READ ${shard} len_hex LIMIT 8 HEX)
-  set(n 0)
-  foreach(i 7 6 5 4 3 2 1 0)
-    math(EXPR at "${i} * 2")
-    string(SUBSTRING ${len_hex} ${at} 2 byte)
-    math(EXPR n "${n} * 256 + 0x${byte}")
-  endforeach()
-  file(READ ${shard} header OFFSET 8 LIMIT ${n})
+  safetensors_header(${shard} n header)
   file(READ ${ck}/index.json index)
   string(JSON last LENGTH "${index}" meta model_tensors)
   math(EXPR last "${last} - 1")
   string(JSON victim GET "${index}" meta model_tensors ${last})
-  string(JSON begin GET "${header}" ${victim} data_offsets 0)
-  math(EXPR data_start "8 + ${n} + ${begin}")
-  execute_process(COMMAND sh -c "printf '\\000\\000\\300\\177' | dd of='${shard}' bs=1 seek=${data_start} conv=notrunc status=none"
-                  RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "could not write the NaN into ${shard}")
-  endif()
+  write_nan(${shard} ${n} "${header}" ${victim})
   strata(1 "strata: error: checkpoint '${shard}': CRC32 mismatch" eval --checkpoint ${WORK}/run)
   string(JSON index REMOVE "${index}" checksums)
   file(WRITE ${ck}/index.json "${index}")
@@ -191,6 +226,77 @@ elseif(CASE STREQUAL "nonfinite")
          eval --checkpoint ${WORK}/run)
   set(ENV{STRATA_ALLOW_NONFINITE} 1)
   strata(1 "strata: error: checkpoint '${ck}': the [a-z]+ loss is not finite" eval --checkpoint ${WORK}/run)
+elseif(CASE STREQUAL "one_rank_nonfinite")
+  file(REMOVE_RECURSE ${WORK})
+  file(MAKE_DIRECTORY ${WORK})
+  set(mpirun ${MPIEXEC} -np 2 --oversubscribe --allow-run-as-root)
+  set(sets --set run.dir=${WORK}/run --set data.path=${CORPUS} --set train.max_steps=2
+           --set train.checkpoint_every=2 --set train.eval_every=0 --set model.dropout=0 --set ${LAYOUT})
+  execute_process(COMMAND ${mpirun} ${STRATA} train --config ${CONFIG} ${sets}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "training the checkpoint failed (${rc}):\n${out}${err}")
+  endif()
+  set(shard ${WORK}/run/checkpoints/step_00000002/shard_00001_of_00002.safetensors)
+  if(NOT EXISTS ${shard})
+    message(FATAL_ERROR "no ${shard}")
+  endif()
+  # NaN (f32 0x7fc00000) over the first element of the first model tensor piece in rank
+  # 1's shard file; the checksums go, so only the non-finite check can find it.
+  safetensors_header(${shard} n header)
+  string(JSON count LENGTH "${header}")
+  set(victim "")
+  math(EXPR last "${count} - 1")
+  foreach(i RANGE ${last})
+    string(JSON key MEMBER "${header}" ${i})
+    # Model pieces are keyed by the parameter name; optimizer state has a prefix.
+    if(key MATCHES "^h\\.0\\." OR key MATCHES "^wte")
+      string(JSON dtype GET "${header}" ${key} dtype)
+      if(dtype STREQUAL "F32")
+        set(victim ${key})
+        break()
+      endif()
+    endif()
+  endforeach()
+  if(NOT victim)
+    message(FATAL_ERROR "no f32 model piece in ${shard}: ${header}")
+  endif()
+  write_nan(${shard} ${n} "${header}" ${victim})
+  set(ck ${WORK}/run/checkpoints/step_00000002)
+  file(READ ${ck}/index.json index)
+  string(JSON index REMOVE "${index}" checksums)
+  file(WRITE ${ck}/index.json "${index}")
+  file(SHA256 ${shard} shard_before)
+
+  string(TIMESTAMP t0 "%s")
+  execute_process(COMMAND ${mpirun} --tag-output ${STRATA} train --config ${CONFIG} ${sets} --set train.max_steps=4
+                          --set comm.timeout_s=300 --resume auto
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(TIMESTAMP t1 "%s")
+  math(EXPR took "${t1} - ${t0}")
+  set(all "${out}${err}")
+  if(NOT rc EQUAL 1)
+    message(FATAL_ERROR "resume with a NaN in rank 1's piece: mpirun exit ${rc}, expected 1\n${all}")
+  endif()
+  if(took GREATER 60)
+    message(FATAL_ERROR "the job took ${took} s to end (comm.timeout_s is 300): a rank waited for the other\n${all}")
+  endif()
+  # --tag-output prefixes each line with [jobid,rank]<stream>.
+  string(REGEX MATCH ",1\\]<stderr>:strata: error: checkpoint '${shard}': tensor '[^']*' [^\n]*is not finite" own "${all}")
+  string(REGEX MATCH ",0\\]<stderr>:strata: error: rank 1: checkpoint '${shard}': tensor '[^']*' [^\n]*is not finite"
+         told "${all}")
+  if(NOT own OR NOT told)
+    message(FATAL_ERROR "expected rank 1's error naming ${shard} and the tensor, and rank 0 repeating it\n${all}")
+  endif()
+  if(all MATCHES "never joined|timed out")
+    message(FATAL_ERROR "the job ended by a timeout, not by the agreed error\n${all}")
+  endif()
+  file(SHA256 ${shard} shard_after)
+  file(READ ${WORK}/run/checkpoints/LATEST latest)
+  if(NOT shard_after STREQUAL shard_before OR NOT latest MATCHES "step_00000002")
+    message(FATAL_ERROR "the failed resume changed the checkpoint (LATEST: ${latest})")
+  endif()
+  message(STATUS "ended in ${took} s:\n${all}")
 elseif(CASE STREQUAL "python")
   # The first interpreter with the safetensors package, else the first that runs at all.
   set(candidates $ENV{STRATA_PYTHON} ${PYTHON} /usr/bin/python3)

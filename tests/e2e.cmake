@@ -18,20 +18,23 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   # Multi-process DDP under mpirun (label dist).
   find_program(strata_mpirun NAMES mpirun mpiexec)
   if(strata_mpirun)
-    add_test(NAME e2e_ddp_matches_single_process
-             COMMAND ${CMAKE_COMMAND} -DCASE=ddp_matches_single_process -DSTRATA=$<TARGET_FILE:strata_cli>
-                     -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
-                     -DCOMPARE=$<TARGET_FILE:strata_compare_checkpoints>
-                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/ddp_matches_single_process -P ${strata_e2e_script})
-    set_tests_properties(e2e_ddp_matches_single_process PROPERTIES LABELS "e2e;dist" TIMEOUT 60 PROCESSORS 2
-                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
-    add_test(NAME e2e_zero_matches_ddp
-             COMMAND ${CMAKE_COMMAND} -DCASE=zero_matches_ddp -DSTRATA=$<TARGET_FILE:strata_cli>
-                     -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
-                     -DCOMPARE=$<TARGET_FILE:strata_compare_checkpoints>
-                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/zero_matches_ddp -P ${strata_e2e_script})
-    set_tests_properties(e2e_zero_matches_ddp PROPERTIES LABELS "e2e;dist" TIMEOUT 120 PROCESSORS 2
-                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    # e2e_<name> runs CASE <case>: DDP against one process; ZeRO-1/2/3 against DDP;
+    # parallel: auto under mpirun -np 2 (a budget that DDP does not fit and ZeRO does), the
+    # layout it chose against one process, and a budget nothing fits.
+    foreach(spec "ddp_matches_single_process|ddp_matches_single_process|60" "zero_matches_ddp|zero_matches_ddp|120"
+                 "auto_layout_matches_single_process|auto_layout|120")
+      string(REPLACE "|" ";" spec "${spec}")
+      list(GET spec 0 name)
+      list(GET spec 1 case)
+      list(GET spec 2 timeout)
+      add_test(NAME e2e_${name}
+               COMMAND ${CMAKE_COMMAND} -DCASE=${case} -DSTRATA=$<TARGET_FILE:strata_cli>
+                       -DSRC=${PROJECT_SOURCE_DIR} -DMPIRUN=${strata_mpirun}
+                       -DCOMPARE=$<TARGET_FILE:strata_compare_checkpoints>
+                       -DWORK=${CMAKE_CURRENT_BINARY_DIR}/e2e/${case} -P ${strata_e2e_script})
+      set_tests_properties(e2e_${name} PROPERTIES LABELS "e2e;dist" TIMEOUT ${timeout} PROCESSORS 2
+                           ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    endforeach()
   endif()
   return()
 endif()
@@ -194,6 +197,41 @@ elseif(CASE STREQUAL "run_dir_guard")
   endif()
   run(2 trian --config ${tiny_mlp})
   expect(ERR "unknown command 'trian'; did you mean 'train'?")
+elseif(CASE STREQUAL "auto_layout")
+  set(common --config ${tiny_gpt} --set data.path=${corpus} --set model.dropout=0 --set train.max_steps=6
+             --set train.eval_every=0 --set train.save_final=true)
+  # The tiny GPT's DDP ranks hold 16 bytes per parameter (34,688: 555 KB) plus activations;
+  # ZeRO-2 holds 4 + 12 / 2 and fits the 1.35 MiB budget that DDP (1.45 MiB) does not.
+  # auto_run(<expected exit> <memory_per_rank> <run dir>): mpirun -np 2 with parallel: auto.
+  macro(auto_run want budget dir)
+    execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 2 ${STRATA} train ${common}
+                            --set parallel=auto --set run.memory_per_rank=${budget} --set run.dir=${dir}
+                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 60)
+    if(NOT "${rc}" STREQUAL "${want}")
+      message(FATAL_ERROR "mpirun -np 2 strata train parallel=auto within ${budget}: exit ${rc}, expected ${want}\n"
+                          "stdout:\n${OUT}\nstderr:\n${ERR}")
+    endif()
+  endmacro()
+  auto_run(0 1.35M auto)
+  string(REGEX MATCH "parallel: auto chose dp 2 x tp 1 x pp 1, zero_stage [23] of [0-9]+ layouts of 2 rank\\(s\\)" chose "${OUT}")
+  if(NOT chose)
+    message(FATAL_ERROR "parallel: auto did not choose ZeRO-2/3 at 2 ranks within 1.35 MiB:\n${OUT}")
+  endif()
+  string(REGEX MATCH "zero_stage ([23])" _ "${chose}")
+  expect(OUT "layout: dp 2 x tp 1 x pp 1, zero_stage ${CMAKE_MATCH_1} | ZeRO-${CMAKE_MATCH_1} over 2 dp rank(s)")
+  run(0 train ${common} --set run.dir=single)
+  losses(${WORK}/auto/metrics.jsonl la)
+  losses(${WORK}/single/metrics.jsonl ls)
+  same_losses("${la}" "${ls}" "parallel: auto vs single process")
+  # The GPT clips its gradients (grad_clip 1.0), so Adam's updates carry the reduction's
+  # rounding: its small biases differ by up to ~1e-4 of their size (as under DDP).
+  same_parameters(auto single 5e-4 "parallel: auto vs single process parameters")
+  # Nothing fits: exit 2, naming the setting and the layouts that come closest.
+  auto_run(2 100K none)
+  expect(ERR "strata: error: parallel: auto: none of the" "layouts of 2 rank(s) fits run.memory_per_rank (100.00 KiB)"
+         "the closest: dp " " needs " "raise run.memory_per_rank")
+  run(2 train ${common} --set parallel=mesh --set run.dir=bad)
+  expect(ERR "parallel: expected a mapping of layout keys or 'auto', got 'mesh'")
 elseif(CASE STREQUAL "ddp_matches_single_process")
   # 2 ranks x 8 samples (mpirun, parallel.dp auto) against 1 process x 16 samples: the
   # logged losses (world average) must agree to 1e-5 relative at every step, and the

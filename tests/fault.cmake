@@ -7,7 +7,7 @@
 # and peer, and the last checkpoint resumes bit for bit; likewise at tp 2 (kill_tp).
 find_program(strata_fault_mpirun NAMES mpirun mpiexec)
 if(strata_fault_mpirun)
-  foreach(mode kill stop kill_zero3 shrink kill_pp kill_tp)
+  foreach(mode kill stop kill_zero3 shrink kill_pp kill_tp kill_flags stop_flags)
     add_test(NAME fault_train_rank_${mode}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train_fault.sh ${mode} $<TARGET_FILE:strata_cli>
                      ${strata_fault_mpirun} ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/fault/${mode})
@@ -20,18 +20,18 @@ endif()
 # mid-write (SIGXFSZ), a full tmpfs (ENOSPC; skipped without a mount namespace) and a ZeRO-3
 # rank killed while writing its shard: the previous checkpoint stays loadable under LATEST,
 # the half-written step_N.tmp is removed on resume, and the resume is bit-exact.
-foreach(mode efbig crash tmpfs zero3_crash)
+foreach(mode efbig crash tmpfs zero3_crash efbig_async crash_async tmpfs_async zero3_crash_async)
   add_test(NAME fault_ckpt_${mode}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_fault.sh ${mode} $<TARGET_FILE:strata_cli>
                    ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/fault/ckpt_${mode} ${strata_fault_mpirun})
   set_tests_properties(fault_ckpt_${mode} PROPERTIES LABELS "e2e;fault" TIMEOUT 120 SKIP_REGULAR_EXPRESSION "SKIPPED:"
                        FAIL_REGULAR_EXPRESSION "FAIL:")
 endforeach()
-set_tests_properties(fault_ckpt_zero3_crash PROPERTIES LABELS "e2e;dist;fault" PROCESSORS 2)
+set_tests_properties(fault_ckpt_zero3_crash fault_ckpt_zero3_crash_async PROPERTIES LABELS "e2e;dist;fault" PROCESSORS 2)
 
 # A host cut off the network (label multihost): two network-namespace hosts, host 2's link
-# taken down mid-training; rank 0 reports its timeout and mpirun exits within
-# comm.timeout_s + 30 s with the teardown flags of run.sh (scripts/mpi_fault_flags.sh).
+# taken down mid-training; rank 0 names the lost rank and mpirun exits within
+# comm.timeout_s + 5 s with the teardown flags of run.sh (scripts/mpi_fault_flags.sh).
 # Skipped without root / network namespaces.
 if(strata_fault_mpirun)
   add_test(NAME fault_multihost_cut

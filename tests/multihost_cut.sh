@@ -2,13 +2,13 @@
 # A host cut off the network mid-training: mpirun -np 2 across two network-
 # namespace hosts (tests/netns_hosts.sh), DDP, comm.timeout_s 10, with the teardown flags
 # run.sh uses (scripts/mpi_fault_flags.sh). Host 2's link goes down after 5 steps; the rank on
-# host 1 must report its own timeout, mpirun must exit non-zero within comm.timeout_s + 30 s,
+# host 1 must name the op and the lost rank, mpirun must exit non-zero within comm.timeout_s + 5 s,
 # and no daemon or rank may be left in either host. Skipped where namespaces cannot be made.
 #   multihost_cut.sh STRATA MPIRUN SRC WORK          (registered by tests/fault.cmake)
 set -u
 strata=$1 mpirun=$2 src=$3 work=$4
 timeout_s=10
-limit=$((timeout_s + 30))
+limit=$((timeout_s + 5))  # about D + 2 s after the cut (D = timeout - 5 here), with slack for a loaded host
 NETNS_TAG=sf NETNS_OCTET=78
 . "$src/tests/netns_test_env.sh"  # the two hosts, skip rules, $work, cleanup, fail
 now() { date +%s.%N; }
@@ -50,7 +50,7 @@ t_cut=$(now)
 echo "host 2 cut off at step $n"
 while kill -0 "$mp" 2> /dev/null; do
   awk -v a="$t_cut" -v b="$(now)" -v l="$limit" 'BEGIN { exit !(b - a > l) }' &&
-    fail "mpirun still running $limit s (comm.timeout_s + 30) after the cut"
+    fail "mpirun still running $limit s (comm.timeout_s + 5) after the cut"
   sleep 0.1
 done
 wait "$mp"
@@ -59,8 +59,11 @@ took=$(awk -v a="$t_cut" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
 mp=
 echo "mpirun exit status $rc, $took s after the cut"
 [ "$rc" -ne 0 ] || fail "mpirun exited 0"
-grep -aq "^strata: error: rank 0: communication failed: .*timed out after $timeout_s s (comm.timeout_s): [a-z_]* seq [0-9]* in group 'world' (mpi, 2 ranks) on rank 0" out.txt ||
-  fail "rank 0 (host 1) did not report its comm.timeout_s timeout"
+# mpirun declares host 2 lost before comm.timeout_s and stops rank 0 with SIGTERM: rank 0
+# names the op it waited in and the rank that did not answer (comm/launcher_signal.h), or,
+# had its own timeout come first, reports that timeout.
+grep -aEq "^strata: error: rank 0: communication failed: .*(timed out after $timeout_s s \(comm.timeout_s\)|stopped by the launcher \(SIGTERM\) after waiting [0-9.]+ s of comm.timeout_s $timeout_s s): [a-z_]* seq [0-9]* in group 'world' \(mpi, 2 ranks\) on rank 0.*rank 1 \(pid [0-9]+ on [^)]*\) never joined" out.txt ||
+  fail "rank 0 (host 1) did not name the op and rank 1"
 # Nothing may outlive mpirun on either host (the lost host's daemon notices on its own).
 for _ in $(seq 100); do
   [ -z "$(leftovers)" ] && break

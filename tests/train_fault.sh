@@ -9,7 +9,9 @@
 #   rank 1 killed, then the job restarts on 1 process from the last checkpoint and must
 #   match, to float tolerance, a 1-process run that never failed); kill_pp (the tiny GPT
 #   in 3 pipeline stages, 1F1B, the middle stage killed: both neighbours must name it);
-#   kill_tp (the MLP at tp 2, rank 1 killed)
+#   kill_tp (the MLP at tp 2, rank 1 killed); kill_flags, stop_flags (as kill and stop,
+#   under the teardown flags of run.sh, scripts/mpi_fault_flags.sh: the job must end as
+#   soon as without them, within 5 s of a kill and comm.timeout_s + 6 s of a stop)
 #   train_fault.sh rank WORK CMD...   (internal: runs one rank, records its pid and status)
 set -u
 
@@ -43,8 +45,13 @@ victim=1
 np=3
 survivors="0 2"
 extra=()
+launcher_flags=""
+sig=KILL
 case $mode in
-  kill | stop) ;;
+  kill) ;;
+  stop) sig=STOP ;;
+  kill_flags) launcher_flags=$(bash "$src/scripts/mpi_fault_flags.sh" $timeout_s) limit=5 ;;
+  stop_flags) launcher_flags=$(bash "$src/scripts/mpi_fault_flags.sh" $timeout_s) limit=$((timeout_s + 6)) sig=STOP ;;
   kill_zero3) extra=(--set parallel.zero_stage=3) ;;
   shrink) np=2 survivors=0 ;;
   kill_pp) ;;
@@ -83,7 +90,8 @@ mkdir -p "$work"
 cd "$work" || exit 1
 # tiny_mlp on np ranks, one thread each, long enough never to finish by itself.
 t0=$(now)
-"$mpirun" --oversubscribe --allow-run-as-root -np $np bash "$src/tests/train_fault.sh" rank "$work" \
+# shellcheck disable=SC2086 # the flags are words
+"$mpirun" --oversubscribe --allow-run-as-root -np $np $launcher_flags bash "$src/tests/train_fault.sh" rank "$work" \
   "$strata" train "${common[@]}" --set run.dir=run --set train.max_steps=1000000 \
   --set comm.timeout_s=$timeout_s < /dev/null > out.txt 2>&1 &
 mp=$!
@@ -99,8 +107,6 @@ done
 [ "${n:-0}" -ge 5 ] || fail "no training steps logged after 30 s"
 for r in $ranks; do [ -s "pid.$r" ] || fail "rank $r recorded no pid"; done
 pid=$(cat "pid.$victim")
-sig=KILL
-[ "$mode" = stop ] && sig=STOP
 t_fault=$(now)
 kill -"$sig" "$pid" || fail "could not send SIG$sig to rank $victim (pid $pid)"
 echo "SIG$sig to rank $victim (pid $pid) after $(elapsed "$t0" "$t_fault") s, at step $n"
@@ -108,8 +114,8 @@ echo "SIG$sig to rank $victim (pid $pid) after $(elapsed "$t0" "$t_fault") s, at
 # The job must end by itself within the limit.
 while kill -0 "$mp" 2> /dev/null; do
   if awk -v a="$t_fault" -v b="$(now)" -v l="$limit" 'BEGIN { exit !(b - a > l) }'; then
-    [ "$mode" = stop ] && kill -CONT "$pid" 2> /dev/null
-    fail "the job hung: still running $limit s (comm.timeout_s + 10) after SIG$sig"
+    [ "$sig" = STOP ] && kill -CONT "$pid" 2> /dev/null
+    fail "the job hung: still running $limit s after SIG$sig"
   fi
   sleep 0.05
 done
@@ -151,7 +157,7 @@ for r in $survivors; do
     echo "$line" | grep -Eq "\[pipeline\] rank $r: the exchange for stage [0-9]+, micro-batch [0-9]+ with peer rank $victim" ||
       fail "rank $r's report names no stage, micro-batch and peer: $line"
   fi
-  if [ "$mode" != stop ]; then
+  if [ "$sig" != STOP ]; then
     # A 2-rank pp channel names the peer by its group rank and then its world rank:
     # "lost peer: rank 0 (world rank 1) (pid N on host)" (seen under TSan's timing).
     if echo "$line" | grep -Eq "lost peer: .*(rank $victim|\(world rank $victim\)) \(pid $pid on "; then
@@ -176,8 +182,8 @@ for r in $survivors; do
   [ "$status" = 3 ] && reported=$((reported + 1))
 done
 [ "$reported" -ge 1 ] || fail "no survivor reported the failure in strata's words and exited 3"
-[ "$mode" = stop ] || [ "${named_victim:-0}" -ge 1 ] || fail "no survivor named rank $victim (pid $pid) in its report"
-if [ "$mode" = stop ]; then
+[ "$sig" = STOP ] || [ "${named_victim:-0}" -ge 1 ] || fail "no survivor named rank $victim (pid $pid) in its report"
+if [ "$sig" = STOP ]; then
   # A hung peer is found by the timeout only (the survivor that times out first aborts,
   # so the other may report that one's death instead): not before it, not long after.
   [ "${timeouts:-0}" -ge 1 ] || fail "no survivor reported the comm.timeout_s timeout"

@@ -456,6 +456,13 @@ TEST(PlannerMemory, EquivalenceLayoutsWithinFivePercentOfTheAllocator) {
       {"tp2 pp2 + SP", 4,
        {"parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.microbatches=4"}},
       {"dp2 tp2 ZeRO-3", 4, {"parallel.dp=2", "parallel.tp=2", "parallel.zero_stage=3"}},
+      {"dp2 full recompute", 2, {"parallel.dp=2", "model.checkpoint_activations=full"}},
+      {"dp2 selective", 2, {"parallel.dp=2", "model.checkpoint_activations=selective"}},
+      {"dp2 selective drop", 2, {"parallel.dp=2", "model.checkpoint_activations=selective", "model.dropout=0.1"}},
+      {"tp2 + SP selective", 2,
+       {"parallel.tp=2", "parallel.sequence_parallel=true", "model.checkpoint_activations=selective"}},
+      {"pp2 1f1b selective", 2,
+       {"parallel.pp=2", "parallel.microbatches=4", "model.checkpoint_activations=selective"}},
   };
   check_planner_memory([](const std::vector<std::string>& sets) { return small_gpt(sets); }, layouts);
 }

@@ -234,6 +234,30 @@ TEST_F(TrainerTest, ResumingFromThePastKeepsWhatItWritesAndSetsTheFutureAside) {
   EXPECT_EQ(again.step_count(), 5);
 }
 
+// train.checkpoint_async: the checkpoints written in the background hold the same bytes
+// as the synchronous ones (the snapshot is the step's state, not a later one: a GPT with
+// dropout changes every weight each step), LATEST names the last, and rotation keeps
+// train.keep_checkpoints of them.
+TEST_F(TrainerTest, AsyncCheckpointsEqualSynchronousOnes) {
+  const auto run_with = [&](const std::string& name, bool async) {
+    const std::string run = path(name);
+    auto o = gpt_overrides(run);
+    for (const char* kv : {"train.max_steps=6", "train.checkpoint_every=2", "train.keep_checkpoints=2"}) o.push_back(kv);
+    o.push_back(std::string("train.checkpoint_async=") + (async ? "true" : "false"));
+    Trainer(TrainConfig::load(kTinyGpt, o), {.verbose = false}).train();
+    return run + "/checkpoints";
+  };
+  const std::string sync = run_with("sync", false), async = run_with("async", true);
+  for (const char* step : {"step_00000004", "step_00000006"}) {
+    const std::string a = async + "/" + step + "/shard_00000_of_00001.safetensors";
+    const std::string b = sync + "/" + step + "/shard_00000_of_00001.safetensors";
+    ASSERT_TRUE(fs::exists(a)) << a;
+    EXPECT_EQ(read_file_bytes(a), read_file_bytes(b)) << step;
+  }
+  EXPECT_FALSE(fs::exists(async + "/step_00000002"));  // rotated away, as the synchronous run's
+  EXPECT_EQ(parallel::resolve_checkpoint_dir(fs::path(async).parent_path().string()), async + "/step_00000006");
+}
+
 // Weights that are no longer finite are never committed: the save is refused naming the
 // last good checkpoint, which stays LATEST.
 TEST_F(TrainerTest, NonFiniteWeightsAreNeverCheckpointed) {

@@ -7,6 +7,7 @@
 
 #include "tests/test_tensors.h"
 #include <strata/autograd/engine.h>
+#include <strata/core/memory.h>
 #include <strata/nn/cnn.h>
 #include <strata/nn/gpt.h>
 #include <strata/nn/loss.h>
@@ -122,25 +123,52 @@ TEST(Gpt, TiedWeightGetsEmbeddingAndHeadGradients) {
   EXPECT_GT(ops::sum_squares(untied.parameter("wte.weight").grad()), 0.0);
 }
 
-TEST(Gpt, CheckpointedBlocksGiveIdenticalLossAndGrads) {
-  nn::GPTConfig cfg{.vocab = 19, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.1};
-  Generator g1(21), g2(21);
-  nn::GPT plain(cfg, g1);
-  cfg.checkpoint = true;
-  nn::GPT ckpt(cfg, g2);
-  Tensor idx = random_tokens({2, 8}, 19, 3), tgt = random_tokens({2, 8}, 19, 4);
-  for (int step = 0; step < 2; ++step) {  // twice: dropout generators must stay in lockstep
-    Tensor a = plain.loss(idx, tgt), b = ckpt.loss(idx, tgt);
-    EXPECT_EQ(a.item<double>(), b.item<double>());
-    backward(a);
-    backward(b);
-    for (auto& [n, p] : plain.named_parameters()) {
-      ASSERT_TRUE(ckpt.parameter(n).grad().defined()) << n;
-      expect_close(ckpt.parameter(n).grad(), p.grad(), 1e-6, n.c_str());
+// Full (each block) and selective (each attention core) recomputation against none: the
+// same loss and gradients, with dropout (its masks replayed in the recompute), in both
+// attention paths (the fused core at p = 0, the unfused one with dropout).
+TEST(Gpt, RecomputedActivationsGiveIdenticalLossAndGrads) {
+  for (const double p : {0.0, 0.1})
+    for (const char* mode : {"full", "selective"}) {
+      SCOPED_TRACE(std::string(mode) + " dropout " + std::to_string(p));
+      nn::GPTConfig cfg{.vocab = 19, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = p};
+      Generator g1(21), g2(21);
+      nn::GPT plain(cfg, g1);
+      cfg.checkpoint = std::string(mode) == "full";
+      cfg.selective = std::string(mode) == "selective";
+      nn::GPT re(cfg, g2);
+      Tensor idx = random_tokens({2, 8}, 19, 3), tgt = random_tokens({2, 8}, 19, 4);
+      for (int step = 0; step < 2; ++step) {  // twice: dropout generators must stay in lockstep
+        Tensor a = plain.loss(idx, tgt), b = re.loss(idx, tgt);
+        EXPECT_EQ(a.item<double>(), b.item<double>());
+        backward(a);
+        backward(b);
+        for (auto& [n, par] : plain.named_parameters()) {
+          ASSERT_TRUE(re.parameter(n).grad().defined()) << n;
+          expect_close(re.parameter(n).grad(), par.grad(), 1e-6, n.c_str());
+        }
+        plain.zero_grad();
+        re.zero_grad();
+      }
     }
-    plain.zero_grad();
-    ckpt.zero_grad();
-  }
+}
+
+// Selective recomputation keeps no attention probabilities: the graph's activations
+// shrink by the (B, H, T, T) tensor of every block.
+TEST(Gpt, SelectiveRecomputationKeepsNoAttentionProbabilities) {
+  const auto held = [](bool selective) {
+    nn::GPTConfig cfg{.vocab = 19, .block_size = 32, .n_layer = 3, .n_head = 4, .n_embd = 16,
+                      .selective = selective};
+    Generator g(5);
+    nn::GPT m(cfg, g);
+    Tensor idx = random_tokens({2, 32}, 19, 3), tgt = random_tokens({2, 32}, 19, 4);
+    const int64_t before = cpu_memory().stats(MemCategory::activations).current;
+    Tensor loss = m.loss(idx, tgt);
+    const int64_t after = cpu_memory().stats(MemCategory::activations).current;
+    backward(loss);
+    return after - before;
+  };
+  const int64_t none = held(false), selective = held(true);
+  EXPECT_EQ(none - selective, int64_t(3) * 2 * 4 * 32 * 32 * 4) << none << " vs " << selective;
 }
 
 TEST(Gpt, ChildrenAndParametersKeepTheirNames) {

@@ -8,10 +8,17 @@
 //   p2p:     rank 1 never posts its half of rank 0's batch_isend_irecv; rank 0 times out
 //            naming the label, the pending op with its tag and rank 1.
 //   p2p_kill: rank 1 SIGKILLs itself instead; rank 0 names it as a lost peer.
+//   sigterm: rank 1 never joins a collective; 1 s into it ranks 0 and 2 get SIGTERM, as
+//            from a launcher that lost rank 1's host: they end the wait at once, name
+//            rank 1 and exit 3, long before comm.timeout_s (20 s).
+//   sigterm_busy: rank 0 gets SIGTERM while computing (no comm wait): it dies of it, as
+//            without strata's handler.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <thread>
+
+#include <unistd.h>
 
 #include <strata/comm/mpi.h>
 #include <strata/core/threads.h>
@@ -26,6 +33,13 @@ int main(int argc, char** argv) {
   CommOptions o;
   const bool times_out = std::strcmp(mode, "timeout") == 0 || std::strcmp(mode, "stop") == 0 ||
                          std::strcmp(mode, "p2p") == 0;
+  // The launcher's SIGTERM, sent to this process from another thread after `s` seconds.
+  auto sigterm_after = [](double s) {
+    std::thread([s] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(s));
+      kill(getpid(), SIGTERM);
+    }).detach();
+  };
   o.timeout_s = times_out ? 2.0 : 20.0;
   auto world = init_mpi_world(o, &argc, &argv);
   const int r = world->rank();
@@ -51,6 +65,22 @@ int main(int argc, char** argv) {
       if (r == 1) std::raise(SIGSTOP);  // stays stopped until the launcher kills it
       Tensor t = ops::ones({1000}, DType::f32);
       world->all_reduce(t).wait();  // seq 1
+    } else if (std::strcmp(mode, "sigterm") == 0) {
+      if (r == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(8));  // never joins seq 1 in time
+        return 0;
+      }
+      sigterm_after(1.0);
+      Tensor t = ops::ones({1000}, DType::f32);
+      world->all_reduce(t).wait();  // seq 1
+    } else if (std::strcmp(mode, "sigterm_busy") == 0) {
+      if (r == 0) {
+        sigterm_after(0.2);
+        volatile double x = 0;
+        for (int64_t i = 0; i < (int64_t(1) << 40); ++i) x = x + 1e-9;  // computing: no comm wait
+      }
+      Tensor t = ops::ones({1000}, DType::f32);
+      world->all_reduce(t).wait();  // seq 1: rank 0 is gone
     } else if (std::strcmp(mode, "p2p") == 0 || std::strcmp(mode, "p2p_kill") == 0) {
       // Rank 0 receives from rank 1 and sends to rank 2 in one batch; rank 2 does its half.
       Tensor a = ops::zeros({1000}, DType::f32), b = ops::ones({500}, DType::i64);
@@ -68,7 +98,7 @@ int main(int argc, char** argv) {
         return 0;
       }
     } else {
-      std::fprintf(stderr, "usage: %s timeout|kill|stop|p2p|p2p_kill\n", argv[0]);
+      std::fprintf(stderr, "usage: %s timeout|kill|stop|p2p|p2p_kill|sigterm|sigterm_busy\n", argv[0]);
       return 2;
     }
   } catch (const CommError& e) {

@@ -1,0 +1,70 @@
+// AsyncCheckpointWriter: host snapshot on the caller's thread, the write on one worker.
+#include <strata/parallel/checkpoint/async_writer.h>
+
+#include <atomic>
+#include <chrono>
+
+#include <strata/core/error.h>
+#include <strata/tensor/ops.h>
+
+namespace strata::parallel {
+
+AsyncCheckpointWriter::AsyncCheckpointWriter(std::shared_ptr<comm::ProcessGroup> group) : group_(std::move(group)) {
+  STRATA_CHECK(group_ != nullptr, "[async checkpoint] needs a process group of its own");
+}
+
+AsyncCheckpointWriter::~AsyncCheckpointWriter() {
+  if (worker_.joinable()) worker_.join();
+}
+
+void AsyncCheckpointWriter::start(const std::vector<ShardPiece>& pieces, Write write) {
+  STRATA_CHECK(!in_flight(), "[async checkpoint] a write is still in flight: finish() it first");
+  const auto t0 = std::chrono::steady_clock::now();
+  if (snapshot_.size() != pieces.size()) snapshot_.resize(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ShardPiece& p = pieces[i];
+    ShardPiece& s = snapshot_[i];
+    s.name = p.name;
+    s.global_shape = p.global_shape;
+    s.begin = p.begin;
+    s.end = p.end;
+    if (!p.data.defined()) {
+      s.data = Tensor();
+      continue;
+    }
+    // The buffer keeps the piece's own shape (the writer reads it in row-major order).
+    if (!s.data.defined() || s.data.dtype() != p.data.dtype() || s.data.shape() != p.data.shape())
+      s.data = ops::empty(p.data.shape(), p.data.dtype(), kCPU);
+    ops::copy_(s.data, p.data);
+  }
+  snapshot_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  error_ = nullptr;
+  done_ = std::make_shared<std::atomic<bool>>(false);
+  worker_ = std::thread([this, write = std::move(write), done = done_] {
+    try {
+      write(*group_, snapshot_);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    done->store(true, std::memory_order_release);
+  });
+}
+
+bool AsyncCheckpointWriter::done_here() const {
+  return !in_flight() || done_->load(std::memory_order_acquire);
+}
+
+void AsyncCheckpointWriter::finish() {
+  if (!worker_.joinable()) return;
+  worker_.join();
+  if (std::exception_ptr e = std::exchange(error_, nullptr)) std::rethrow_exception(e);
+}
+
+int64_t AsyncCheckpointWriter::buffer_bytes() const {
+  int64_t n = 0;
+  for (const ShardPiece& s : snapshot_)
+    if (s.data.defined()) n += s.data.nbytes();
+  return n;
+}
+
+}  // namespace strata::parallel
