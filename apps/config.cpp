@@ -49,6 +49,45 @@ void read_run(const ConfigNode& n, RunSection& s) {
   trace.check_range("steps", double(s.trace_steps), 0, 1e6);
 }
 
+// The llama keys beside the token-model ones (read_model checked n_embd % n_head).
+void read_llama(const ConfigNode& n, ModelSection& s) {
+  if (s.dropout > 0) n.fail("dropout", "must be 0 for model.type llama (the Llama has no dropout)");
+  // n_kv_head: key/value heads (grouped-query attention); 0 = n_head, 1 = multi-query.
+  s.n_kv_head = n.get("n_kv_head", s.n_kv_head);
+  n.check_range("n_kv_head", double(s.n_kv_head), 0, 1e4);
+  const int64_t kv = s.n_kv_head > 0 ? s.n_kv_head : s.n_head;
+  if (s.n_head % kv != 0)
+    n.fail("n_kv_head", "must divide model.n_head (" + std::to_string(s.n_head) + " % " + std::to_string(kv) + " != 0)");
+  if ((s.n_embd / s.n_head) % 2 != 0)
+    n.fail("n_embd", "gives an odd head dimension n_embd / n_head = " + std::to_string(s.n_embd / s.n_head) +
+                         " (the rotary embedding turns pairs of it)");
+  s.intermediate_size = n.get("intermediate_size", s.intermediate_size);
+  n.check_range("intermediate_size", double(s.intermediate_size), 0, 1e7);
+  s.ffn_dim_multiplier = n.get("ffn_dim_multiplier", s.ffn_dim_multiplier);
+  n.check_range("ffn_dim_multiplier", s.ffn_dim_multiplier, 0, 100);
+  s.multiple_of = n.get("multiple_of", s.multiple_of);
+  n.check_range("multiple_of", double(s.multiple_of), 1, 1e6);
+  s.norm_eps = n.get("norm_eps", s.norm_eps);
+  n.check_range("norm_eps", s.norm_eps, 0, 1, /*min_exclusive=*/true);
+  s.rope_theta = n.get("rope_theta", s.rope_theta);
+  n.check_range("rope_theta", s.rope_theta, 0, 1e12, /*min_exclusive=*/true);
+  if (n.has("rope_scaling")) {
+    const ConfigNode r = n.child("rope_scaling");
+    RopeScalingSection rs;
+    rs.factor = r.get("factor", rs.factor);
+    r.check_range("factor", rs.factor, 0, 1e6, /*min_exclusive=*/true);
+    rs.low_freq_factor = r.get("low_freq_factor", rs.low_freq_factor);
+    r.check_range("low_freq_factor", rs.low_freq_factor, 0, 1e6, /*min_exclusive=*/true);
+    rs.high_freq_factor = r.get("high_freq_factor", rs.high_freq_factor);
+    r.check_range("high_freq_factor", rs.high_freq_factor, 0, 1e6, /*min_exclusive=*/true);
+    if (rs.high_freq_factor <= rs.low_freq_factor)
+      r.fail("high_freq_factor", "must exceed model.rope_scaling.low_freq_factor");
+    rs.original_max_position_embeddings = r.get("original_max_position_embeddings", rs.original_max_position_embeddings);
+    r.check_range("original_max_position_embeddings", double(rs.original_max_position_embeddings), 1, 1e9);
+    s.rope_scaling = rs;
+  }
+}
+
 void read_model(const ConfigNode& n, ModelSection& s) {
   // model.init_from: config.json gives the defaults, and a key set beside it must agree.
   s.init_from = n.get("init_from", s.init_from);
@@ -65,10 +104,10 @@ void read_model(const ConfigNode& n, ModelSection& s) {
   };
   s.type = n.get("type", hf ? hf->model_type : s.type);
   agree("type", s.type, hf ? hf->model_type : s.type, "architectures " + (hf ? hf->architecture : std::string()) + ", model.type");
-  if (hf && hf->model_type != "gpt")
+  if (hf && hf->model_type != "gpt" && hf->model_type != "llama")
     n.fail("init_from", hf_file + " is a " + hf->architecture + ", which needs model.type " + hf->model_type +
-                            "; this build has mlp, cnn and gpt");
-  n.one_of("type", s.type, {"mlp", "cnn", "gpt"});
+                            "; this build has mlp, cnn, gpt and llama");
+  n.one_of("type", s.type, {"mlp", "cnn", "gpt", "llama"});
   s.dropout = n.get("dropout", s.dropout);
   n.check_range("dropout", s.dropout, 0.0, 1.0, false, true);
   if (s.type == "mlp") {
@@ -90,12 +129,14 @@ void read_model(const ConfigNode& n, ModelSection& s) {
     s.n_layer = n.get("n_layer", hf ? hf->n_layer : s.n_layer);
     s.n_head = n.get("n_head", hf ? hf->n_head : s.n_head);
     s.n_embd = n.get("n_embd", hf ? hf->n_embd : s.n_embd);
-    s.bias = n.get("bias", s.bias);
-    s.tie_weights = n.get("tie_weights", hf ? hf->tie_weights : s.tie_weights);
+    if (s.type == "gpt") s.bias = n.get("bias", s.bias);
+    s.tie_weights = n.get("tie_weights", hf ? hf->tie_weights : (s.type == "llama" ? false : s.tie_weights));
     s.checkpoint_activations =
         nn::parse_recompute(n.get("checkpoint_activations", std::string(nn::recompute_name(s.checkpoint_activations))),
                             n.key_path("checkpoint_activations"));
     n.one_of("checkpoint_activations", nn::recompute_name(s.checkpoint_activations), {"none", "full", "selective"});
+    if (s.type == "llama" && s.checkpoint_activations == nn::Recompute::selective)
+      n.fail("checkpoint_activations", "selective recomputation is the GPT's only; model.type llama takes none or full");
     // vocab_size: token ids the GPT embeds; 0 = from the data (required for data.dataset tokens).
     s.vocab_size = n.get("vocab_size", hf ? hf->vocab : s.vocab_size);
     if (hf) {
@@ -115,6 +156,7 @@ void read_model(const ConfigNode& n, ModelSection& s) {
     if (s.n_embd % s.n_head != 0)
       n.fail("n_embd", "must be divisible by model.n_head (" + std::to_string(s.n_embd) + " % " +
                            std::to_string(s.n_head) + " != 0)");
+    if (s.type == "llama") read_llama(n, s);
   }
 }
 
@@ -426,13 +468,14 @@ void TrainConfig::validate() const {
   const bool registered = !data::is_builtin_dataset(data.dataset);
   // A registered dataset serves whichever model the config asks for (its batches are checked).
   const bool tokens = data.dataset == "text" || data.dataset == "tokens" ||
-                      (data.dataset == "synthetic" && data.kind == "tokens") || (registered && model.type == "gpt");
-  if (model.type == "gpt" && !tokens)
-    config_fail("data.dataset", "model.type gpt needs token data (text, tokens, or synthetic with kind: tokens), got '" +
+                      (data.dataset == "synthetic" && data.kind == "tokens") || (registered && model.token_model());
+  if (model.token_model() && !tokens)
+    config_fail("data.dataset", "model.type " + model.type +
+                                    " needs token data (text, tokens, or synthetic with kind: tokens), got '" +
                                     data.dataset + "'");
-  if (model.type != "gpt" && tokens)
-    config_fail("model.type", "token data needs model.type gpt, got '" + model.type + "'");
-  if (model.type == "gpt") {
+  if (!model.token_model() && tokens)
+    config_fail("model.type", "token data needs model.type gpt or llama, got '" + model.type + "'");
+  if (model.token_model()) {
     const bool need = data.dataset == "tokens" || registered;
     const int64_t least = data.dataset == "text" ? 256 : data.dataset == "synthetic" ? data.vocab_size : 2;
     if (need && model.vocab_size == 0 && data.tokenizer.empty())

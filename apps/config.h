@@ -3,6 +3,7 @@
 // and line, and unknown keys are rejected) and validate() checks cross-field rules.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,16 @@ struct RunSection {
   int64_t memory_per_rank = 0;
 };
 
+/// model.rope_scaling (llama): Llama 3.1's frequency rescaling (nn::RopeScaling).
+struct RopeScalingSection {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
 struct ModelSection {
-  std::string type = "mlp";  // mlp | cnn | gpt
+  std::string type = "mlp";  // mlp | cnn | gpt | llama
   /// A Hugging Face model directory (config.json + safetensors) whose weights a new run
   /// starts from (docs/interop.md). Its config.json fills model.type and the shape keys;
   /// a shape key given beside it must agree. Ignored when the run resumes.
@@ -72,6 +81,17 @@ struct ModelSection {
   /// gpt: embedding/output rows; 0 = from the data (256 for text, data.vocab_size for
   /// synthetic tokens). Required for data.dataset tokens and registered token datasets.
   int64_t vocab_size = 0;
+  // llama (with block_size, n_layer, n_head, n_embd, tie_weights, checkpoint_activations,
+  // vocab_size above; tie_weights defaults to false for llama)
+  int64_t n_kv_head = 0;           ///< key/value heads; 0 = n_head
+  int64_t intermediate_size = 0;   ///< SwiGLU width; 0 = from ffn_dim_multiplier and multiple_of
+  double ffn_dim_multiplier = 0;   ///< 0 = unset
+  int64_t multiple_of = 256;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  std::optional<RopeScalingSection> rope_scaling{};
+  /// A model over token sequences (gpt, llama): token data, block_size and vocab_size apply.
+  bool token_model() const { return type == "gpt" || type == "llama"; }
 };
 
 struct DataSection {

@@ -66,9 +66,9 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "Bytes a rank may hold (`80G`, `512MiB`, or a number; K/M/G/T are powers of 1024); 0 = no limit. "
      "`parallel: auto` chooses among the layouts that fit it."},
     // model
-    {"model.type", "string", "mlp", "`mlp`, `cnn` or `gpt` (`gpt` needs token data: `text`, or `synthetic` with "
-                                    "`kind: tokens`)."},
-    {"model.dropout", "number", "0", "Dropout probability in [0, 1)."},
+    {"model.type", "string", "mlp", "`mlp`, `cnn`, `gpt` or `llama` (`gpt` and `llama` need token data: `text`, "
+                                    "`tokens`, or `synthetic` with `kind: tokens`; docs/models.md)."},
+    {"model.dropout", "number", "0", "Dropout probability in [0, 1); must be 0 for `llama`."},
     {"model.hidden", "list of integers (mlp) or integer (cnn)", "[256, 128] (mlp); 128 (cnn)",
      "mlp: the hidden layer widths. cnn: the width of the fully connected layer after the conv blocks."},
     {"model.activation", "string", "relu", "mlp: `relu`, `gelu`, `gelu_tanh` or `tanh`."},
@@ -80,19 +80,41 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "A Hugging Face model directory (config.json + model.safetensors or a sharded index) whose weights a new "
      "run starts from, at any layout; its config.json fills `model.type` and the shape keys, and a shape key "
      "given beside it must agree (docs/interop.md). Ignored when the run resumes."},
-    {"model.block_size", "integer", "64", "gpt: context length in tokens."},
+    {"model.block_size", "integer", "64", "gpt, llama: context length in tokens (llama: the most positions)."},
     {"model.vocab_size", "integer", "0",
-     "gpt: token ids the model embeds; 0 = from the data. Required for `data.dataset: tokens`, whose largest id "
+     "gpt, llama: token ids the model embeds; 0 = from the data. Required for `data.dataset: tokens`, whose largest id "
      "is checked against it."},
-    {"model.n_layer", "integer", "4", "gpt: transformer blocks."},
-    {"model.n_head", "integer", "4", "gpt: attention heads; must divide `n_embd`."},
-    {"model.n_embd", "integer", "128", "gpt: embedding width."},
+    {"model.n_layer", "integer", "4", "gpt, llama: transformer blocks."},
+    {"model.n_head", "integer", "4", "gpt, llama: attention (query) heads; must divide `n_embd`."},
+    {"model.n_embd", "integer", "128", "gpt, llama: embedding width (llama: `n_embd / n_head` must be even)."},
     {"model.bias", "boolean", "true", "gpt: biases in the linear layers and layer norms."},
-    {"model.tie_weights", "boolean", "true", "gpt: the output projection shares the token embedding's weights."},
+    {"model.tie_weights", "boolean", "true (gpt); false (llama)",
+     "gpt, llama: the output projection shares the token embedding's weights."},
     {"model.checkpoint_activations", "string", "none",
-     "gpt: activations recomputed in backward instead of stored. `none`; `full`: each block keeps only its input and "
-     "is recomputed whole; `selective`: the GEMM outputs are kept and the attention core (scores, softmax, dropout) is "
-     "recomputed, after Megatron-LM's selective recomputation (docs/planner.md). `true` / `false` mean `full` / `none`."},
+     "gpt, llama: activations recomputed in backward instead of stored. `none`; `full`: each block keeps only its "
+     "input and is recomputed whole; `selective` (gpt only): the GEMM outputs are kept and the attention core "
+     "(scores, softmax, dropout) is recomputed, after Megatron-LM's selective recomputation (docs/planner.md). "
+     "`true` / `false` mean `full` / `none`."},
+    {"model.n_kv_head", "integer", "0",
+     "llama: key/value heads (grouped-query attention); 0 = `n_head`, 1 = multi-query; must divide `n_head`, and "
+     "under tensor parallelism be divisible by `parallel.tp`."},
+    {"model.intermediate_size", "integer", "0",
+     "llama: the SwiGLU hidden width; 0 = torchtitan's rule: 4 x `n_embd`, times 2/3, times `ffn_dim_multiplier` "
+     "when set, rounded up to a multiple of `multiple_of`."},
+    {"model.ffn_dim_multiplier", "number", "0", "llama: multiplier of the SwiGLU width rule; 0 = unset."},
+    {"model.multiple_of", "integer", "256", "llama: the SwiGLU width rule rounds up to a multiple of this."},
+    {"model.norm_eps", "number", "1e-05", "llama: the RMSNorm epsilon."},
+    {"model.rope_theta", "number", "10000", "llama: the rotary embedding base (Llama 3: 500000)."},
+    {"model.rope_scaling.factor", "number", "8",
+     "llama: Llama 3.1's rotary frequency scaling (present when `rope_scaling` is given): long wavelengths are "
+     "divided by `factor`."},
+    {"model.rope_scaling.low_freq_factor", "number", "1",
+     "llama: wavelengths above `original_max_position_embeddings / low_freq_factor` are scaled."},
+    {"model.rope_scaling.high_freq_factor", "number", "4",
+     "llama: wavelengths below `original_max_position_embeddings / high_freq_factor` are kept; those between "
+     "are interpolated."},
+    {"model.rope_scaling.original_max_position_embeddings", "integer", "8192",
+     "llama: the context length the rotary frequencies were trained for."},
     // data
     {"data.dataset", "string", "fashion_mnist",
      "`fashion_mnist` (IDX files), `text` (byte-level corpus), `tokens` (nanoGPT/llm.c .bin token files), `idx` "

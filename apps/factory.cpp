@@ -97,7 +97,7 @@ void check_layout(const TrainConfig& cfg, const data::Dataset& ds, const char* s
   const data::Batch one = ds.get_batch({0});
   Shape in_want{1}, tgt_want{1};
   DType in_dtype = DType::f32;
-  if (cfg.model.type == "gpt") {
+  if (cfg.model.token_model()) {
     in_want.push_back(cfg.model.block_size);
     tgt_want.push_back(cfg.model.block_size);
     in_dtype = DType::i64;
@@ -110,7 +110,7 @@ void check_layout(const TrainConfig& cfg, const data::Dataset& ds, const char* s
                  " and target ", dtype_name(one.target.dtype()), shape_str(one.target.shape()),
                  " for one sample; model.type ", cfg.model.type, " needs input ", dtype_name(in_dtype),
                  shape_str(in_want), " and target i64", shape_str(tgt_want),
-                 cfg.model.type == "gpt" ? " (model.block_size)" : " (data.sample_shape)");
+                 cfg.model.token_model() ? " (model.block_size)" : " (data.sample_shape)");
 }
 
 /// A dataset registered with data::register_dataset: its factory, then val carved from
@@ -125,7 +125,7 @@ void build_registered(const TrainConfig& cfg, DataBundle& b) {
     s = (*factory)({.name = d.dataset,
                     .path = d.path,
                     .seed = d.seed,
-                    .block_size = cfg.model.type == "gpt" ? cfg.model.block_size : 0,
+                    .block_size = cfg.model.token_model() ? cfg.model.block_size : 0,
                     .options = root.child("data").child("options")});
     root.check_unknown_keys();
   } catch (const ConfigError& e) {
@@ -148,7 +148,7 @@ void build_registered(const TrainConfig& cfg, DataBundle& b) {
   }
   for (const auto& [ds, name] : {std::pair{b.train, "train"}, {b.eval, b.eval_split.c_str()}, {b.test, "test"}})
     if (ds) check_layout(cfg, *ds, name);
-  if (cfg.model.type == "gpt") {
+  if (cfg.model.token_model()) {
     b.tokens = true;
     b.tokens_per_sample = cfg.model.block_size;
   }

@@ -11,7 +11,7 @@ namespace strata::apps {
 
 /// FLOPs of one training sample (forward + backward = 3 x forward, the usual convention),
 /// from the description of `cfg`'s model family (nn::ModelSpec::flops_per_sample):
-///   gpt: per token 6N + 12·L·C·T (PaLM's estimate: N = all parameters, the attention
+///   gpt, llama: per token 6N + 12·L·C·T (PaLM's estimate: N = all parameters, the attention
 ///        scores and values of T positions), times T tokens;
 ///   mlp, cnn: the direct count, 2·in·out per linear layer and 2·Cin·Cout·K²·H·W per
 ///        convolution (3x3, padding 1, each block's output halved by pooling), times 3.

@@ -9,11 +9,12 @@ namespace strata::apps {
 ModelFamily mlp_family();
 ModelFamily cnn_family();
 ModelFamily gpt_family();
+ModelFamily llama_family();
 
 namespace {
 
 const std::vector<ModelFamily>& families() {
-  static const std::vector<ModelFamily> all = {mlp_family(), cnn_family(), gpt_family()};
+  static const std::vector<ModelFamily> all = {mlp_family(), cnn_family(), gpt_family(), llama_family()};
   return all;
 }
 

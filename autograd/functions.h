@@ -98,6 +98,15 @@ Tensor amax(const Tensor& t, int64_t dim, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+/// RMSNorm over the last dim (Llama): x / sqrt(mean(x^2) + eps) * weight (weight may be
+/// undefined). One fused op; saves x and the per-row rstd. An f32 op under autocast.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+/// Rotary position embedding of x (B, T, H, hd) in the rotate-half layout (ops::rotary);
+/// positions (T) i64 and inv_freq (hd/2) f64 are not differentiated. Backward turns the
+/// gradient back by the same angles. Saves nothing but the two tables' handles.
+Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq);
+/// silu(gate) * up (Llama's SwiGLU MLP), one fused op; saves gate and up.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
 /// Updates running stats in place when training.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);

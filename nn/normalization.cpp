@@ -1,4 +1,4 @@
-// LayerNorm and BatchNorm2d: parameter/buffer slots around the fused kernels.
+// LayerNorm, RMSNorm and BatchNorm2d: parameter/buffer slots around the fused kernels.
 #include <strata/nn/normalization.h>
 
 #include <strata/nn/init.h>
@@ -20,6 +20,18 @@ Tensor LayerNorm::forward(const Tensor& x) {
   STRATA_CHECK(x.dim() >= 1 && x.size(-1) == weight_->size(0), "[LayerNorm] input ", shape_str(x.shape()),
                " does not end in ", weight_->size(0));
   return layer_norm(x, *weight_, bias_ ? *bias_ : Tensor(), eps_);
+}
+
+RMSNorm::RMSNorm(int64_t dim, double eps) : eps_(eps) {
+  STRATA_CHECK(dim > 0, "[RMSNorm] dim must be positive, got ", dim);
+  STRATA_CHECK(eps > 0, "[RMSNorm] eps must be positive, got ", eps);
+  weight_ = &register_parameter("weight", init::full({dim}, 1.0));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) {
+  STRATA_CHECK(x.dim() >= 1 && x.size(-1) == weight_->size(0), "[RMSNorm] input ", shape_str(x.shape()),
+               " does not end in ", weight_->size(0));
+  return rms_norm(x, *weight_, eps_);
 }
 
 BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum)

@@ -1,4 +1,5 @@
-// Normalization layers: LayerNorm (transformers) and BatchNorm2d (CNNs, with running stats).
+// Normalization layers: LayerNorm (GPT), RMSNorm (Llama) and BatchNorm2d (CNNs, with
+// running stats).
 #pragma once
 #include <strata/nn/module.h>
 
@@ -20,6 +21,22 @@ class LayerNorm : public Module {
   double eps_;
   Tensor* weight_;
   Tensor* bias_ = nullptr;
+};
+
+/// RMSNorm over the last dim D (Llama): y = x / sqrt(mean(x^2) + eps) * weight, no mean
+/// subtraction and no bias; weight ones.
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-5);
+  /// x (..., D) -> (..., D)
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "RMSNorm"; }
+  double eps() const { return eps_; }
+  const Tensor& weight() const { return *weight_; }
+
+ private:
+  double eps_;
+  Tensor* weight_;
 };
 
 /// Per-channel batch norm of (N, C, H, W). Buffers running_mean (C), running_var (C),

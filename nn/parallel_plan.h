@@ -32,7 +32,7 @@ enum class TpStyle {
   /// nn::LanguageModel (the tied wte, or lm_head), its logits and loss are computed from
   /// the vocabulary shards (vocab_parallel_cross_entropy): (N, V) never exists on a rank.
   vocab_parallel,
-  /// A LayerNorm on sequence shards (SequenceParallelNorm). Any such entry turns on
+  /// A LayerNorm or RMSNorm on sequence shards (SequenceParallelNorm). Any such entry turns on
   /// sequence parallelism (Megatron-SP) for the whole plan: the residual stream of the
   /// nn::LanguageModel is split along T after the embeddings and gathered after the final
   /// norm, colwise layers all-gather their input along T and rowwise ones reduce-scatter
@@ -43,7 +43,7 @@ const char* tp_style_name(TpStyle s);
 
 /// Module path ("net.1", "h.0.attn.c_attn") -> style. Every path must name an nn::Linear,
 /// except parallel_rng paths (a module with its own generator), vocab_parallel ones (an
-/// Embedding or a bias-free Linear) and sequence_norm ones (a LayerNorm).
+/// Embedding or a bias-free Linear) and sequence_norm ones (a LayerNorm or an RMSNorm).
 using TpPlan = std::map<std::string, TpStyle>;
 
 /// Whether `plan` splits the parameter `name` ("h.0.mlp.c_fc.bias") over tp, as

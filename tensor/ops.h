@@ -210,6 +210,24 @@ std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim);
 /// d qkv (B, T, 3*H*hd) from dy (B, T, H*hd), the forward's qkv and probabilities.
 Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, int64_t head_dim);
 
+// ---------------------------------------------------------------- Llama kernels (llama_ops.cpp)
+/// RMSNorm over the last dim of x (..., C): y = x / sqrt(mean(x^2) + eps) * weight; weight
+/// (C) may be undefined. Returns y and rstd (rows), f32 for a 16-bit x. CPU only.
+std::pair<Tensor, Tensor> rms_norm(const Tensor& x, const Tensor& weight, double eps);
+/// (dx, dweight) of rms_norm (dweight undefined when weight is).
+std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                                            const Tensor& weight);
+/// Rotary position embedding of x (B, T, H, hd), hd even, in the rotate-half layout of
+/// Hugging Face's Llama: the pair (x[..., i], x[..., i + hd/2]) turns by the angle
+/// positions[t] * inv_freq[i]. positions (T) i64 (global positions: context parallelism
+/// passes its zigzag chunks'), inv_freq (hd/2) f64. `inverse` turns by the negative
+/// angle (the backward). CPU only.
+Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse = false);
+/// silu(gate) * up elementwise (Llama's SwiGLU), gate and up of one shape and dtype. CPU only.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+/// (dgate, dup) of swiglu.
+std::pair<Tensor, Tensor> swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up);
+
 /// Inverted dropout: returns y = x * mask / (1-p) and the mask (u8).
 std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen);
 /// dy * mask / (1-p)

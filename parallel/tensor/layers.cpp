@@ -93,12 +93,27 @@ SequenceParallelNorm::SequenceParallelNorm(const nn::LayerNorm& src, std::shared
   if (src.bias().defined()) bias_ = &register_parameter("bias", ops::clone(src.bias()));
 }
 
+SequenceParallelNorm::SequenceParallelNorm(const nn::RMSNorm& src, std::shared_ptr<comm::ProcessGroup> tp)
+    : tp_(std::move(tp)), eps_(src.eps()), rms_(true) {
+  weight_ = &register_parameter("weight", ops::clone(src.weight()));
+}
+
 Tensor SequenceParallelNorm::forward(const Tensor& x) {
+  if (rms_) return rms_norm(x, copy_to_tp(*weight_, *tp_), eps_);
   return layer_norm(x, copy_to_tp(*weight_, *tp_), bias_ ? copy_to_tp(*bias_, *tp_) : Tensor(), eps_);
 }
 
 std::shared_ptr<nn::Module> SequenceParallelNorm::whole() const {
+  if (rms_) {
+    auto rms = std::make_shared<nn::RMSNorm>(weight_->size(0), eps_);
+    rms->to(weight_->dtype());  // the shard's dtype and device (an f64 or bf16 model's)
+    rms->to(weight_->device());
+    rms->load_state_dict({{"weight", weight_->detach()}});
+    return rms;
+  }
   auto ln = std::make_shared<nn::LayerNorm>(weight_->size(0), eps_, bias_ != nullptr);
+  ln->to(weight_->dtype());
+  ln->to(weight_->device());
   nn::NamedTensors sd{{"weight", weight_->detach()}};
   if (bias_) sd.emplace_back("bias", bias_->detach());
   ln->load_state_dict(sd);

@@ -77,12 +77,14 @@ class RowParallelLinear : public TpModule {
   Tensor* bias_ = nullptr;
 };
 
-/// LayerNorm on a sequence shard (B, T/tp, C) (Megatron-SP): the whole replicated
-/// "weight" and "bias" (copies of src's), each entering through copy_to_tp, so their
-/// gradients (partial: this rank's positions only) are summed over tp in backward.
+/// LayerNorm or RMSNorm on a sequence shard (B, T/tp, C) (Megatron-SP): the whole
+/// replicated "weight" (and a LayerNorm's "bias"), copies of src's, each entering through
+/// copy_to_tp, so their gradients (partial: this rank's positions only) are summed over tp
+/// in backward.
 class SequenceParallelNorm : public TpModule {
  public:
   SequenceParallelNorm(const nn::LayerNorm& src, std::shared_ptr<comm::ProcessGroup> tp);
+  SequenceParallelNorm(const nn::RMSNorm& src, std::shared_ptr<comm::ProcessGroup> tp);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "SequenceParallelNorm"; }
   std::shared_ptr<nn::Module> whole() const override;
@@ -90,6 +92,7 @@ class SequenceParallelNorm : public TpModule {
  private:
   std::shared_ptr<comm::ProcessGroup> tp_;
   double eps_;
+  bool rms_ = false;  ///< an RMSNorm (no mean, no bias)
   Tensor* weight_;
   Tensor* bias_ = nullptr;
 };

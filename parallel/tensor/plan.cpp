@@ -23,7 +23,8 @@ void check_entry(const nn::Module& model, const std::string& path, TpStyle style
       if (m->own_generator() == nullptr) fail("which has no generator of its own");
       return;
     case TpStyle::sequence_norm:
-      if (!dynamic_cast<const nn::LayerNorm*>(m.get())) fail("not a LayerNorm");
+      if (!dynamic_cast<const nn::LayerNorm*>(m.get()) && !dynamic_cast<const nn::RMSNorm*>(m.get()))
+        fail("not a LayerNorm or an RMSNorm");
       return;
     case TpStyle::vocab_parallel: {
       const auto* emb = dynamic_cast<const nn::Embedding*>(m.get());
@@ -115,7 +116,10 @@ TpLayout apply_tp(nn::Module& model, const TpPlan& plan, std::shared_ptr<comm::P
     const std::string pre = path + ".";
     std::shared_ptr<nn::Module> shard;
     if (style == TpStyle::sequence_norm) {
-      shard = std::make_shared<SequenceParallelNorm>(dynamic_cast<const nn::LayerNorm&>(*m), tp);
+      if (const auto* rms = dynamic_cast<const nn::RMSNorm*>(m.get()))
+        shard = std::make_shared<SequenceParallelNorm>(*rms, tp);
+      else
+        shard = std::make_shared<SequenceParallelNorm>(dynamic_cast<const nn::LayerNorm&>(*m), tp);
     } else if (const auto* emb = dynamic_cast<const nn::Embedding*>(m.get())) {
       out.sharded.push_back({pre + "weight", emb->weight().shape(), {0, 1}});
       shard = std::make_shared<VocabParallelEmbedding>(*emb, tp);

@@ -29,6 +29,9 @@ const char* kVariants[] = {
     "model: {type: mlp}\ndata: {dataset: synthetic, kind: classification}\noptim: {name: sgd, lr: 0.1}\n",
     "model: {type: gpt}\ndata: {dataset: text}\noptim: {name: adamw, lr: 0.1}\nschedule: {name: cosine}\n",
     "model: {type: gpt}\ndata: {dataset: synthetic, kind: tokens}\noptim: {name: adam, lr: 0.1}\n",
+    "model: {type: llama, n_kv_head: 2, ffn_dim_multiplier: 1.3, multiple_of: 32, norm_eps: 1e-6, rope_theta: 500000,"
+    " rope_scaling: {factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 64}}\n"
+    "data: {dataset: text}\noptim: {name: adamw, lr: 0.1}\n",
     "model: {type: gpt, vocab_size: 64}\ndata: {dataset: tokens, path: t.bin, val_path: v.bin}\n"
     "optim: {name: adam, lr: 0.1}\n",
     "model: {type: gpt, vocab_size: 64}\ndata: {dataset: tokens, path: t.bin, val_fraction: 0.1}\n"

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include "apps/factory.h"
@@ -44,6 +45,9 @@ std::vector<Case> cases() {
   out.push_back({kTinyGpt, {}});
   out.push_back({kTinyGpt, {"model.bias=false", "model.tie_weights=false", "model.n_layer=3"}});
   out.push_back({kTinyGpt, {"model.vocab_size=300", "model.n_head=4", "model.block_size=16", "model.dropout=0"}});
+  out.push_back({kTinyLlama, {}});
+  out.push_back({kTinyLlama, {"model.tie_weights=true", "model.n_kv_head=1", "model.n_layer=3"}});
+  out.push_back({kTinyLlama, {"model.intermediate_size=0", "model.multiple_of=16", "model.ffn_dim_multiplier=1.5"}});
   const std::string cnn = kSrc + "/configs/fashion_cnn.yaml";
   out.push_back({cnn, {"model.channels=[4, 8]", "model.batch_norm=false", "model.dropout=0.3", "model.hidden=20"}});
   out.push_back({cnn, {"model.channels=[3]", "model.batch_norm=true", "model.hidden=7"}});
@@ -58,7 +62,7 @@ std::string label(const Case& c) {
 
 // FLOPs of a sample counted from the built model's parameters (flops.h's formulas).
 double flops_of_built(const TrainConfig& cfg, const nn::Module& model) {
-  if (cfg.model.type == "gpt") {
+  if (cfg.model.token_model()) {
     const double n = double(model.num_parameters()), t = double(cfg.model.block_size);
     return (6.0 * n + 12.0 * double(cfg.model.n_layer) * double(cfg.model.n_embd) * t) * t;
   }
@@ -98,7 +102,7 @@ TEST(Planner, ParameterShapesEqualTheBuiltModel) {
     EXPECT_DOUBLE_EQ(spec.flops_per_sample, flops_of_built(cfg, *model)) << label(c);
     const parallel::PipelinePlan pp = family.pp_plan(*model, {}, 1, 1);
     // The MLP has a stage split too (by layers), but the planner lists pipelines of the GPT only.
-    EXPECT_EQ(spec.has_pp_plan(), cfg.model.type == "gpt" && !pp.empty()) << label(c);
+    EXPECT_EQ(spec.has_pp_plan(), cfg.model.token_model() && !pp.empty()) << label(c);
     if (!spec.has_pp_plan()) continue;
     for (int stages = 2; stages <= cfg.model.n_layer; ++stages) {
       const auto want = parallel::plan_stages(*model, pp, stages);
@@ -110,7 +114,7 @@ TEST(Planner, ParameterShapesEqualTheBuiltModel) {
       }
     }
   }
-  EXPECT_GE(built, 15);
+  EXPECT_GE(built, 18);
 }
 
 // The TP-sharded parameters of a family's description are exactly those apply_tp splits
@@ -174,6 +178,38 @@ TEST(Planner, SeventyBillionIsPlannedWithoutATensor) {
   EXPECT_EQ(cpu_memory().total_peak(), before);
   EXPECT_GT(plans.size(), 100u);
   EXPECT_EQ(model_family(cfg).spec(cfg).total, 69'561'221'120);
+}
+
+// Llama 3 8B (configs/llama3_8b.yaml): 32 blocks of 2·C² (q, o) + 2·C·C/4 (k, v: 8 of 32
+// heads) + 3·C·14336 (SwiGLU) + 2·C (RMSNorm), the untied 128256 x 4096 embedding and head,
+// the final norm: 8,030,261,248. tp shards every linear and both vocabulary matrices; tp
+// must also divide the 8 key/value heads, so the planner's layouts at 64 ranks use tp
+// 1, 2, 4 or 8 only, and every one of them fits the planner's own limits.
+TEST(Planner, Llama3EightBillion) {
+  const TrainConfig cfg = TrainConfig::load(kSrc + "/configs/llama3_8b.yaml", kNoCudaSets);
+  const nn::ModelSpec s = model_family(cfg).spec(cfg);
+  EXPECT_EQ(s.total, 8'030'261'248);
+  EXPECT_EQ(s.total - s.tp_sharded, 32 * 2 * 4096 + 4096);  // the RMSNorm weights stay whole
+  EXPECT_EQ(s.block_params.size(), 32u);
+  cpu_memory().reset_peaks();
+  const int64_t before = cpu_memory().total_peak();
+  const auto plans = plan_layouts(cfg, 64, PlanAssumptions{.flops_per_s = 3e11, .bytes_per_s = 2.5e10});
+  EXPECT_EQ(cpu_memory().total_peak(), before);
+  ASSERT_FALSE(plans.empty());
+  std::set<int> tps;
+  for (const auto& p : plans) tps.insert(p.dims.tp);
+  for (int tp : tps) EXPECT_EQ(8 % tp, 0) << "tp " << tp << " splits the 8 key/value heads";
+  EXPECT_TRUE(tps.count(8));
+  // A layout that splits a key/value head is the config error `strata train` reports.
+  try {
+    (void)resolve_dims(TrainConfig::load(kSrc + "/configs/llama3_8b.yaml",
+                                         {"parallel.tp=16", "parallel.dp=1", "run.device=cpu"}),
+                       16);
+    ADD_FAILURE() << "tp 16 over 8 key/value heads was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.tp"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.n_kv_head = 8"), std::string::npos) << e.what();
+  }
 }
 
 // The ZeRO paper (Rajbhandari et al., Fig. 1): Ψ = 7.5B, N = 64, mixed-precision Adam
@@ -378,39 +414,17 @@ std::vector<RankMeasured> measure(const TrainConfig& cfg, int n) {
   return out;
 }
 
-TEST(PlannerMemory, EquivalenceLayoutsWithinFivePercentOfTheAllocator) {
-  struct Layout {
-    const char* name;
-    int ranks;
-    std::vector<std::string> sets;
-  };
-  const Layout layouts[] = {
-      {"dp2 DDP", 2, {"parallel.dp=2"}},
-      {"tp2", 2, {"parallel.tp=2"}},
-      {"pp2 1f1b", 2, {"parallel.pp=2", "parallel.microbatches=4"}},
-      {"pp2 gpipe", 2, {"parallel.pp=2", "parallel.microbatches=4", "parallel.pp_schedule=gpipe"}},
-      {"tp2 x dp2 ZeRO-1", 4, {"parallel.tp=2", "parallel.dp=2", "parallel.zero_stage=1"}},
-      {"dp2 ZeRO-3", 2, {"parallel.dp=2", "parallel.zero_stage=3"}},
-      {"tp2 + SP", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
-      {"dp2 dropout 0.1", 2, {"parallel.dp=2", "model.dropout=0.1"}},
-      {"tp2 + SP dropout", 2, {"parallel.tp=2", "parallel.sequence_parallel=true", "model.dropout=0.1"}},
-      {"pp2 1f1b dropout", 2, {"parallel.pp=2", "parallel.microbatches=4", "model.dropout=0.1"}},
-      // 3D: dp x tp x pp as configs/gpt_char_3d.yaml, tp x pp with SP, dp x tp with ZeRO-3
-      {"dp2 tp2 pp2 ZeRO-1", 8,
-       {"parallel.dp=2", "parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=1", "parallel.microbatches=4"}},
-      {"tp2 pp2 + SP", 4,
-       {"parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.microbatches=4"}},
-      {"dp2 tp2 ZeRO-3", 4, {"parallel.dp=2", "parallel.tp=2", "parallel.zero_stage=3"}},
-      {"dp2 full recompute", 2, {"parallel.dp=2", "model.checkpoint_activations=full"}},
-      {"dp2 selective", 2, {"parallel.dp=2", "model.checkpoint_activations=selective"}},
-      {"dp2 selective drop", 2, {"parallel.dp=2", "model.checkpoint_activations=selective", "model.dropout=0.1"}},
-      {"tp2 + SP selective", 2,
-       {"parallel.tp=2", "parallel.sequence_parallel=true", "model.checkpoint_activations=selective"}},
-      {"pp2 1f1b selective", 2,
-       {"parallel.pp=2", "parallel.microbatches=4", "model.checkpoint_activations=selective"}},
-  };
-  for (const Layout& l : layouts) {
-    const TrainConfig cfg = small_gpt(l.sets);
+struct MemoryLayout {
+  const char* name;
+  int ranks;
+  std::vector<std::string> sets;
+};
+
+// Each layout's ranks, trained one step, against the planner's prediction for them.
+void check_planner_memory(const std::function<TrainConfig(const std::vector<std::string>&)>& config,
+                          const std::vector<MemoryLayout>& layouts) {
+  for (const MemoryLayout& l : layouts) {
+    const TrainConfig cfg = config(l.sets);
     const parallel::ParallelDims dims = resolve_dims(cfg, l.ranks);
     const auto& pl = cfg.parallel.pipeline;
     const LayoutPlan p =
@@ -436,6 +450,59 @@ TEST(PlannerMemory, EquivalenceLayoutsWithinFivePercentOfTheAllocator) {
       EXPECT_LE(std::abs(da), 0.10) << l.name << " rank " << r;
     }
   }
+}
+
+TEST(PlannerMemory, EquivalenceLayoutsWithinFivePercentOfTheAllocator) {
+  const std::vector<MemoryLayout> layouts = {
+      {"dp2 DDP", 2, {"parallel.dp=2"}},
+      {"tp2", 2, {"parallel.tp=2"}},
+      {"pp2 1f1b", 2, {"parallel.pp=2", "parallel.microbatches=4"}},
+      {"pp2 gpipe", 2, {"parallel.pp=2", "parallel.microbatches=4", "parallel.pp_schedule=gpipe"}},
+      {"tp2 x dp2 ZeRO-1", 4, {"parallel.tp=2", "parallel.dp=2", "parallel.zero_stage=1"}},
+      {"dp2 ZeRO-3", 2, {"parallel.dp=2", "parallel.zero_stage=3"}},
+      {"tp2 + SP", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+      {"dp2 dropout 0.1", 2, {"parallel.dp=2", "model.dropout=0.1"}},
+      {"tp2 + SP dropout", 2, {"parallel.tp=2", "parallel.sequence_parallel=true", "model.dropout=0.1"}},
+      {"pp2 1f1b dropout", 2, {"parallel.pp=2", "parallel.microbatches=4", "model.dropout=0.1"}},
+      // 3D: dp x tp x pp as configs/gpt_char_3d.yaml, tp x pp with SP, dp x tp with ZeRO-3
+      {"dp2 tp2 pp2 ZeRO-1", 8,
+       {"parallel.dp=2", "parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=1", "parallel.microbatches=4"}},
+      {"tp2 pp2 + SP", 4,
+       {"parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.microbatches=4"}},
+      {"dp2 tp2 ZeRO-3", 4, {"parallel.dp=2", "parallel.tp=2", "parallel.zero_stage=3"}},
+      {"dp2 full recompute", 2, {"parallel.dp=2", "model.checkpoint_activations=full"}},
+      {"dp2 selective", 2, {"parallel.dp=2", "model.checkpoint_activations=selective"}},
+      {"dp2 selective drop", 2, {"parallel.dp=2", "model.checkpoint_activations=selective", "model.dropout=0.1"}},
+      {"tp2 + SP selective", 2,
+       {"parallel.tp=2", "parallel.sequence_parallel=true", "model.checkpoint_activations=selective"}},
+      {"pp2 1f1b selective", 2,
+       {"parallel.pp=2", "parallel.microbatches=4", "model.checkpoint_activations=selective"}},
+  };
+  check_planner_memory([](const std::vector<std::string>& sets) { return small_gpt(sets); }, layouts);
+}
+
+// The Llama's description (nn/llama_spec.cpp's activation list: RMSNorm inputs, the packed
+// rotated q|k|v, probabilities, SwiGLU's gate, up and product) against the allocator.
+TEST(PlannerMemory, LlamaLayoutsWithinFivePercentOfTheAllocator) {
+  const auto small_llama = [](const std::vector<std::string>& sets) {
+    return TrainConfig::from_node(ConfigNode::load_string(
+        "run: {seed: 3, threads: 1}\n"
+        "model: {type: llama, block_size: 16, n_layer: 4, n_head: 4, n_kv_head: 2, n_embd: 32, "
+        "intermediate_size: 64}\n"
+        "data: {dataset: synthetic, kind: tokens, vocab_size: 32, size: 256}\n"
+        "optim: {name: adamw, lr: 0.001}\n"
+        "train: {batch_size: 8, max_steps: 1}\n",
+        sets, "small_llama"));
+  };
+  check_planner_memory(small_llama,
+                       {{"dp2 DDP", 2, {"parallel.dp=2"}},
+                        {"tp2", 2, {"parallel.tp=2"}},
+                        {"tp2 + SP", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+                        {"pp2 1f1b", 2, {"parallel.pp=2", "parallel.microbatches=4"}},
+                        {"dp2 ZeRO-3", 2, {"parallel.dp=2", "parallel.zero_stage=3"}},
+                        {"dp2 tp2 pp2 ZeRO-1", 8,
+                         {"parallel.dp=2", "parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=1",
+                          "parallel.microbatches=4"}}});
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ namespace strata::apps {
 inline const std::string kSrc = STRATA_SOURCE_DIR;
 inline const std::string kTinyMlp = kSrc + "/tests/data_files/tiny_mlp.yaml";
 inline const std::string kTinyGpt = kSrc + "/tests/data_files/tiny_gpt.yaml";
+inline const std::string kTinyLlama = kSrc + "/tests/data_files/tiny_llama.yaml";
 inline const std::string kCorpus = kSrc + "/tests/data_files/tiny_corpus.txt";
 
 // Overrides for loading a shipped config written for a GPU (run.device: cuda) in a build

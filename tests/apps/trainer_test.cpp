@@ -519,12 +519,53 @@ std::string schema_error(const std::string& yaml) {
   return "";
 }
 
+// model.type llama: its keys, their defaults (tie_weights false), and an error naming the
+// key path for each invalid value.
+TEST(TrainConfigTest, LlamaKeys) {
+  const std::string head = "data: {dataset: text}\noptim: {lr: 0.1}\nmodel: {type: llama, n_head: 4, n_embd: 32";
+  const TrainConfig d = TrainConfig::from_node(ConfigNode::load_string(head + "}\n"));
+  EXPECT_EQ(d.model.n_kv_head, 0);
+  EXPECT_FALSE(d.model.tie_weights);
+  EXPECT_FALSE(d.model.rope_scaling.has_value());
+  const TrainConfig c = TrainConfig::from_node(ConfigNode::load_string(
+      head + ", n_kv_head: 2, intermediate_size: 96, norm_eps: 1e-6, rope_theta: 500000, tie_weights: true, "
+             "rope_scaling: {factor: 32, original_max_position_embeddings: 4096}}\n"));
+  EXPECT_EQ(c.model.n_kv_head, 2);
+  EXPECT_EQ(c.model.intermediate_size, 96);
+  EXPECT_DOUBLE_EQ(c.model.norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.model.rope_theta, 500000);
+  EXPECT_TRUE(c.model.tie_weights);
+  ASSERT_TRUE(c.model.rope_scaling.has_value());
+  EXPECT_DOUBLE_EQ(c.model.rope_scaling->factor, 32);
+  EXPECT_DOUBLE_EQ(c.model.rope_scaling->high_freq_factor, 4);
+  EXPECT_EQ(c.model.rope_scaling->original_max_position_embeddings, 4096);
+  const auto starts = [&](const std::string& extra, const std::string& key) {
+    const std::string e = schema_error(head + extra + "}\n");
+    EXPECT_EQ(e.rfind(key, 0), 0u) << extra << " -> " << e;
+  };
+  starts(", n_kv_head: 3", "model.n_kv_head");
+  starts(", n_kv_head: -1", "model.n_kv_head");
+  starts(", norm_eps: 0", "model.norm_eps");
+  starts(", rope_theta: 0", "model.rope_theta");
+  starts(", intermediate_size: -5", "model.intermediate_size");
+  starts(", multiple_of: 0", "model.multiple_of");
+  starts(", dropout: 0.1", "model.dropout");
+  starts(", bias: false", "model.bias");  // not a llama key
+  starts(", rope_scaling: {low_freq_factor: 4, high_freq_factor: 2}", "model.rope_scaling.high_freq_factor");
+  starts(", rope_scaling: {factor: 0}", "model.rope_scaling.factor");
+  starts(", checkpoint_activations: selective", "model.checkpoint_activations");  // the GPT's only
+  EXPECT_EQ(schema_error(head + ", checkpoint_activations: full}\n"), "");
+  EXPECT_EQ(schema_error("data: {dataset: text}\noptim: {lr: 0.1}\nmodel: {type: llama, n_head: 4, n_embd: 12}\n")
+                .rfind("model.n_embd", 0),
+            0u);  // head dimension 3: odd
+}
+
 TEST(TrainConfigTest, CrossFieldValidation) {
   EXPECT_EQ(schema_error("model: {type: gpt}\ndata: {dataset: fashion_mnist}\noptim: {lr: 0.1}\n"),
             "data.dataset: model.type gpt needs token data (text, tokens, or synthetic with kind: tokens), got "
             "'fashion_mnist'");
   EXPECT_EQ(schema_error("model: {type: mlp}\ndata: {dataset: text}\noptim: {lr: 0.1}\n"),
-            "model.type: token data needs model.type gpt, got 'mlp'");
+            "model.type: token data needs model.type gpt or llama, got 'mlp'");
   EXPECT_EQ(schema_error("model: {type: cnn, channels: [8, 8, 8]}\noptim: {lr: 0.1}\n"),
             "model.channels: 28x28 images allow at most 2 pooling blocks, got 3");
   EXPECT_EQ(schema_error("model: {type: mlp}\noptim: {name: sgd}\n"),

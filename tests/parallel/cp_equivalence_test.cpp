@@ -18,6 +18,14 @@ void check(const CpCase& c) {
 }
 
 TEST(ContextParallel, GptCp2EqualsOneProcess) { check({.cp = 2}); }
+// The Llama's rotary embedding takes each zigzag chunk's global positions (the positions
+// hook): a wrong position changes q and k and every loss after step 0.
+TEST(ContextParallel, LlamaCp2ZigzagEqualsOneProcess) {
+  check({.cp = 2, .model = "llama"});
+  check({.cp = 4, .model = "llama_mqa"});
+  check({.dp = 2, .cp = 2, .stage = 3, .model = "llama_ckpt"});
+  check({.cp = 2, .tp = 2, .model = "llama", .f64 = false});
+}
 TEST(ContextParallel, GptCp2PlainSplit) { check({.cp = 2, .split = CpSplit::plain}); }
 TEST(ContextParallel, GptCp4EqualsOneProcess) { check({.cp = 4}); }
 TEST(ContextParallel, GptDp2Cp2EqualsOneProcess) { check({.dp = 2, .cp = 2}); }

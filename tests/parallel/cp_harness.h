@@ -61,7 +61,7 @@ inline tpt::Run cp_run(comm::ProcessGroup& world_ref, const CpCase& c, std::stri
   const comm::DeviceMesh mesh(world, dims.mesh_shape());
   // Other seeds on the other ranks (rank 0's weights are broadcast), unless dropout.
   auto model = cp_model(c, st::kModelSeed + (c.dropout > 0 ? 0 : 77 * uint64_t(world->rank())));
-  if (c.f64) model->to(DType::f64);
+  model->to(c.f64 ? DType::f64 : DType::f32);  // the Llama of tp_model is f64 (see there)
   auto pm = parallelize(model, mesh,
                         {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {},
                          .tp_plan = c.tp > 1 ? tpt::tp_plan(c.model) : TpPlan{}, .cp_split = c.split,
@@ -96,7 +96,7 @@ inline tpt::Run cp_run(comm::ProcessGroup& world_ref, const CpCase& c, std::stri
 inline tpt::Run reference(const CpCase& c) {
   tpt::Run out;
   auto model = cp_model(c, st::kModelSeed);
-  if (c.f64) model->to(DType::f64);
+  model->to(c.f64 ? DType::f64 : DType::f32);  // the Llama of tp_model is f64 (see there)
   auto opt = tpt::adamw(model->named_parameters());
   for (int s = 0; s < c.steps; ++s) {
     auto [x, y] = st::make_batch("gpt", c.batch, s);

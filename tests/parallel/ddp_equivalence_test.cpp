@@ -63,6 +63,11 @@ TEST(DDPEquivalence, CnnBatchNormBroadcastBuffers) {
   check_equivalent(EquivCase{.model = "cnn_bn", .optim = "adam"}, 4);
 }
 
+TEST(DDPEquivalence, LlamaGqaUntiedHead) {
+  for (int n : {2, 3}) check_equivalent(EquivCase{.model = "llama", .optim = "adam"}, n);
+  check_equivalent(EquivCase{.model = "llama_ckpt", .optim = "adam"}, 2);
+}
+
 TEST(DDPEquivalence, GptTiedEmbeddingsTokenLoss) {
   // wte is used twice (embedding and lm head) and listed once; its gradient is ready last.
   // SGD: the attention key bias has an exactly-zero gradient (softmax ignores a constant

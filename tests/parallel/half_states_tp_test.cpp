@@ -22,6 +22,9 @@ namespace st = strata::testing;
 using namespace strata::testing::tp;  // NOLINT: test harness
 
 constexpr double kParamTol = 3.0 / 128;
+// The Llama's tok_embeddings collects every block's gradient through the RMSNorms (no
+// LayerNorm mean subtraction damping it): measured worst 0.033 at tp 2 (4.2 ulps), so 5.
+constexpr double kLlamaParamTol = 5.0 / 128;
 constexpr double kLossTol = 1e-2;
 constexpr int kSteps = 3;
 
@@ -31,9 +34,9 @@ std::unique_ptr<optim::Optimizer> adam16(optim::NamedTensors ps) {
   return std::make_unique<optim::AdamW>(std::move(ps), optim::AdamWOptions{.lr = 1e-2, .eps = 1e-3, .weight_decay = 0.0});
 }
 
-Run reference16() {
+Run reference16(const std::string& kind) {
   Run out;
-  auto model = tp_model("gpt", st::kModelSeed);
+  auto model = tp_model(kind, st::kModelSeed);
   model->to(DType::bf16);
   auto opt = adam16(model->named_parameters());
   for (int s = 0; s < kSteps; ++s) {
@@ -48,14 +51,14 @@ Run reference16() {
   return out;
 }
 
-Run parallel16(comm::ProcessGroup& world_ref, int dp, int tp, int stage) {
+Run parallel16(comm::ProcessGroup& world_ref, int dp, int tp, int stage, const std::string& kind) {
   std::shared_ptr<comm::ProcessGroup> world(&world_ref, [](comm::ProcessGroup*) {});
   const ParallelDims dims = ParallelDims{.dp = dp, .tp = tp, .zero_stage = stage}.resolve(world->size());
   const comm::DeviceMesh mesh(world, dims.mesh_shape());
-  auto model = tp_model("gpt", st::kModelSeed + 77 * uint64_t(world->rank()));
+  auto model = tp_model(kind, st::kModelSeed + 77 * uint64_t(world->rank()));
   model->to(DType::bf16);
   auto pm = parallelize(model, mesh,
-                        {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {}, .tp_plan = tp_plan("gpt"),
+                        {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {}, .tp_plan = tp_plan(kind),
                          .make_optimizer = adam16});
   Run out;
   const int64_t per = 8 / dp;
@@ -78,14 +81,15 @@ Run parallel16(comm::ProcessGroup& world_ref, int dp, int tp, int stage) {
   return out;
 }
 
-void check16(int dp, int tp, int stage) {
-  const Run want = reference16();
+void check16(int dp, int tp, int stage, const std::string& kind = "gpt") {
+  const Run want = reference16(kind);
   comm::run_local(dp * tp, [&](comm::ProcessGroup& w) {
-    const Run got = parallel16(w, dp, tp, stage);
+    const Run got = parallel16(w, dp, tp, stage, kind);
     const std::string what = "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " stage " +
                              std::to_string(stage) + " rank " + std::to_string(w.rank());
     std::string worst;
-    EXPECT_LT(st::max_relative_error(got.state, want.state, &worst), kParamTol) << what << " worst " << worst;
+    EXPECT_LT(st::max_relative_error(got.state, want.state, &worst), kind == "gpt" ? kParamTol : kLlamaParamTol)
+        << what << " worst " << worst;
     ASSERT_EQ(got.losses.size(), want.losses.size());
     for (size_t s = 0; s < got.losses.size(); ++s)
       EXPECT_NEAR(got.losses[s], want.losses[s], kLossTol * want.losses[s]) << what << " step " << s;
@@ -95,6 +99,13 @@ void check16(int dp, int tp, int stage) {
 TEST(HalfStatesTp, GptTp2EqualsOneProcess) { check16(1, 2, 0); }
 
 TEST(HalfStatesTp, GptDp2Tp2Zero1EqualsOneProcess) { check16(2, 2, 1); }
+
+// The Llama in bf16 (RMSNorm, rotary and SwiGLU kernels on 16-bit storage): tp 2 and dp 2
+// x tp 2 with ZeRO-1.
+TEST(HalfStatesTp, LlamaTp2AndDp2Tp2Zero1EqualsOneProcess) {
+  check16(1, 2, 0, "llama");
+  check16(2, 2, 1, "llama");
+}
 
 }  // namespace
 }  // namespace strata::parallel

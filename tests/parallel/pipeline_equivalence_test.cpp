@@ -33,7 +33,7 @@ constexpr double kTol = 1e-5;
 std::string label(const PpCase& c) {
   return std::string(schedule_name(c.kind)) + " pp " + std::to_string(c.pp) + " m " + std::to_string(c.m) + " v " +
          std::to_string(c.v) + " dp " + std::to_string(c.dp) + (c.tied ? " tied" : " untied") +
-         (c.checkpoint ? " ckpt" : "");
+         (c.checkpoint ? " ckpt" : "") + (c.family != "gpt" ? " " + c.family : std::string());
 }
 
 // exchanges: 1 inline, 0 on comm threads, -1 the executor's default for this host.
@@ -43,7 +43,7 @@ void check_case(const PpCase& c, int exchanges = -1) {
   std::vector<PpRun> runs(static_cast<size_t>(world));
   comm::run_local(world, [&](comm::ProcessGroup& g) {
     std::shared_ptr<comm::ProcessGroup> w(&g, [](comm::ProcessGroup*) {});
-    auto pm = pp_parallelize(w, c, pp_gpt(c));
+    auto pm = pp_parallelize_family(w, c);
     if (exchanges >= 0) pm->pipeline()->set_inline_exchanges(exchanges == 1);
     runs[size_t(g.rank())] = pp_train(*pm, c);
   });
@@ -65,6 +65,26 @@ void check_case(const PpCase& c, int exchanges = -1) {
   for (const auto& run : runs)
     for (const auto& [n, t] : run.params) held.insert(n);
   EXPECT_EQ(held.size(), ref.params.size()) << label(c);
+}
+
+
+// The Llama (grouped-query attention, untied head) under its family's pipeline plan with
+// an uneven split (pp_layers 1 | 3 and 3 | 2 | 1 | 2) under every schedule, and with
+// activation checkpointing.
+TEST(PipelineEquivalence, LlamaUnevenSplitEverySchedule) {
+  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved, ScheduleKind::zb_h1}) {
+    const int v = k == ScheduleKind::interleaved ? 2 : 1;
+    PpCase c{.family = "llama", .kind = k, .pp = 2, .m = 3, .v = v, .tied = false, .layers = 4,
+             .pp_layers = v == 2 ? std::vector<int64_t>{1, 1, 1, 1} : std::vector<int64_t>{1, 3}};
+    if (k == ScheduleKind::interleaved) c.m = 2;
+    SCOPED_TRACE(label(c));
+    check_case(c);
+  }
+  check_case({.family = "llama", .kind = ScheduleKind::one_f_one_b, .pp = 4, .m = 4, .tied = false,
+              .pp_layers = {3, 2, 1, 2}});
+  check_case({.family = "llama", .kind = ScheduleKind::one_f_one_b, .pp = 2, .m = 2, .tied = false, .checkpoint = true,
+              .layers = 4, .pp_layers = {3, 1}});
+  check_case({.family = "llama", .kind = ScheduleKind::gpipe, .pp = 2, .m = 2, .tied = true, .layers = 4});
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #pragma once
 #include <strata/comm/device_mesh.h>
 #include <strata/nn/gpt.h>
+#include <strata/nn/llama_plans.h>
 #include <strata/optim/clip.h>
 #include <strata/parallel/parallelize.h>
 #include "tp_harness.h"
@@ -11,6 +12,7 @@
 namespace strata::testing {
 
 struct PpCase {
+  std::string family = "gpt";  // gpt | llama (2 query heads on 1 key/value head, the family's own plan)
   parallel::ScheduleKind kind = parallel::ScheduleKind::one_f_one_b;
   int pp = 2;
   int m = 2;
@@ -35,6 +37,18 @@ inline nn::GPTConfig pp_gpt_config(const PpCase& c) {
 inline std::shared_ptr<nn::GPT> pp_gpt(const PpCase& c) {
   Generator gen(kModelSeed);
   return std::make_shared<nn::GPT>(pp_gpt_config(c), gen);
+}
+
+inline nn::LlamaConfig pp_llama_config(const PpCase& c) {
+  return {.vocab = 16, .block_size = 8, .n_layer = c.layers, .n_head = 2, .n_kv_head = 1, .n_embd = 8,
+          .intermediate_size = 16, .tie_weights = c.tied, .checkpoint = c.checkpoint};
+}
+
+/// The case's model: pp_gpt, or the Llama of pp_llama_config.
+inline std::shared_ptr<nn::Module> pp_model(const PpCase& c) {
+  if (c.family == "gpt") return pp_gpt(c);
+  Generator gen(kModelSeed);
+  return std::make_shared<nn::Llama>(pp_llama_config(c), gen);
 }
 
 /// The GPT's split: embeddings first, ln_f and the head (wte when tied) last.
@@ -71,7 +85,7 @@ struct PpRun {
 /// One process on the whole batch: `c.steps` AdamW steps.
 inline PpRun pp_reference(const PpCase& c) {
   PpRun r;
-  auto model = pp_gpt(c);
+  auto model = pp_model(c);
   tp::gpt_reference_steps(*model, c.steps, c.batch(), c.clip > 0 ? c.clip : kMeasureOnly, r.losses, r.norms);
   r.params = model->named_parameters();
   return r;
@@ -97,6 +111,17 @@ inline std::unique_ptr<parallel::ParallelModel> pp_parallelize(std::shared_ptr<c
                                                                const PpCase& c, std::shared_ptr<nn::GPT> model) {
   parallel::PipelinePlan plan = pp_gpt_plan(model->config());
   plan.layers = c.pp_layers;
+  return pp_parallelize_with(std::move(world), c, std::move(model), std::move(plan));
+}
+
+/// The model of `c` over `world`: the GPT with the test plan (pp_gpt_plan), the Llama with
+/// its family's own plan (nn::llama_pp_plan, c.pp_layers).
+inline std::unique_ptr<parallel::ParallelModel> pp_parallelize_family(std::shared_ptr<comm::ProcessGroup> world,
+                                                                      const PpCase& c) {
+  if (c.family == "gpt") return pp_parallelize(std::move(world), c, pp_gpt(c));
+  Generator gen(kModelSeed);
+  auto model = std::make_shared<nn::Llama>(pp_llama_config(c), gen);
+  parallel::PipelinePlan plan = nn::llama_pp_plan(*model, c.pp_layers);
   return pp_parallelize_with(std::move(world), c, std::move(model), std::move(plan));
 }
 

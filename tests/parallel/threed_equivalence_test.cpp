@@ -43,6 +43,11 @@ void check(const Case& c) {
 
 }  // namespace
 
+TEST(ThreeDEquivalence, LlamaDp2Tp2Pp2Zero1AndSequenceParallel) {
+  check({.family = "llama", .dp = 2, .tp = 2, .pp = 2, .zero = 1, .m = 2, .tied = false, .clip = 0.05});
+  check({.family = "llama", .dp = 1, .tp = 2, .pp = 2, .zero = 0, .sp = true, .m = 4, .tied = false, .clip = 0.05});
+}
+
 TEST(ThreeDEquivalence, Dp2Tp2Pp2Zero1OneF1B) {
   check({.dp = 2, .tp = 2, .pp = 2, .zero = 1, .kind = ScheduleKind::one_f_one_b, .m = 2, .clip = 0.05});
 }

@@ -10,6 +10,7 @@
 #include <strata/comm/device_mesh.h>
 #include <strata/nn/gpt.h>
 #include <strata/nn/gpt_plans.h>
+#include <strata/nn/llama_plans.h>
 #include <strata/optim/clip.h>
 #include <strata/parallel/checkpoint/layout_io.h>
 #include <strata/parallel/parallelize.h>
@@ -26,6 +27,7 @@ namespace st = strata::testing;
 /// One layout (dp, tp, pp, zero) and its schedule. The global batch is the same whatever
 /// the layout (each dp rank takes batch / dp rows, cut into m micro-batches under pp).
 struct Case {
+  std::string family = "gpt";  ///< gpt | llama (4 query heads on 2 key/value heads)
   int dp = 1, tp = 2, pp = 2, zero = 0;
   bool sp = false;  ///< sequence parallelism (tp > 1)
   ScheduleKind kind = ScheduleKind::one_f_one_b;
@@ -44,6 +46,7 @@ struct Case {
     if (sp) s += " sp";
     if (!tied) s += " untied";
     if (dp_shard > 0) s += " dp_shard " + std::to_string(dp_shard);
+    if (family != "gpt") s += " " + family;
     return s;
   }
 };
@@ -58,6 +61,18 @@ inline std::shared_ptr<nn::GPT> gpt(const Case& c) {
   return std::make_shared<nn::GPT>(gpt_config(c), gen);
 }
 
+inline nn::LlamaConfig llama_config(const Case& c) {
+  return {.vocab = 16, .block_size = 8, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .n_embd = 16,
+          .intermediate_size = 32, .tie_weights = c.tied};
+}
+
+/// The case's model (the same on every rank).
+inline std::shared_ptr<nn::Module> model_of(const Case& c) {
+  if (c.family == "gpt") return gpt(c);
+  Generator gen(st::kModelSeed);
+  return std::make_shared<nn::Llama>(llama_config(c), gen);
+}
+
 struct Run {
   std::vector<double> losses, norms;  ///< of steps [first, steps)
   nn::NamedTensors params;            ///< this rank's (its stages', its tp shards), after the steps
@@ -67,7 +82,7 @@ struct Run {
 /// One process on the whole batch: `c.steps` AdamW steps.
 inline Run reference(const Case& c) {
   Run r;
-  auto model = gpt(c);
+  auto model = model_of(c);
   auto opt = tp::gpt_reference_steps(*model, c.steps, c.batch, c.clip, r.losses, r.norms);
   r.params = model->named_parameters();
   r.opt_state = opt->state_dict().tensors;
@@ -78,14 +93,19 @@ inline Run reference(const Case& c) {
 inline std::unique_ptr<ParallelModel> build(std::shared_ptr<comm::ProcessGroup> world, const Case& c) {
   const ParallelDims dims =
       ParallelDims{.dp = c.dp, .tp = c.tp, .pp = c.pp, .zero_stage = c.zero, .dp_shard = c.dp_shard}.resolve(world->size());
-  std::shared_ptr<nn::GPT> model = gpt(c);
-  PipelinePlan plan = nn::gpt_pp_plan(*model, {}, c.sp && c.tp > 1 ? c.tp : 1);
+  std::shared_ptr<nn::Module> model = model_of(c);
+  const int64_t seq_shards = c.sp && c.tp > 1 ? c.tp : 1;
+  const bool llama = c.family != "gpt";
+  PipelinePlan plan = llama ? nn::llama_pp_plan(dynamic_cast<const nn::Llama&>(*model), {}, seq_shards)
+                            : nn::gpt_pp_plan(dynamic_cast<const nn::GPT&>(*model), {}, seq_shards);
   return parallelize(std::move(model), comm::DeviceMesh(std::move(world), dims.mesh_shape()),
                      {.dims = dims,
                       .ddp = {},
                       .fsdp_prefetch = true,
                       .fsdp_wrap = {},
-                      .tp_plan = c.tp > 1 ? nn::gpt_tp_plan(gpt_config(c), c.sp) : TpPlan{},
+                      .tp_plan = c.tp <= 1 ? TpPlan{}
+                                 : llama  ? nn::llama_tp_plan(llama_config(c), c.sp)
+                                          : nn::gpt_tp_plan(gpt_config(c), c.sp),
                       .pipeline = {.schedule = c.kind, .microbatches = c.m, .virtual_stages = c.v},
                       .pp_plan = std::move(plan),
                       .make_optimizer = tp::adamw});
@@ -97,7 +117,6 @@ inline Run train(ParallelModel& pm, const Case& c) {
   Run r;
   const int dr = pm.mesh().rank("dp");
   const int64_t per = c.batch / c.dp;
-  auto* model = dynamic_cast<nn::GPT*>(&pm.module());
   for (int s = c.first; s < c.steps; ++s) {
     auto [xb, yb] = st::make_batch("gpt", c.batch, s);
     const Tensor x = ops::contiguous(ops::narrow(xb, 0, dr * per, per)), y = ops::contiguous(ops::narrow(yb, 0, dr * per, per));
@@ -105,7 +124,7 @@ inline Run train(ParallelModel& pm, const Case& c) {
     if (pm.pipeline()) {
       loss = pm.forward_backward({x, y});
     } else {
-      Tensor l = pm.forward_with([&] { return model->loss(x, y); });
+      Tensor l = pm.forward_with([&] { return st::batch_loss(pm.module(), x, y); });
       loss = l.item<double>();
       backward(l);
     }

@@ -25,13 +25,13 @@ struct Layout {
   int dp_shard = 0;  // HSDP: ZeRO within shard groups of this many dp ranks
 };
 
-Case at(const Layout& l, int first, int steps) {
-  return {.dp = l.dp, .tp = l.tp, .pp = l.pp, .zero = l.zero, .m = 2, .clip = 0.05, .steps = steps, .first = first,
-          .dp_shard = l.dp_shard};
+Case at(const Layout& l, int first, int steps, const std::string& family) {
+  return {.family = family, .dp = l.dp, .tp = l.tp, .pp = l.pp, .zero = l.zero, .m = 2, .tied = family == "gpt",
+          .clip = 0.05, .steps = steps, .first = first, .dp_shard = l.dp_shard};
 }
 
-void reshard(const Layout& from, const Layout& to) {
-  const Case a = at(from, 0, 2), b = at(to, 2, 3);
+void reshard(const Layout& from, const Layout& to, const std::string& family = "gpt") {
+  const Case a = at(from, 0, 2, family), b = at(to, 2, 3, family);
   const std::string what = a.str() + " -> " + b.str();
   SCOPED_TRACE(what);
   const Run want2 = reference(a), want3 = reference(b);
@@ -64,6 +64,14 @@ void reshard(const Layout& from, const Layout& to) {
 }
 
 constexpr Layout k3d{2, 2, 2, 1};
+
+
+// The Llama (GQA, untied head): saved at dp 2 x tp 2 x pp 2 (ZeRO-1), resumed at one
+// process and at dp 4 x tp 2 (ZeRO-3), and back.
+TEST(ThreeDReshard, LlamaBetweenLayouts) {
+  reshard(k3d, {1, 1, 1, 0}, "llama");
+  reshard({4, 2, 1, 3}, k3d, "llama");
+}
 
 }  // namespace
 

@@ -55,6 +55,18 @@ TEST(TensorParallel, GptDp2Tp2WithZero1) {
   check({.model = "gpt", .sp = true, .dp = 2, .tp = 2, .stage = 1});
 }
 
+// The Llama under its family's plan: wq, wk, wv, w1, w3 column-parallel, wo, w2
+// row-parallel, 4 query heads on 2 key/value heads (one kv head per rank at tp 2), the
+// untied output and tok_embeddings vocabulary-parallel; with sequence parallelism (every
+// RMSNorm on sequence shards), the tied head, activation checkpointing and dp 2 x tp 2.
+TEST(TensorParallel, LlamaGqaWithSequenceParallel) {
+  check({.model = "llama", .tp = 2});
+  check({.model = "llama", .sp = true, .tp = 2});
+  check({.model = "llama_tied", .sp = true, .tp = 2});
+  check({.model = "llama_ckpt", .sp = true, .tp = 2});
+  check({.model = "llama", .sp = true, .dp = 2, .tp = 2, .stage = 1});
+}
+
 TEST(TensorParallel, SequenceParallelNeedsAVocabParallelHead) {
   comm::run_local(2, [](comm::ProcessGroup& w) {
     std::shared_ptr<comm::ProcessGroup> tp(&w, [](comm::ProcessGroup*) {});

@@ -8,6 +8,7 @@
 #include <strata/comm/local.h>
 #include <strata/nn/gpt.h>
 #include <strata/nn/gpt_plans.h>
+#include <strata/nn/llama_plans.h>
 #include <strata/optim/adam.h>
 #include <strata/parallel/parallelize.h>
 #include "zero_equivalence.h"
@@ -18,7 +19,8 @@ using namespace strata::parallel;  // NOLINT: test harness
 namespace st = strata::testing;
 
 struct TpCase {
-  std::string model = "mlp";  // mlp | gpt | gpt_ckpt | gpt_untied | gpt_untied_ckpt
+  // mlp | gpt | gpt_ckpt | gpt_untied | gpt_untied_ckpt | llama | llama_ckpt | llama_tied | llama_mqa
+  std::string model = "mlp";
   bool vocab = true;           // the GPT's wte (and untied lm_head) vocab_parallel
   bool sp = false;             // sequence parallelism (sequence_norm entries)
   int dp = 1, tp = 2, stage = 0;
@@ -44,9 +46,30 @@ inline nn::GPTConfig tp_gpt_config(const std::string& kind) {
           .checkpoint = has(kind, "ckpt")};
 }
 
+inline bool is_llama(const std::string& kind) { return kind.rfind("llama", 0) == 0; }
+
+// 4 query heads on 2 key/value heads (grouped-query attention: tp 2 holds one kv head per
+// rank), untied unless "tied"; llama_mqa: one key/value head (tp 1 only).
+inline nn::LlamaConfig tp_llama_config(const std::string& kind) {
+  return {.vocab = 16,
+          .block_size = 8,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_kv_head = has(kind, "mqa") ? 1 : 2,
+          .n_embd = 16,
+          .intermediate_size = 32,
+          .tie_weights = has(kind, "tied"),
+          .checkpoint = has(kind, "ckpt")};
+}
+
 inline std::shared_ptr<nn::Module> tp_model(const std::string& kind, uint64_t seed) {
   if (kind == "mlp") return st::make_model("mlp", seed);
   Generator gen(seed);
+  if (is_llama(kind)) {  // in f64, as st::make_model's Llama (see there)
+    auto m = std::make_shared<nn::Llama>(tp_llama_config(kind), gen);
+    m->to(DType::f64);
+    return m;
+  }
   return std::make_shared<nn::GPT>(tp_gpt_config(kind), gen);
 }
 
@@ -54,11 +77,9 @@ inline std::shared_ptr<nn::Module> tp_model(const std::string& kind, uint64_t se
 // (nn/gpt_plans.h), without its vocab_parallel entries unless `vocab`.
 inline TpPlan tp_plan(const std::string& kind, bool vocab = true, bool sp = false) {
   if (kind == "mlp") return {{"net.1", TpStyle::colwise}, {"net.3", TpStyle::rowwise}};
-  TpPlan p = nn::gpt_tp_plan(tp_gpt_config(kind), sp);
-  if (!vocab) {
-    p.erase("wte");
-    p.erase("lm_head");
-  }
+  TpPlan p = is_llama(kind) ? nn::llama_tp_plan(tp_llama_config(kind), sp) : nn::gpt_tp_plan(tp_gpt_config(kind), sp);
+  if (!vocab)
+    for (const char* head : {"wte", "lm_head", "tok_embeddings", "output"}) p.erase(head);
   return p;
 }
 

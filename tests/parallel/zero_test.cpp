@@ -104,6 +104,11 @@ TEST(ZeroEquivalence, GptFsdpUnitsTiedEmbedding) {
   check_equivalent(ZeroCase{.base = {.model = "gpt"}, .stage = 3, .prefetch = false}, 2);
 }
 
+TEST(ZeroEquivalence, LlamaAllStages) {
+  for (int stage = 1; stage <= 3; ++stage) check_equivalent(ZeroCase{.base = {.model = "llama", .optim = "adam"}, .stage = stage}, 2);
+  check_equivalent(ZeroCase{.base = {.model = "llama_ckpt", .optim = "adam"}, .stage = 3}, 3);
+}
+
 TEST(ZeroEquivalence, Fsdp3WithActivationCheckpointing) {
   // Blocks recompute their forward inside backward: the recompute gathers without freeing.
   for (int n : {1, 2, 3}) check_equivalent(ZeroCase{.base = {.model = "gpt_ckpt"}, .stage = 3}, n);

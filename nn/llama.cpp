@@ -1,0 +1,200 @@
+// Llama model: grouped-query attention with rotary embeddings, the SwiGLU MLP, the block
+// and the model, with per-block activation checkpointing.
+#include <strata/nn/llama.h>
+
+#include <cmath>
+
+#include <strata/nn/embedding.h>
+#include <strata/nn/linear.h>
+#include <strata/nn/normalization.h>
+#include <strata/nn/recompute.h>
+
+namespace strata::nn {
+namespace {
+constexpr double kInitStd = 0.02;
+double resid_std(const LlamaConfig& c) { return kInitStd / std::sqrt(2.0 * double(c.n_layer)); }
+}  // namespace
+
+int64_t LlamaConfig::hidden_dim() const {
+  if (intermediate_size > 0) return intermediate_size;
+  int64_t h = 4 * n_embd;
+  h = 2 * h / 3;
+  if (ffn_dim_multiplier > 0) h = int64_t(ffn_dim_multiplier * double(h));
+  const int64_t m = multiple_of > 0 ? multiple_of : 1;
+  return m * ((h + m - 1) / m);
+}
+
+void LlamaConfig::check() const {
+  STRATA_CHECK(vocab > 0 && block_size > 0 && n_layer > 0 && n_head > 0 && n_embd > 0 && n_kv_head >= 0,
+               "[Llama] vocab, block_size, n_layer, n_head, n_embd must be positive and n_kv_head >= 0");
+  STRATA_CHECK(n_embd % n_head == 0 && head_dim() % 2 == 0, "[Llama] n_embd ", n_embd, " / n_head ", n_head,
+               " must be an even head dimension (rotary embedding pairs)");
+  STRATA_CHECK(n_head % kv_heads() == 0, "[Llama] n_kv_head ", kv_heads(), " does not divide n_head ", n_head);
+  STRATA_CHECK(hidden_dim() > 0, "[Llama] the feed-forward width must be positive, got ", hidden_dim());
+  STRATA_CHECK(norm_eps > 0, "[Llama] norm_eps must be positive, got ", norm_eps);
+}
+
+Tensor RotaryPositions::at(int64_t t) const {
+  return positions ? positions(t) : ops::arange(0, double(t), 1.0, DType::i64);
+}
+
+// ---------------------------------------------------------------- attention
+LlamaAttention::LlamaAttention(const LlamaConfig& cfg, Generator& gen, std::shared_ptr<const RotaryPositions> rotary)
+    : head_dim_(cfg.head_dim()), rotary_(std::move(rotary)) {
+  const int64_t c = cfg.n_embd, hd = head_dim_;
+  register_module("wq", std::make_shared<Linear>(c, cfg.n_head * hd, gen, false, kInitStd));
+  register_module("wk", std::make_shared<Linear>(c, cfg.kv_heads() * hd, gen, false, kInitStd));
+  register_module("wv", std::make_shared<Linear>(c, cfg.kv_heads() * hd, gen, false, kInitStd));
+  register_module("wo", std::make_shared<Linear>(cfg.n_head * hd, c, gen, false, resid_std(cfg)));
+}
+
+Tensor LlamaAttention::forward(const Tensor& x) {
+  STRATA_CHECK(x.dim() == 3, "[LlamaAttention] expects (B, T, C), got ", shape_str(x.shape()));
+  const int64_t hd = head_dim_;
+  // x may be a sequence shard (B, T/tp, C): column-parallel projections gather it, so q,
+  // k and v span this rank's whole T (T/cp under context parallelism).
+  Tensor q = (*child("wq"))(x);  // (B, T, H*hd), H this rank's query heads
+  Tensor k = (*child("wk"))(x);  // (B, T, Hkv*hd)
+  Tensor v = (*child("wv"))(x);
+  const int64_t b = q.size(0), t = q.size(1);
+  STRATA_CHECK(q.size(2) % hd == 0 && k.size(2) % hd == 0 && k.size(2) > 0 && v.size(2) == k.size(2),
+               "[LlamaAttention] projection widths ", q.size(2), ", ", k.size(2), ", ", v.size(2),
+               " are not whole heads of ", hd);
+  const int64_t h = q.size(2) / hd, hkv = k.size(2) / hd;
+  STRATA_CHECK(h % hkv == 0, "[LlamaAttention] ", hkv, " key/value heads do not divide ", h, " query heads");
+  // Rotary embedding on q and k at the tokens' global positions (the rotate-half layout
+  // of Hugging Face's Llama: pairs (x[i], x[i + hd/2])), before the heads are repeated.
+  const Tensor pos = rotary_->at(t);
+  q = rotary(reshape(q, {b, t, h, hd}), pos, rotary_->inv_freq);
+  k = rotary(reshape(k, {b, t, hkv, hd}), pos, rotary_->inv_freq);
+  // Grouped-query attention: query head j reads key/value head j / (H/Hkv), so each k, v
+  // head is repeated H/Hkv times ((B, T, Hkv, hd) -> (B, T, H, hd), Hugging Face's
+  // repeat_kv) and the attention core, ring attention included, sees plain multi-head
+  // q|k|v. This costs the expanded K and V: 2 B T (H - Hkv) hd more elements per block.
+  const int64_t rep = h / hkv;
+  auto repeat = [&](const Tensor& kv) {
+    const Tensor heads = reshape(kv, {b, t, hkv, 1, hd});
+    return reshape(rep == 1 ? heads : contiguous(expand(heads, {b, t, hkv, rep, hd})), {b, t, h * hd});
+  };
+  const Tensor qkv = cat({reshape(q, {b, t, h * hd}), repeat(k), repeat(v)}, -1);  // (B, T, 3*H*hd)
+  const Tensor y = attention_fn_ ? attention_fn_(qkv, hd, 0.0, nullptr) : causal_attention(qkv, hd);  // (B, T, H*hd)
+  return (*child("wo"))(y);
+}
+
+// ---------------------------------------------------------------- MLP
+LlamaFeedForward::LlamaFeedForward(const LlamaConfig& cfg, Generator& gen) {
+  const int64_t c = cfg.n_embd, f = cfg.hidden_dim();
+  register_module("w1", std::make_shared<Linear>(c, f, gen, false, kInitStd));
+  register_module("w2", std::make_shared<Linear>(f, c, gen, false, resid_std(cfg)));
+  register_module("w3", std::make_shared<Linear>(c, f, gen, false, kInitStd));
+}
+
+Tensor LlamaFeedForward::forward(const Tensor& x) {
+  const Tensor gate = (*child("w1"))(x), up = (*child("w3"))(x);  // (B, T, F) each
+  return (*child("w2"))(swiglu(gate, up));                         // (B, T, C)
+}
+
+// ---------------------------------------------------------------- block
+LlamaBlock::LlamaBlock(const LlamaConfig& cfg, Generator& gen, std::shared_ptr<const RotaryPositions> rotary) {
+  register_module("attention_norm", std::make_shared<RMSNorm>(cfg.n_embd, cfg.norm_eps));
+  register_module("attention", std::make_shared<LlamaAttention>(cfg, gen, std::move(rotary)));
+  register_module("ffn_norm", std::make_shared<RMSNorm>(cfg.n_embd, cfg.norm_eps));
+  register_module("feed_forward", std::make_shared<LlamaFeedForward>(cfg, gen));
+}
+
+Tensor LlamaBlock::forward(const Tensor& x) {
+  Tensor h;
+  {
+    const Tensor a = (*child("attention_norm"))(x);  // released before the MLP runs
+    h = x + (*child("attention"))(a);
+  }
+  return h + (*child("feed_forward"))((*child("ffn_norm"))(h));
+}
+
+// ---------------------------------------------------------------- model
+Llama::Llama(const LlamaConfig& cfg, Generator& gen) : cfg_(cfg), rotary_(std::make_shared<RotaryPositions>()) {
+  cfg.check();
+  rotary_->inv_freq = rope_inv_freq(cfg.head_dim(), cfg.rope_theta, cfg.rope_scaling);
+  register_module("tok_embeddings", std::make_shared<Embedding>(cfg.vocab, cfg.n_embd, gen, kInitStd));
+  auto layers = register_module("layers", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < cfg.n_layer; ++i) layers->push_back(std::make_shared<LlamaBlock>(cfg, gen, rotary_));
+  register_module("norm", std::make_shared<RMSNorm>(cfg.n_embd, cfg.norm_eps));
+  if (!cfg.tie_weights) register_module("output", std::make_shared<Linear>(cfg.n_embd, cfg.vocab, gen, false, kInitStd));
+}
+
+void Llama::set_lm_hooks(LmHooks h) {
+  hooks_ = std::move(h);
+  rotary_->positions = hooks_.positions;
+}
+
+std::shared_ptr<ModuleList> Llama::blocks() const {
+  auto l = std::dynamic_pointer_cast<ModuleList>(child("layers"));
+  STRATA_CHECK(l != nullptr, "[Llama] child 'layers' is not a ModuleList of blocks");
+  return l;
+}
+
+Tensor Llama::run_block(const std::shared_ptr<Module>& blk, const Tensor& x) {
+  if (!cfg_.checkpoint) return (*blk)(x);
+  // No dropout and no generator: the recompute in backward is the same function of x.
+  return recompute_in_backward([blk](const Tensor& in) { return (*blk)(in); }, x, {});
+}
+
+Tensor Llama::embed(const Tensor& full_idx) {
+  STRATA_CHECK(full_idx.dim() == 2 && (full_idx.dtype() == DType::i64 || full_idx.dtype() == DType::i32),
+               "[Llama] expects idx (B, T) of i64, got ", full_idx.str());
+  STRATA_CHECK(full_idx.size(1) >= 1 && full_idx.size(1) <= cfg_.block_size, "[Llama] sequence length ",
+               full_idx.size(1), " exceeds block_size ", cfg_.block_size);
+  // Context parallelism: this rank's part of every sequence; the positions the rotary
+  // embedding uses come from the same hook pair (rotary_->positions).
+  const Tensor idx = hooks_.shard_sequence ? hooks_.shard_sequence(full_idx) : full_idx;  // (B, T_local)
+  Tensor x = (*child("tok_embeddings"))(idx);                                              // (B, T_local, C)
+  return hooks_.enter_blocks ? hooks_.enter_blocks(x) : x;
+}
+
+Tensor Llama::finish(const Tensor& x) {
+  Tensor y = (*child("norm"))(x);
+  return hooks_.leave_blocks ? hooks_.leave_blocks(y) : y;
+}
+
+Tensor Llama::head(const Tensor& x) {
+  if (hooks_.logits) return hooks_.logits(x, parameter(head_weight_name()));
+  if (cfg_.tie_weights) return linear(x, parameter("tok_embeddings.weight"), Tensor());  // (B,T,C) @ (V,C)^T
+  return (*child("output"))(x);
+}
+
+Tensor Llama::features(const Tensor& idx) {
+  Tensor x = embed(idx);
+  for (const auto& [name, blk] : blocks()->named_children()) x = run_block(blk, x);
+  return finish(x);
+}
+
+Tensor Llama::forward(const Tensor& idx) { return head(features(idx)); }
+
+Tensor Llama::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index) {
+  STRATA_CHECK(targets.shape() == idx.shape(), "[Llama::loss] targets ", shape_str(targets.shape()),
+               " do not match idx ", shape_str(idx.shape()));
+  const Tensor tg = hooks_.shard_sequence ? hooks_.shard_sequence(targets) : targets;
+  if (hooks_.loss)  // from vocabulary-sharded logits, never the whole (B*T, V)
+    return hooks_.loss(reshape(features(idx), {-1, cfg_.n_embd}), parameter(head_weight_name()),
+                       ops::reshape(tg, {-1}), ignore_index);
+  return cross_entropy(reshape(forward(idx), {-1, cfg_.vocab}), ops::reshape(tg, {-1}), ignore_index);
+}
+
+Tensor Llama::forward_stage(const Tensor& in, int64_t begin, int64_t end, bool first, bool last) {
+  Tensor x = first ? embed(in) : in;
+  const std::shared_ptr<ModuleList> l = blocks();
+  for (int64_t i = begin; i < end; ++i) x = run_block(l->child(std::to_string(i)), x);
+  if (!last) return x;
+  x = finish(x);
+  return hooks_.loss ? x : head(x);  // stage_loss() takes the features under a loss hook
+}
+
+Tensor Llama::stage_loss(const Tensor& last_out, const Tensor& full_targets) const {
+  const Tensor targets = hooks_.shard_sequence ? hooks_.shard_sequence(full_targets) : full_targets;
+  if (hooks_.loss)
+    return hooks_.loss(reshape(last_out, {-1, cfg_.n_embd}), parameter(head_weight_name()), ops::reshape(targets, {-1}),
+                       -1);
+  return cross_entropy(reshape(last_out, {-1, last_out.size(last_out.dim() - 1)}), ops::reshape(targets, {-1}), -1);
+}
+
+}  // namespace strata::nn

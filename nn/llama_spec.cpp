@@ -1,0 +1,108 @@
+// The Llama's planner description (see llama_spec.h).
+#include <strata/nn/llama_spec.h>
+
+#include <string>
+
+#include <strata/core/error.h>
+#include <strata/nn/llama_plans.h>
+
+namespace strata::nn {
+
+// Per tensor the autograd graph keeps (N = b·T rows, C = n_embd, H heads, F the SwiGLU
+// width, f32; "/tp" where tensor parallelism splits it, "/sp" where sequence parallelism
+// does):
+//   block:  its input x (N·C/sp, kept by attention_norm) and rstd (N/sp), the norm's
+//           output (N·C, kept by wq, wk, wv; under SP each of the three column-parallel
+//           projections all-gathers the shard itself and keeps its own N·C copy, 3 N·C),
+//           the packed rotated q|k|v
+//           with k, v repeated to H heads (3N·C/tp, kept by the attention core), the
+//           probabilities (b·H/tp·T²), the attention output (N·C/tp, kept by wo), the
+//           residual sum h (N·C/sp) and ffn_norm's rstd (N/sp) and output (N·C; 2 N·C under
+//           SP, gathered by w1 and w3 each), the gate
+//           and up projections (2N·F/tp, kept by SwiGLU) and its output (N·F/tp, kept by
+//           w2). The rotary embedding keeps nothing (its backward is the inverse rotation).
+//   last:   norm's input and rstd, its output (N·C) and the loss's probabilities (N·V/tp).
+// With checkpointing a block keeps only its input until its backward recomputes it.
+int64_t llama_activation_bytes(const LlamaActivationInput& a) {
+  STRATA_CHECK(a.batch > 0 && a.seq > 0 && a.embd > 0 && a.heads > 0 && a.vocab > 0 && a.hidden > 0 &&
+                   a.layers >= 0 && a.tp >= 1,
+               "[plan] activation sizes must be positive");
+  const bool sp = a.sequence_parallel && a.tp > 1;
+  const int64_t tp = a.tp, spd = sp ? tp : 1;
+  const int64_t n = a.batch * a.seq, nc = n * a.embd, nf = n * a.hidden;
+  const int64_t att = a.batch * (a.heads / tp) * a.seq * a.seq;
+  const int64_t block = nc / spd + n / spd + (sp ? 3 : 1) * nc  // x, attention_norm's rstd and output
+                        + 3 * nc / tp + att + nc / tp            // q|k|v, probabilities, attention output
+                        + nc / spd + n / spd + (sp ? 2 : 1) * nc // h, ffn_norm
+                        + 3 * nf / tp;                 // gate, up, SwiGLU output
+  int64_t bytes = a.checkpoint ? a.layers * (nc / spd) * 4 + (a.layers > 0 ? block * 4 : 0) : a.layers * block * 4;
+  if (a.last) bytes += (nc / spd + n / spd + nc + n * (a.vocab / tp)) * 4;
+  if (a.pipeline) bytes += (a.last ? n * (a.vocab / tp) : nc) * 4;
+  return bytes;
+}
+
+int64_t llama_backward_transient_bytes(const LlamaActivationInput& a) {
+  const int64_t n = a.batch * a.seq, tp = a.tp;
+  return (2 * n * a.hidden / tp + a.embd * a.hidden / tp) * 4;
+}
+
+namespace {
+
+void add(std::vector<ParamSpec>& out, const std::string& name, Shape shape, StagePart part, int64_t block = -1) {
+  out.push_back({.name = name, .shape = std::move(shape), .tp_sharded = false, .part = part, .block = block});
+}
+
+}  // namespace
+
+ModelSpec llama_spec(const LlamaConfig& cfg) {
+  cfg.check();
+  const int64_t c = cfg.n_embd, v = cfg.vocab, t = cfg.block_size, hd = cfg.head_dim();
+  const int64_t q = cfg.n_head * hd, kv = cfg.kv_heads() * hd, f = cfg.hidden_dim();
+  std::vector<ParamSpec> ps;
+  ps.reserve(size_t(9 * cfg.n_layer + 3));
+  add(ps, "tok_embeddings.weight", {v, c}, cfg.tie_weights ? StagePart::tied : StagePart::first);
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    add(ps, p + "attention_norm.weight", {c}, StagePart::block, l);
+    add(ps, p + "attention.wq.weight", {q, c}, StagePart::block, l);
+    add(ps, p + "attention.wk.weight", {kv, c}, StagePart::block, l);
+    add(ps, p + "attention.wv.weight", {kv, c}, StagePart::block, l);
+    add(ps, p + "attention.wo.weight", {c, q}, StagePart::block, l);
+    add(ps, p + "ffn_norm.weight", {c}, StagePart::block, l);
+    add(ps, p + "feed_forward.w1.weight", {f, c}, StagePart::block, l);
+    add(ps, p + "feed_forward.w2.weight", {c, f}, StagePart::block, l);
+    add(ps, p + "feed_forward.w3.weight", {f, c}, StagePart::block, l);
+  }
+  add(ps, "norm.weight", {c}, StagePart::last);
+  if (!cfg.tie_weights) add(ps, "output.weight", {v, c}, StagePart::last);
+  const TpPlan plan = llama_tp_plan(cfg);  // sequence parallelism shards no parameter
+  for (ParamSpec& p : ps) p.tp_sharded = tp_shards(plan, p.name);
+
+  ModelSpec s = ModelSpec::from_params(std::move(ps));
+  const double td = double(t);
+  s.flops_per_sample = (6.0 * double(s.total) + 12.0 * double(cfg.n_layer) * double(c) * td) * td;
+  s.stage_output_per_sample = t * c;
+  s.tp_per_block = {{.per_sample = t * c, .count = 4}};
+  s.tp_first = {{.per_sample = t * c, .count = 1}};
+  s.tp_last = {{.per_sample = t * c, .count = 1}, {.per_sample = t, .count = 3}};
+  s.tp_widths = {cfg.kv_heads(), f};
+  s.activation_bytes = [cfg, f](const RankActivationQuery& rq) {
+    const LlamaActivationInput blocks{.batch = rq.batch, .seq = cfg.block_size, .embd = cfg.n_embd,
+                                      .heads = cfg.n_head, .kv_heads = cfg.kv_heads(), .hidden = f,
+                                      .vocab = cfg.vocab, .layers = rq.layers, .first = false, .last = false,
+                                      .tp = rq.tp, .sequence_parallel = rq.sequence_parallel,
+                                      .checkpoint = cfg.checkpoint, .pipeline = false};
+    int64_t bytes = int64_t(rq.in_flight) * llama_activation_bytes(blocks);
+    LlamaActivationInput ends = blocks;
+    ends.layers = 0;
+    ends.first = rq.first;
+    ends.last = rq.last;
+    ends.pipeline = rq.pipeline;
+    if (rq.first || rq.last || rq.pipeline) bytes += int64_t(rq.in_flight) * llama_activation_bytes(ends);
+    if (rq.layers > 0) bytes += llama_backward_transient_bytes(blocks);
+    return bytes;
+  };
+  return s;
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,127 @@
+// RMSNorm runs one row per iteration (rows in parallel). Its backward reads each row once,
+// writing dx and its row block's weight-gradient partial; the partials are summed in block
+// order, so the result does not depend on the thread count (as layer norm's).
+#include <strata/tensor/cpu/rms_norm.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/widen.h>
+
+namespace strata::cpu {
+namespace {
+
+// T is the storage type, A = acc_t<T> the arithmetic and statistics type.
+template <class T, class A = acc_t<T>>
+void rms_norm_impl(const T* x, const T* w, T* y, A* rstd, int64_t rows, int64_t C, double eps) {
+  parallel_for_simd(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * C;
+      T* yr = y + r * C;
+      A ss = 0;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t i = 0; i < C; ++i) ss += ld(xr[i]) * ld(xr[i]);
+      const A rs = A(1) / std::sqrt(ss / A(C) + A(eps));
+      rstd[r] = rs;
+      if (w) {
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) yr[i] = st<T>(ld(xr[i]) * rs * ld(w[i]));
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) yr[i] = st<T>(ld(xr[i]) * rs);
+      }
+    }
+  });
+}
+
+// One block of rows of the backward, one pass per row:
+//   dx = rstd * (g - xhat * mean(g * xhat)),  g = dy * w,  xhat = x * rstd
+// and, when dwp is given, this block's column sums dw += dy * xhat (in A).
+template <class T, bool kHasW, class A = acc_t<T>>
+void rms_norm_backward_rows(const T* dy, const T* x, const A* rstd, const T* w, T* dx, A* dwp, int64_t r0,
+                            int64_t r1, int64_t C) {
+  const A inv_c = A(1) / A(C);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* gr = dy + r * C;
+    const T* xr = x + r * C;
+    T* dxr = dx + r * C;
+    const A rs = rstd[r];
+    A sgx = 0;
+#pragma omp simd reduction(+ : sgx)
+    for (int64_t i = 0; i < C; ++i) {
+      const A g = kHasW ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
+      sgx += g * (ld(xr[i]) * rs);
+    }
+    sgx *= inv_c;
+#pragma omp simd
+    for (int64_t i = 0; i < C; ++i) {
+      const A g = kHasW ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
+      dxr[i] = st<T>(rs * (g - ld(xr[i]) * rs * sgx));
+    }
+    if (dwp) {
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) dwp[i] += ld(gr[i]) * (ld(xr[i]) * rs);
+    }
+  }
+}
+
+// Rows in blocks whose size depends only on the row count (at least 32 rows, at most 256
+// blocks), each with its own dw partial, added in block order afterwards.
+constexpr int64_t kMinRowBlock = 32, kMaxBlocks = 256;
+
+template <class T, class A = acc_t<T>>
+void rms_norm_backward_impl(const T* dy, const T* x, const A* rstd, const T* w, T* dx, T* dw, int64_t rows,
+                            int64_t C) {
+  const int64_t block = std::max(kMinRowBlock, (rows + kMaxBlocks - 1) / kMaxBlocks);
+  const int64_t blocks = (rows + block - 1) / block;
+  std::vector<A> part(dw ? size_t(blocks * C) : 0, A(0));
+  const int64_t grain = std::max<int64_t>(1, 8192 / (block * std::max<int64_t>(C, 1)));
+  parallel_for_simd(blocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
+      A* pw = dw ? part.data() + blk * C : nullptr;
+      if (w)
+        rms_norm_backward_rows<T, true>(dy, x, rstd, w, dx, pw, r0, r1, C);
+      else
+        rms_norm_backward_rows<T, false>(dy, x, rstd, w, dx, pw, r0, r1, C);
+    }
+  });
+  if (!dw) return;
+  for (int64_t blk = 1; blk < blocks; ++blk) {
+    const A* p = part.data() + blk * C;
+#pragma omp simd
+    for (int64_t i = 0; i < C; ++i) part[size_t(i)] += p[i];
+  }
+  for (int64_t i = 0; i < C; ++i) dw[i] = st<T>(part[size_t(i)]);
+}
+
+}  // namespace
+
+void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, int64_t rows, int64_t C,
+                     double eps) {
+  if (rows == 0 || C == 0) return;
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "rms_norm", [&] {
+    using A = acc_t<scalar_t>;
+    rms_norm_impl<scalar_t>(x.data<scalar_t>(), w.defined() ? w.data<scalar_t>() : nullptr, y.data<scalar_t>(),
+                            rstd.data<A>(), rows, C, eps);
+  });
+}
+
+void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,
+                              Tensor& dw, int64_t rows, int64_t C) {
+  if (C == 0) return;
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "rms_norm_backward", [&] {
+    using A = acc_t<scalar_t>;
+    scalar_t* dwp = dw.defined() ? dw.data<scalar_t>() : nullptr;
+    if (rows == 0) {
+      if (dwp) std::fill(dwp, dwp + C, st<scalar_t>(0.0f));
+      return;
+    }
+    rms_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), rstd.data<A>(),
+                                     w.defined() ? w.data<scalar_t>() : nullptr, dx.data<scalar_t>(), dwp, rows, C);
+  });
+}
+
+}  // namespace strata::cpu

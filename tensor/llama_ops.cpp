@@ -1,0 +1,103 @@
+// Front ends of the Llama kernels (RMSNorm, rotary embedding, SwiGLU): checks, output
+// allocation, contiguous inputs, then dispatch to tensor/cpu/{rms_norm,rotary,swiglu}.
+// No CUDA kernel is registered: on a CUDA tensor the table names the op that has none.
+#include <strata/tensor/cpu/rms_norm.h>
+#include <strata/tensor/cpu/rotary.h>
+#include <strata/tensor/cpu/swiglu.h>
+#include <strata/tensor/dispatch.h>
+#include <strata/tensor/ops.h>
+
+namespace strata::ops {
+namespace {
+
+using RmsNormFn = void(const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t, int64_t, double);
+using RmsNormBwdFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t,
+                          int64_t);
+using RotaryFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, int64_t, int64_t, int64_t, int64_t, bool);
+using SwigluFn = void(const Tensor&, const Tensor&, Tensor&, int64_t);
+using SwigluBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t);
+
+const KernelTable<RmsNormFn> kRmsNorm{"rms_norm", {&cpu::rms_norm_kernel, nullptr}};
+const KernelTable<RmsNormBwdFn> kRmsNormBwd{"rms_norm_backward", {&cpu::rms_norm_backward_kernel, nullptr}};
+const KernelTable<RotaryFn> kRotary{"rotary", {&cpu::rotary_kernel, nullptr}};
+const KernelTable<SwigluFn> kSwiglu{"swiglu", {&cpu::swiglu_kernel, nullptr}};
+const KernelTable<SwigluBwdFn> kSwigluBwd{"swiglu_backward", {&cpu::swiglu_backward_kernel, nullptr}};
+
+bool is_float(DType dt) { return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16; }
+
+void check_input(const Tensor& t, const char* op, const char* what) {
+  STRATA_CHECK(t.defined(), "[", op, "] ", what, " is undefined");
+  STRATA_CHECK(is_float(t.dtype()), "[", op, "] ", what, " must be f32, f64, bf16 or f16, got ", t.str());
+}
+
+void check_like(const Tensor& a, const Tensor& b, const char* op, const char* what) {
+  STRATA_CHECK(b.defined() && b.shape() == a.shape() && b.dtype() == a.dtype() && b.device() == a.device(), "[", op,
+               "] ", what, " ", b.defined() ? b.str() : std::string("undefined"), " does not match ", a.str());
+}
+
+DType stat_dtype(DType dt) { return dt == DType::bf16 || dt == DType::f16 ? DType::f32 : dt; }
+
+}  // namespace
+
+std::pair<Tensor, Tensor> rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  check_input(x, "rms_norm", "input");
+  STRATA_CHECK(x.dim() >= 1, "[rms_norm] input must be at least 1-d, got ", x.str());
+  const int64_t C = x.size(-1), rows = C > 0 ? x.numel() / C : 0;
+  if (weight.defined())
+    STRATA_CHECK(weight.shape() == Shape{C} && weight.dtype() == x.dtype(), "[rms_norm] weight must be (", C, ") ",
+                 dtype_name(x.dtype()), ", got ", weight.str());
+  const Device d = x.device();
+  Tensor y = empty(x.shape(), x.dtype(), d), rstd = empty({rows}, stat_dtype(x.dtype()), d);
+  kRmsNorm(d)(contiguous(x), weight.defined() ? contiguous(weight) : weight, y, rstd, rows, C, eps);
+  return {y, rstd};
+}
+
+std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                                            const Tensor& weight) {
+  check_input(x, "rms_norm_backward", "input");
+  check_like(x, dy, "rms_norm_backward", "grad");
+  const int64_t C = x.size(-1), rows = C > 0 ? x.numel() / C : 0;
+  STRATA_CHECK(rstd.numel() == rows && rstd.dtype() == stat_dtype(x.dtype()), "[rms_norm_backward] rstd must be (",
+               rows, ") ", dtype_name(stat_dtype(x.dtype())), ", got ", rstd.str());
+  const Device d = x.device();
+  Tensor dx = empty(x.shape(), x.dtype(), d);
+  Tensor dw = weight.defined() ? empty({C}, x.dtype(), d) : Tensor();
+  kRmsNormBwd(d)(contiguous(dy), contiguous(x), contiguous(rstd), weight.defined() ? contiguous(weight) : weight, dx,
+                 dw, rows, C);
+  return {dx, dw};
+}
+
+Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse) {
+  check_input(x, "rotary", "input");
+  STRATA_CHECK(x.dim() == 4 && x.size(3) % 2 == 0, "[rotary] expects x (B, T, H, hd) with hd even, got ", x.str());
+  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), hd = x.size(3);
+  STRATA_CHECK(positions.defined() && positions.dtype() == DType::i64 && positions.shape() == Shape{T},
+               "[rotary] positions must be (", T, ") i64, got ", positions.defined() ? positions.str() : "undefined");
+  STRATA_CHECK(inv_freq.defined() && inv_freq.dtype() == DType::f64 && inv_freq.shape() == Shape{hd / 2},
+               "[rotary] inv_freq must be (", hd / 2, ") f64, got ", inv_freq.defined() ? inv_freq.str() : "undefined");
+  const Device d = x.device();
+  Tensor y = empty(x.shape(), x.dtype(), d);
+  // The tables are read on the host side of the kernel's device (CPU tensors here).
+  kRotary(d)(contiguous(x), contiguous(positions.to(d)), contiguous(inv_freq.to(d)), y, B, T, H, hd, inverse);
+  return y;
+}
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  check_input(gate, "swiglu", "gate");
+  check_like(gate, up, "swiglu", "up");
+  Tensor y = empty(gate.shape(), gate.dtype(), gate.device());
+  kSwiglu(gate.device())(contiguous(gate), contiguous(up), y, gate.numel());
+  return y;
+}
+
+std::pair<Tensor, Tensor> swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up) {
+  check_input(gate, "swiglu_backward", "gate");
+  check_like(gate, up, "swiglu_backward", "up");
+  check_like(gate, dy, "swiglu_backward", "grad");
+  const Device d = gate.device();
+  Tensor dg = empty(gate.shape(), gate.dtype(), d), du = empty(gate.shape(), gate.dtype(), d);
+  kSwigluBwd(d)(contiguous(dy), contiguous(gate), contiguous(up), dg, du, gate.numel());
+  return {dg, du};
+}
+
+}  // namespace strata::ops

@@ -1,0 +1,169 @@
+// The Llama kernels (RMSNorm, rotary embedding, SwiGLU): forward against f64 references
+// written from the formulas at every SIMD level this CPU runs, in f32 and bf16, and a
+// finite-difference gradient check of each autograd node in f64.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <strata/autograd/engine.h>
+#include <strata/autograd/functions.h>
+#include <strata/autograd/gradcheck.h>
+#include <strata/nn/rotary.h>
+#include "../simd_levels.h"
+
+namespace strata {
+namespace {
+
+Tensor rnd(const Shape& s, uint64_t seed, DType dt = DType::f32, double stdev = 1.0) {
+  Generator g(seed);
+  return ops::normal(s, 0.0, stdev, g, dt);
+}
+
+// The f64 references.
+std::vector<double> rms_ref(const std::vector<double>& x, const std::vector<double>& w, int64_t rows, int64_t c,
+                            double eps) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < c; ++i) ss += x[size_t(r * c + i)] * x[size_t(r * c + i)];
+    const double rs = 1.0 / std::sqrt(ss / double(c) + eps);
+    for (int64_t i = 0; i < c; ++i) y[size_t(r * c + i)] = x[size_t(r * c + i)] * rs * w[size_t(i)];
+  }
+  return y;
+}
+
+// Rotate-half: (x[i], x[i + hd/2]) by pos * inv_freq[i].
+std::vector<double> rotary_ref(const std::vector<double>& x, const std::vector<int64_t>& pos,
+                               const std::vector<double>& f, int64_t b, int64_t t, int64_t h, int64_t hd) {
+  std::vector<double> y(x.size());
+  const int64_t half = hd / 2;
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t ti = 0; ti < t; ++ti)
+      for (int64_t hi = 0; hi < h; ++hi) {
+        const size_t o = size_t(((bi * t + ti) * h + hi) * hd);
+        for (int64_t i = 0; i < half; ++i) {
+          const double a = double(pos[size_t(ti)]) * f[size_t(i)];
+          const double x1 = x[o + size_t(i)], x2 = x[o + size_t(i + half)];
+          y[o + size_t(i)] = x1 * std::cos(a) - x2 * std::sin(a);
+          y[o + size_t(i + half)] = x2 * std::cos(a) + x1 * std::sin(a);
+        }
+      }
+  return y;
+}
+
+void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " element " << i;
+}
+
+TEST(LlamaOps, RmsNormMatchesF64ReferenceAtEverySimdLevel) {
+  testing::SimdLevelGuard guard;
+  const int64_t rows = 37, c = 67;  // odd widths: the loops' remainders
+  const Tensor x = rnd({rows, c}, 1), w = rnd({c}, 2);
+  const auto want = rms_ref(x.to_vector<double>(), w.to_vector<double>(), rows, c, 1e-5);
+  for (const cpu::SimdLevel lvl : testing::runnable_simd_levels()) {
+    ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+    expect_near_all(ops::rms_norm(x, w, 1e-5).first.to_vector<double>(), want, 1e-6, "f32");
+    // bf16 storage, f32 arithmetic: one rounding of the output (2^-8 relative).
+    const auto y16 = ops::rms_norm(ops::to_dtype(x, DType::bf16), ops::to_dtype(w, DType::bf16), 1e-5).first.to_vector<double>();
+    const auto want16 = rms_ref(ops::to_dtype(x, DType::bf16).to_vector<double>(), ops::to_dtype(w, DType::bf16).to_vector<double>(), rows, c,
+                                1e-5);
+    expect_near_all(y16, want16, 1.0 / 128, "bf16");
+  }
+}
+
+TEST(LlamaOps, RotaryMatchesF64ReferenceAtEverySimdLevel) {
+  testing::SimdLevelGuard guard;
+  const int64_t b = 2, t = 5, h = 3, hd = 10;
+  const Tensor x = rnd({b, t, h, hd}, 3);
+  const std::vector<int64_t> pos{0, 7, 3, 1000, 8191};  // any global positions (context parallelism's chunks)
+  const Tensor p = ops::from_vector(pos, {t});
+  const Tensor f = nn::rope_inv_freq(hd, 500000.0);
+  const auto want = rotary_ref(x.to_vector<double>(), pos, f.to_vector<double>(), b, t, h, hd);
+  for (const cpu::SimdLevel lvl : testing::runnable_simd_levels()) {
+    ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+    const Tensor y = ops::rotary(x, p, f);
+    expect_near_all(y.to_vector<double>(), want, 1e-6, "rotary");
+    // The inverse rotation undoes it.
+    expect_near_all(ops::rotary(y, p, f, true).to_vector<double>(), x.to_vector<double>(), 1e-6, "inverse");
+  }
+  // Position 0 is the identity; the rotation keeps each pair's norm.
+  const Tensor y0 = ops::rotary(x, ops::zeros({t}, DType::i64), f);
+  expect_near_all(y0.to_vector<double>(), x.to_vector<double>(), 0, "position 0");
+}
+
+TEST(LlamaOps, SwigluMatchesF64ReferenceAtEverySimdLevel) {
+  testing::SimdLevelGuard guard;
+  const Tensor g = rnd({3, 41}, 4, DType::f32, 4.0), u = rnd({3, 41}, 5);
+  const auto gv = g.to_vector<double>(), uv = u.to_vector<double>();
+  std::vector<double> want(gv.size());
+  for (size_t i = 0; i < gv.size(); ++i) want[i] = gv[i] / (1 + std::exp(-gv[i])) * uv[i];
+  for (const cpu::SimdLevel lvl : testing::runnable_simd_levels()) {
+    ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+    expect_near_all(ops::swiglu(g, u).to_vector<double>(), want, 1e-6, "swiglu");
+  }
+  // Far in the tails: silu(-100) = -0 (no NaN from exp's overflow), silu(100) = 100.
+  const Tensor tails = ops::from_vector(std::vector<float>{-100.f, 100.f}, {2});
+  expect_near_all(ops::swiglu(tails, ops::ones({2})).to_vector<double>(), {0.0, 100.0}, 1e-6, "tails");
+}
+
+TEST(LlamaOps, GradcheckRmsNormRotarySwigluInF64) {
+  auto x = rnd({3, 4, 6}, 6, DType::f64);
+  auto w = rnd({6}, 7, DType::f64);
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  GradcheckResult r = gradcheck([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-5); }, {x, w});
+  EXPECT_TRUE(r.ok) << "rms_norm: " << r.message;
+
+  auto q = rnd({2, 3, 2, 8}, 8, DType::f64);
+  q.set_requires_grad(true);
+  const Tensor pos = ops::from_vector(std::vector<int64_t>{4, 0, 9}, {3});
+  const Tensor f = nn::rope_inv_freq(8, 10000.0, nn::RopeScaling{.factor = 4, .original_max_position_embeddings = 16});
+  r = gradcheck([&](const std::vector<Tensor>& in) { return rotary(in[0], pos, f); }, {q});
+  EXPECT_TRUE(r.ok) << "rotary: " << r.message;
+
+  auto g = rnd({4, 5}, 9, DType::f64, 3.0), u = rnd({4, 5}, 10, DType::f64);
+  g.set_requires_grad(true);
+  u.set_requires_grad(true);
+  r = gradcheck([](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); }, {g, u});
+  EXPECT_TRUE(r.ok) << "swiglu: " << r.message;
+}
+
+TEST(LlamaOps, BadShapesNameTheOp) {
+  const Tensor x = rnd({2, 3, 1, 5}, 11);
+  EXPECT_THROW(
+      {
+        try {
+          (void)ops::rotary(x, ops::zeros({3}, DType::i64), ops::zeros({2}, DType::f64));
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("[rotary]"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  EXPECT_THROW((void)ops::swiglu(rnd({2, 3}, 1), rnd({3, 2}, 2)), Error);
+  EXPECT_THROW((void)ops::rms_norm(rnd({2, 3}, 1), rnd({4}, 2), 1e-5), Error);
+}
+
+// Llama 3.1's scaling (transformers 4.46's _compute_llama3_parameters), by hand for
+// head_dim 8, theta 10000, factor 8, low 1, high 4, original length 64: the base
+// frequencies 1, 0.1, 0.01, 0.001 have wavelengths 6.28, 62.8, 628, 6283; the high-band
+// limit is 64 / 4 = 16 and the low-band one 64 / 1 = 64.
+TEST(LlamaOps, RopeInvFreqLlama3Scaling) {
+  const auto base = nn::rope_inv_freq(8, 10000.0).to_vector<double>();
+  ASSERT_EQ(base.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(base[size_t(i)], std::pow(10000.0, -2.0 * i / 8), 1e-15);
+  const auto s = nn::rope_inv_freq(8, 10000.0, nn::RopeScaling{.factor = 8, .low_freq_factor = 1,
+                                                               .high_freq_factor = 4,
+                                                               .original_max_position_embeddings = 64})
+                     .to_vector<double>();
+  EXPECT_DOUBLE_EQ(s[0], 1.0);  // wavelength 6.28 < 16: kept
+  const double wl = 2 * M_PI / 0.1, smooth = (64 / wl - 1) / (4 - 1);  // 62.8 in [16, 64]: interpolated
+  EXPECT_NEAR(s[1], (1 - smooth) * 0.1 / 8 + smooth * 0.1, 1e-15);
+  EXPECT_NEAR(s[2], 0.01 / 8, 1e-18);   // 628 > 64: divided by the factor
+  EXPECT_NEAR(s[3], 0.001 / 8, 1e-18);
+}
+
+}  // namespace
+}  // namespace strata
