@@ -190,7 +190,7 @@ void read_sample_shape(const ConfigNode& n, DataSection& s) {
 // is not a tokenizer strata can run is a data error (exit 1) naming the file, raised
 // when the data is built.
 void read_tokenizer(const ConfigNode& n, DataSection& s) {
-  s.tokenizer = n.get("tokenizer", s.tokenizer);
+  s.tokenizer = n.resolve_path("tokenizer", n.get("tokenizer", s.tokenizer));
   if (s.tokenizer.empty()) return;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(s.tokenizer, ec))
@@ -405,6 +405,12 @@ TrainConfig TrainConfig::from_node(const ConfigNode& root) {
   read_comm(root.child("comm"), c.comm, c.comm_backend);
   root.check_unknown_keys();
   c.yaml = root.dump();
+  if (!c.data.tokenizer.empty()) {
+    // The config a checkpoint echoes names the tokenizer wherever it is run from.
+    YAML::Node y = YAML::Load(c.yaml);
+    y["data"]["tokenizer"] = std::filesystem::absolute(c.data.tokenizer).lexically_normal().string();
+    c.yaml = YAML::Dump(y);
+  }
   if (!c.model.init_from.empty()) {
     // The config a checkpoint echoes must rebuild the model without the directory it was
     // initialised from: the keys config.json filled are written out, init_from dropped.

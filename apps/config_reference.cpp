@@ -143,8 +143,9 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"data.tokenizer", "string", "\"\"",
      "text, tokens: a `tokenizer.json` (byte-level BPE, e.g. written by `strata tokenizer train`). text is encoded "
      "with it instead of read as bytes; `model.vocab_size` defaults to its vocabulary; `strata sample` encodes the "
-     "prompt and decodes with it. A missing file is a config error, a malformed one a data error naming the file "
-     "(docs/tokenizer.md)."},
+     "prompt and decodes with it. A relative path that does not exist from the working directory is looked up "
+     "beside the config file (a config names the tokenizer shipped with it); checkpoints record the absolute path. "
+     "A missing file is a config error, a malformed one a data error naming the file (docs/tokenizer.md)."},
     {"data.kind", "string", "classification", "synthetic: `classification` (vectors or images) or `tokens` (for gpt)."},
     {"data.size", "integer", "1024", "synthetic: number of samples."},
     {"data.seed", "integer", "0", "synthetic: seed of the generated data."},

@@ -2,6 +2,8 @@
 // the unknown-key check.
 #include <strata/core/config.h>
 
+#include <filesystem>
+
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 
@@ -340,6 +342,16 @@ ConfigNode ConfigNode::load_file(const std::string& yaml_path, const std::vector
 }
 
 std::string ConfigNode::key_path(const std::string& key) const { return join_path(path_, key); }
+
+std::string ConfigNode::resolve_path(const std::string& key, const std::string& value) const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (value.empty() || fs::path(value).is_absolute() || fs::exists(value, ec) || shared_->overrides.count(key_path(key)))
+    return value;
+  if (!fs::is_regular_file(shared_->source, ec)) return value;  // loaded from a string
+  const fs::path beside = fs::path(shared_->source).parent_path() / value;
+  return fs::exists(beside, ec) ? beside.lexically_normal().string() : value;
+}
 
 int ConfigNode::line() const { return mark_line(node_); }
 

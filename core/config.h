@@ -73,6 +73,11 @@ class ConfigNode {
   /// Value of `key`; ConfigError "<path>: required key is missing" when absent.
   template <class T>
   T require(const std::string& key) const;
+  /// A file path read from `key`: `value` itself when it is absolute, exists relative to
+  /// the working directory, or was given by --set; otherwise, when the config came from a
+  /// file and the path exists relative to that file's directory, that path (a config
+  /// names files shipped beside it). `value` unchanged when neither exists.
+  std::string resolve_path(const std::string& key, const std::string& value) const;
   /// Sub-mapping `key`; an absent key gives an empty node whose get() returns defaults.
   /// A present non-mapping value -> ConfigError.
   ConfigNode child(const std::string& key) const;
