@@ -135,8 +135,6 @@ void read_model(const ConfigNode& n, ModelSection& s) {
         nn::parse_recompute(n.get("checkpoint_activations", std::string(nn::recompute_name(s.checkpoint_activations))),
                             n.key_path("checkpoint_activations"));
     n.one_of("checkpoint_activations", nn::recompute_name(s.checkpoint_activations), {"none", "full", "selective"});
-    if (s.type == "llama" && s.checkpoint_activations == nn::Recompute::selective)
-      n.fail("checkpoint_activations", "selective recomputation is the GPT's only; model.type llama takes none or full");
     // vocab_size: token ids the GPT embeds; 0 = from the data (required for data.dataset tokens).
     s.vocab_size = n.get("vocab_size", hf ? hf->vocab : s.vocab_size);
     if (hf) {

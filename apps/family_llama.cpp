@@ -32,7 +32,8 @@ nn::LlamaConfig llama_config(const TrainConfig& cfg) {
                                      .original_max_position_embeddings =
                                          m.rope_scaling->original_max_position_embeddings};
   c.tie_weights = m.tie_weights;
-  c.checkpoint = m.checkpoint_activations == nn::Recompute::full;  // selective: refused by config.cpp
+  c.checkpoint = m.checkpoint_activations == nn::Recompute::full;
+  c.selective = m.checkpoint_activations == nn::Recompute::selective;
   return c;
 }
 

@@ -40,7 +40,7 @@ Tensor RotaryPositions::at(int64_t t) const {
 
 // ---------------------------------------------------------------- attention
 LlamaAttention::LlamaAttention(const LlamaConfig& cfg, Generator& gen, std::shared_ptr<const RotaryPositions> rotary)
-    : head_dim_(cfg.head_dim()), rotary_(std::move(rotary)) {
+    : head_dim_(cfg.head_dim()), selective_(cfg.selective), rotary_(std::move(rotary)) {
   const int64_t c = cfg.n_embd, hd = head_dim_;
   register_module("wq", std::make_shared<Linear>(c, cfg.n_head * hd, gen, false, kInitStd));
   register_module("wk", std::make_shared<Linear>(c, cfg.kv_heads() * hd, gen, false, kInitStd));
@@ -56,17 +56,34 @@ Tensor LlamaAttention::forward(const Tensor& x) {
   Tensor q = (*child("wq"))(x);  // (B, T, H*hd), H this rank's query heads
   Tensor k = (*child("wk"))(x);  // (B, T, Hkv*hd)
   Tensor v = (*child("wv"))(x);
-  const int64_t b = q.size(0), t = q.size(1);
   STRATA_CHECK(q.size(2) % hd == 0 && k.size(2) % hd == 0 && k.size(2) > 0 && v.size(2) == k.size(2),
                "[LlamaAttention] projection widths ", q.size(2), ", ", k.size(2), ", ", v.size(2),
                " are not whole heads of ", hd);
   const int64_t h = q.size(2) / hd, hkv = k.size(2) / hd;
   STRATA_CHECK(h % hkv == 0, "[LlamaAttention] ", hkv, " key/value heads do not divide ", h, " query heads");
+  // Selective recomputation keeps the projections' outputs (q|k|v side by side) and
+  // recomputes the rest in backward: rotary, the repeated heads and the attention core
+  // with its (B, H, T, T) probabilities.
+  if (selective_) {
+    const Tensor raw = cat({q, k, v}, -1);  // (B, T, (H + 2 Hkv) hd)
+    return (*child("wo"))(recompute_in_backward(
+        [this, h, hkv](const Tensor& r) {
+          const int64_t hd = head_dim_;
+          auto parts = split(r, {h * hd, hkv * hd, hkv * hd}, -1);
+          return core(parts[0], parts[1], parts[2], h, hkv);
+        },
+        raw, {}));
+  }
+  return (*child("wo"))(core(q, k, v, h, hkv));
+}
+
+Tensor LlamaAttention::core(const Tensor& q_in, const Tensor& k_in, const Tensor& v, int64_t h, int64_t hkv) {
+  const int64_t hd = head_dim_, b = q_in.size(0), t = q_in.size(1);
   // Rotary embedding on q and k at the tokens' global positions (the rotate-half layout
   // of Hugging Face's Llama: pairs (x[i], x[i + hd/2])), before the heads are repeated.
   const Tensor pos = rotary_->at(t);
-  q = rotary(reshape(q, {b, t, h, hd}), pos, rotary_->inv_freq);
-  k = rotary(reshape(k, {b, t, hkv, hd}), pos, rotary_->inv_freq);
+  const Tensor q = rotary(reshape(q_in, {b, t, h, hd}), pos, rotary_->inv_freq);
+  const Tensor k = rotary(reshape(k_in, {b, t, hkv, hd}), pos, rotary_->inv_freq);
   // Grouped-query attention: query head j reads key/value head j / (H/Hkv), so each k, v
   // head is repeated H/Hkv times ((B, T, Hkv, hd) -> (B, T, H, hd), Hugging Face's
   // repeat_kv) and the attention core, ring attention included, sees plain multi-head
@@ -77,8 +94,7 @@ Tensor LlamaAttention::forward(const Tensor& x) {
     return reshape(rep == 1 ? heads : contiguous(expand(heads, {b, t, hkv, rep, hd})), {b, t, h * hd});
   };
   const Tensor qkv = cat({reshape(q, {b, t, h * hd}), repeat(k), repeat(v)}, -1);  // (B, T, 3*H*hd)
-  const Tensor y = attention_fn_ ? attention_fn_(qkv, hd, 0.0, nullptr) : causal_attention(qkv, hd);  // (B, T, H*hd)
-  return (*child("wo"))(y);
+  return attention_fn_ ? attention_fn_(qkv, hd, 0.0, nullptr) : causal_attention(qkv, hd);  // (B, T, H*hd)
 }
 
 // ---------------------------------------------------------------- MLP

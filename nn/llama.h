@@ -30,6 +30,7 @@ struct LlamaConfig {
   std::optional<RopeScaling> rope_scaling{};  ///< Llama 3.1's frequency rescaling
   bool tie_weights = false;  ///< head = tok_embeddings.weight (output absent)
   bool checkpoint = false;   ///< recompute each block's activations in backward
+  bool selective = false;    ///< recompute rotary and the attention core in backward (keep the projections)
 
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_dim() const { return n_embd / n_head; }
@@ -65,7 +66,11 @@ class LlamaAttention : public Module, public ReplaceableAttention {
   double attention_dropout() const override { return 0.0; }
 
  private:
+  /// q (B, T, H*hd), k, v (B, T, Hkv*hd) as projected -> y (B, T, H*hd): rotary, repeated
+  /// key/value heads and the attention core (the replaced one if set).
+  Tensor core(const Tensor& q, const Tensor& k, const Tensor& v, int64_t h, int64_t hkv);
   int64_t head_dim_;
+  bool selective_;
   std::shared_ptr<const RotaryPositions> rotary_;
   AttentionFn attention_fn_;
 };

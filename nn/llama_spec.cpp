@@ -1,6 +1,8 @@
 // The Llama's planner description (see llama_spec.h).
 #include <strata/nn/llama_spec.h>
 
+#include <algorithm>
+
 #include <string>
 
 #include <strata/core/error.h>
@@ -22,7 +24,9 @@ namespace strata::nn {
 //           and up projections (2N·F/tp, kept by SwiGLU) and its output (N·F/tp, kept by
 //           w2). The rotary embedding keeps nothing (its backward is the inverse rotation).
 //   last:   norm's input and rstd, its output (N·C) and the loss's probabilities (N·V/tp).
-// With checkpointing a block keeps only its input until its backward recomputes it.
+// With full recomputation a block keeps only its input until its backward recomputes it;
+// with selective it keeps q|k|v as projected and recomputes rotary, the repeated heads and
+// the attention core. One recomputation's bytes are counted apart (llama_recompute_bytes).
 int64_t llama_activation_bytes(const LlamaActivationInput& a) {
   STRATA_CHECK(a.batch > 0 && a.seq > 0 && a.embd > 0 && a.heads > 0 && a.vocab > 0 && a.hidden > 0 &&
                    a.layers >= 0 && a.tp >= 1,
@@ -35,10 +39,26 @@ int64_t llama_activation_bytes(const LlamaActivationInput& a) {
                         + 3 * nc / tp + att + nc / tp            // q|k|v, probabilities, attention output
                         + nc / spd + n / spd + (sp ? 2 : 1) * nc // h, ffn_norm
                         + 3 * nf / tp;                 // gate, up, SwiGLU output
-  int64_t bytes = a.checkpoint ? a.layers * (nc / spd) * 4 + (a.layers > 0 ? block * 4 : 0) : a.layers * block * 4;
+  // Selective: the projections' q|k|v side by side (N·C/tp (1 + 2 Hkv/H)) instead of the
+  // packed rotated and repeated q|k|v and the probabilities.
+  const int64_t kept_core = nc / tp * (a.heads + 2 * a.kv_heads) / a.heads;
+  int64_t bytes = a.checkpoint  ? a.layers * (nc / spd) * 4
+                  : a.selective ? a.layers * (block - 3 * nc / tp - att + kept_core) * 4
+                                : a.layers * block * 4;
   if (a.last) bytes += (nc / spd + n / spd + nc + n * (a.vocab / tp)) * 4;
   if (a.pipeline) bytes += (a.last ? n * (a.vocab / tp) : nc) * 4;
   return bytes;
+}
+
+int64_t llama_recompute_bytes(const LlamaActivationInput& a) {
+  if ((!a.checkpoint && !a.selective) || a.layers == 0) return 0;
+  const int64_t tp = a.tp, nc = a.batch * a.seq * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
+  if (a.selective) return (3 * nc / tp + att) * 4;  // one block's packed q|k|v and probabilities
+  LlamaActivationInput one = a;  // one block as it is kept without recomputation
+  one.checkpoint = false;
+  one.layers = 1;
+  one.first = one.last = one.pipeline = false;
+  return llama_activation_bytes(one);
 }
 
 int64_t llama_backward_transient_bytes(const LlamaActivationInput& a) {
@@ -91,7 +111,7 @@ ModelSpec llama_spec(const LlamaConfig& cfg) {
                                       .heads = cfg.n_head, .kv_heads = cfg.kv_heads(), .hidden = f,
                                       .vocab = cfg.vocab, .layers = rq.layers, .first = false, .last = false,
                                       .tp = rq.tp, .sequence_parallel = rq.sequence_parallel,
-                                      .checkpoint = cfg.checkpoint, .pipeline = false};
+                                      .checkpoint = cfg.checkpoint, .selective = cfg.selective, .pipeline = false};
     int64_t bytes = int64_t(rq.in_flight) * llama_activation_bytes(blocks);
     LlamaActivationInput ends = blocks;
     ends.layers = 0;
@@ -100,6 +120,13 @@ ModelSpec llama_spec(const LlamaConfig& cfg) {
     ends.pipeline = rq.pipeline;
     if (rq.first || rq.last || rq.pipeline) bytes += int64_t(rq.in_flight) * llama_activation_bytes(ends);
     if (rq.layers > 0) bytes += llama_backward_transient_bytes(blocks);
+    // A recomputation runs in a block's backward, after the micro-batch's head and loss
+    // (on the last stage) were backwarded and freed: the two do not coexist.
+    if (const int64_t re = llama_recompute_bytes(blocks); re > 0) {
+      LlamaActivationInput head = ends;
+      head.first = false;
+      bytes += std::max<int64_t>(0, re - (rq.last ? llama_activation_bytes(head) : 0));
+    }
     return bytes;
   };
   return s;

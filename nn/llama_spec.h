@@ -20,9 +20,13 @@ struct LlamaActivationInput {
   int tp = 1;
   bool sequence_parallel = false;
   bool checkpoint = false;  ///< only each block's input is kept
+  bool selective = false;   ///< q|k|v kept as projected; rotary and the attention core recomputed
   bool pipeline = false;    ///< the executor holds each in-flight micro-batch's stage output
 };
 int64_t llama_activation_bytes(const LlamaActivationInput& in);
+/// What a backward recomputes and holds at a time: one block's activations (full) or one
+/// block's packed q|k|v and probabilities (selective); 0 without recomputation.
+int64_t llama_recompute_bytes(const LlamaActivationInput& in);
 /// What one block's backward holds on top of the stored activations at its largest (the
 /// SwiGLU's two input gradients and w1's weight gradient).
 int64_t llama_backward_transient_bytes(const LlamaActivationInput& in);

@@ -502,7 +502,11 @@ TEST(PlannerMemory, LlamaLayoutsWithinFivePercentOfTheAllocator) {
                         {"dp2 ZeRO-3", 2, {"parallel.dp=2", "parallel.zero_stage=3"}},
                         {"dp2 tp2 pp2 ZeRO-1", 8,
                          {"parallel.dp=2", "parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=1",
-                          "parallel.microbatches=4"}}});
+                          "parallel.microbatches=4"}},
+                        {"dp2 full recompute", 2, {"parallel.dp=2", "model.checkpoint_activations=full"}},
+                        {"dp2 selective", 2, {"parallel.dp=2", "model.checkpoint_activations=selective"}},
+                        {"tp2 + SP selective", 2,
+                         {"parallel.tp=2", "parallel.sequence_parallel=true", "model.checkpoint_activations=selective"}}});
 }
 
 }  // namespace

@@ -553,8 +553,9 @@ TEST(TrainConfigTest, LlamaKeys) {
   starts(", bias: false", "model.bias");  // not a llama key
   starts(", rope_scaling: {low_freq_factor: 4, high_freq_factor: 2}", "model.rope_scaling.high_freq_factor");
   starts(", rope_scaling: {factor: 0}", "model.rope_scaling.factor");
-  starts(", checkpoint_activations: selective", "model.checkpoint_activations");  // the GPT's only
+  starts(", checkpoint_activations: some", "model.checkpoint_activations");
   EXPECT_EQ(schema_error(head + ", checkpoint_activations: full}\n"), "");
+  EXPECT_EQ(schema_error(head + ", checkpoint_activations: selective}\n"), "");
   EXPECT_EQ(schema_error("data: {dataset: text}\noptim: {lr: 0.1}\nmodel: {type: llama, n_head: 4, n_embd: 12}\n")
                 .rfind("model.n_embd", 0),
             0u);  // head dimension 3: odd

@@ -93,8 +93,15 @@ TEST(Llama, GroupedQueryAttentionEqualsRepeatedKeyValueHeads) {
   EXPECT_EQ(mqa.forward(x).shape(), (Shape{2, 8, 16}));
 }
 
-TEST(Llama, StagesComposeToTheModelAndCheckpointingKeepsGradients) {
-  Generator g1(7), g2(7);
+// The loss of one forward, after its backward.
+double backward_loss(Llama& m, const Tensor& x, const Tensor& y) {
+  const Tensor loss = m.loss(x, y);
+  backward(loss);
+  return loss.item<double>();
+}
+
+TEST(Llama, StagesComposeToTheModelAndRecomputationKeepsGradients) {
+  Generator g1(7), g2(7), g3(7);
   LlamaConfig c = small();
   Llama a(c, g1);
   c.checkpoint = true;
@@ -106,11 +113,17 @@ TEST(Llama, StagesComposeToTheModelAndCheckpointingKeepsGradients) {
     EXPECT_EQ(h.shape(), (Shape{2, 8, 16}));
     testing::expect_close(a.forward_stage(h, 1, 2, false, true), a.forward(x), 1e-6, "stages");
   }
-  backward(a.loss(x, y));
-  backward(b.loss(x, y));
-  const NamedTensors pa = a.named_parameters(), pb = b.named_parameters();
-  for (size_t i = 0; i < pa.size(); ++i)
+  c.checkpoint = false;
+  c.selective = true;  // rotary and the attention core recomputed, the projections kept
+  Llama s(c, g3);
+  const double la = backward_loss(a, x, y), lb = backward_loss(b, x, y), ls = backward_loss(s, x, y);
+  EXPECT_EQ(la, lb);
+  EXPECT_EQ(la, ls);
+  const NamedTensors pa = a.named_parameters(), pb = b.named_parameters(), ps = s.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
     testing::expect_close(pa[i].second.grad(), pb[i].second.grad(), 1e-6, pa[i].first.c_str());
+    testing::expect_close(pa[i].second.grad(), ps[i].second.grad(), 1e-6, pa[i].first.c_str());
+  }
 }
 
 TEST(Llama, TrainingLowersTheLoss) {
