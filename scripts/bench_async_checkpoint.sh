@@ -17,7 +17,7 @@ models=(
   "gpt_char|--config $src/configs/gpt_char.yaml"
   "gpt_100m|--config $src/configs/gpt_char.yaml --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12 --set train.batch_size=4"
 )
-steps=31
+steps=${STEPS:-31}
 every=5
 stats() {  # metrics.jsonl -> "median_step mean_stall"
   local deltas med

@@ -28,6 +28,8 @@ CASES = {
               ["model.block_size=64", "train.batch_size=32"], ["--models", "gpt", "--block-size", "64", "--batch", "32"], 20),
     "gpt128": ("GPT L4 C128 T128 (B16)", "configs/gpt_char.yaml",
                ["model.block_size=128", "train.batch_size=16"], ["--models", "gpt", "--block-size", "128", "--batch", "16"], 20),
+    "llama64": ("Llama L4 C128 GQA T64 (B32)", "configs/llama_char.yaml",
+                ["model.block_size=64", "train.batch_size=32"], ["--models", "llama", "--block-size", "64", "--batch", "32"], 20),
     "cnn64": ("CNN (64)", "configs/fashion_cnn.yaml", ["train.batch_size=64"], ["--models", "cnn", "--batch", "64"], 30),
     "cnn128": ("CNN (128)", "configs/fashion_cnn.yaml", ["train.batch_size=128"], ["--models", "cnn", "--batch", "128"], 20),
     "mlp128": ("MLP (128)", "configs/fashion_mlp.yaml",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch's CPU training step for the same models, batch sizes and optimizers as
-configs/fashion_mlp.yaml, fashion_cnn.yaml and gpt_char.yaml, for a side-by-side
+configs/fashion_mlp.yaml, fashion_cnn.yaml, gpt_char.yaml and llama_char.yaml, for a side-by-side
 comparison with `strata bench train` (on the CPU, or a GPU with --device cuda). Random inputs of the right shapes (the data
 pipeline is not timed in either). The GPT is initialised as strata's (nanoGPT's): normal
 std 0.02, residual projections 0.02/sqrt(2L), zero biases. Usage:
@@ -105,6 +105,83 @@ def gpt():
     return m, opt, lambda: F.cross_entropy(m(x).view(-1, 256), y.view(-1)), b * T
 
 
+class RMSNorm(nn.Module):
+    def __init__(s, c, eps=1e-5):
+        super().__init__()
+        s.eps, s.weight = eps, nn.Parameter(torch.ones(c))
+
+    def forward(s, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + s.eps) * s.weight
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), -1)
+
+
+class LlamaBlock(nn.Module):
+    """Hugging Face's LlamaDecoderLayer, eager: RMSNorm, rotary (rotate-half), grouped-query
+    attention (k, v repeated), SwiGLU; no biases."""
+
+    def __init__(s, c, h, kv, f):
+        super().__init__()
+        s.h, s.kv, s.hd = h, kv, c // h
+        s.attention_norm, s.ffn_norm = RMSNorm(c), RMSNorm(c)
+        s.wq, s.wk, s.wv = nn.Linear(c, c, bias=False), nn.Linear(c, kv * s.hd, bias=False), nn.Linear(c, kv * s.hd, bias=False)
+        s.wo = nn.Linear(c, c, bias=False)
+        s.w1, s.w3, s.w2 = nn.Linear(c, f, bias=False), nn.Linear(c, f, bias=False), nn.Linear(f, c, bias=False)
+
+    def forward(s, x, cos, sin, mask):
+        B, T, C = x.shape
+        n = s.attention_norm(x)
+        q = s.wq(n).view(B, T, s.h, s.hd).transpose(1, 2)
+        k = s.wk(n).view(B, T, s.kv, s.hd).transpose(1, 2)
+        v = s.wv(n).view(B, T, s.kv, s.hd).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = (t.repeat_interleave(s.h // s.kv, dim=1) for t in (k, v))
+        att = ((q @ k.transpose(-2, -1)) / math.sqrt(s.hd)).masked_fill(mask, float("-inf")).softmax(-1)
+        x = x + s.wo((att @ v).transpose(1, 2).reshape(B, T, C))
+        m = s.ffn_norm(x)
+        return x + s.w2(F.silu(s.w1(m)) * s.w3(m))
+
+
+class Llama(nn.Module):
+    def __init__(s, V=256, T=64, L=4, H=4, KV=2, C=128, Fw=352, theta=10000.0):
+        super().__init__()
+        s.tok_embeddings = nn.Embedding(V, C)
+        s.layers = nn.ModuleList(LlamaBlock(C, H, KV, Fw) for _ in range(L))
+        s.norm, s.output = RMSNorm(C), nn.Linear(C, V, bias=False)
+        hd = C // H
+        inv = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+        ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+        ang = torch.cat((ang, ang), -1)
+        s.register_buffer("cos", ang.cos().float())
+        s.register_buffer("sin", ang.sin().float())
+        s.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
+
+    def forward(s, idx):
+        T = idx.shape[1]
+        x = s.tok_embeddings(idx)
+        for b in s.layers:
+            x = b(x, s.cos[:T], s.sin[:T], s.mask[:T, :T])
+        return s.output(s.norm(x))
+
+
+def llama():
+    """configs/llama_char.yaml: 4 blocks, 128 wide, 4 query heads on 2 key/value heads,
+    SwiGLU 352, untied head, AdamW as the config."""
+    T, b = ARGS.block_size, batch(32)
+    m = Llama(T=T, L=ARGS.layers, H=ARGS.heads, C=ARGS.embd)
+    for name, p in m.named_parameters():
+        if p.dim() == 2:
+            std = 0.02 / math.sqrt(2 * ARGS.layers) if name.endswith(("wo.weight", "w2.weight")) else 0.02
+            nn.init.normal_(p, 0.0, std)
+    m.to(ARGS.device)
+    x, y = (torch.randint(0, 256, (b, T), device=ARGS.device) for _ in range(2))
+    opt = torch.optim.AdamW(m.parameters(), 2e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    return m, opt, lambda: F.cross_entropy(m(x).view(-1, 256), y.view(-1)), b * T
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
@@ -128,7 +205,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     for name in a.models.split(","):
-        m, opt, loss_fn, per_step = {"mlp": mlp, "cnn": cnn, "gpt": gpt}[name]()
+        m, opt, loss_fn, per_step = {"mlp": mlp, "cnn": cnn, "gpt": gpt, "llama": llama}[name]()
         m.train()
 
         def step():
@@ -136,7 +213,7 @@ def main():
             with torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16, enabled=a.precision == "bf16"):
                 loss = loss_fn()
             loss.backward()
-            if name == "gpt":
+            if name in ("gpt", "llama"):
                 torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
             opt.step()
             if a.device.startswith("cuda"):
@@ -153,7 +230,7 @@ def main():
         dt = sum(times) / len(times)
         med = sorted(times)[len(times) // 2]
         print(f"torch {torch.__version__} {name}: {1 / dt:.2f} steps/s ({per_step / dt:.0f} "
-              f"{'tokens' if name == 'gpt' else 'samples'}/s), threads {a.threads}, "
+              f"{'tokens' if name in ('gpt', 'llama') else 'samples'}/s), threads {a.threads}, "
               f"median {med * 1e3:.2f} ms/step, cpu time: median {sorted(cpu)[len(cpu) // 2] * 1e3:.2f} ms/step")
 
 
