@@ -9,7 +9,8 @@
              model key beside model.init_from that contradicts config.json exits 2
   grads      one step's loss and every parameter's gradient equal transformers'
   export     a Llama (grouped-query attention) trained from model.init_from under mpirun
-             -np 2 at tp 2 matches one process, its checkpoint rebuilds without the
+             -np 2 at tp 2 (one key/value head per rank), ZeRO-3, pp 2 and DDP matches
+             one process, its checkpoint rebuilds without the
              directory, `strata ckpt export --format hf` gives transformers strata's
              logits, every exported tensor is the checkpoint's bit for bit, and importing
              the export and exporting it again is bit-exact
@@ -194,15 +195,18 @@ def mode_export(a):
     vocab = 96  # tp 2 splits the vocabulary
     make_llama(7, vocab=vocab).save_pretrained(hf0, max_shard_size="20KB")  # each rank reads the shards it needs
     runs = {}
-    for layout, extra in [("single", []), ("tp2", ["--set", "parallel.tp=2"])]:
+    layouts = [("single", []), ("tp2", ["--set", "parallel.tp=2"]), ("zero3", ["--set", "parallel.zero_stage=3"]),
+               ("pp2", ["--set", "parallel.pp=2"]), ("ddp2", [])]
+    for layout, extra in layouts:
         rd = f"{a.work}/run_{layout}"
         cmd = [a.strata, "train", "--config", train_config(hf0, rd, vocab)] + extra
         if layout != "single":
             cmd = [a.mpirun, "--oversubscribe", "-np", "2"] + cmd
         run(cmd, env=env)
         runs[layout] = rd
-    run([a.compare, runs["single"], runs["tp2"], "1e-5"])
-    check(True, "tp 2 (2 key/value heads, one per rank) from model.init_from trains to one process's parameters (1e-5)")
+    for layout, _ in layouts[1:]:
+        run([a.compare, runs["single"], runs[layout], "1e-5"])
+        check(True, f"{layout} from model.init_from trains to one process's parameters (1e-5)")
     # The checkpoints rebuild the model from their stored config alone: the directory is gone.
     hf0_kept = f"{a.work}/hf0_kept"
     os.rename(hf0, hf0_kept)
