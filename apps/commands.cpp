@@ -223,14 +223,6 @@ HfModel load_hf_model(const std::string& dir) {
   return out;
 }
 
-std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir) {
-  HfModel m = load_hf_model(dir);
-  auto gpt = std::dynamic_pointer_cast<nn::GPT>(m.model);
-  if (!gpt)
-    STRATA_THROW(ConfigError, "'", dir, "' holds a model.type ", m.cfg.model.type, " model; this command runs a gpt");
-  return gpt;
-}
-
 Command add_sample_command(CLI::App& parent) {
   struct Opts {
     std::string checkpoint;
