@@ -244,6 +244,27 @@ def mode_export(a):
     s_ck = run([a.strata, "sample", "--checkpoint", runs["tp2"], "--prompt-ids", prompt, "--tokens", "12", "--temperature", "0"])
     s_hf = run([a.strata, "sample", "--checkpoint", exp, "--prompt-ids", prompt, "--tokens", "12", "--temperature", "0"])
     check(s_ck.split() == s_hf.split() and len(s_ck.split()) == 12, f"sample: checkpoint and export give the same ids ({s_ck.strip()})")
+    # A Llama configured in strata itself (multi-head: n_kv_head 0; the SwiGLU width from
+    # multiple_of; tied head; no rope scaling) exports with the derived config.json fields.
+    rd = f"{a.work}/run_native"
+    path = f"{rd}.yaml"
+    open(path, "w").write(f"""run: {{dir: {rd}, seed: 3, threads: 1}}
+model: {{type: llama, block_size: 32, n_layer: 2, n_head: 2, n_embd: 24, multiple_of: 16, tie_weights: true,
+        norm_eps: 1.0e-6, rope_theta: 20000}}
+data: {{dataset: synthetic, kind: tokens, vocab_size: {vocab}, size: 256}}
+optim: {{name: adamw, lr: 0.01}}
+train: {{max_steps: 2, batch_size: 4, log_every: 1}}
+""")
+    run([a.strata, "train", "--config", path], env=env)
+    exn = f"{a.work}/exported_native"
+    run([a.strata, "ckpt", "export", "--checkpoint", rd, "--format", "hf", "--out", exn])
+    c = json.load(open(f"{exn}/config.json"))
+    want = {"num_key_value_heads": 2, "intermediate_size": 64, "tie_word_embeddings": True, "rms_norm_eps": 1e-6,
+            "rope_theta": 20000.0, "rope_scaling": None, "max_position_embeddings": 32, "hidden_size": 24}
+    got_c = {k: c.get(k) for k in want}
+    check(got_c == want, f"config.json of a native llama: {got_c}")
+    err = rel_err(strata_logits(a.tool, rd, ids, a.work, "native"), logits_of(exn, ids))
+    check(err <= 1e-5, f"transformers on the native llama's export vs strata: logits relative error {err:.2e}")
 
 
 if __name__ == "__main__":
