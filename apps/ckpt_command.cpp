@@ -51,9 +51,35 @@ void check_out_not_input(const std::string& out, const parallel::CheckpointReade
 // shapes from the tensors themselves. DataError for a model transformers has no class for.
 hf::HfModelSpec hf_spec_of(const parallel::Checkpoint& ck, const TrainConfig& cfg) {
   const parallel::CheckpointReader& rd = *ck.reader;
+  if (cfg.model.type == "llama") {
+    hf::HfModelSpec s;
+    s.architecture = "LlamaForCausalLM";
+    s.model_type = "llama";
+    const char* emb = "tok_embeddings.weight";
+    if (!rd.contains(emb) || rd.global_shape(emb).size() != 2)
+      STRATA_THROW(DataError, "checkpoint '", ck.dir, "': tensor '", emb, "' is missing or not 2-D");
+    s.vocab = rd.global_shape(emb)[0];
+    s.n_embd = rd.global_shape(emb)[1];
+    s.block_size = cfg.model.block_size;
+    s.n_layer = cfg.model.n_layer;
+    s.n_head = cfg.model.n_head;
+    s.n_kv_head = cfg.model.n_kv_head > 0 ? cfg.model.n_kv_head : cfg.model.n_head;
+    const char* w1 = "layers.0.feed_forward.w1.weight";
+    if (!rd.contains(w1) || rd.global_shape(w1).size() != 2)
+      STRATA_THROW(DataError, "checkpoint '", ck.dir, "': tensor '", w1, "' is missing or not 2-D");
+    s.intermediate_size = rd.global_shape(w1)[0];
+    s.norm_eps = cfg.model.norm_eps;
+    s.rope_theta = cfg.model.rope_theta;
+    if (cfg.model.rope_scaling) {
+      const RopeScalingSection& r = *cfg.model.rope_scaling;
+      s.rope_scaling = hf::RopeScaling{r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position_embeddings};
+    }
+    s.tie_weights = cfg.model.tie_weights;
+    return s;
+  }
   if (cfg.model.type != "gpt")
     STRATA_THROW(DataError, "checkpoint '", ck.dir, "' holds a model.type ", cfg.model.type,
-                 " model: --format hf exports gpt (as GPT2LMHeadModel)");
+                 " model: --format hf exports gpt (as GPT2LMHeadModel) and llama (as LlamaForCausalLM)");
   if (!cfg.model.bias)
     STRATA_THROW(DataError, "checkpoint '", ck.dir, "' holds a gpt with model.bias false: GPT2LMHeadModel always has "
                  "biases, so it has no Hugging Face form");

@@ -28,6 +28,7 @@
 #include <strata/core/json_limits.h>
 #include <strata/core/threads.h>
 #include <strata/nn/gpt.h>
+#include <strata/nn/llama.h>
 #include <strata/tensor/file_io.h>
 #include <strata/tensor/cpu/simd_level.h>
 #include <strata/tensor/cpu/gemm.h>
@@ -222,14 +223,6 @@ HfModel load_hf_model(const std::string& dir) {
   return out;
 }
 
-std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir) {
-  HfModel m = load_hf_model(dir);
-  auto gpt = std::dynamic_pointer_cast<nn::GPT>(m.model);
-  if (!gpt)
-    STRATA_THROW(ConfigError, "'", dir, "' holds a model.type ", m.cfg.model.type, " model; this command runs a gpt");
-  return gpt;
-}
-
 Command add_sample_command(CLI::App& parent) {
   struct Opts {
     std::string checkpoint;
@@ -241,7 +234,7 @@ Command add_sample_command(CLI::App& parent) {
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = parent.add_subcommand("sample", "Generate text from a GPT checkpoint");
+  CLI::App* cmd = parent.add_subcommand("sample", "Generate text from a GPT or Llama checkpoint (or a Hugging Face model directory)");
   cmd->add_option("--checkpoint", o->checkpoint, "Checkpoint dir (or run dir)")->required();
   CLI::Option* prompt_opt = cmd->add_option("--prompt", o->prompt, "Text to continue (byte-level models, or encoded with data.tokenizer)");
   cmd->add_option("--prompt-ids", o->prompt_ids,
@@ -258,23 +251,35 @@ Command add_sample_command(CLI::App& parent) {
             const bool hf_dir = hf::is_hf_model_dir(o->checkpoint);
             std::optional<parallel::Checkpoint> ck;
             TrainConfig cfg;
-            std::shared_ptr<nn::GPT> model;
+            std::shared_ptr<nn::Module> model;
             if (hf_dir) {
-              model = load_hf_gpt(o->checkpoint);
+              HfModel m = load_hf_model(o->checkpoint);
+              model = m.model;
+              cfg.model = m.cfg.model;
               cfg.data.dataset = "hf";  // token ids in and out
             } else {
               ck = parallel::read_checkpoint(o->checkpoint, false);
               cfg = config_from_checkpoint(*ck, {});
-              if (cfg.model.type != "gpt")
-                STRATA_THROW(ConfigError, "model.type: 'strata sample' needs a gpt checkpoint, '", ck->dir, "' holds a ",
-                             cfg.model.type);
+              if (cfg.model.type != "gpt" && cfg.model.type != "llama")
+                STRATA_THROW(ConfigError, "model.type: 'strata sample' needs a gpt or llama checkpoint, '", ck->dir,
+                             "' holds a ", cfg.model.type);
               Generator init(cfg.run.seed);
-              model = std::dynamic_pointer_cast<nn::GPT>(build_model(cfg, init));
+              model = build_model(cfg, init);
               parallel::load_into(*ck, *model, nullptr);
+            }
+            int64_t vocab = 0, block = 0;
+            if (const auto* g = dynamic_cast<const nn::GPT*>(model.get())) {
+              vocab = g->config().vocab;
+              block = g->config().block_size;
+            } else if (const auto* l = dynamic_cast<const nn::Llama*>(model.get())) {
+              vocab = l->config().vocab;
+              block = l->config().block_size;
+            } else {
+              STRATA_THROW(ConfigError, "model.type: 'strata sample' needs a gpt or llama model, '", o->checkpoint,
+                           "' holds a ", cfg.model.type);
             }
             model->eval();
             NoGradGuard no_grad;
-            const int64_t vocab = model->config().vocab, block = model->config().block_size;
             // Byte-level models (the text corpus, or token files make_tokens.py wrote from bytes)
             // read and write text; other token models read and write ids.
             // data.tokenizer: the prompt is encoded and the output decoded with it.

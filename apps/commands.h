@@ -54,8 +54,6 @@ struct HfModel {
 /// For sample and the interop tools. ConfigError when this build has no module for the
 /// architecture; DataError naming the file and field or tensor.
 HfModel load_hf_model(const std::string& dir);
-/// load_hf_model of a GPT2LMHeadModel directory, as strata's GPT.
-std::shared_ptr<nn::GPT> load_hf_gpt(const std::string& dir);
 
 /// strata tokenizer train|encode|decode (apps/tokenizer_command.cpp)
 Command add_tokenizer_command(CLI::App& parent);

@@ -49,8 +49,35 @@ void read_run(const ConfigNode& n, RunSection& s) {
   trace.check_range("steps", double(s.trace_steps), 0, 1e6);
 }
 
+// model.init_from: a key set beside it must agree with config.json's `hf_field` (exit 2
+// naming both); `n` is the node holding `key`.
+template <class A, class B>
+void agree_hf(const ConfigNode& n, const std::string& key, const A& value, const B& hf_value, const std::string& hf_file,
+              const std::string& hf_field) {
+  if (n.has(key) && value != hf_value) {
+    std::ostringstream msg;
+    msg << std::boolalpha << "is " << value << " but model.init_from's " << hf_file << " has " << hf_field << " "
+        << hf_value << " (remove " << n.key_path(key) << " or make it agree)";
+    n.fail(key, msg.str());
+  }
+}
+
 // The llama keys beside the token-model ones (read_model checked n_embd % n_head).
-void read_llama(const ConfigNode& n, ModelSection& s) {
+// `hf` (model.init_from's config.json, or null) gives their defaults, and a key set
+// beside it must agree.
+void read_llama(const ConfigNode& n, ModelSection& s, const hf::HfModelSpec* hf, const std::string& hf_file) {
+  if (hf) {
+    s.n_kv_head = hf->n_kv_head;
+    s.intermediate_size = hf->intermediate_size;
+    s.norm_eps = hf->norm_eps;
+    s.rope_theta = hf->rope_theta;
+    s.rope_scaling.reset();
+    if (hf->rope_scaling) {
+      const hf::RopeScaling& r = *hf->rope_scaling;
+      s.rope_scaling = RopeScalingSection{r.factor, r.low_freq_factor, r.high_freq_factor,
+                                          r.original_max_position_embeddings};
+    }
+  }
   if (s.dropout > 0) n.fail("dropout", "must be 0 for model.type llama (the Llama has no dropout)");
   // n_kv_head: key/value heads (grouped-query attention); 0 = n_head, 1 = multi-query.
   s.n_kv_head = n.get("n_kv_head", s.n_kv_head);
@@ -86,6 +113,29 @@ void read_llama(const ConfigNode& n, ModelSection& s) {
     r.check_range("original_max_position_embeddings", double(rs.original_max_position_embeddings), 1, 1e9);
     s.rope_scaling = rs;
   }
+  if (hf) {
+    agree_hf(n, "n_kv_head", s.n_kv_head > 0 ? s.n_kv_head : s.n_head, hf->n_kv_head, hf_file, "num_key_value_heads");
+    agree_hf(n, "intermediate_size", s.intermediate_size, hf->intermediate_size, hf_file, "intermediate_size");
+    for (const char* k : {"ffn_dim_multiplier", "multiple_of"})
+      if (n.has(k))
+        n.fail(k, "is not used with model.init_from: " + hf_file + " gives intermediate_size " +
+                      std::to_string(hf->intermediate_size) + " (remove " + n.key_path(k) + ")");
+    agree_hf(n, "norm_eps", s.norm_eps, hf->norm_eps, hf_file, "rms_norm_eps");
+    agree_hf(n, "rope_theta", s.rope_theta, hf->rope_theta, hf_file, "rope_theta");
+    if (n.has("rope_scaling")) {
+      if (!hf->rope_scaling)
+        n.fail("rope_scaling", "is set but model.init_from's " + hf_file + " has rope_scaling null (remove " +
+                                   n.key_path("rope_scaling") + " or make it agree)");
+      const ConfigNode r = n.child("rope_scaling");
+      const RopeScalingSection& rs = *s.rope_scaling;
+      const hf::RopeScaling& h = *hf->rope_scaling;
+      agree_hf(r, "factor", rs.factor, h.factor, hf_file, "rope_scaling.factor");
+      agree_hf(r, "low_freq_factor", rs.low_freq_factor, h.low_freq_factor, hf_file, "rope_scaling.low_freq_factor");
+      agree_hf(r, "high_freq_factor", rs.high_freq_factor, h.high_freq_factor, hf_file, "rope_scaling.high_freq_factor");
+      agree_hf(r, "original_max_position_embeddings", rs.original_max_position_embeddings,
+               h.original_max_position_embeddings, hf_file, "rope_scaling.original_max_position_embeddings");
+    }
+  }
 }
 
 void read_model(const ConfigNode& n, ModelSection& s) {
@@ -95,12 +145,7 @@ void read_model(const ConfigNode& n, ModelSection& s) {
   if (!s.init_from.empty()) hf = hf::read_hf_config(s.init_from);  // DataError naming config.json's field
   const std::string hf_file = s.init_from + "/" + hf::kConfigFile;
   auto agree = [&](const std::string& key, const auto& value, const auto& hf_value, const std::string& hf_field) {
-    if (hf && n.has(key) && value != hf_value) {
-      std::ostringstream msg;
-      msg << std::boolalpha << "is " << value << " but model.init_from's " << hf_file << " has " << hf_field << " " << hf_value
-          << " (remove model." << key << " or make it agree)";
-      n.fail(key, msg.str());
-    }
+    if (hf) agree_hf(n, key, value, hf_value, hf_file, hf_field);
   };
   s.type = n.get("type", hf ? hf->model_type : s.type);
   agree("type", s.type, hf ? hf->model_type : s.type, "architectures " + (hf ? hf->architecture : std::string()) + ", model.type");
@@ -138,13 +183,14 @@ void read_model(const ConfigNode& n, ModelSection& s) {
     // vocab_size: token ids the GPT embeds; 0 = from the data (required for data.dataset tokens).
     s.vocab_size = n.get("vocab_size", hf ? hf->vocab : s.vocab_size);
     if (hf) {
-      agree("block_size", s.block_size, hf->block_size, "n_positions");
-      agree("n_layer", s.n_layer, hf->n_layer, "n_layer");
-      agree("n_head", s.n_head, hf->n_head, "n_head");
-      agree("n_embd", s.n_embd, hf->n_embd, "n_embd");
+      const bool llama = s.type == "llama";
+      agree("block_size", s.block_size, hf->block_size, llama ? "max_position_embeddings" : "n_positions");
+      agree("n_layer", s.n_layer, hf->n_layer, llama ? "num_hidden_layers" : "n_layer");
+      agree("n_head", s.n_head, hf->n_head, llama ? "num_attention_heads" : "n_head");
+      agree("n_embd", s.n_embd, hf->n_embd, llama ? "hidden_size" : "n_embd");
       agree("tie_weights", s.tie_weights, hf->tie_weights, "tie_word_embeddings");
       agree("vocab_size", s.vocab_size, hf->vocab, "vocab_size");
-      agree("bias", s.bias, true, "GPT2LMHeadModel's biases: always");
+      if (!llama) agree("bias", s.bias, true, "GPT2LMHeadModel's biases: always");
     }
     n.check_range("vocab_size", double(s.vocab_size), 0, 1e8);
     n.check_range("block_size", double(s.block_size), 1, 1e6);
@@ -154,7 +200,7 @@ void read_model(const ConfigNode& n, ModelSection& s) {
     if (s.n_embd % s.n_head != 0)
       n.fail("n_embd", "must be divisible by model.n_head (" + std::to_string(s.n_embd) + " % " +
                            std::to_string(s.n_head) + " != 0)");
-    if (s.type == "llama") read_llama(n, s);
+    if (s.type == "llama") read_llama(n, s, hf ? &*hf : nullptr, hf_file);
   }
 }
 
@@ -420,9 +466,25 @@ TrainConfig TrainConfig::from_node(const ConfigNode& root) {
     m["n_layer"] = c.model.n_layer;
     m["n_head"] = c.model.n_head;
     m["n_embd"] = c.model.n_embd;
-    m["bias"] = c.model.bias;
+    if (c.model.type == "gpt") m["bias"] = c.model.bias;
     m["tie_weights"] = c.model.tie_weights;
     m["vocab_size"] = c.model.vocab_size;
+    if (c.model.type == "llama") {
+      m["n_kv_head"] = c.model.n_kv_head;
+      m["intermediate_size"] = c.model.intermediate_size;
+      m["norm_eps"] = c.model.norm_eps;
+      m["rope_theta"] = c.model.rope_theta;
+      m.remove("rope_scaling");
+      if (c.model.rope_scaling) {
+        const RopeScalingSection& r = *c.model.rope_scaling;
+        YAML::Node rs;
+        rs["factor"] = r.factor;
+        rs["low_freq_factor"] = r.low_freq_factor;
+        rs["high_freq_factor"] = r.high_freq_factor;
+        rs["original_max_position_embeddings"] = r.original_max_position_embeddings;
+        m["rope_scaling"] = rs;
+      }
+    }
     c.yaml = YAML::Dump(y);
   }
   c.validate();

@@ -1,8 +1,8 @@
 # Hugging Face interop, proven against the real transformers package (tests/interop/,
 # run in the test-only venv by strata_python_test; skipped where it cannot be made).
 # GPT-2 end to end: logits, one step's gradients, greedy ids, error exits, and
-# train-at-a-layout -> export -> transformers; Llama: the converter's round trip
-# (the logits case needs model.type llama, below).
+# train-at-a-layout -> export -> transformers; Llama: the converter's round trip, logits
+# and greedy ids, one step's gradients, config errors, and train at tp 2 -> export.
 set(hf_args --strata $<TARGET_FILE:strata_cli> --tool $<TARGET_FILE:strata_hf_model_tool>
             --work ${CMAKE_CURRENT_BINARY_DIR}/hf)
 foreach(mode logits grads generate errors)
@@ -22,10 +22,16 @@ endif()
 strata_python_test(NAME hf_llama_roundtrip
                    COMMAND python ${CMAKE_CURRENT_SOURCE_DIR}/interop/hf_llama.py roundtrip ${hf_args}
                    LABELS e2e TIMEOUT 300)
-# Enabled once model.type llama is built and model.init_from fills its keys (and `strata
-# sample` runs a llama): strata's logits and greedy ids on LlamaForCausalLM directories.
-if(STRATA_HF_LLAMA_LOGITS)
-  strata_python_test(NAME hf_llama_logits
-                     COMMAND python ${CMAKE_CURRENT_SOURCE_DIR}/interop/hf_llama.py logits ${hf_args}
+foreach(mode logits grads)
+  strata_python_test(NAME hf_llama_${mode}
+                     COMMAND python ${CMAKE_CURRENT_SOURCE_DIR}/interop/hf_llama.py ${mode} ${hf_args}
                      LABELS e2e TIMEOUT 300)
+endforeach()
+if(strata_hf_mpirun)
+  strata_python_test(NAME hf_llama_export
+                     COMMAND python ${CMAKE_CURRENT_SOURCE_DIR}/interop/hf_llama.py export ${hf_args}
+                             --compare $<TARGET_FILE:strata_compare_checkpoints> --mpirun ${strata_hf_mpirun}
+                     LABELS e2e dist TIMEOUT 600)
+  set_tests_properties(hf_llama_export PROPERTIES PROCESSORS 2
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
 endif()

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <tuple>
+#include <vector>
 
 #include "apps/config.h"
 #include "apps/hf/hf_config.h"
@@ -333,6 +335,73 @@ TEST_F(HfDirTest, InitFromFillsTheModelKeysAndRefusesContradictions) {
   EXPECT_THROW(TrainConfig::from_node(ConfigNode::load_string(
                    "model: {init_from: " + path("nowhere") + "}\ndata: {dataset: synthetic, kind: tokens}\noptim: {lr: 0.001}\n")),
                DataError);
+}
+
+TEST_F(HfDirTest, InitFromFillsEveryLlamaKeyAndRefusesContradictions) {
+  fs::create_directories(path("l"));
+  std::ofstream(path("l/config.json")) << llama_json().dump();
+  const std::string base = "model: {init_from: " + path("l") + "}\ndata: {dataset: synthetic, kind: tokens, vocab_size: 60}\n"
+                           "optim: {lr: 0.001}\n";
+  const TrainConfig c = TrainConfig::from_node(ConfigNode::load_string(base));
+  EXPECT_EQ(c.model.type, "llama");
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.model.n_head, 4);
+  EXPECT_EQ(c.model.n_kv_head, 2);
+  EXPECT_EQ(c.model.n_embd, 16);
+  EXPECT_EQ(c.model.intermediate_size, 40);
+  EXPECT_EQ(c.model.block_size, 32);
+  EXPECT_EQ(c.model.vocab_size, 60);
+  EXPECT_EQ(c.model.norm_eps, 1e-5);
+  EXPECT_EQ(c.model.rope_theta, 500000.0);
+  EXPECT_FALSE(c.model.tie_weights);
+  ASSERT_TRUE(c.model.rope_scaling.has_value());
+  EXPECT_EQ(c.model.rope_scaling->factor, 8.0);
+  EXPECT_EQ(c.model.rope_scaling->low_freq_factor, 1.0);
+  EXPECT_EQ(c.model.rope_scaling->high_freq_factor, 4.0);
+  EXPECT_EQ(c.model.rope_scaling->original_max_position_embeddings, 8);
+  // The echo rebuilds the same model keys without the directory.
+  fs::remove_all(path("l"));
+  const YAML::Node echoed = YAML::Load(c.yaml);
+  EXPECT_FALSE(echoed["model"]["init_from"].IsDefined());
+  EXPECT_FALSE(echoed["model"]["bias"].IsDefined());
+  const TrainConfig e = TrainConfig::from_node(ConfigNode::load_string(c.yaml));
+  EXPECT_EQ(e.model.type, "llama");
+  EXPECT_EQ(e.model.n_kv_head, 2);
+  EXPECT_EQ(e.model.intermediate_size, 40);
+  EXPECT_EQ(e.model.norm_eps, 1e-5);
+  EXPECT_EQ(e.model.rope_theta, 500000.0);
+  EXPECT_EQ(e.model.block_size, 32);
+  EXPECT_FALSE(e.model.tie_weights);
+  ASSERT_TRUE(e.model.rope_scaling.has_value());
+  EXPECT_EQ(e.model.rope_scaling->original_max_position_embeddings, 8);
+  EXPECT_EQ(e.model.rope_scaling->factor, 8.0);
+  // Agreeing keys are fine; a contradicting one names its path, the file and the field.
+  fs::create_directories(path("l"));
+  std::ofstream(path("l/config.json")) << llama_json().dump();
+  EXPECT_NO_THROW(TrainConfig::from_node(ConfigNode::load_string(base, {"model.n_kv_head=2", "model.rope_theta=500000"})));
+  for (const auto& [set, key, field] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"model.n_kv_head=4", "model.n_kv_head", "num_key_value_heads 2"},
+           {"model.intermediate_size=32", "model.intermediate_size", "intermediate_size 40"},
+           {"model.multiple_of=64", "model.multiple_of", "intermediate_size 40"},
+           {"model.norm_eps=1e-6", "model.norm_eps", "rms_norm_eps"},
+           {"model.rope_theta=10000", "model.rope_theta", "rope_theta 500000"},
+           {"model.rope_scaling.high_freq_factor=2", "model.rope_scaling.high_freq_factor", "rope_scaling.high_freq_factor 4"},
+           {"model.rope_scaling.original_max_position_embeddings=16", "model.rope_scaling.original_max_position_embeddings",
+            "rope_scaling.original_max_position_embeddings 8"},
+           {"model.n_embd=32", "model.n_embd", "hidden_size 16"},
+           {"model.n_layer=3", "model.n_layer", "num_hidden_layers 2"},
+           {"model.vocab_size=61", "model.vocab_size", "vocab_size 60"},
+           {"model.tie_weights=true", "model.tie_weights", "tie_word_embeddings false"}}) {
+    try {
+      TrainConfig::from_node(ConfigNode::load_string(base, {set}));
+      ADD_FAILURE() << set << " was accepted";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(key), std::string::npos) << msg;
+      EXPECT_NE(msg.find(path("l") + "/config.json"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(field), std::string::npos) << msg;
+    }
+  }
 }
 
 TEST_F(HfDirTest, ShardIndexMustAgreeWithTheFiles) {
