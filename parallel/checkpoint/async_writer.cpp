@@ -4,6 +4,9 @@
 #include <atomic>
 #include <chrono>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <strata/core/error.h>
 #include <strata/tensor/ops.h>
 
@@ -41,6 +44,11 @@ void AsyncCheckpointWriter::start(const std::vector<ShardPiece>& pieces, Write w
   error_ = nullptr;
   done_ = std::make_shared<std::atomic<bool>>(false);
   worker_ = std::thread([this, write = std::move(write), done = done_] {
+    // The write runs on what the step leaves idle (Linux SCHED_IDLE): on a host whose cores
+    // the step keeps busy it would otherwise slow the steps it overlaps. The next checkpoint
+    // and the end of the run wait for it, so it is never starved for long.
+    sched_param idle{};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
     try {
       write(*group_, snapshot_);
     } catch (...) {
