@@ -142,23 +142,7 @@ ModelSpec gpt_spec(const GPTConfig& cfg) {
                                     .vocab = cfg.vocab, .layers = q.layers, .first = false, .last = false, .tp = q.tp,
                                     .sequence_parallel = q.sequence_parallel, .dropout = cfg.dropout > 0,
                                     .checkpoint = cfg.checkpoint, .selective = cfg.selective, .pipeline = false};
-    int64_t bytes = int64_t(q.in_flight) * gpt_activation_bytes(blocks);
-    GptActivationInput ends = blocks;
-    ends.layers = 0;
-    ends.first = q.first;
-    ends.last = q.last;
-    ends.pipeline = q.pipeline;  // a rank's stages: its output (or the logits) per in-flight micro-batch
-    const int64_t end_bytes = q.first || q.last || q.pipeline ? gpt_activation_bytes(ends) : 0;
-    bytes += int64_t(q.in_flight) * end_bytes;
-    if (q.layers > 0) bytes += gpt_backward_transient_bytes(blocks);
-    // A recomputation runs in a block's backward, after the micro-batch's head and loss
-    // (on the last stage) were backwarded and freed: the two do not coexist.
-    if (const int64_t re = gpt_recompute_bytes(blocks); re > 0) {
-      GptActivationInput head = ends;
-      head.first = false;
-      bytes += std::max<int64_t>(0, re - (q.last ? gpt_activation_bytes(head) : 0));
-    }
-    return bytes;
+    return rank_activation_bytes(q, blocks, gpt_activation_bytes, gpt_backward_transient_bytes, gpt_recompute_bytes);
   };
   return s;
 }

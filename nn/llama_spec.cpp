@@ -112,22 +112,8 @@ ModelSpec llama_spec(const LlamaConfig& cfg) {
                                       .vocab = cfg.vocab, .layers = rq.layers, .first = false, .last = false,
                                       .tp = rq.tp, .sequence_parallel = rq.sequence_parallel,
                                       .checkpoint = cfg.checkpoint, .selective = cfg.selective, .pipeline = false};
-    int64_t bytes = int64_t(rq.in_flight) * llama_activation_bytes(blocks);
-    LlamaActivationInput ends = blocks;
-    ends.layers = 0;
-    ends.first = rq.first;
-    ends.last = rq.last;
-    ends.pipeline = rq.pipeline;
-    if (rq.first || rq.last || rq.pipeline) bytes += int64_t(rq.in_flight) * llama_activation_bytes(ends);
-    if (rq.layers > 0) bytes += llama_backward_transient_bytes(blocks);
-    // A recomputation runs in a block's backward, after the micro-batch's head and loss
-    // (on the last stage) were backwarded and freed: the two do not coexist.
-    if (const int64_t re = llama_recompute_bytes(blocks); re > 0) {
-      LlamaActivationInput head = ends;
-      head.first = false;
-      bytes += std::max<int64_t>(0, re - (rq.last ? llama_activation_bytes(head) : 0));
-    }
-    return bytes;
+    return rank_activation_bytes(rq, blocks, llama_activation_bytes, llama_backward_transient_bytes,
+                                 llama_recompute_bytes);
   };
   return s;
 }

@@ -51,6 +51,33 @@ struct RankActivationQuery {
   bool sequence_parallel = false;
 };
 
+/// A rank's activation peak from a family's per-tensor counts: `stored(in)` the bytes a
+/// micro-batch keeps from forward to backward for `in` (its blocks, or with layers = 0 its
+/// first/last-stage parts), `transient(in)` what one block's backward adds at its largest,
+/// `recompute(in)` what one recomputation holds (0 without). `in_flight` micro-batches'
+/// stored bytes, one transient, and one recomputation, which never coexists with the last
+/// stage's head and loss activations (backwarded and freed before the blocks are).
+/// In: a family's activation input with fields layers, first, last, pipeline.
+template <class In, class Stored, class Transient, class Recompute>
+int64_t rank_activation_bytes(const RankActivationQuery& q, const In& blocks, Stored stored, Transient transient,
+                              Recompute recompute) {
+  int64_t bytes = int64_t(q.in_flight) * stored(blocks);
+  In ends = blocks;
+  ends.layers = 0;
+  ends.first = q.first;
+  ends.last = q.last;
+  ends.pipeline = q.pipeline;  // a rank's stages: its output (or the logits) per in-flight micro-batch
+  if (q.first || q.last || q.pipeline) bytes += int64_t(q.in_flight) * stored(ends);
+  if (q.layers > 0) bytes += transient(blocks);
+  if (const int64_t re = recompute(blocks); re > 0) {
+    In head = ends;
+    head.first = false;
+    const int64_t freed = q.last ? stored(head) : 0;
+    bytes += re > freed ? re - freed : 0;
+  }
+  return bytes;
+}
+
 /// The planner's description of one model. Build it with from_params(), then fill the
 /// family's estimates.
 struct ModelSpec {
