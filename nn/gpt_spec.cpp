@@ -89,21 +89,18 @@ int64_t gpt_backward_transient_bytes(const GptActivationInput& a) {
 
 namespace {
 
-void add(std::vector<ParamSpec>& out, const std::string& name, Shape shape, StagePart part, int64_t block = -1) {
-  out.push_back({.name = name, .shape = std::move(shape), .tp_sharded = false, .part = part, .block = block});
-}
 
 // A Linear (out, in) and its bias; a LayerNorm's weight and bias.
 void add_linear(std::vector<ParamSpec>& out, const std::string& path, int64_t in, int64_t outf, bool bias,
                 StagePart part, int64_t block) {
-  add(out, path + ".weight", {outf, in}, part, block);
-  if (bias) add(out, path + ".bias", {outf}, part, block);
+  add_param(out, path + ".weight", {outf, in}, part, block);
+  if (bias) add_param(out, path + ".bias", {outf}, part, block);
 }
 
 void add_layer_norm(std::vector<ParamSpec>& out, const std::string& path, int64_t dim, bool bias, StagePart part,
                     int64_t block = -1) {
-  add(out, path + ".weight", {dim}, part, block);
-  if (bias) add(out, path + ".bias", {dim}, part, block);
+  add_param(out, path + ".weight", {dim}, part, block);
+  if (bias) add_param(out, path + ".bias", {dim}, part, block);
 }
 
 }  // namespace
@@ -112,8 +109,8 @@ ModelSpec gpt_spec(const GPTConfig& cfg) {
   const int64_t c = cfg.n_embd, v = cfg.vocab, t = cfg.block_size;
   std::vector<ParamSpec> ps;
   ps.reserve(size_t(12 * cfg.n_layer + 5));
-  add(ps, "wte.weight", {v, c}, cfg.tie_weights ? StagePart::tied : StagePart::first);
-  add(ps, "wpe.weight", {t, c}, StagePart::first);
+  add_param(ps, "wte.weight", {v, c}, cfg.tie_weights ? StagePart::tied : StagePart::first);
+  add_param(ps, "wpe.weight", {t, c}, StagePart::first);
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     add_layer_norm(ps, h + "ln_1", c, cfg.bias, StagePart::block, l);
@@ -124,17 +121,12 @@ ModelSpec gpt_spec(const GPTConfig& cfg) {
     add_linear(ps, h + "mlp.c_proj", 4 * c, c, cfg.bias, StagePart::block, l);
   }
   add_layer_norm(ps, "ln_f", c, cfg.bias, StagePart::last);
-  if (!cfg.tie_weights) add(ps, "lm_head.weight", {v, c}, StagePart::last);
+  if (!cfg.tie_weights) add_param(ps, "lm_head.weight", {v, c}, StagePart::last);
   const TpPlan plan = gpt_tp_plan(cfg);  // sequence parallelism shards no parameter
   for (ParamSpec& p : ps) p.tp_sharded = tp_shards(plan, p.name);
 
   ModelSpec s = ModelSpec::from_params(std::move(ps));
-  const double td = double(t);
-  s.flops_per_sample = (6.0 * double(s.total) + 12.0 * double(cfg.n_layer) * double(c) * td) * td;
-  s.stage_output_per_sample = t * c;
-  s.tp_per_block = {{.per_sample = t * c, .count = 4}};
-  s.tp_first = {{.per_sample = t * c, .count = 1}};
-  s.tp_last = {{.per_sample = t * c, .count = 1}, {.per_sample = t, .count = 3}};
+  set_decoder_lm_costs(s, cfg.n_layer, c, t);
   s.activation_bytes = [cfg](const RankActivationQuery& q) {
     // Interleaved: a rank's chunks are alike; each in-flight (micro-batch, chunk) keeps
     // one chunk's activations (the first/last extras counted once each).

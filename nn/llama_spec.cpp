@@ -66,45 +66,32 @@ int64_t llama_backward_transient_bytes(const LlamaActivationInput& a) {
   return (2 * n * a.hidden / tp + a.embd * a.hidden / tp) * 4;
 }
 
-namespace {
-
-void add(std::vector<ParamSpec>& out, const std::string& name, Shape shape, StagePart part, int64_t block = -1) {
-  out.push_back({.name = name, .shape = std::move(shape), .tp_sharded = false, .part = part, .block = block});
-}
-
-}  // namespace
-
 ModelSpec llama_spec(const LlamaConfig& cfg) {
   cfg.check();
   const int64_t c = cfg.n_embd, v = cfg.vocab, t = cfg.block_size, hd = cfg.head_dim();
   const int64_t q = cfg.n_head * hd, kv = cfg.kv_heads() * hd, f = cfg.hidden_dim();
   std::vector<ParamSpec> ps;
   ps.reserve(size_t(9 * cfg.n_layer + 3));
-  add(ps, "tok_embeddings.weight", {v, c}, cfg.tie_weights ? StagePart::tied : StagePart::first);
+  add_param(ps, "tok_embeddings.weight", {v, c}, cfg.tie_weights ? StagePart::tied : StagePart::first);
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    add(ps, p + "attention_norm.weight", {c}, StagePart::block, l);
-    add(ps, p + "attention.wq.weight", {q, c}, StagePart::block, l);
-    add(ps, p + "attention.wk.weight", {kv, c}, StagePart::block, l);
-    add(ps, p + "attention.wv.weight", {kv, c}, StagePart::block, l);
-    add(ps, p + "attention.wo.weight", {c, q}, StagePart::block, l);
-    add(ps, p + "ffn_norm.weight", {c}, StagePart::block, l);
-    add(ps, p + "feed_forward.w1.weight", {f, c}, StagePart::block, l);
-    add(ps, p + "feed_forward.w2.weight", {c, f}, StagePart::block, l);
-    add(ps, p + "feed_forward.w3.weight", {f, c}, StagePart::block, l);
+    add_param(ps, p + "attention_norm.weight", {c}, StagePart::block, l);
+    add_param(ps, p + "attention.wq.weight", {q, c}, StagePart::block, l);
+    add_param(ps, p + "attention.wk.weight", {kv, c}, StagePart::block, l);
+    add_param(ps, p + "attention.wv.weight", {kv, c}, StagePart::block, l);
+    add_param(ps, p + "attention.wo.weight", {c, q}, StagePart::block, l);
+    add_param(ps, p + "ffn_norm.weight", {c}, StagePart::block, l);
+    add_param(ps, p + "feed_forward.w1.weight", {f, c}, StagePart::block, l);
+    add_param(ps, p + "feed_forward.w2.weight", {c, f}, StagePart::block, l);
+    add_param(ps, p + "feed_forward.w3.weight", {f, c}, StagePart::block, l);
   }
-  add(ps, "norm.weight", {c}, StagePart::last);
-  if (!cfg.tie_weights) add(ps, "output.weight", {v, c}, StagePart::last);
+  add_param(ps, "norm.weight", {c}, StagePart::last);
+  if (!cfg.tie_weights) add_param(ps, "output.weight", {v, c}, StagePart::last);
   const TpPlan plan = llama_tp_plan(cfg);  // sequence parallelism shards no parameter
   for (ParamSpec& p : ps) p.tp_sharded = tp_shards(plan, p.name);
 
   ModelSpec s = ModelSpec::from_params(std::move(ps));
-  const double td = double(t);
-  s.flops_per_sample = (6.0 * double(s.total) + 12.0 * double(cfg.n_layer) * double(c) * td) * td;
-  s.stage_output_per_sample = t * c;
-  s.tp_per_block = {{.per_sample = t * c, .count = 4}};
-  s.tp_first = {{.per_sample = t * c, .count = 1}};
-  s.tp_last = {{.per_sample = t * c, .count = 1}, {.per_sample = t, .count = 3}};
+  set_decoder_lm_costs(s, cfg.n_layer, c, t);
   s.tp_widths = {cfg.kv_heads(), f};
   s.activation_bytes = [cfg, f](const RankActivationQuery& rq) {
     const LlamaActivationInput blocks{.batch = rq.batch, .seq = cfg.block_size, .embd = cfg.n_embd,

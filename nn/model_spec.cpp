@@ -5,6 +5,19 @@
 
 namespace strata::nn {
 
+void add_param(std::vector<ParamSpec>& out, const std::string& name, Shape shape, StagePart part, int64_t block) {
+  out.push_back({.name = name, .shape = std::move(shape), .tp_sharded = false, .part = part, .block = block});
+}
+
+void set_decoder_lm_costs(ModelSpec& s, int64_t layers, int64_t c, int64_t t) {
+  const double td = double(t);
+  s.flops_per_sample = (6.0 * double(s.total) + 12.0 * double(layers) * double(c) * td) * td;
+  s.stage_output_per_sample = t * c;
+  s.tp_per_block = {{.per_sample = t * c, .count = 4}};
+  s.tp_first = {{.per_sample = t * c, .count = 1}};
+  s.tp_last = {{.per_sample = t * c, .count = 1}, {.per_sample = t, .count = 3}};
+}
+
 ModelSpec ModelSpec::from_params(std::vector<ParamSpec> params) {
   ModelSpec s;
   s.params = std::move(params);

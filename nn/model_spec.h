@@ -51,6 +51,10 @@ struct RankActivationQuery {
   bool sequence_parallel = false;
 };
 
+/// Appends the parameter `name` of `shape`, in pipeline part `part` (block index `block`
+/// for StagePart::block), not yet marked tp-sharded.
+void add_param(std::vector<ParamSpec>& out, const std::string& name, Shape shape, StagePart part, int64_t block = -1);
+
 /// A rank's activation peak from a family's per-tensor counts: `stored(in)` the bytes a
 /// micro-batch keeps from forward to backward for `in` (its blocks, or with layers = 0 its
 /// first/last-stage parts), `transient(in)` what one block's backward adds at its largest,
@@ -114,5 +118,12 @@ struct ModelSpec {
   /// A spec of `params` with the counts above filled in (every other field left for the family).
   static ModelSpec from_params(std::vector<ParamSpec> params);
 };
+
+/// The costs of a decoder-only language model (GPT, Llama) of `layers` blocks of width `c`
+/// over `t` positions, into `s` (whose `total` is counted): FLOPs (6N + 12·L·C·T)·T per
+/// sequence (PaLM's estimate: N all parameters, the attention scores and values of T
+/// positions); a stage sends (B, T, C); tp all-reduces (B, T, C) twice per block each way,
+/// once for the embeddings and once for the head's input, and the loss's 3 of B·T values.
+void set_decoder_lm_costs(ModelSpec& s, int64_t layers, int64_t c, int64_t t);
 
 }  // namespace strata::nn
