@@ -12,12 +12,12 @@ test (tests/reference/llama_reference_test.cpp) checks its f32 forward/backward
 against it (rtol 1e-4). Run from the repository root:
     python3 tools/make_llama_reference.py
 """
-import json
 import math
-import struct
 import sys
 
 import torch
+
+from make_reference import write_fixture  # tools/ beside this script
 
 VOCAB, BLOCK, N_LAYER, N_HEAD, N_KV, N_EMBD, FFN, BATCH, SEQ = 64, 16, 2, 4, 2, 32, 48, 3, 12
 HD = N_EMBD // N_HEAD
@@ -102,46 +102,17 @@ def llama_loss(p, idx, targets):
     return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
 
 
-def write_safetensors(path, tensors, metadata):
-    dt = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
-    header, blobs, off = {"__metadata__": metadata}, [], 0
-    for name, t in tensors.items():
-        b = t.contiguous().numpy().tobytes()
-        header[name] = {"dtype": dt[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
-
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/llama_reference.safetensors"
     gen = torch.Generator().manual_seed(4321)
     params = init_params(gen)
-    idx = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
-    targets = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
-    p64 = {k: v.double().requires_grad_(True) for k, v in params.items()}
-    loss = llama_loss(p64, idx, targets)
-    loss.backward()
-    tensors = dict(params)
-    tensors["input.idx"] = idx
-    tensors["input.targets"] = targets
-    tensors["output.loss"] = loss.detach().reshape(1)
-    for k, v in p64.items():
-        tensors["grad." + k] = v.grad
     meta = {"vocab": str(VOCAB), "block_size": str(BLOCK), "n_layer": str(N_LAYER), "n_head": str(N_HEAD),
             "n_kv_head": str(N_KV), "n_embd": str(N_EMBD), "intermediate_size": str(FFN), "norm_eps": str(EPS),
             "rope_theta": str(THETA), "rope_factor": str(SCALING["factor"]),
             "rope_low_freq_factor": str(SCALING["low_freq_factor"]),
             "rope_high_freq_factor": str(SCALING["high_freq_factor"]),
-            "rope_original_max_position_embeddings": str(SCALING["original_max_position_embeddings"]),
-            "torch": torch.__version__}
-    write_safetensors(out, tensors, meta)
+            "rope_original_max_position_embeddings": str(SCALING["original_max_position_embeddings"])}
+    loss = write_fixture(out, params, llama_loss, gen, VOCAB, BATCH, SEQ, meta)
     print(f"wrote {out}: loss {loss.item():.6f}, {len(params)} parameters, inv_freq {inv_freq().tolist()}")
 
 

@@ -85,14 +85,14 @@ def write_safetensors(path, tensors, metadata):
             f.write(b)
 
 
-def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/gpt_reference.safetensors"
-    gen = torch.Generator().manual_seed(1234)
-    params = init_params(gen)
-    idx = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
-    targets = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
+def write_fixture(out, params, loss_fn, gen, vocab, batch, seq, meta):
+    """Draws one batch from `gen` after the weights, computes loss_fn and every gradient in
+    f64 from the f32 `params`, and writes weights, batch, loss and gradients to `out`.
+    Returns the loss."""
+    idx = torch.randint(0, vocab, (batch, seq), generator=gen)
+    targets = torch.randint(0, vocab, (batch, seq), generator=gen)
     p64 = {k: v.double().requires_grad_(True) for k, v in params.items()}
-    loss = gpt_loss(p64, idx, targets)
+    loss = loss_fn(p64, idx, targets)
     loss.backward()
     tensors = dict(params)
     tensors["input.idx"] = idx
@@ -100,9 +100,17 @@ def main():
     tensors["output.loss"] = loss.detach().reshape(1)
     for k, v in p64.items():
         tensors["grad." + k] = v.grad
+    write_safetensors(out, tensors, dict(meta, torch=torch.__version__))
+    return loss
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/gpt_reference.safetensors"
+    gen = torch.Generator().manual_seed(1234)
+    params = init_params(gen)
     meta = {"vocab": str(VOCAB), "block_size": str(BLOCK), "n_layer": str(N_LAYER), "n_head": str(N_HEAD),
-            "n_embd": str(N_EMBD), "torch": torch.__version__}
-    write_safetensors(out, tensors, meta)
+            "n_embd": str(N_EMBD)}
+    loss = write_fixture(out, params, gpt_loss, gen, VOCAB, BATCH, SEQ, meta)
     print(f"wrote {out}: loss {loss.item():.6f}, {len(params)} parameters")
 
 
