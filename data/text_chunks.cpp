@@ -8,6 +8,7 @@
 
 #include <strata/core/error.h>
 #include <strata/data/regular_file.h>
+#include <strata/data/text_dataset.h>
 
 namespace strata::data {
 namespace fs = std::filesystem;
@@ -22,17 +23,9 @@ std::vector<std::string> list_text_files(const std::vector<std::string>& paths) 
   for (const std::string& path : paths) {
     std::error_code ec;
     if (fs::is_directory(path, ec)) {
-      std::vector<fs::path> files;
-      for (const auto& e : fs::directory_iterator(path, ec)) {
-        std::error_code kind_ec;
-        if (e.is_symlink(kind_ec) || !e.is_regular_file(kind_ec) || e.path().extension() == ".dat") continue;
-        files.push_back(e.path());
-      }
-      if (ec) STRATA_THROW(DataError, "[text] cannot list ", path, ": ", ec.message());
+      const std::vector<std::string> files = corpus_directory_files(path);
       if (files.empty()) STRATA_THROW(DataError, "[text] ", path, ": the directory holds no text files");
-      std::sort(files.begin(), files.end(),
-                [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
-      for (const auto& f : files) out.push_back(f.string());
+      out.insert(out.end(), files.begin(), files.end());
     } else {
       regular_file_size(path, "text");  // missing, a FIFO, a device: refused before opening
       out.push_back(path);

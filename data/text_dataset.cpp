@@ -43,6 +43,23 @@ void append_file(const fs::path& p, std::vector<uint8_t>& out) {
 
 }  // namespace
 
+std::vector<std::string> corpus_directory_files(const std::string& dir) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    // Symlinks (loops included) and special files are skipped without being followed or opened.
+    std::error_code kind_ec;
+    if (e.is_symlink(kind_ec) || !e.is_regular_file(kind_ec) || e.path().extension() == ".dat") continue;
+    files.push_back(e.path());
+  }
+  if (ec) STRATA_THROW(DataError, "[text] cannot list ", dir, ": ", ec.message());
+  std::sort(files.begin(), files.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+  std::vector<std::string> out;
+  for (const fs::path& f : files) out.push_back(f.string());
+  return out;
+}
+
 std::vector<uint8_t> read_text_corpus(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec) && ec && ec != std::errc::no_such_file_or_directory)  // a symlink loop, no permission
@@ -59,17 +76,7 @@ std::vector<uint8_t> read_text_corpus(const std::string& path) {
   }
   std::vector<uint8_t> out;
   if (fs::is_directory(path, ec)) {
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(path, ec)) {
-      // Symlinks (loops included) and special files are skipped without being followed or opened.
-      std::error_code kind_ec;
-      if (e.is_symlink(kind_ec) || !e.is_regular_file(kind_ec) || e.path().extension() == ".dat") continue;
-      files.push_back(e.path());
-    }
-    if (ec) STRATA_THROW(DataError, "[text] cannot list ", path, ": ", ec.message());
-    std::sort(files.begin(), files.end(),
-              [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
-    for (const auto& f : files) append_file(f, out);
+    for (const std::string& f : corpus_directory_files(path)) append_file(f, out);
   } else {
     append_file(path, out);
   }

@@ -20,6 +20,10 @@ inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
 /// regular file or directory (a FIFO or device is refused before it is opened), is
 /// unreadable, holds no bytes, or would not fit in physical memory (its size is named).
 std::vector<uint8_t> read_text_corpus(const std::string& path = kFortunesDir);
+/// The files read_text_corpus reads from the directory `dir`: its regular files but
+/// "*.dat" (symlinks, loops included, and special files skipped without being followed or
+/// opened), in name order. DataError naming `dir` when it cannot be listed.
+std::vector<std::string> corpus_directory_files(const std::string& dir);
 
 /// A token stream cut in two: train is the head, val the tail.
 struct TextSplits {
