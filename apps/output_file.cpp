@@ -9,6 +9,17 @@
 #include <strata/tensor/file_io.h>
 
 namespace strata::apps {
+namespace {
+
+// A new output `path` must go into a directory that exists (ConfigError naming `option`).
+void require_parent_directory(const std::string& path, const std::string& option) {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
+    STRATA_THROW(ConfigError, option, " '", path, "': the directory '", parent.string(), "' does not exist");
+}
+
+}  // namespace
 
 void check_output_path(const std::string& path, const std::string& option) {
   if (path.empty()) STRATA_THROW(ConfigError, option, ": is empty: give the file to write");
@@ -19,10 +30,7 @@ void check_output_path(const std::string& path, const std::string& option) {
                    ": refusing to replace it (give a new path or a regular file)");
     return;
   }
-  std::error_code ec;
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
-    STRATA_THROW(ConfigError, option, " '", path, "': the directory '", parent.string(), "' does not exist");
+  require_parent_directory(path, option);
 }
 
 void check_output_dir(const std::string& out_arg, const std::string& option, bool overwrite) {
@@ -40,10 +48,7 @@ void check_output_dir(const std::string& out_arg, const std::string& option, boo
                    "to replace it");
     return;
   }
-  std::error_code ec;
-  const std::filesystem::path parent = std::filesystem::path(out).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
-    STRATA_THROW(ConfigError, option, " '", out, "': the directory '", parent.string(), "' does not exist");
+  require_parent_directory(out, option);
 }
 
 std::unique_ptr<AtomicFileWriter> open_output_file(const std::string& path, const std::string& option) {
