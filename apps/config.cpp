@@ -1,7 +1,6 @@
 // TrainConfig loading: one read function per section, keys read only where they apply
 // (an mlp config with `n_head` is an unknown-key error), then cross-field validation.
 #include "apps/config.h"
-#include "apps/plan_table.h"
 
 #include <optional>
 #include <sstream>
@@ -15,6 +14,24 @@
 #include <strata/data/registry.h>
 
 namespace strata::apps {
+
+int64_t parse_bytes(const std::string& what, const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  std::string unit(end ? end : "");
+  for (const char* tail : {"iB", "B"})
+    if (unit.size() > std::string(tail).size() && unit.ends_with(tail)) unit.resize(unit.size() - std::string(tail).size());
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K") scale = 1024.0;
+  else if (unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  if (end == s.c_str() || scale == 0 || !(v > 0))
+    STRATA_THROW(ConfigError, what, ": expected a positive size such as 80G, 80GiB or 512MiB, got '", s, "'");
+  return int64_t(v * scale);
+}
+
 namespace {
 
 #ifdef STRATA_WITH_CUDA

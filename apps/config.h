@@ -189,4 +189,8 @@ struct TrainConfig {
   void validate() const;
 };
 
+/// "80G", "80GiB", "512MiB", "1e9": bytes (K/M/G/T suffixes are powers of 1024, as a
+/// GPU's "80 GB" is 80 GiB); ConfigError naming `what` on anything else.
+int64_t parse_bytes(const std::string& what, const std::string& s);
+
 }  // namespace strata::apps

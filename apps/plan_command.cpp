@@ -70,23 +70,6 @@ void print_cp_plan(const TrainConfig& cfg, const parallel::ParallelDims& dims) {
 
 }  // namespace
 
-int64_t parse_bytes(const std::string& flag, const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  std::string unit(end ? end : "");
-  for (const char* tail : {"iB", "B"})
-    if (unit.size() > std::string(tail).size() && unit.ends_with(tail)) unit.resize(unit.size() - std::string(tail).size());
-  double scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "K") scale = 1024.0;
-  else if (unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
-  if (end == s.c_str() || scale == 0 || !(v > 0))
-    STRATA_THROW(ConfigError, flag, ": expected a positive size such as 80G, 80GiB or 512MiB, got '", s, "'");
-  return int64_t(v * scale);
-}
-
 Command add_plan_command(CLI::App& parent) {
   struct Opts {
     std::string config;

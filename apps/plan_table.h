@@ -10,10 +10,6 @@
 
 namespace strata::apps {
 
-/// "80G", "80GiB", "512MiB", "1e9": bytes (K/M/G/T suffixes are powers of 1024, as a
-/// GPU's "80 GB" is 80 GiB); ConfigError naming `what` on anything else.
-int64_t parse_bytes(const std::string& what, const std::string& s);
-
 /// "1.50 GiB", "600.00 KiB", "12 B" (powers of 1024).
 std::string bytes_str(int64_t bytes);
 
