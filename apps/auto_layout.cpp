@@ -66,10 +66,12 @@ AutoLayout choose_layout(const TrainConfig& cfg, int world, double flops_per_s) 
   char head[160];
   std::snprintf(head, sizeof head, "parallel: auto chose %s of %d layouts of %d rank(s) (%d fit", describe(*choice).c_str(),
                 out.candidates, world, out.fitting);
+  char rates[96];
+  std::snprintf(rates, sizeof rates, " at %d GFLOP/s per rank (measured GEMM) and %.1f GB/s", int(flops_per_s / 1e9),
+                kBytesPerS / 1e9);
   out.why = std::string(head) +
             (cfg.run.memory_per_rank > 0 ? " run.memory_per_rank " + bytes_str(cfg.run.memory_per_rank) : "") +
-            "): predicted " + predicted(*choice) + " at " + std::to_string(int(flops_per_s / 1e9)) +
-            " GFLOP/s per rank (measured GEMM) and " + std::to_string(kBytesPerS / 1e9).substr(0, 4) + " GB/s";
+            "): predicted " + predicted(*choice) + rates;
   if (next != nullptr) out.why += "; next: " + describe(*next) + ", " + predicted(*next);
   return out;
 }

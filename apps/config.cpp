@@ -56,9 +56,9 @@ void read_run(const ConfigNode& n, RunSection& s) {
   s.peak_flops = n.get("peak_flops", s.peak_flops);
   n.check_range("peak_flops", s.peak_flops, 0, 1e21);
   s.tensorboard = n.get("tensorboard", s.tensorboard);
-  if (const std::string m = n.get("memory_per_rank", std::string("0")); m != "0")
-    s.memory_per_rank = parse_bytes(n.key_path("memory_per_rank"), m);
-  n.note_read("memory_per_rank", "size", "0", YAML::Node(n.get("memory_per_rank", std::string("0"))));
+  const std::string memory = n.get("memory_per_rank", std::string("0"));
+  if (memory != "0") s.memory_per_rank = parse_bytes(n.key_path("memory_per_rank"), memory);
+  n.note_read("memory_per_rank", "size", "0", YAML::Node(memory));
   const ConfigNode trace = n.child("trace");
   s.trace_start_step = trace.get("start_step", s.trace_start_step);
   s.trace_steps = trace.get("steps", s.trace_steps);
