@@ -46,3 +46,23 @@ def fsdp_free_generate():
     here is FSDP-managed, so the question is answered without the import."""
     import transformers.generation.utils as gu
     gu.is_fsdp_managed_module = lambda module: False
+
+
+def train_at_every_layout(a, config, env):
+    """Trains `config(run_dir)` at one process and, under mpirun -np 2, at tp 2, ZeRO-3,
+    pp 2 and DDP; checks every layout ends with the single process's parameters (1e-5,
+    a.compare). Returns {layout: run dir}."""
+    runs = {}
+    layouts = [("single", []), ("tp2", ["--set", "parallel.tp=2"]), ("zero3", ["--set", "parallel.zero_stage=3"]),
+               ("pp2", ["--set", "parallel.pp=2"]), ("ddp2", [])]
+    for layout, extra in layouts:
+        rd = f"{a.work}/run_{layout}"
+        cmd = [a.strata, "train", "--config", config(rd)] + extra
+        if layout != "single":
+            cmd = [a.mpirun, "--oversubscribe", "-np", "2"] + cmd
+        run(cmd, env=env)
+        runs[layout] = rd
+    for layout, _ in layouts[1:]:
+        run([a.compare, runs["single"], runs[layout], "1e-5"])
+        check(True, f"{layout} from model.init_from trains to the single process's parameters (1e-5)")
+    return runs

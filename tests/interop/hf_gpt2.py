@@ -24,7 +24,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_common import check, fsdp_free_generate, ids_arg, rel_err, run, strata_logits  # noqa: E402
+from hf_common import check, fsdp_free_generate, ids_arg, rel_err, run, strata_logits, train_at_every_layout  # noqa: E402
 
 VOCAB, CTX = 97, 64
 
@@ -217,19 +217,7 @@ def mode_export(a):
     hf0 = f"{a.work}/hf0"
     vocab = 96  # tp 2 splits the vocabulary
     make_gpt2(7, vocab=vocab).save_pretrained(hf0, max_shard_size="20KB")  # strata reads the shards it needs
-    runs = {}
-    layouts = [("single", []), ("tp2", ["--set", "parallel.tp=2"]), ("zero3", ["--set", "parallel.zero_stage=3"]),
-               ("pp2", ["--set", "parallel.pp=2"]), ("ddp2", [])]
-    for layout, extra in layouts:
-        rd = f"{a.work}/run_{layout}"
-        cmd = [a.strata, "train", "--config", train_config(a, hf0, rd, vocab)] + extra
-        if layout != "single":
-            cmd = [a.mpirun, "--oversubscribe", "-np", "2"] + cmd
-        run(cmd, env=env)
-        runs[layout] = rd
-    for layout, _ in layouts[1:]:
-        run([a.compare, runs["single"], runs[layout], "1e-5"])
-        check(True, f"{layout} from model.init_from trains to the single process's parameters (1e-5)")
+    runs = train_at_every_layout(a, lambda rd: train_config(a, hf0, rd, vocab), env)
 
     exp = f"{a.work}/exported"
     run([a.strata, "ckpt", "export", "--checkpoint", runs["tp2"], "--format", "hf", "--out", exp, "--max-shard-size", "20KB"])
