@@ -155,6 +155,29 @@ void read_llama(const ConfigNode& n, ModelSection& s, const hf::HfModelSpec* hf,
   }
 }
 
+// model.moe (gpt, llama): the mixture-of-experts MLP.
+void read_moe(const ConfigNode& n, nn::MoEConfig& m) {
+  m.experts = n.get("experts", m.experts);
+  n.check_range("experts", double(m.experts), 1, 1e5);
+  m.top_k = n.get("top_k", m.top_k);
+  n.check_range("top_k", double(m.top_k), 1, double(m.experts));
+  m.every = n.get("every", m.every);
+  n.check_range("every", double(m.every), 1, 1e4);
+  m.gate = n.get("gate", m.gate);
+  n.one_of("gate", m.gate, {"softmax", "sigmoid"});
+  m.norm_topk = n.get("norm_topk", m.norm_topk);
+  m.aux_loss_coef = n.get("aux_loss_coef", m.aux_loss_coef);
+  n.check_range("aux_loss_coef", m.aux_loss_coef, 0, 1e3);
+  m.z_loss_coef = n.get("z_loss_coef", m.z_loss_coef);
+  n.check_range("z_loss_coef", m.z_loss_coef, 0, 1e3);
+  m.shared_experts = n.get("shared_experts", m.shared_experts);
+  n.check_range("shared_experts", double(m.shared_experts), 0, 1e3);
+  m.capacity_factor = n.get("capacity_factor", m.capacity_factor);
+  n.check_range("capacity_factor", m.capacity_factor, 0, 1e3);
+  m.hidden = n.get("hidden", m.hidden);
+  n.check_range("hidden", double(m.hidden), 0, 1e7);
+}
+
 void read_model(const ConfigNode& n, ModelSection& s) {
   // model.init_from: config.json gives the defaults, and a key set beside it must agree.
   s.init_from = n.get("init_from", s.init_from);
@@ -218,6 +241,10 @@ void read_model(const ConfigNode& n, ModelSection& s) {
       n.fail("n_embd", "must be divisible by model.n_head (" + std::to_string(s.n_embd) + " % " +
                            std::to_string(s.n_head) + " != 0)");
     if (s.type == "llama") read_llama(n, s, hf ? &*hf : nullptr, hf_file);
+    if (n.has("moe")) {
+      if (hf) n.fail("moe", "is not read from model.init_from's " + hf_file + " (a dense model): remove it");
+      read_moe(n.child("moe"), s.moe);
+    }
   }
 }
 

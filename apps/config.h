@@ -10,6 +10,7 @@
 #include <strata/comm/types.h>
 #include <strata/core/config.h>
 #include <strata/core/precision.h>
+#include <strata/nn/moe.h>
 #include <strata/nn/recompute.h>
 #include <strata/parallel/parallel_config.h>
 
@@ -90,6 +91,8 @@ struct ModelSection {
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
   std::optional<RopeScalingSection> rope_scaling{};
+  // gpt, llama: the mixture-of-experts MLP (model.moe; experts 0 = dense)
+  nn::MoEConfig moe{};
   /// A model over token sequences (gpt, llama): token data, block_size and vocab_size apply.
   bool token_model() const { return type == "gpt" || type == "llama"; }
 };

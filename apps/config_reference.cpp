@@ -115,6 +115,26 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "are interpolated."},
     {"model.rope_scaling.original_max_position_embeddings", "integer", "8192",
      "llama: the context length the rotary frequencies were trained for."},
+    {"model.moe.experts", "integer", "required with `moe`",
+     "gpt, llama: a mixture of experts replaces the MLP of every `every`-th block: this many experts, top_k of "
+     "them per token, summed with their gates (docs/moe.md)."},
+    {"model.moe.top_k", "integer", "2", "Experts per token (at most `experts`)."},
+    {"model.moe.every", "integer", "1", "Block i (from 0) is MoE when (i + 1) % every == 0; 1 = every block."},
+    {"model.moe.gate", "string", "softmax",
+     "`softmax` over the router logits (Switch, Mixtral) or `sigmoid` per expert (DeepSeek-V3)."},
+    {"model.moe.norm_topk", "boolean", "true", "The top_k gates of a token are divided by their sum."},
+    {"model.moe.aux_loss_coef", "number", "0.01",
+     "Load-balancing loss coefficient: coef x E x sum_e f_e P_e per sequence (f_e: share of the sequence's "
+     "assignments to e, P_e: its mean routing probability), averaged over sequences; 0 = off."},
+    {"model.moe.z_loss_coef", "number", "0", "Router z-loss coefficient: the mean of logsumexp(logits)^2; 0 = off."},
+    {"model.moe.shared_experts", "integer", "0",
+     "Dense experts every token also passes through (one FFN of shared_experts x hidden); 0 = none."},
+    {"model.moe.capacity_factor", "number", "0",
+     "0 = dropless (grouped GEMM over variable-size groups). > 0: an expert takes at most "
+     "ceil(capacity_factor x T x top_k / experts) tokens of a sequence of T; the rest of its assignments are "
+     "dropped (first slots before second, tokens in order)."},
+    {"model.moe.hidden", "integer", "0",
+     "Expert hidden width; 0 = the dense MLP's (gpt: 4 x n_embd; llama: its SwiGLU width)."},
     // data
     {"data.dataset", "string", "fashion_mnist",
      "`fashion_mnist` (IDX files), `text` (byte-level corpus), `tokens` (nanoGPT/llm.c .bin token files), `idx` "

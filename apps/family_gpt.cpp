@@ -23,6 +23,7 @@ nn::GPTConfig gpt_config(const TrainConfig& cfg) {
   c.tie_weights = m.tie_weights;
   c.checkpoint = m.checkpoint_activations == nn::Recompute::full;
   c.selective = m.checkpoint_activations == nn::Recompute::selective;
+  c.moe = m.moe;
   return c;
 }
 

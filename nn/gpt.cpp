@@ -142,11 +142,15 @@ Tensor GPTMLP::forward_impl(const Tensor& x, const Tensor& residual) {
 }
 
 // ---------------------------------------------------------------- block
-GPTBlock::GPTBlock(const GPTConfig& cfg, Generator& gen) {
+GPTBlock::GPTBlock(const GPTConfig& cfg, Generator& gen, int64_t index) {
   register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, 1e-5, cfg.bias));
   register_module("attn", std::make_shared<CausalSelfAttention>(cfg, gen));
   register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, 1e-5, cfg.bias));
-  register_module("mlp", std::make_shared<GPTMLP>(cfg, gen));
+  if (cfg.moe.moe_block(index))
+    register_module("mlp", std::make_shared<MoE>(cfg.moe, cfg.n_embd, cfg.moe.hidden > 0 ? cfg.moe.hidden : 4 * cfg.n_embd,
+                                                 ExpertActivation::gelu, kInitStd, resid_std(cfg), gen));
+  else
+    register_module("mlp", std::make_shared<GPTMLP>(cfg, gen));
 }
 
 Tensor GPTBlock::forward(const Tensor& x) {
@@ -176,7 +180,7 @@ GPT::GPT(const GPTConfig& cfg, Generator& gen) : cfg_(cfg) {
   register_module("wpe", std::make_shared<Embedding>(cfg.block_size, cfg.n_embd, gen, kInitStd));
   register_module("drop", std::make_shared<Dropout>(cfg.dropout, gen));
   auto h = register_module("h", std::make_shared<ModuleList>());
-  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(std::make_shared<GPTBlock>(cfg, gen));
+  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(std::make_shared<GPTBlock>(cfg, gen, i));
   register_module("ln_f", std::make_shared<LayerNorm>(cfg.n_embd, 1e-5, cfg.bias));
   if (!cfg.tie_weights)
     register_module("lm_head", std::make_shared<Linear>(cfg.n_embd, cfg.vocab, gen, false, kInitStd));

@@ -6,6 +6,7 @@
 
 #include <strata/nn/container.h>
 #include <strata/nn/lm_hooks.h>
+#include <strata/nn/moe.h>
 
 namespace strata::nn {
 
@@ -20,6 +21,7 @@ struct GPTConfig {
   bool bias = true;         // biases in Linear and LayerNorm
   bool checkpoint = false;  // recompute each block's activations in backward
   bool selective = false;   // recompute only the attention core in backward (Megatron's selective)
+  MoEConfig moe{};          // experts > 0: the MLP of every moe.every-th block is a mixture of experts
 };
 
 /// Children c_attn (C -> 3C, fused q|k|v), c_proj (C -> C), attn_dropout, resid_dropout.
@@ -66,10 +68,11 @@ class GPTMLP : public Module {
   Tensor forward_impl(const Tensor& x, const Tensor& residual);
 };
 
-/// Pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(x)). Children ln_1, attn, ln_2, mlp.
+/// Pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(x)). Children ln_1, attn, ln_2, mlp
+/// (a GPTMLP, or an MoE with GELU experts when cfg.moe.moe_block(index)).
 class GPTBlock : public Module {
  public:
-  GPTBlock(const GPTConfig& cfg, Generator& gen);
+  GPTBlock(const GPTConfig& cfg, Generator& gen, int64_t index = 0);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "GPTBlock"; }
 };

@@ -111,11 +111,17 @@ Tensor LlamaFeedForward::forward(const Tensor& x) {
 }
 
 // ---------------------------------------------------------------- block
-LlamaBlock::LlamaBlock(const LlamaConfig& cfg, Generator& gen, std::shared_ptr<const RotaryPositions> rotary) {
+LlamaBlock::LlamaBlock(const LlamaConfig& cfg, Generator& gen, std::shared_ptr<const RotaryPositions> rotary,
+                       int64_t index) {
   register_module("attention_norm", std::make_shared<RMSNorm>(cfg.n_embd, cfg.norm_eps));
   register_module("attention", std::make_shared<LlamaAttention>(cfg, gen, std::move(rotary)));
   register_module("ffn_norm", std::make_shared<RMSNorm>(cfg.n_embd, cfg.norm_eps));
-  register_module("feed_forward", std::make_shared<LlamaFeedForward>(cfg, gen));
+  if (cfg.moe.moe_block(index))
+    register_module("feed_forward",
+                    std::make_shared<MoE>(cfg.moe, cfg.n_embd, cfg.moe.hidden > 0 ? cfg.moe.hidden : cfg.hidden_dim(),
+                                          ExpertActivation::swiglu, kInitStd, resid_std(cfg), gen));
+  else
+    register_module("feed_forward", std::make_shared<LlamaFeedForward>(cfg, gen));
 }
 
 Tensor LlamaBlock::forward(const Tensor& x) {
@@ -133,7 +139,7 @@ Llama::Llama(const LlamaConfig& cfg, Generator& gen) : cfg_(cfg), rotary_(std::m
   rotary_->inv_freq = rope_inv_freq(cfg.head_dim(), cfg.rope_theta, cfg.rope_scaling);
   register_module("tok_embeddings", std::make_shared<Embedding>(cfg.vocab, cfg.n_embd, gen, kInitStd));
   auto layers = register_module("layers", std::make_shared<ModuleList>());
-  for (int64_t i = 0; i < cfg.n_layer; ++i) layers->push_back(std::make_shared<LlamaBlock>(cfg, gen, rotary_));
+  for (int64_t i = 0; i < cfg.n_layer; ++i) layers->push_back(std::make_shared<LlamaBlock>(cfg, gen, rotary_, i));
   register_module("norm", std::make_shared<RMSNorm>(cfg.n_embd, cfg.norm_eps));
   if (!cfg.tie_weights) register_module("output", std::make_shared<Linear>(cfg.n_embd, cfg.vocab, gen, false, kInitStd));
 }

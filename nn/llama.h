@@ -9,6 +9,7 @@
 
 #include <strata/nn/container.h>
 #include <strata/nn/lm_hooks.h>
+#include <strata/nn/moe.h>
 #include <strata/nn/rotary.h>
 
 namespace strata::nn {
@@ -31,6 +32,7 @@ struct LlamaConfig {
   bool tie_weights = false;  ///< head = tok_embeddings.weight (output absent)
   bool checkpoint = false;   ///< recompute each block's activations in backward
   bool selective = false;    ///< recompute rotary and the attention core in backward (keep the projections)
+  MoEConfig moe{};           ///< experts > 0: every moe.every-th block's feed_forward is a mixture of experts
 
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_dim() const { return n_embd / n_head; }
@@ -84,10 +86,12 @@ class LlamaFeedForward : public Module {
   std::string type_name() const override { return "LlamaFeedForward"; }
 };
 
-/// Pre-norm block: h = x + attention(attention_norm(x)), out = h + feed_forward(ffn_norm(h)).
+/// Pre-norm block: h = x + attention(attention_norm(x)), out = h + feed_forward(ffn_norm(h));
+/// feed_forward is an MoE with SwiGLU experts when cfg.moe.moe_block(index).
 class LlamaBlock : public Module {
  public:
-  LlamaBlock(const LlamaConfig& cfg, Generator& gen, std::shared_ptr<const RotaryPositions> rotary);
+  LlamaBlock(const LlamaConfig& cfg, Generator& gen, std::shared_ptr<const RotaryPositions> rotary,
+             int64_t index = 0);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "LlamaBlock"; }
 };
