@@ -247,6 +247,11 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "empty = balanced by parameter count."},
     {"parallel.zero_stage", "integer", "0",
      "0 = DDP on the dp ranks; 1, 2, 3 = ZeRO sharding of optimizer state, + gradients, + parameters (FSDP)."},
+    {"parallel.ep", "integer", "1",
+     "Expert-parallel degree (model.moe): each MoE layer's experts are sharded over groups of ep consecutive dp "
+     "ranks, tokens go to their experts' ranks and back by all-to-all; must divide dp and `model.moe.experts`. The "
+     "other parameters stay data-parallel over all dp ranks (DDP or ZeRO), the experts' over the dp / ep ranks "
+     "holding the same experts (docs/moe.md)."},
     {"parallel.dp_shard", "integer", "0",
      "HSDP (hybrid sharding): ZeRO shards within groups of this many consecutive dp ranks and averages the "
      "gradient slices over the dp / dp_shard replicas; must divide dp and needs zero_stage >= 1. 0 (or dp) = "

@@ -13,7 +13,7 @@ set(strata_internal_headers
   core/json_limits.h)
 set(strata_public_headers)
 foreach(dir core tensor autograd comm nn optim data parallel parallel/data parallel/tensor parallel/pipeline
-            parallel/context parallel/checkpoint)
+            parallel/context parallel/expert parallel/checkpoint)
   file(GLOB hs CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/${dir}/*.h)
   foreach(h ${hs})
     if(NOT h IN_LIST strata_internal_headers)

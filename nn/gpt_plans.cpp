@@ -11,13 +11,16 @@ TpPlan gpt_tp_plan(const GPTConfig& cfg, bool sequence_parallel) {
     const std::string h = "h." + std::to_string(i) + ".";
     plan[h + "attn.c_attn"] = TpStyle::colwise_qkv;
     plan[h + "attn.c_proj"] = TpStyle::rowwise;
-    plan[h + "mlp.c_fc"] = TpStyle::colwise;
-    plan[h + "mlp.c_proj"] = TpStyle::rowwise;
+    if (!cfg.moe.moe_block(i)) {  // an MoE layer stays whole on every tp rank
+      plan[h + "mlp.c_fc"] = TpStyle::colwise;
+      plan[h + "mlp.c_proj"] = TpStyle::rowwise;
+    }
     plan[h + "attn.attn_dropout"] = TpStyle::parallel_rng;  // on this rank's heads
     if (!sequence_parallel) continue;
     for (const char* ln : {"ln_1", "ln_2"}) plan[h + ln] = TpStyle::sequence_norm;
     // On this rank's sequence shard: masks of its own (Megatron forks the tracker there).
-    for (const char* d : {"attn.resid_dropout", "mlp.dropout"}) plan[h + d] = TpStyle::parallel_rng;
+    plan[h + "attn.resid_dropout"] = TpStyle::parallel_rng;
+    if (!cfg.moe.moe_block(i)) plan[h + "mlp.dropout"] = TpStyle::parallel_rng;
   }
   plan["wte"] = TpStyle::vocab_parallel;  // with the tied head
   if (!cfg.tie_weights) plan["lm_head"] = TpStyle::vocab_parallel;
@@ -52,7 +55,12 @@ PipelinePlan gpt_pp_plan(const GPT& model, const std::vector<int64_t>& layers, i
 }
 
 ModelLimits gpt_limits(const GPTConfig& cfg) {
-  return {.heads = cfg.n_head, .vocab = cfg.vocab, .layers = cfg.n_layer, .block_size = cfg.block_size};
+  ModelLimits m{.heads = cfg.n_head, .vocab = cfg.vocab, .layers = cfg.n_layer, .block_size = cfg.block_size};
+  if (cfg.moe.enabled()) {
+    m.experts = cfg.moe.experts;
+    m.moe_capacity = cfg.moe.capacity_factor > 0;
+  }
+  return m;
 }
 
 SequenceSplits gpt_sequence_splits() { return {.sequence_parallel = true, .context_parallel = true}; }

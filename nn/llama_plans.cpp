@@ -9,10 +9,13 @@ TpPlan llama_tp_plan(const LlamaConfig& cfg, bool sequence_parallel) {
   TpPlan plan;
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
     const std::string l = "layers." + std::to_string(i) + ".";
-    for (const char* p : {"attention.wq", "attention.wk", "attention.wv", "feed_forward.w1", "feed_forward.w3"})
-      plan[l + p] = TpStyle::colwise;
+    for (const char* p : {"attention.wq", "attention.wk", "attention.wv"}) plan[l + p] = TpStyle::colwise;
     plan[l + "attention.wo"] = TpStyle::rowwise;
-    plan[l + "feed_forward.w2"] = TpStyle::rowwise;
+    if (!cfg.moe.moe_block(i)) {  // an MoE layer stays whole on every tp rank
+      plan[l + "feed_forward.w1"] = TpStyle::colwise;
+      plan[l + "feed_forward.w3"] = TpStyle::colwise;
+      plan[l + "feed_forward.w2"] = TpStyle::rowwise;
+    }
     if (!sequence_parallel) continue;
     for (const char* n : {"attention_norm", "ffn_norm"}) plan[l + n] = TpStyle::sequence_norm;
   }
@@ -45,7 +48,12 @@ PipelinePlan llama_pp_plan(const Llama& model, const std::vector<int64_t>& layer
 }
 
 ModelLimits llama_limits(const LlamaConfig& cfg) {
-  return {.heads = cfg.n_head, .vocab = cfg.vocab, .layers = cfg.n_layer, .block_size = cfg.block_size};
+  ModelLimits m{.heads = cfg.n_head, .vocab = cfg.vocab, .layers = cfg.n_layer, .block_size = cfg.block_size};
+  if (cfg.moe.enabled()) {
+    m.experts = cfg.moe.experts;
+    m.moe_capacity = cfg.moe.capacity_factor > 0;
+  }
+  return m;
 }
 
 SequenceSplits llama_sequence_splits() { return {.sequence_parallel = true, .context_parallel = true}; }

@@ -104,6 +104,8 @@ struct ModelLimits {
   std::optional<int64_t> vocab;   ///< vocabulary: tp must divide it
   std::optional<int64_t> layers;  ///< blocks: at least pp of them
   std::optional<int64_t> block_size{};  ///< sequence length: divisible by 2 * cp (zigzag split)
+  std::optional<int64_t> experts{};     ///< MoE experts per layer (ep must divide them); unset: dense
+  bool moe_capacity = false;            ///< MoE with a capacity (drops are decided per whole sequence)
 };
 
 /// The sequence splits a family's model supports (a LanguageModel whose blocks see (B, T, C)).

@@ -101,6 +101,8 @@ ParallelConfig ParallelConfig::from_node(const ConfigNode& n) {
   n.check_range("dp_replicate", c.dims.dp_replicate, 0, 1 << 20);
   c.dims.cp = n.get("cp", c.dims.cp);
   n.check_range("cp", c.dims.cp, 1, 1 << 20);
+  c.dims.ep = n.get("ep", c.dims.ep);
+  n.check_range("ep", c.dims.ep, 1, 1 << 20);
   c.cp_split = n.get("cp_split", c.cp_split);
   if (c.cp_split != "zigzag" && c.cp_split != "plain")
     n.fail("cp_split", "expected one of zigzag|plain, got '" + c.cp_split + "'");

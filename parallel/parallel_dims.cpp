@@ -46,6 +46,7 @@ ParallelDims ParallelDims::resolve(int world) const {
   positive("tp", tp);
   positive("pp", pp);
   positive("cp", cp);
+  positive("ep", ep);
   if (dp != kAuto) positive("dp", dp);
   if (zero_stage < 0 || zero_stage > 3)
     config_fail("parallel.zero_stage", "expected a value in [0, 3], got " + std::to_string(zero_stage));
@@ -63,6 +64,9 @@ ParallelDims ParallelDims::resolve(int world) const {
                                 std::to_string(world) + " (start with mpirun -np " + std::to_string(d.world()) +
                                 ", or set parallel.dp: auto)");
   resolve_hybrid(d);
+  if (d.dp % d.ep != 0)
+    config_fail("parallel.ep", detail::str_cat("is ", d.ep, " but does not divide parallel.dp = ", d.dp,
+                                               " (expert parallelism is carved out of the data-parallel ranks)"));
   return d;
 }
 
@@ -77,6 +81,9 @@ void ParallelDims::check_model(const ModelLimits& m) const {
     config_fail("parallel.cp", "is " + std::to_string(cp) + " but model.block_size = " + std::to_string(*m.block_size) +
                                    " is not divisible by 2 x cp = " + std::to_string(2 * cp) +
                                    " (the zigzag split gives each rank two chunks of every sequence)");
+  if (m.experts && *m.experts % ep != 0)
+    config_fail("parallel.ep", "is " + std::to_string(ep) + " but model.moe.experts = " + std::to_string(*m.experts) +
+                                   " is not divisible by it (each ep rank holds experts / ep whole experts)");
   if (m.layers && *m.layers < pp)
     config_fail("parallel.pp", "is " + std::to_string(pp) + " but model.n_layer = " + std::to_string(*m.layers) +
                                    " (each stage needs at least one block)");
@@ -118,6 +125,21 @@ void ParallelDims::validate(const LayoutChecks& c) const {
     if (c.sequence_parallel && tp > 1)
       config_fail("parallel.sequence_parallel", "is true but does not compose with parallel.cp > 1 in this version");
   }
+  if (c.model.experts) {
+    if (c.cuda) config_fail("run.device", "is a CUDA device but the mixture-of-experts layer has no CUDA path yet");
+    if (c.replicas > 0)
+      config_fail("parallel.replicas", "runs thread replicas, which do not carry the MoE auxiliary losses: use ranks");
+    if (c.sequence_parallel && tp > 1)
+      config_fail("parallel.sequence_parallel", "is true but does not compose with model.moe in this version (the "
+                                                "MoE layers run replicated over tp on whole sequences)");
+    if (c.model.moe_capacity && cp > 1)
+      config_fail("model.moe.capacity_factor", detail::str_cat("is set but parallel.cp = ", cp,
+                                                               " splits each sequence, and the capacity is decided per "
+                                                               "whole sequence: use dropless routing (0) with cp"));
+    if (ep > 1 && c.precision == Precision::f16_params)
+      config_fail("run.precision", "is f16_params but expert parallelism does not agree the loss scaler's skip over "
+                                   "its expert shards in this version (use bf16_params)");
+  }
   if (c.sequence_parallel && tp > 1) {
     if (c.sequence_parallel_ok == false)
       config_fail("parallel.sequence_parallel", detail::str_cat("is true but the model (", c.model_type,
@@ -146,7 +168,8 @@ std::string ParallelDims::str() const {
          " x pp " + std::to_string(pp) + ", zero_stage " + std::to_string(zero_stage) +
          (dp != kAuto && hybrid() ? ", dp_shard " + std::to_string(shard_size()) + " x dp_replicate " +
                                         std::to_string(replicate_size())
-                                  : std::string());
+                                  : std::string()) +
+         (ep > 1 ? ", ep " + std::to_string(ep) : std::string());
 }
 
 }  // namespace strata::parallel

@@ -25,7 +25,7 @@ struct LayoutChecks {
   std::optional<int64_t> global_batch{};  ///< train.batch_size: divisible by dp, per dp rank by the micro-batches
   int grad_accum_steps = 1;               ///< train.grad_accum_steps: 1 under pp (the micro-batches accumulate)
   Precision precision = Precision::f32;   ///< run.precision: no f16 under pp, f32 only under cp
-  bool cuda = false;                      ///< run.device is a GPU: cp has no CUDA kernel
+  bool cuda = false;                      ///< run.device is a GPU: cp and MoE have no CUDA kernel
   bool sequence_parallel = false;         ///< parallel.sequence_parallel (at tp > 1)
   int microbatches = 1;                   ///< parallel.microbatches
   int virtual_stages = 1;                 ///< parallel.pp_virtual
@@ -54,6 +54,11 @@ struct ParallelDims {
   int dp_shard = 0;    ///< HSDP: ranks per shard group; 0 = all dp ranks (plain ZeRO)
   int dp_replicate = 0;  ///< HSDP: shard groups (= dp / dp_shard); 0 = derived. resolve() fills
                          ///<   dp_shard from it when only it is given
+  /// Expert parallelism: each MoE layer's experts sharded over groups of ep consecutive dp
+  /// ranks (carved out of dp, as torchtitan and Megatron-LM do), tokens dispatched to their
+  /// experts' ranks by all-to-all. Expert weights are replicated over the dp / ep ranks at
+  /// the same position of every ep group (x cp), which average their gradients.
+  int ep = 1;
 
   /// Ranks per ZeRO shard group (dp when not hybrid; dp must be resolved).
   int shard_size() const { return dp_shard > 0 ? dp_shard : dp; }
@@ -81,7 +86,7 @@ struct ParallelDims {
   /// consecutive ranks on one node), with cp between dp and tp when cp > 1 (pp x dp x
   /// cp x tp, Megatron-LM's order). dp must be resolved.
   comm::MeshShape mesh_shape() const;
-  /// "dp 4 x tp 1 x pp 1, zero_stage 2" (" x cp 2" after dp when cp > 1; ", dp_shard 2
+  /// "dp 4 x tp 1 x pp 1, zero_stage 2" (", ep 2" when ep > 1) (" x cp 2" after dp when cp > 1; ", dp_shard 2
   /// x dp_replicate 2" under HSDP)
   std::string str() const;
   /// The strategy on the dp dimension (at cp > 1 on dp x cp): "single process", "DDP", "ZeRO-N" or "HSDP ZeRO-N".

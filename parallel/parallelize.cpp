@@ -11,6 +11,7 @@
 #include <strata/core/trace.h>
 #include <strata/optim/clip.h>
 #include <strata/parallel/data/replica_split.h>
+#include <strata/parallel/expert/expert_parallel.h>
 #include <strata/parallel/pipeline/pipeline_split.h>
 #include <strata/parallel/tensor/checkpoint.h>
 #include <strata/parallel/whole_model.h>
@@ -26,7 +27,8 @@ ParallelModel::ParallelModel(std::shared_ptr<nn::Module> model, comm::DeviceMesh
       sync_(std::move(parts.sync)),
       replica_(std::move(parts.replica)),
       tp_(std::move(parts.tp)),
-      cp_(std::move(parts.cp)) {
+      cp_(std::move(parts.cp)),
+      ep_(std::move(parts.ep)) {
   STRATA_CHECK(model_ && split_ && sync_ && replica_, "[parallelize] a ParallelModel needs its model, split, sync and group");
 }
 
@@ -75,11 +77,8 @@ double ParallelModel::clip_grad_norm(double max_norm) {
   const optim::NamedTensors& named = optimizer().named_parameters();
   const std::vector<std::string>& copies = split_->copies();
   optim::NamedTensors own;
-  std::vector<Tensor> all;
-  for (const auto& [n, p] : named) {
-    all.push_back(p);
+  for (const auto& [n, p] : named)
     if (std::find(copies.begin(), copies.end(), n) == copies.end()) own.emplace_back(n, p);
-  }
   double sq = tp_ ? tp_grad_norm_sq(own, *tp_) : [&] {
     std::vector<Tensor> ts;
     for (const auto& [n, p] : own) ts.push_back(p);
@@ -87,7 +86,7 @@ double ParallelModel::clip_grad_norm(double max_norm) {
   }();
   sq = split_->sum_over_parts(sync_->sum_over_shards(sq));
   const double total = std::sqrt(sq), f = optim::clip_factor(total, max_norm);
-  if (f < 1.0) optim::scale_grads(all, f);
+  if (f < 1.0) sync_->scale_grads(f);
   return total;
 }
 
@@ -105,7 +104,8 @@ ParallelModel::FullParams ParallelModel::summon_full_params() {
   // whole model alone swaps in whole Linears.
   Scoped tp = tp_ && !split_->evaluates_together() ? std::make_shared<TpWholeModules>(*model_, *tp_) : nullptr;
   Scoped cp = cp_ ? std::make_shared<CpSuspended>(*model_, *cp_) : nullptr;
-  return FullParams(std::move(cp), std::move(gathered), std::move(tp));
+  Scoped experts = ep_ ? std::make_shared<EpWholeExperts>(*model_, *ep_) : nullptr;
+  return FullParams(std::move(cp), std::move(gathered), std::move(experts), std::move(tp));
 }
 
 std::vector<ShardPiece> ParallelModel::state_pieces() const {
@@ -154,6 +154,9 @@ std::string ParallelModel::describe() const {
   if (dp.size() > 1 || dims_.zero_stage > 0)
     s += std::string(" (") + dp.backend_kind() + " backend, comm.algorithm " + comm::algorithm_name(dp.algorithm()) + ")";
   s += split_->describe();
+  if (dims_.ep > 1)
+    s += ", expert parallel over " + std::to_string(dims_.ep) + " ep rank(s) (all-to-all dispatch, experts / " +
+         std::to_string(dims_.ep) + " per rank)";
   if (cp_)
     s += ", context parallel over " + std::to_string(cp_->cp->size()) + " cp rank(s) (ring attention, " +
          cp_split_name(cp_->split) + " split, " + std::to_string(cp_->attention.size()) + " attention layers)";
@@ -205,15 +208,35 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
     const int key = c[size_t(ms.index_of("dp"))] * d.cp + c[size_t(ms.index_of("cp"))];
     parts.replica = mesh.world()->split(color, key, "dp x cp");
   }
+  // MoE layers under cp: the balance loss counts each sequence over its cp ranks.
+  if (d.cp > 1) apply_moe_cp(*model, mesh["cp"]);
+  // 2c. Expert parallel: this rank's experts of every MoE layer, tokens to their owners by
+  // all-to-all over groups of ep consecutive dp ranks.
+  if (d.ep > 1) {
+    if (d.pp == 1 && nn::moe_layers(*model).empty())  // a pipeline stage may hold none
+      config_fail("parallel.ep", "is " + std::to_string(d.ep) + " but the model (" + model->type_name() +
+                                     ") has no mixture-of-experts layers (set model.moe)");
+    parts.ep = std::make_shared<const EpLayout>(apply_ep(*model, *mesh["dp"], *parts.replica, d.ep, d.cp));
+  }
   // 3. The gradient sync on the replica group (the cp ranks' gradients are partial sums of
   // one model's): ZeRO, DDP or nothing; the optimizer is built after the split and shards.
-  parts.sync = make_grad_sync(model, *parts.replica,
-                              {.zero_stage = d.zero_stage,
-                               .dp_shard = d.hybrid() ? d.shard_size() : 0,
-                               .ddp = opts.ddp,
-                               .fsdp_prefetch = opts.fsdp_prefetch,
-                               .fsdp_wrap = opts.fsdp_wrap,
-                               .make_optimizer = opts.make_optimizer});
+  // Under expert parallelism it never sees the experts, which ExpertSync reduces over the
+  // ranks holding the same ones.
+  const GradSyncOptions so{.zero_stage = d.zero_stage,
+                           .dp_shard = d.hybrid() ? d.shard_size() : 0,
+                           .ddp = opts.ddp,
+                           .fsdp_prefetch = opts.fsdp_prefetch,
+                           .fsdp_wrap = opts.fsdp_wrap,
+                           .make_optimizer = opts.make_optimizer};
+  if (parts.ep) {
+    {
+      const ExpertsDetached off(*model);
+      parts.sync = make_grad_sync(model, *parts.replica, so);
+    }
+    parts.sync = make_expert_sync(std::move(parts.sync), *model, parts.ep, opts.make_optimizer);
+  } else {
+    parts.sync = make_grad_sync(model, *parts.replica, so);
+  }
   return std::make_unique<ParallelModel>(std::move(model), mesh, d, std::move(parts));
 }
 

@@ -19,6 +19,7 @@
 #include <strata/parallel/data/ddp.h>
 #include <strata/parallel/data/grad_sync.h>
 #include <strata/parallel/data/zero.h>
+#include <strata/parallel/expert/expert_parallel.h>
 #include <strata/parallel/model_split.h>
 #include <strata/parallel/parallel_dims.h>
 #include <strata/parallel/pipeline/executor.h>
@@ -97,6 +98,7 @@ class ParallelModel {
     std::shared_ptr<comm::ProcessGroup> replica;  ///< the group sync reduces over (dp, or dp x cp)
     std::optional<TpLayout> tp;
     std::optional<CpLayout> cp;
+    std::shared_ptr<const EpLayout> ep;  ///< expert parallelism (null at ep 1)
   };
   ParallelModel(std::shared_ptr<nn::Module> model, comm::DeviceMesh mesh, ParallelDims dims, Parts parts);
   ~ParallelModel();
@@ -146,12 +148,13 @@ class ParallelModel {
   class FullParams {
    public:
     FullParams() = default;
-    FullParams(Scoped cp, Scoped gathered, Scoped tp)
-        : cp_(std::move(cp)), gathered_(std::move(gathered)), tp_(std::move(tp)) {}
+    FullParams(Scoped cp, Scoped gathered, Scoped experts, Scoped tp)
+        : cp_(std::move(cp)), gathered_(std::move(gathered)), experts_(std::move(experts)), tp_(std::move(tp)) {}
 
    private:
     Scoped cp_;        // context parallelism suspended
     Scoped gathered_;  // ZeRO-3's units
+    Scoped experts_;   // expert parallelism: every expert whole here
     Scoped tp_;        // destroyed first: shards back before ZeRO releases
   };
   [[nodiscard]] FullParams summon_full_params();
@@ -214,6 +217,7 @@ class ParallelModel {
   std::shared_ptr<comm::ProcessGroup> replica_;
   std::optional<TpLayout> tp_;
   std::optional<CpLayout> cp_;
+  std::shared_ptr<const EpLayout> ep_;
 };
 
 /// Composes the layout `opts.dims` over `mesh` (dimensions pp, dp, tp, and cp when

@@ -8,6 +8,7 @@
 #include <strata/autograd/functions.h>
 #include <strata/core/error.h>
 #include <strata/core/trace.h>
+#include <strata/nn/moe.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::parallel {
@@ -40,6 +41,9 @@ double WholeModel::forward_backward(std::span<const Batch> batches, GradSync& sy
     // The first n-1 micro-batches only accumulate locally; the last one's backward
     // reduces the accumulated sum.
     const Scoped pause = a + 1 < n ? sync.no_sync() : nullptr;
+    // MoE auxiliary losses enter the backward weighted as this loss is (forward and
+    // backward: a recomputed block injects them during the backward).
+    const nn::AuxLossWeight aux_weight((n > 1 ? 1.0 / double(n) : 1.0) * (ctx.scaler ? ctx.scaler->get_scale() : 1.0));
     Tensor loss;
     {
       trace::Scope slice("forward");

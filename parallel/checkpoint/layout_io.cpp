@@ -19,6 +19,10 @@ void expect_tensor(const TensorSource& ck, const std::string& name, const Shape&
                  shape_str(ck.global_shape(name)), " but the model expects ", dtype_name(dtype), " ", shape_str(shape));
 }
 
+bool has_state(const nlohmann::json& scalars) { return scalars.value("step", int64_t(0)) > 0; }
+
+}  // namespace
+
 // Parameters and optimizer state move between precisions (f32, autocast, 16-bit model
 // states): any floating checkpoint dtype loads into any floating tensor of the same shape.
 void expect_floating(const TensorSource& ck, const std::string& name, const Shape& shape, DType dtype) {
@@ -34,9 +38,6 @@ const nlohmann::json& optimizer_meta(const TensorSource& ck) {
   return ck.meta()[kOptimizerMetaKey];
 }
 
-bool has_state(const nlohmann::json& scalars) { return scalars.value("step", int64_t(0)) > 0; }
-
-}  // namespace
 
 std::vector<ShardPiece> replicated_pieces(const nn::Module& model, const optim::Optimizer* opt, int rank) {
   std::vector<ShardPiece> out;

@@ -15,6 +15,14 @@ namespace strata::parallel {
 /// Key of the optimizer scalars (Optimizer::state_dict().scalars) in the checkpoint meta.
 inline constexpr const char* kOptimizerMetaKey = "optimizer";
 
+/// DataError naming the checkpoint and tensor unless `ck` holds `name` with `shape` and a
+/// dtype that loads into `dtype` (any floating dtype into any floating tensor: parameters
+/// and optimizer state move between precisions).
+void expect_floating(const TensorSource& ck, const std::string& name, const Shape& shape, DType dtype);
+/// The optimizer scalars of the checkpoint's meta; DataError naming the checkpoint when it
+/// was saved without optimizer state.
+const nlohmann::json& optimizer_meta(const TensorSource& ck);
+
 /// An unsharded model's pieces: on rank 0 every parameter and buffer whole, and (when
 /// `opt` is given) every optimizer state tensor "<kind>.<param>" whole; nothing elsewhere.
 std::vector<ShardPiece> replicated_pieces(const nn::Module& model, const optim::Optimizer* opt, int rank);

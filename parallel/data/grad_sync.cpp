@@ -4,6 +4,7 @@
 #include <strata/comm/agreement.h>
 #include <strata/comm/process_group.h>
 #include <strata/core/error.h>
+#include <strata/optim/clip.h>
 #include <strata/parallel/checkpoint/layout_io.h>
 #include <strata/parallel/tensor/checkpoint.h>
 #include <strata/tensor/ops.h>
@@ -17,6 +18,12 @@ void GradSync::step(optim::GradScaler* scaler) {
   }
   scaler->step(optimizer());  // skipped, with a warning naming the parameters, unless finite
   scaler->update();
+}
+
+void GradSync::scale_grads(double f) {
+  std::vector<Tensor> ps;
+  for (const auto& [n, p] : optimizer().named_parameters()) ps.push_back(p);
+  optim::scale_grads(ps, f);
 }
 
 std::vector<ShardPiece> GradSync::state_pieces(const nn::Module& model, const comm::ProcessGroup& group) {
@@ -165,13 +172,13 @@ std::unique_ptr<GradSync> make_grad_sync(std::shared_ptr<nn::Module> model, comm
 }
 
 DistributedDataParallel* ddp_of(GradSync& sync) {
-  auto* s = dynamic_cast<DdpSync*>(&sync);
-  return s ? &s->ddp() : nullptr;
+  if (auto* s = dynamic_cast<DdpSync*>(&sync)) return &s->ddp();
+  return sync.wrapped() ? ddp_of(*sync.wrapped()) : nullptr;
 }
 
 ZeroDataParallel* zero_of(GradSync& sync) {
-  auto* s = dynamic_cast<ZeroSync*>(&sync);
-  return s ? &s->zero() : nullptr;
+  if (auto* s = dynamic_cast<ZeroSync*>(&sync)) return &s->zero();
+  return sync.wrapped() ? zero_of(*sync.wrapped()) : nullptr;
 }
 
 }  // namespace strata::parallel

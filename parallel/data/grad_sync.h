@@ -44,6 +44,8 @@ class GradSync {
   /// that hold disjoint slices of the same tensors (ZeRO); unchanged when every rank
   /// holds whole gradients.
   virtual double sum_over_shards(double local) { return local; }
+  /// Multiplies every gradient the sync's optimizers step by f (clipping).
+  virtual void scale_grads(double f);
   /// scaler.unscale_ of the optimizer, the skip decision agreed where gradients are sharded.
   virtual void unscale_(optim::GradScaler& scaler) { scaler.unscale_(optimizer()); }
   /// The optimizer step (with a scaler: skipped on non-finite gradients, then update()),
@@ -74,6 +76,8 @@ class GradSync {
   virtual std::vector<int64_t> flat_unit_sizes() const { return {}; }
   /// "DDP", "ZeRO-2", "single process".
   virtual std::string name() const = 0;
+  /// The sync this one wraps (expert parallelism wraps the sync of the other parameters), or null.
+  virtual GradSync* wrapped() { return nullptr; }
 };
 
 /// What make_grad_sync builds over `group`.

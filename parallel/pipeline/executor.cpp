@@ -17,6 +17,7 @@
 #include <strata/core/memory.h>
 #include <strata/core/threads.h>
 #include <strata/core/trace.h>
+#include <strata/nn/moe.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::parallel {
@@ -175,6 +176,8 @@ double PipelineExecutor::run(const Tensor& input, const Tensor& target, const Sh
   STRATA_CHECK(!batch_shape.empty() && batch_shape[0] % m == 0, "[pipeline] the batch of ", batch_shape.empty() ? 0 : batch_shape[0],
                " rows is not divisible into ", m, " micro-batches (parallel.microbatches)");
   const int64_t b = batch_shape[0] / m;
+  // Each micro-batch's loss enters the backward divided by m: so do MoE auxiliary losses.
+  const nn::AuxLossWeight aux_weight(1.0 / double(m));
   Shape mb_shape = batch_shape;
   mb_shape[0] = b;
   stats_ = {};

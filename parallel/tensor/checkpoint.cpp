@@ -25,13 +25,6 @@ Shape shard_shape(const TpShardedParam& p, int n) {
   return s;
 }
 
-const nlohmann::json* optimizer_scalars(const TensorSource& ck) {
-  if (!ck.meta().contains(kOptimizerMetaKey))
-    STRATA_THROW(DataError, "checkpoint '", ck.dir(), "': index meta has no '", kOptimizerMetaKey,
-                 "' entry (saved without optimizer state)");
-  return &ck.meta()[kOptimizerMetaKey];
-}
-
 }  // namespace
 
 const TpShardedParam* tp_sharded_of(const TpLayout& layout, const std::string& name) {
@@ -104,7 +97,7 @@ void load_tp(const TensorSource& ck, nn::Module& model, optim::Optimizer* opt, c
   comm::run_agreed(agree_over, [&] {
     for (const auto& [n, t] : model.state_dict()) sd.emplace_back(n, whole(n, t));
     if (opt) {
-      st.scalars = *optimizer_scalars(ck);
+      st.scalars = optimizer_meta(ck);
       if (st.scalars.value("step", int64_t(0)) > 0)  // before the first step there is no state
         for (const auto& kind : opt->state_kinds())
           for (const auto& [pn, p] : opt->named_parameters())
@@ -120,7 +113,7 @@ void load_tp_zero(const TensorSource& ck, ZeroDataParallel& zero, bool with_opti
   // Shapes and dtypes of this rank's shards (tp_read checks them against the checkpoint).
   std::map<std::string, std::pair<Shape, DType>> local;
   for (const auto& [n, t] : zero.module().state_dict()) local[n] = {t.shape(), t.dtype()};
-  const nlohmann::json* scalars = with_optimizer ? optimizer_scalars(ck) : nullptr;
+  const nlohmann::json* scalars = with_optimizer ? &optimizer_meta(ck) : nullptr;
   zero.load_state(
       [&](const std::string& name, int64_t b, int64_t e) {
         const size_t dot = name.find('.');

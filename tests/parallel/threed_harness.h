@@ -38,6 +38,11 @@ struct Case {
   int first = 0;
   int64_t batch = 16;
   int dp_shard = 0;   ///< HSDP: ranks per ZeRO shard group (0: all dp ranks)
+  int experts = 0;    ///< > 0: blocks 1 and 3 are MoE layers of this many experts (top_k 2)
+  int ep = 1;         ///< expert parallelism (carved out of dp)
+  double capacity = 0;  ///< MoE capacity factor (0: dropless)
+  int top_k = 2;        ///< MoE experts per token
+  bool zero_router = false;  ///< MoE routers start at zero: every score ties (hostile routing)
   int world() const { return dp * tp * pp; }
   std::string str() const {
     std::string s = "(dp " + std::to_string(dp) + ", tp " + std::to_string(tp) + ", pp " + std::to_string(pp) +
@@ -47,12 +52,28 @@ struct Case {
     if (!tied) s += " untied";
     if (dp_shard > 0) s += " dp_shard " + std::to_string(dp_shard);
     if (family != "gpt") s += " " + family;
+    if (experts > 0) s += " moe " + std::to_string(experts) + " ep " + std::to_string(ep);
+    if (capacity > 0) s += " capacity " + std::to_string(capacity);
     return s;
   }
 };
 
+/// The MoE keys of a case: top-2 of c.experts on blocks 1 and 3, both auxiliary losses on.
+inline nn::MoEConfig moe_config(const Case& c) {
+  nn::MoEConfig m;
+  m.experts = c.experts;
+  m.top_k = c.top_k;
+  m.every = 2;
+  m.aux_loss_coef = 0.01;
+  m.z_loss_coef = 0.001;
+  m.capacity_factor = c.capacity;
+  return m;
+}
+
 inline nn::GPTConfig gpt_config(const Case& c) {
-  return {.vocab = 16, .block_size = 8, .n_layer = 4, .n_head = 4, .n_embd = 16, .tie_weights = c.tied};
+  nn::GPTConfig g{.vocab = 16, .block_size = 8, .n_layer = 4, .n_head = 4, .n_embd = 16, .tie_weights = c.tied};
+  g.moe = moe_config(c);
+  return g;
 }
 
 /// Every rank builds the same model (pipeline stages are not broadcast).
@@ -62,15 +83,27 @@ inline std::shared_ptr<nn::GPT> gpt(const Case& c) {
 }
 
 inline nn::LlamaConfig llama_config(const Case& c) {
-  return {.vocab = 16, .block_size = 8, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .n_embd = 16,
-          .intermediate_size = 32, .tie_weights = c.tied};
+  nn::LlamaConfig l{.vocab = 16, .block_size = 8, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .n_embd = 16,
+                    .intermediate_size = 32, .tie_weights = c.tied};
+  l.moe = moe_config(c);
+  return l;
 }
 
 /// The case's model (the same on every rank).
 inline std::shared_ptr<nn::Module> model_of(const Case& c) {
-  if (c.family == "gpt") return gpt(c);
-  Generator gen(st::kModelSeed);
-  return std::make_shared<nn::Llama>(llama_config(c), gen);
+  std::shared_ptr<nn::Module> m;
+  if (c.family == "gpt") {
+    m = gpt(c);
+  } else {
+    Generator gen(st::kModelSeed);
+    m = std::make_shared<nn::Llama>(llama_config(c), gen);
+  }
+  if (c.zero_router)
+    for (const auto& [path, moe] : nn::moe_layers(*m)) {
+      Tensor w = moe->parameter("router.weight");
+      ops::fill_(w, 0.0);
+    }
+  return m;
 }
 
 struct Run {
@@ -92,7 +125,8 @@ inline Run reference(const Case& c) {
 /// The layout of `c` over `world` (c.world() ranks; mesh pp x dp x tp) by parallelize().
 inline std::unique_ptr<ParallelModel> build(std::shared_ptr<comm::ProcessGroup> world, const Case& c) {
   const ParallelDims dims =
-      ParallelDims{.dp = c.dp, .tp = c.tp, .pp = c.pp, .zero_stage = c.zero, .dp_shard = c.dp_shard}.resolve(world->size());
+      ParallelDims{.dp = c.dp, .tp = c.tp, .pp = c.pp, .zero_stage = c.zero, .dp_shard = c.dp_shard, .ep = c.ep}.resolve(
+          world->size());
   std::shared_ptr<nn::Module> model = model_of(c);
   const int64_t seq_shards = c.sp && c.tp > 1 ? c.tp : 1;
   const bool llama = c.family != "gpt";
