@@ -89,12 +89,14 @@ void Progress::log_step(const StepLog& s) {
   if (s.mfu > 0) j["mfu"] = s.mfu;
   if (s.loss_scale) j["loss_scale"] = *s.loss_scale;
   if (s.skipped_steps) j["skipped_steps"] = *s.skipped_steps;
+  if (!s.moe.is_null()) j["moe"] = s.moe;
   write_metrics(j);
   if (tb_) {
     std::vector<std::pair<std::string, float>> v = {
         {"train/loss", float(s.loss)}, {"train/lr", float(s.lr)}, {std::string("train/") + s.unit, float(s.throughput)}};
     if (s.mfu > 0) v.emplace_back("train/mfu", float(s.mfu));
     if (s.loss_scale) v.emplace_back("train/loss_scale", float(*s.loss_scale));
+    if (!s.moe.is_null()) v.emplace_back("train/moe_aux_loss", float(s.moe.value("aux_loss", 0.0)));
     tb_->scalars(s.step, v);
   }
   if (!verbose_ || bar_) return;

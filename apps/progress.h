@@ -44,6 +44,7 @@ struct StepLog {
   double mfu = 0;          ///< flops_per_s per rank over the peak (0: not known)
   std::optional<double> loss_scale;      ///< f16's GradScaler
   std::optional<int64_t> skipped_steps;
+  nlohmann::json moe;  ///< MoE routing of the step (apps/moe_metrics.h), null for a dense model
 };
 
 /// One evaluation.

@@ -118,6 +118,8 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts) : cfg_(std::move(cfg)), o
   const double flops_per_sample = train_flops_per_sample(cfg_);
   for (const auto& [n, t] : model_->state_dict()) whole_state_names_.push_back(n);
   pm_ = build_parallel_model(cfg_, world, dims, model_);
+  if (cfg_.model.token_model() && cfg_.model.moe.enabled())
+    moe_metrics_ = std::make_unique<MoeMetrics>(cfg_.model.moe, cfg_.model.n_layer);
 
   const int64_t n = data_.train->size();
   const int64_t bs = cfg_.train.batch_size / dims.dp;  // per dp rank
@@ -261,6 +263,7 @@ double Trainer::step() {
                                                            .scaler = scaler_ ? &*scaler_ : nullptr,
                                                            .autocast = autocast_,
                                                            .step = step_ + 1});
+  if (moe_metrics_) moe_metrics_->take(*model_);
   ++step_;
   return r.loss;
 }
@@ -398,7 +401,8 @@ void Trainer::log_window(double lr) {
             .mfu = dt > 0 && peak_flops_ > 0 ? double(window_steps_) * flops_per_step_ / dt / double(world_) / peak_flops_
                                              : 0.0,
             .loss_scale = scaler_ ? std::optional(scaler_->get_scale()) : std::nullopt,
-            .skipped_steps = scaler_ ? std::optional(scaler_->skipped_steps()) : std::nullopt};
+            .skipped_steps = scaler_ ? std::optional(scaler_->skipped_steps()) : std::nullopt,
+            .moe = moe_metrics_ ? moe_metrics_->reduce(*pm_->mesh().world(), pm_->dims().tp) : nlohmann::json()};
   progress_->log_step(s);
 }
 

@@ -14,6 +14,7 @@
 #include <strata/parallel/checkpoint/training.h>
 #include "apps/config.h"
 #include "apps/factory.h"
+#include "apps/moe_metrics.h"
 #include "apps/progress.h"
 #include <strata/comm/process_group.h>
 #include <strata/data/dataloader.h>
@@ -161,6 +162,7 @@ class Trainer {
   // its stages): a checkpoint's model_tensors list, written by rank 0, names every stage's.
   std::vector<std::string> whole_state_names_;
   std::unique_ptr<parallel::ParallelModel> pm_;  // the layout: owns the optimizer
+  std::unique_ptr<MoeMetrics> moe_metrics_;      // the routers' stats (MoE models)
   std::unique_ptr<parallel::AsyncCheckpointWriter> async_ckpt_;  // train.checkpoint_async
   std::optional<optim::LrSchedule> schedule_;
   std::shared_ptr<data::Sampler> sampler_;  // this rank's dp share

@@ -20,9 +20,11 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   if(strata_mpirun)
     # e2e_<name> runs CASE <case>: DDP against one process; ZeRO-1/2/3 against DDP; HSDP
     # (parallel.dp_shard) against one process; parallel: auto under mpirun -np 2 (a budget that DDP does not fit and ZeRO does), the
-    # layout it chose against one process, and a budget nothing fits.
+    # layout it chose against one process, and a budget nothing fits; MoE with expert
+    # parallelism against one process.
     foreach(spec "ddp_matches_single_process|ddp_matches_single_process|60" "zero_matches_ddp|zero_matches_ddp|120"
-                 "hsdp_matches_single_process|hsdp_matches_single_process|300" "auto_layout_matches_single_process|auto_layout|120")
+                 "hsdp_matches_single_process|hsdp_matches_single_process|300" "auto_layout_matches_single_process|auto_layout|120"
+                 "moe_matches_single_process|moe_matches_single_process|300")
       string(REPLACE "|" ";" spec "${spec}")
       list(GET spec 0 name)
       list(GET spec 1 case)
@@ -326,6 +328,63 @@ elseif(CASE STREQUAL "hsdp_matches_single_process")
   losses(${WORK}/hr/metrics.jsonl lhr)
   same_losses("${lrs}" "${lrh}" "one-process resume of the HSDP vs the one-process checkpoint")
   same_losses("${lrs}" "${lhr}" "HSDP resume vs one-process resume of the one-process checkpoint")
+elseif(CASE STREQUAL "moe_matches_single_process")
+  # A tiny MoE GPT (4 experts, top-2, on both blocks; capacity off) under mpirun -np 4 with
+  # expert parallelism (ep 4: one expert per rank; ep 2 with ZeRO-1 over the rest) logs one
+  # process's losses and routes every step's tokens to the same experts (metrics.jsonl's
+  # moe records equal), and ends with one process's parameters. Its checkpoint (experts as
+  # boxes of the global tensors) resumes in one process and at ep 2 as one process's own.
+  set(moe --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.z_loss_coef=0.001)
+  set(common --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
+             --set train.max_steps=6 --set train.save_final=true ${moe})
+  macro(moe_mpirun np dir)
+    execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np ${np} ${STRATA} train ${ARGN} --set run.dir=${dir}
+                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 120)
+    if(NOT "${rc}" STREQUAL "0")
+      message(FATAL_ERROR "mpirun -np ${np} strata train (${dir}): exit code ${rc}\n${OUT}\n${ERR}")
+    endif()
+  endmacro()
+  # the moe records of a run, one "step=tokens|dropped" per train record
+  function(routing file out)
+    file(STRINGS ${file} lines REGEX "\"type\":\"train\"")
+    set(result "")
+    foreach(line ${lines})
+      string(JSON step GET "${line}" step)
+      string(JSON tokens GET "${line}" moe tokens)
+      string(JSON dropped GET "${line}" moe dropped)
+      string(REGEX REPLACE "[ \n]" "" tokens "${tokens}")
+      string(REGEX REPLACE "[ \n]" "" dropped "${dropped}")
+      list(APPEND result "${step}=${tokens}|${dropped}")
+    endforeach()
+    set(${out} "${result}" PARENT_SCOPE)
+  endfunction()
+  run(2 train ${common} --set run.dir=bad --set parallel.ep=3)
+  expect(ERR "parallel.ep: is 3 but does not divide parallel.dp = 1")
+  run(0 train ${common} --set run.dir=single)
+  losses(${WORK}/single/metrics.jsonl ls)
+  routing(${WORK}/single/metrics.jsonl rs)
+  moe_mpirun(4 ep4 ${common} --set parallel.ep=4)
+  expect(OUT "zero_stage 0, ep 4 | DDP over 4 dp rank(s)" "expert parallel over 4 ep rank(s)")
+  moe_mpirun(4 ep2z1 ${common} --set parallel.ep=2 --set parallel.zero_stage=1)
+  foreach(r ep4 ep2z1)
+    losses(${WORK}/${r}/metrics.jsonl l)
+    routing(${WORK}/${r}/metrics.jsonl rr)
+    same_losses("${ls}" "${l}" "${r} vs one process")
+    if(NOT "${rr}" STREQUAL "${rs}")
+      message(FATAL_ERROR "${r}: the tokens per expert differ from one process's\n${rr}\nvs\n${rs}")
+    endif()
+    same_parameters(single ${r} 1e-3 "${r} vs one-process parameters")
+  endforeach()
+  set(resume --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
+             --set train.max_steps=9 ${moe})
+  run(0 train ${resume} --set run.dir=rs --resume single)
+  run(0 train ${resume} --set run.dir=r1 --resume ep4)
+  moe_mpirun(2 r2 ${resume} --set parallel.ep=2 --resume ep4)
+  losses(${WORK}/rs/metrics.jsonl lrs)
+  foreach(r r1 r2)
+    losses(${WORK}/${r}/metrics.jsonl l)
+    same_losses("${lrs}" "${l}" "resume of the ep 4 checkpoint (${r}) vs of one process's")
+  endforeach()
 elseif(CASE STREQUAL "zero_matches_ddp")
   # ZeRO-1/2/3 under mpirun -np 2 log the same losses as DDP (tiny GPT, grad accumulation
   # and clipping on); the stage-3 sharded checkpoint evaluates single-process, resumes on
