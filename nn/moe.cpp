@@ -219,20 +219,29 @@ Tensor MoE::forward(const Tensor& x) {
   const int64_t m = int64_t(r.src_rows.size());
 
   // Sorted by expert, through the experts (here or on their ranks), back to (N, k) slots.
-  const Tensor xs = index_select(xf, 0, ops::from_vector(r.src_rows, {m}).to(x.device()));
+  // The gathers and the combine run in f32 for 16-bit activations (the CPU's index kernels
+  // are f32/f64); the rows travel and meet the experts in the experts' dtype.
   auto* experts = dynamic_cast<GroupedExperts*>(child("experts").get());
   STRATA_CHECK(experts != nullptr, "[MoE] child 'experts' is not a GroupedExperts");
+  const bool half = x.dtype() == DType::bf16 || x.dtype() == DType::f16;
+  const DType route_dt = half ? DType::f32 : x.dtype();
+  const DType expert_dt = experts->parameter("w1").dtype();
+  const Tensor xr = half ? cast(xf, route_dt) : xf;
+  Tensor xs = index_select(xr, 0, ops::from_vector(r.src_rows, {m}).to(x.device()));
+  if (xs.dtype() != expert_dt) xs = cast(xs, expert_dt);
   Tensor ys = hooks_.dispatch ? hooks_.dispatch(xs, r.counts) : experts->forward_grouped(xs, r.counts);  // (M, C)
+  if (ys.dtype() != route_dt) ys = cast(ys, route_dt);
   ys = cat({ys, ops::zeros({1, c}, ys.dtype(), ys.device())}, 0);  // row M: a dropped assignment's zeros
   const Tensor y_nk = reshape(index_select(ys, 0, ops::from_vector(r.inv, {n * k}).to(x.device())), {n, k, c});
-  Tensor gates = gather(scores, 1, ops::from_vector(r.choice, {n, k}).to(x.device()));  // (N, k)
+  const Tensor sr = scores.dtype() == route_dt ? scores : cast(scores, route_dt);
+  Tensor gates = gather(sr, 1, ops::from_vector(r.choice, {n, k}).to(x.device()));  // (N, k)
   if (cfg_.norm_topk) gates = gates / sum(gates, {1}, true);
-  if (gates.dtype() != y_nk.dtype()) gates = cast(gates, y_nk.dtype());
   Tensor out = sum(y_nk * unsqueeze(gates, 2), {1});  // (N, C)
   if (cfg_.shared_experts > 0) {
     auto* shared = dynamic_cast<GroupedExperts*>(child("shared_experts").get());
     STRATA_CHECK(shared != nullptr, "[MoE] child 'shared_experts' is not a GroupedExperts");
-    out = out + shared->forward_grouped(xf, {n});
+    Tensor sh = shared->forward_grouped(xf, {n});
+    out = out + (sh.dtype() == out.dtype() ? sh : cast(sh, out.dtype()));
   }
   if (out.dtype() != x.dtype()) out = cast(out, x.dtype());
 

@@ -375,6 +375,23 @@ elseif(CASE STREQUAL "moe_matches_single_process")
     endif()
     same_parameters(single ${r} 1e-3 "${r} vs one-process parameters")
   endforeach()
+  # ep x cp: every sequence split over 2 cp ranks (the balance loss counts each sequence
+  # over them), the experts over 2 ep ranks: one process's losses and routing.
+  moe_mpirun(4 cp2 ${common} --set parallel.ep=2 --set parallel.cp=2)
+  expect(OUT "dp 2 x cp 2 x tp 1 x pp 1, zero_stage 0, ep 2" "context parallel over 2 cp rank(s)")
+  losses(${WORK}/cp2/metrics.jsonl l)
+  routing(${WORK}/cp2/metrics.jsonl rr)
+  same_losses("${ls}" "${l}" "ep 2 x cp 2 vs one process")
+  if(NOT "${rr}" STREQUAL "${rs}")
+    message(FATAL_ERROR "ep 2 x cp 2: the tokens per expert differ from one process's\n${rr}\nvs\n${rs}")
+  endif()
+  # 16-bit model states (bf16 parameters, activations and gradients, f32 masters): ep 2
+  # logs one bf16 process's losses to bf16's own noise (1e-3; the same as DDP without ep).
+  run(0 train ${common} --set run.dir=bf1 --set run.precision=bf16_params)
+  moe_mpirun(2 bf2 ${common} --set parallel.ep=2 --set run.precision=bf16_params)
+  losses(${WORK}/bf1/metrics.jsonl l1)
+  losses(${WORK}/bf2/metrics.jsonl l2)
+  same_losses("${l1}" "${l2}" "bf16_params ep 2 vs one process" 1e-3)
   set(resume --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
              --set train.max_steps=9 ${moe})
   run(0 train ${resume} --set run.dir=rs --resume single)

@@ -102,19 +102,30 @@ nn::ExpertDispatch make_dispatch(std::shared_ptr<comm::ProcessGroup> ep, nn::Gro
         local[size_t(l)] += rc[size_t(j * el + l)];
       }
     const Tensor xr = all_to_all_rows(xs, send_rows, recv_rows, *ep);  // by source rank, then local expert
-    // Expert-major order for the grouped GEMM, and back.
-    const int64_t m = xr.size(0);
+    // Expert-major order for the grouped GEMM, and back: blocks (rank j, expert l) of xr
+    // re-concatenated (views and one copy each way, any dtype).
     std::vector<int64_t> block(size_t(n * el) + 1, 0);  // start of (rank j, expert l) in xr
     for (int64_t k = 0; k < n * el; ++k) block[size_t(k + 1)] = block[size_t(k)] + rc[size_t(k)];
-    std::vector<int64_t> perm, inv(static_cast<size_t>(m));
-    perm.reserve(size_t(m));
-    for (int64_t l = 0; l < el; ++l)
-      for (int j = 0; j < n; ++j)
-        for (int64_t q = 0; q < rc[size_t(j * el + l)]; ++q) perm.push_back(block[size_t(j * el + l)] + q);
-    for (int64_t i = 0; i < m; ++i) inv[size_t(perm[size_t(i)])] = i;
-    const Tensor xg = index_select(xr, 0, ops::from_vector(perm, {m}));
-    const Tensor yg = experts->forward_grouped(xg, local);
-    const Tensor yr = index_select(yg, 0, ops::from_vector(inv, {m}));
+    const auto reorder = [&](const Tensor& t, bool to_expert_major) {
+      std::vector<std::pair<int64_t, int64_t>> order;  // (source start, rows) in output order
+      if (to_expert_major) {
+        for (int64_t l = 0; l < el; ++l)
+          for (int j = 0; j < n; ++j) order.emplace_back(block[size_t(j * el + l)], rc[size_t(j * el + l)]);
+      } else {  // t is expert-major: find each (j, l) block's start there
+        std::vector<int64_t> at(size_t(n * el), 0);
+        int64_t pos = 0;
+        for (int64_t l = 0; l < el; ++l)
+          for (int j = 0; j < n; ++j) at[size_t(j * el + l)] = pos, pos += rc[size_t(j * el + l)];
+        for (int64_t k = 0; k < n * el; ++k) order.emplace_back(at[size_t(k)], rc[size_t(k)]);
+      }
+      std::vector<Tensor> parts;
+      for (const auto& [start, rows] : order)
+        if (rows > 0) parts.push_back(narrow(t, 0, start, rows));
+      if (parts.empty()) return t;  // no rows at all
+      return parts.size() == 1 ? parts[0] : cat(parts, 0);
+    };
+    const Tensor yg = experts->forward_grouped(reorder(xr, true), local);
+    const Tensor yr = reorder(yg, false);
     return all_to_all_rows(yr, recv_rows, send_rows, *ep);
   };
 }
