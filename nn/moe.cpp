@@ -229,7 +229,21 @@ Tensor MoE::forward(const Tensor& x) {
   const Tensor xr = half ? cast(xf, route_dt) : xf;
   Tensor xs = index_select(xr, 0, ops::from_vector(r.src_rows, {m}).to(x.device()));
   if (xs.dtype() != expert_dt) xs = cast(xs, expert_dt);
-  Tensor ys = hooks_.dispatch ? hooks_.dispatch(xs, r.counts) : experts->forward_grouped(xs, r.counts);  // (M, C)
+  // The shared experts need no routing: they run while the rows travel to their experts.
+  Tensor shared_out;
+  const auto shared = [&] {
+    if (cfg_.shared_experts == 0) return;
+    auto* se = dynamic_cast<GroupedExperts*>(child("shared_experts").get());
+    STRATA_CHECK(se != nullptr, "[MoE] child 'shared_experts' is not a GroupedExperts");
+    shared_out = se->forward_grouped(xf, {n});
+  };
+  Tensor ys;  // (M, C)
+  if (hooks_.dispatch) {
+    ys = hooks_.dispatch(xs, r.counts, shared);
+  } else {
+    ys = experts->forward_grouped(xs, r.counts);
+    shared();
+  }
   if (ys.dtype() != route_dt) ys = cast(ys, route_dt);
   ys = cat({ys, ops::zeros({1, c}, ys.dtype(), ys.device())}, 0);  // row M: a dropped assignment's zeros
   const Tensor y_nk = reshape(index_select(ys, 0, ops::from_vector(r.inv, {n * k}).to(x.device())), {n, k, c});
@@ -237,12 +251,7 @@ Tensor MoE::forward(const Tensor& x) {
   Tensor gates = gather(sr, 1, ops::from_vector(r.choice, {n, k}).to(x.device()));  // (N, k)
   if (cfg_.norm_topk) gates = gates / sum(gates, {1}, true);
   Tensor out = sum(y_nk * unsqueeze(gates, 2), {1});  // (N, C)
-  if (cfg_.shared_experts > 0) {
-    auto* shared = dynamic_cast<GroupedExperts*>(child("shared_experts").get());
-    STRATA_CHECK(shared != nullptr, "[MoE] child 'shared_experts' is not a GroupedExperts");
-    Tensor sh = shared->forward_grouped(xf, {n});
-    out = out + (sh.dtype() == out.dtype() ? sh : cast(sh, out.dtype()));
-  }
+  if (shared_out.defined()) out = out + (shared_out.dtype() == out.dtype() ? shared_out : cast(shared_out, out.dtype()));
   if (out.dtype() != x.dtype()) out = cast(out, x.dtype());
 
   if (grad_enabled()) {

@@ -81,8 +81,10 @@ struct MoEStats {
 
 /// Rows sorted by global expert (counts[e] rows for expert e, every expert of the layer)
 /// -> the experts' outputs in the same order. Expert parallelism replaces the layer's own
-/// (which runs every expert here) with all-to-all dispatch and combine.
-using ExpertDispatch = std::function<Tensor(const Tensor& xs, const std::vector<int64_t>& counts)>;
+/// (which runs every expert here) with all-to-all dispatch and combine; it runs
+/// `meanwhile` (the shared experts) while the rows are in flight to their experts.
+using ExpertDispatch = std::function<Tensor(const Tensor& xs, const std::vector<int64_t>& counts,
+                                            const std::function<void()>& meanwhile)>;
 
 /// What the layout installs on an MoE layer (parallel/): empty members keep the layer's own.
 struct MoEHooks {

@@ -35,8 +35,10 @@ std::vector<int64_t> offsets(const std::vector<int64_t>& rows) {
   return off;
 }
 
-Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
-                     comm::ProcessGroup& group) {
+// Posts the exchange and returns the output buffer with the Work that fills it (a
+// completed Work when there is nothing to send or receive).
+std::pair<Tensor, comm::Work> start_exchange(const Tensor& x, const std::vector<int64_t>& send_rows,
+                                             const std::vector<int64_t>& recv_rows, comm::ProcessGroup& group) {
   const int n = group.size(), me = group.rank();
   STRATA_CHECK(int(send_rows.size()) == n && int(recv_rows.size()) == n, "[ep] all-to-all over ", n,
                " ranks got ", send_rows.size(), " send and ", recv_rows.size(), " receive counts");
@@ -60,8 +62,23 @@ Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows, con
     if (recv_rows[size_t(j)] > 0)
       ops.push_back({comm::P2POp::Kind::recv, ops::narrow(out, 0, ro[size_t(j)], recv_rows[size_t(j)]), j});
   }
-  if (!ops.empty()) group.batch_isend_irecv(std::move(ops), "ep all-to-all").wait();
+  return {out, group.batch_isend_irecv(std::move(ops), "ep all-to-all")};
+}
+
+Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
+                     comm::ProcessGroup& group) {
+  auto [out, work] = start_exchange(x, send_rows, recv_rows, group);
+  work.wait();
   return out;
+}
+
+// The exchange as an autograd op whose forward value is `out` (filled by the caller's wait).
+Tensor record_exchange(const Tensor& out, const Tensor& x, const std::vector<int64_t>& send_rows,
+                       const std::vector<int64_t>& recv_rows, comm::ProcessGroup& group) {
+  comm::ProcessGroup* g = &group;
+  return record_fn("AllToAllRowsBackward", out, {x}, [g, send_rows, recv_rows](const Tensor& grad) {
+    return std::vector<Tensor>{exchange_rows(grad, recv_rows, send_rows, *g)};
+  });
 }
 
 }  // namespace
@@ -69,11 +86,7 @@ Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows, con
 Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
                        comm::ProcessGroup& group) {
   STRATA_CHECK(x.dim() == 2, "[ep] all_to_all_rows expects (rows, C), got ", shape_str(x.shape()));
-  comm::ProcessGroup* g = &group;
-  return record_fn("AllToAllRowsBackward", exchange_rows(x.detach(), send_rows, recv_rows, group), {x},
-                   [g, send_rows, recv_rows](const Tensor& grad) {
-                     return std::vector<Tensor>{exchange_rows(grad, recv_rows, send_rows, *g)};
-                   });
+  return record_exchange(exchange_rows(x.detach(), send_rows, recv_rows, group), x, send_rows, recv_rows, group);
 }
 
 // ---------------------------------------------------------------- apply_ep
@@ -88,7 +101,7 @@ nn::GroupedExperts& experts_of(nn::MoE& moe, const std::string& path) {
 // Dispatch: counts to the owners, rows to the owners, the owners' experts on rows sorted
 // by local expert, and the outputs back in the sender's order.
 nn::ExpertDispatch make_dispatch(std::shared_ptr<comm::ProcessGroup> ep, nn::GroupedExperts* experts, int64_t e) {
-  return [ep, experts, e](const Tensor& xs, const std::vector<int64_t>& counts) {
+  return [ep, experts, e](const Tensor& xs, const std::vector<int64_t>& counts, const std::function<void()>& meanwhile) {
     const int n = ep->size();
     const int64_t el = e / n;
     Tensor recv = ops::empty({e}, DType::i64);
@@ -101,7 +114,11 @@ nn::ExpertDispatch make_dispatch(std::shared_ptr<comm::ProcessGroup> ep, nn::Gro
         recv_rows[size_t(j)] += rc[size_t(j * el + l)];
         local[size_t(l)] += rc[size_t(j * el + l)];
       }
-    const Tensor xr = all_to_all_rows(xs, send_rows, recv_rows, *ep);  // by source rank, then local expert
+    // By source rank, then local expert; `meanwhile` computes while the rows travel.
+    auto [received, work] = start_exchange(xs.detach(), send_rows, recv_rows, *ep);
+    if (meanwhile) meanwhile();
+    work.wait();
+    const Tensor xr = record_exchange(received, xs, send_rows, recv_rows, *ep);
     // Expert-major order for the grouped GEMM, and back: blocks (rank j, expert l) of xr
     // re-concatenated (views and one copy each way, any dtype).
     std::vector<int64_t> block(size_t(n * el) + 1, 0);  // start of (rank j, expert l) in xr

@@ -43,6 +43,7 @@ struct Case {
   double capacity = 0;  ///< MoE capacity factor (0: dropless)
   int top_k = 2;        ///< MoE experts per token
   bool zero_router = false;  ///< MoE routers start at zero: every score ties (hostile routing)
+  int shared = 0;       ///< MoE shared experts
   int world() const { return dp * tp * pp; }
   std::string str() const {
     std::string s = "(dp " + std::to_string(dp) + ", tp " + std::to_string(tp) + ", pp " + std::to_string(pp) +
@@ -54,6 +55,7 @@ struct Case {
     if (family != "gpt") s += " " + family;
     if (experts > 0) s += " moe " + std::to_string(experts) + " ep " + std::to_string(ep);
     if (capacity > 0) s += " capacity " + std::to_string(capacity);
+    if (shared > 0) s += " shared " + std::to_string(shared);
     return s;
   }
 };
@@ -67,6 +69,7 @@ inline nn::MoEConfig moe_config(const Case& c) {
   m.aux_loss_coef = 0.01;
   m.z_loss_coef = 0.001;
   m.capacity_factor = c.capacity;
+  m.shared_experts = c.shared;
   return m;
 }
 
