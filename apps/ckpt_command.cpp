@@ -51,6 +51,9 @@ void check_out_not_input(const std::string& out, const parallel::CheckpointReade
 // shapes from the tensors themselves. DataError for a model transformers has no class for.
 hf::HfModelSpec hf_spec_of(const parallel::Checkpoint& ck, const TrainConfig& cfg) {
   const parallel::CheckpointReader& rd = *ck.reader;
+  if (cfg.model.token_model() && cfg.model.moe.enabled())
+    STRATA_THROW(DataError, "checkpoint '", ck.dir, "' holds a mixture-of-experts model (model.moe): --format hf "
+                 "exports dense GPT2LMHeadModel and LlamaForCausalLM models only");
   if (cfg.model.type == "llama") {
     hf::HfModelSpec s;
     s.architecture = "LlamaForCausalLM";

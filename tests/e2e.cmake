@@ -392,6 +392,9 @@ elseif(CASE STREQUAL "moe_matches_single_process")
   losses(${WORK}/bf1/metrics.jsonl l1)
   losses(${WORK}/bf2/metrics.jsonl l2)
   same_losses("${l1}" "${l2}" "bf16_params ep 2 vs one process" 1e-3)
+  # Hugging Face export is of dense models: an MoE checkpoint is refused, naming it.
+  run(1 ckpt export --checkpoint ep4 --out hf --format hf)
+  expect(ERR "holds a mixture-of-experts model (model.moe)")
   set(resume --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
              --set train.max_steps=9 ${moe})
   run(0 train ${resume} --set run.dir=rs --resume single)
