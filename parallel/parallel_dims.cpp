@@ -136,9 +136,10 @@ void ParallelDims::validate(const LayoutChecks& c) const {
       config_fail("model.moe.capacity_factor", detail::str_cat("is set but parallel.cp = ", cp,
                                                                " splits each sequence, and the capacity is decided per "
                                                                "whole sequence: use dropless routing (0) with cp"));
-    if (ep > 1 && c.precision == Precision::f16_params)
-      config_fail("run.precision", "is f16_params but expert parallelism does not agree the loss scaler's skip over "
-                                   "its expert shards in this version (use bf16_params)");
+    if (ep > 1 && (c.precision == Precision::f16_params || c.precision == Precision::f16))
+      config_fail("run.precision", detail::str_cat("is ", precision_name(c.precision),
+                                                   " but expert parallelism does not unscale its experts' gradients "
+                                                   "with the loss scaler in this version (use bf16 or bf16_params)"));
   }
   if (c.sequence_parallel && tp > 1) {
     if (c.sequence_parallel_ok == false)

@@ -223,6 +223,35 @@ TEST(Parallelize, RefusesWhatTheLayoutCannotRunWithTheKeysNamed) {
   EXPECT_NE(refusal({}, 2, {}, {.replicas = 2}).find("parallel.replicas: runs thread replicas inside one process"),
             std::string::npos);
   EXPECT_EQ(refusal({}, 2, {.global_batch = 4}), "");
+  // Mixture of experts and expert parallelism.
+  EXPECT_EQ(refusal({.ep = 2}, 2, {}), "parallel.ep: is 2 but the model (MLP) has no mixture-of-experts layers (set model.moe)");
+  const auto moe = [](int64_t experts, bool capacity) {
+    ModelLimits m;
+    m.experts = experts;
+    m.moe_capacity = capacity;
+    return m;
+  };
+  EXPECT_EQ(refusal({.ep = 2}, 2, {.model = moe(3, false)}),
+            "parallel.ep: is 2 but model.moe.experts = 3 is not divisible by it (each ep rank holds experts / ep whole "
+            "experts)");
+  EXPECT_EQ(refusal({.cp = 2}, 2, {.model = moe(4, true)}),
+            "model.moe.capacity_factor: is set but parallel.cp = 2 splits each sequence, and the capacity is decided "
+            "per whole sequence: use dropless routing (0) with cp");
+  EXPECT_EQ(refusal({.tp = 2}, 2, {.model = moe(4, false), .sequence_parallel = true}),
+            "parallel.sequence_parallel: is true but does not compose with model.moe in this version (the MoE layers "
+            "run replicated over tp on whole sequences)");
+  EXPECT_EQ(refusal({.ep = 2}, 2, {.model = moe(4, false), .precision = Precision::f16}),
+            "run.precision: is f16 but expert parallelism does not unscale its experts' gradients with the loss "
+            "scaler in this version (use bf16 or bf16_params)");
+  EXPECT_EQ(refusal({}, 1, {.model = moe(4, false), .cuda = true}),
+            "run.device: is a CUDA device but the mixture-of-experts layer has no CUDA path yet");
+  try {
+    (void)ParallelDims{.ep = 3}.resolve(2);
+    ADD_FAILURE() << "ep 3 of dp 2 resolved";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "parallel.ep: is 3 but does not divide parallel.dp = 2 (expert parallelism is carved out of "
+                           "the data-parallel ranks)");
+  }
 }
 
 }  // namespace
