@@ -19,6 +19,7 @@ std::string describe(const LayoutPlan& p) {
                 p.dims.zero_stage);
   std::string s = buf;
   if (p.dims.hybrid()) s += ", dp_shard " + std::to_string(p.dims.shard_size());
+  if (p.dims.ep > 1) s += ", ep " + std::to_string(p.dims.ep);
   if (p.dims.pp > 1)
     s += std::string(", pp_schedule ") + parallel::schedule_name(p.schedule) + ", microbatches " +
          std::to_string(p.microbatches) + (p.virtual_stages > 1 ? ", pp_virtual " + std::to_string(p.virtual_stages) : "");

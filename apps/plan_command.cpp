@@ -68,6 +68,23 @@ void print_cp_plan(const TrainConfig& cfg, const parallel::ParallelDims& dims) {
               format_bytes_psi((kv.forward + kv.backward) * cfg.model.n_layer, 0).c_str());
 }
 
+// A mixture of experts: total and active parameters, the expert weights and what one
+// rank holds of them at `eps` (the whole model's, every MoE layer).
+void print_moe_plan(const nn::ModelSpec& model, const std::vector<int>& eps, int64_t bytes_per_element) {
+  if (!model.has_moe()) return;
+  std::printf("mixture of experts: %lld MoE layer(s) of %lld experts, top_k %lld | parameters: total %lld, active "
+              "%lld per token (%.1f%%) | expert weights %lld (%s); per rank (params; grads and optimizer state "
+              "alike, replicated over dp / ep):",
+              (long long)model.moe_layers(), (long long)model.experts, (long long)model.top_k, (long long)model.total,
+              (long long)model.active_params, 100.0 * double(model.active_params) / double(model.total),
+              (long long)model.expert_params, bytes_str(model.expert_params * bytes_per_element).c_str());
+  for (size_t i = 0; i < eps.size(); ++i) {
+    const int64_t rank = model.expert_params / eps[i];
+    std::printf("%s at ep %d %lld (%s)", i ? "," : "", eps[i], (long long)rank, bytes_str(rank * bytes_per_element).c_str());
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 Command add_plan_command(CLI::App& parent) {
@@ -116,9 +133,14 @@ Command add_plan_command(CLI::App& parent) {
               std::printf("config: %s | model: %s, Ψ = %lld parameters | optim: %s | batch %lld | %d rank(s)\n",
                           o->config.c_str(), cfg.model.type.c_str(), (long long)model.total, cfg.optim.name.c_str(),
                           (long long)cfg.train.batch_size, o->ranks);
-              std::printf("step model: %.1f GFLOP/s per rank (%s), %.2f GB/s per rank; step = (compute + tp + pp "
+              std::vector<int> eps;  // every ep the search may use
+              for (int ep = 1; ep <= o->ranks && model.has_moe(); ++ep)
+                if (o->ranks % ep == 0 && model.experts % ep == 0) eps.push_back(ep);
+              print_moe_plan(model, eps, precision_state_dtype(cfg.run.precision) ? 2 : 4);
+              std::printf("step model: %.1f GFLOP/s per rank (%s), %.2f GB/s per rank; step = (compute + tp + pp%s "
                           "comm) / (1 - bubble) + dp comm\n",
-                          a.flops_per_s / 1e9, o->gflops > 0 ? "--gflops" : "measured GEMM", a.bytes_per_s / 1e9);
+                          a.flops_per_s / 1e9, o->gflops > 0 ? "--gflops" : "measured GEMM", a.bytes_per_s / 1e9,
+                          model.has_moe() ? " + ep" : "");
               std::printf("%zu layout(s)", plans.size());
               if (a.memory_per_rank > 0)
                 std::printf(", %zu fit %s per rank", fit, bytes_str(a.memory_per_rank).c_str());
@@ -131,8 +153,9 @@ Command add_plan_command(CLI::App& parent) {
                   break;
                 }
               if (choice != nullptr)
-                std::printf("choice: dp %d x tp %d x pp %d, zero_stage %d%s%s%s%s\n", choice->dims.dp, choice->dims.tp,
+                std::printf("choice: dp %d x tp %d x pp %d, zero_stage %d%s%s%s%s%s\n", choice->dims.dp, choice->dims.tp,
                             choice->dims.pp, choice->dims.zero_stage,
+                            choice->dims.ep > 1 ? (", ep " + std::to_string(choice->dims.ep)).c_str() : "",
                             choice->dims.hybrid() ? (", dp_shard " + std::to_string(choice->dims.shard_size())).c_str() : "",
                             choice->dims.pp > 1 ? ", pp_schedule " : "",
                             choice->dims.pp > 1 ? parallel::schedule_name(choice->schedule) : "",
@@ -150,11 +173,13 @@ Command add_plan_command(CLI::App& parent) {
                                   dims.zero_stage);
             const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
             in.tp = dims.tp;
-            if (dims.tp > 1) {
-              in.tp_sharded_elements = model.tp_sharded;
-              if (in.ddp_bucket_bytes > 0) in.ddp_bucket_bytes = parallel::tp_rank_elements(in) * in.bytes_per_element;
+            if (dims.tp > 1) in.tp_sharded_elements = model.tp_sharded;
+            if (model.has_moe() && dims.ep > 1) {  // experts / ep per rank, outside DDP and ZeRO
+              in.expert_elements = parallel::ep_rank_expert_elements(model.expert_params, dims.ep);
+              in.param_elements -= model.expert_params - in.expert_elements;
             }
-            const int64_t psi = in.param_elements;
+            if (in.ddp_bucket_bytes > 0) in.ddp_bucket_bytes = parallel::dense_rank_elements(in) * in.bytes_per_element;
+            const int64_t psi = model.total;  // the whole model (a rank holds less under ep)
             std::printf("config: %s | model: %s, Ψ = %lld parameters x %lld bytes = %s | optim: %s, %d state "
                         "tensor(s) per parameter\n",
                         o->config.c_str(), cfg.model.type.c_str(), (long long)psi, (long long)in.bytes_per_element,
@@ -163,6 +188,7 @@ Command add_plan_command(CLI::App& parent) {
             std::printf("layout at %d rank(s): %s | mesh %s | on dp: %s | %lld samples per dp rank per step\n",
                         o->ranks, dims.str().c_str(), dims.mesh_shape().str().c_str(), dims.dp_strategy().c_str(),
                         (long long)(cfg.train.batch_size / dims.dp));
+            print_moe_plan(model, {dims.ep}, in.bytes_per_element);
             if (dims.tp > 1)
               std::printf("tensor parallel over %d: %lld of Ψ sharded, %lld replicated -> %lld parameters per rank%s\n",
                           dims.tp, (long long)in.tp_sharded_elements, (long long)(psi - in.tp_sharded_elements),
@@ -182,9 +208,12 @@ Command add_plan_command(CLI::App& parent) {
                           sp ? " (configured)" : "");
             }
             if (dims.cp > 1) print_cp_plan(cfg, dims);  // context parallel
-            std::printf("predicted static bytes per rank at %d rank(s) (MiB and multiples of Ψ; DDP buckets %s; "
+            std::printf("predicted static bytes per rank at %d rank(s) (MiB and multiples of Ψ%s; DDP buckets %s; "
                         "shards padded to a multiple of %d%s; activations not included):\n",
                         dims.dp * dims.cp,
+                        in.expert_elements > 0
+                            ? (", here the " + std::to_string(in.param_elements) + " parameters a rank holds").c_str()
+                            : "",
                         cfg.parallel.ddp.gradient_as_bucket_view ? "none (gradient_as_bucket_view)"
                                                                  : "one flat copy of the grads",
                         in.world_size, dims.hybrid() ? ", ZeRO rows within HSDP's shard groups" : "");

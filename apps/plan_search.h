@@ -1,5 +1,6 @@
 // The layout search behind `strata plan`: every (dp, tp, pp, zero, schedule) layout of N
-// ranks with its per-rank bytes, bytes sent per step and predicted bubble, ranked by a
+// ranks (and ep for a mixture of experts) with its per-rank bytes, bytes sent per step
+// and predicted bubble, ranked by a
 // simple step-time model (docs/planner.md). The model is its family's description
 // (nn::ModelSpec, model_family.h), counted from the config: nothing is allocated.
 #pragma once
@@ -46,6 +47,7 @@ struct LayoutPlan {
   int64_t activations = 0;      ///< that rank's peak (in-flight micro-batches' stored activations + one backward's transients)
   int in_flight = 1;            ///< its peak in-flight micro-batches (chunks, interleaved)
   int64_t dp_bytes = 0, tp_bytes = 0, pp_bytes = 0;  ///< sent per step by one rank
+  int64_t ep_bytes = 0;  ///< the MoE layers' all-to-alls per step (0 at ep 1)
   double bubble = 0;
   double compute_s = 0, comm_s = 0, step_s = 0;
   bool fits = true;
@@ -64,11 +66,19 @@ LayoutPlan plan_layout(const TrainConfig& cfg, const nn::ModelSpec& model, const
 /// Every valid layout of `ranks` ranks (tp within the family's limits and TP widths, pp at
 /// most the blocks, dp dividing the batch; ZeRO stages only at dp > 1; each pipeline
 /// schedule at pp > 1, interleaved with 2 chunks per rank where the blocks and
-/// micro-batches allow), sorted by predicted step time (fitting layouts first).
+/// micro-batches allow; for a mixture of experts every ep dividing dp and the experts),
+/// sorted by predicted step time (fitting layouts first).
 std::vector<LayoutPlan> plan_layouts(const TrainConfig& cfg, int ranks, const PlanAssumptions& a);
 
-/// True when the config fixes the layout (parallel.dp a number, tp or pp above 1, a ZeRO
-/// stage, or thread replicas): `strata plan` then prints that layout alone.
+/// Bytes one rank sends per step in the MoE all-to-alls: per MoE layer it runs and per
+/// micro-batch, 4 exchanges (dispatch and combine, forward and backward) of
+/// (ep - 1)/ep · samples · a2a_per_sample values of `bytes_per_value` each (what it keeps
+/// for its own experts does not travel).
+int64_t all_to_all_bytes(int64_t a2a_per_sample, int64_t samples, int ep, int64_t moe_layers, int microbatches,
+                         int64_t bytes_per_value);
+
+/// True when the config fixes the layout (parallel.dp a number, tp, pp or ep above 1, a
+/// ZeRO stage, or thread replicas): `strata plan` then prints that layout alone.
 bool layout_fixed(const TrainConfig& cfg);
 
 }  // namespace strata::apps

@@ -41,6 +41,12 @@ std::string seconds_str(double s) {
   return buf;
 }
 
+// `v` padded to `width` columns, on the right when `right`.
+std::string pad(const std::string& v, size_t width, bool right = false) {
+  if (v.size() >= width) return v;
+  return right ? std::string(width - v.size(), ' ') + v : v + std::string(width - v.size(), ' ');
+}
+
 // The ZeRO stage, and under HSDP the shard group's size after a slash ("3/2").
 std::string zero_str(const parallel::ParallelDims& d) {
   std::string s = std::to_string(d.zero_stage);
@@ -53,9 +59,18 @@ std::string zero_str(const parallel::ParallelDims& d) {
 std::string format_layouts(const std::vector<LayoutPlan>& plans, const PlanAssumptions& a, size_t limit) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%3s  %-4s %-4s %-4s %-4s %-16s %10s %10s %10s %10s %4s %10s | %10s %10s %10s | %6s %10s  %s\n",
-                "#", "dp", "tp", "pp", "zero", "schedule", "params", "grads", "optim+buf", "activ", "mb", "total",
-                "dp sent", "tp sent", "pp sent", "bubble", "step", "fits");
+  // The ep columns only when some layout has expert parallelism (a mixture of experts).
+  bool moe = false;
+  for (const LayoutPlan& p : plans) moe = moe || p.dims.ep > 1;
+  const auto ep_cell = [moe](const std::string& v, size_t width, bool right) {
+    std::string c;
+    if (moe) c.append(1, ' ').append(pad(v, width, right));
+    return c;
+  };
+  std::snprintf(line, sizeof line, "%3s  %-4s %-4s %-4s%s %-4s %-16s %10s %10s %10s %10s %4s %10s | %10s %10s %10s%s | %6s %10s  %s\n",
+                "#", "dp", "tp", "pp", ep_cell("ep", 4, false).c_str(), "zero", "schedule", "params", "grads", "optim+buf",
+                "activ", "mb", "total", "dp sent", "tp sent", "pp sent", ep_cell("ep sent", 10, true).c_str(), "bubble",
+                "step", "fits");
   out += line;
   size_t n = 0;
   bool starred = false, hybrid = false;
@@ -64,17 +79,21 @@ std::string format_layouts(const std::vector<LayoutPlan>& plans, const PlanAssum
     ++n;
     const std::string fits = a.memory_per_rank <= 0 ? "-" : p.fits ? "yes" : "NO";
     std::snprintf(line, sizeof line,
-                  "%3zu  %-4d %-4d %-4d %-4s %-16s %10s %10s %10s %10s %4d %10s | %10s %10s %10s | %6.3f %10s  %s%s\n", n,
-                  p.dims.dp, p.dims.tp, p.dims.pp, zero_str(p.dims).c_str(), schedule_str(p).c_str(),
-                  bytes_str(p.memory.params).c_str(), bytes_str(p.memory.grads).c_str(),
-                  bytes_str(p.memory.optimizer + p.memory.comm).c_str(), bytes_str(p.activations).c_str(), p.in_flight,
-                  bytes_str(p.total()).c_str(), bytes_str(p.dp_bytes).c_str(), bytes_str(p.tp_bytes).c_str(),
-                  bytes_str(p.pp_bytes).c_str(), p.bubble, seconds_str(p.step_s).c_str(), fits.c_str(),
+                  "%3zu  %-4d %-4d %-4d%s %-4s %-16s %10s %10s %10s %10s %4d %10s | %10s %10s %10s%s | %6.3f %10s  %s%s\n",
+                  n, p.dims.dp, p.dims.tp, p.dims.pp, ep_cell(std::to_string(p.dims.ep), 4, false).c_str(),
+                  zero_str(p.dims).c_str(), schedule_str(p).c_str(), bytes_str(p.memory.params).c_str(),
+                  bytes_str(p.memory.grads).c_str(), bytes_str(p.memory.optimizer + p.memory.comm).c_str(),
+                  bytes_str(p.activations).c_str(), p.in_flight, bytes_str(p.total()).c_str(),
+                  bytes_str(p.dp_bytes).c_str(), bytes_str(p.tp_bytes).c_str(), bytes_str(p.pp_bytes).c_str(),
+                  ep_cell(bytes_str(p.ep_bytes), 10, true).c_str(), p.bubble, seconds_str(p.step_s).c_str(), fits.c_str(),
                   p.note.empty() ? "" : " *");
     out += line;
     if (!p.note.empty()) starred = true;
     if (p.dims.hybrid()) hybrid = true;
   }
+  if (moe)
+    out += "ep: experts sharded over ep consecutive dp ranks; ep sent: the MoE layers' all-to-alls (4 per layer and "
+           "micro-batch, (ep-1)/ep of N·top_k·C each); dp sent adds the experts' all-reduce over dp/ep ranks\n";
   if (hybrid)
     out += "zero a/S: HSDP, ZeRO-a within shard groups of S consecutive dp ranks; dp sent adds the all-reduce of "
            "each rank's slice over the dp/S replicas\n";

@@ -27,6 +27,7 @@
 #include <strata/core/memory.h>
 #include <strata/core/threads.h>
 #include <strata/core/trace.h>
+#include <strata/nn/moe.h>
 #include <strata/tensor/file_io.h>
 
 namespace strata::apps {
@@ -572,6 +573,12 @@ parallel::MemoryPlan Trainer::predicted_memory() const {
   // category (the other replicas are extra, shown by DataParallel's per-replica table).
   parallel::MemoryPlanInput in = memory_plan_input(cfg_, *model_, pm_->dims().shard_size(), cfg_.parallel.dims.zero_stage,
                                                    /*ddp_buckets=*/pm_->holds_buckets());
+  if (pm_->dims().ep > 1) {  // this rank's experts: outside DDP's buckets and ZeRO's units
+    for (const auto& [path, moe] : nn::moe_layers(*model_))
+      for (const Tensor& p : moe->child("experts")->parameters()) in.expert_elements += p.numel();
+    if (in.ddp_bucket_bytes > 0)
+      in.ddp_bucket_bytes = in.ddp_bucket_bytes / in.param_elements * (in.param_elements - in.expert_elements);
+  }
   in.flat_units = pm_->flat_unit_sizes();
   return parallel::plan_memory(in);
 }

@@ -31,6 +31,9 @@ namespace strata::nn {
 // selective the attention core's tensors (the probabilities; with dropout also the scaled
 // q, the dropped probabilities and their mask) are not kept, and one block's are
 // recomputed at a time in backward.
+// An MoE block (moe_layers of them) keeps moe_activation_bytes() (moe_spec.cpp) instead of
+// c_fc's and GELU's outputs (8N·C/tp) and the MLP's dropout mask (N·C/sp u8); the MoE is
+// never tp-split.
 // Megatron-LM's count (16-bit, s·b·h·(34 + 5·a·s/h) bytes per layer) is the same list in
 // 2-byte elements, less the LayerNorm statistics and our scaled-q copy (docs/planner.md).
 int64_t gpt_activation_bytes(const GptActivationInput& a) {
@@ -53,13 +56,17 @@ int64_t gpt_activation_bytes(const GptActivationInput& a) {
   // The attention core's own tensors: the probabilities, and with dropout the scaled q,
   // the dropped probabilities and their mask.
   const int64_t core = att + (a.dropout ? nc / tp + att : 0), core_u8 = a.dropout ? att : 0;
+  STRATA_CHECK(a.moe_layers >= 0 && a.moe_layers <= a.layers, "[plan] ", a.moe_layers, " MoE blocks of ", a.layers);
+  // An MoE block's MLP part, less the dense one's.
+  const int64_t moe_delta =
+      a.moe_layers > 0 ? moe_activation_bytes(a.moe) - 8 * nc / tp * 4 - (a.dropout ? nc / spd : 0) : 0;
   int64_t bytes = 0;
   if (a.checkpoint)
     bytes = a.layers * (nc / spd) * 4;
   else if (a.selective)
-    bytes = a.layers * ((block - core) * 4 + block_u8 - core_u8);
+    bytes = a.layers * ((block - core) * 4 + block_u8 - core_u8) + a.moe_layers * moe_delta;
   else
-    bytes = a.layers * (block * 4 + block_u8);
+    bytes = a.layers * (block * 4 + block_u8) + a.moe_layers * moe_delta;
   if (a.first) bytes += a.seq * 8 + (a.dropout ? nc / spd : 0);
   if (a.last) bytes += (nc / spd + 2 * n / spd + nc + n * (a.vocab / tp)) * 4;
   if (a.pipeline) bytes += (a.last ? n * (a.vocab / tp) : nc) * 4;
@@ -75,16 +82,23 @@ int64_t gpt_recompute_bytes(const GptActivationInput& a) {
   if ((!a.checkpoint && !a.selective) || a.layers == 0) return 0;
   const int64_t tp = a.tp, nc = a.batch * a.seq * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
   if (a.selective) return (att + (a.dropout ? nc / tp + att : 0)) * 4 + (a.dropout ? att : 0);  // one core
-  GptActivationInput one = a;  // one block as it is kept without recomputation
+  GptActivationInput one = a;  // one block as it is kept without recomputation (an MoE one if any)
   one.checkpoint = false;
   one.layers = 1;
+  one.moe_layers = a.moe_layers > 0 ? 1 : 0;
   one.first = one.last = one.pipeline = false;
-  return gpt_activation_bytes(one);
+  const int64_t first = gpt_activation_bytes(one);
+  if (a.moe_layers == 0 || a.moe_layers == a.layers) return first;
+  one.moe_layers = 0;  // a dense block, when the rank has both kinds
+  return std::max(first, gpt_activation_bytes(one));
 }
 
 int64_t gpt_backward_transient_bytes(const GptActivationInput& a) {
   const int64_t n = a.batch * a.seq, tp = a.tp;
-  return (8 * n * a.embd / tp + 4 * a.embd * a.embd / tp) * 4;
+  const int64_t dense = (8 * n * a.embd / tp + 4 * a.embd * a.embd / tp) * 4;
+  if (a.moe_layers == 0) return dense;
+  const int64_t moe = moe_backward_transient_bytes(a.moe);
+  return a.moe_layers == a.layers ? moe : std::max(dense, moe);
 }
 
 namespace {
@@ -107,6 +121,7 @@ void add_layer_norm(std::vector<ParamSpec>& out, const std::string& path, int64_
 
 ModelSpec gpt_spec(const GPTConfig& cfg) {
   const int64_t c = cfg.n_embd, v = cfg.vocab, t = cfg.block_size;
+  const int64_t moe_hidden = cfg.moe.hidden > 0 ? cfg.moe.hidden : 4 * c;  // as GPTBlock builds it
   std::vector<ParamSpec> ps;
   ps.reserve(size_t(12 * cfg.n_layer + 5));
   add_param(ps, "wte.weight", {v, c}, cfg.tie_weights ? StagePart::tied : StagePart::first);
@@ -117,6 +132,10 @@ ModelSpec gpt_spec(const GPTConfig& cfg) {
     add_linear(ps, h + "attn.c_attn", c, 3 * c, cfg.bias, StagePart::block, l);
     add_linear(ps, h + "attn.c_proj", c, c, cfg.bias, StagePart::block, l);
     add_layer_norm(ps, h + "ln_2", c, cfg.bias, StagePart::block, l);
+    if (cfg.moe.moe_block(l)) {
+      add_moe_params(ps, h + "mlp", cfg.moe, c, moe_hidden, ExpertActivation::gelu, l);
+      continue;
+    }
     add_linear(ps, h + "mlp.c_fc", c, 4 * c, cfg.bias, StagePart::block, l);
     add_linear(ps, h + "mlp.c_proj", 4 * c, c, cfg.bias, StagePart::block, l);
   }
@@ -126,14 +145,20 @@ ModelSpec gpt_spec(const GPTConfig& cfg) {
   for (ParamSpec& p : ps) p.tp_sharded = tp_shards(plan, p.name);
 
   ModelSpec s = ModelSpec::from_params(std::move(ps));
+  set_moe_costs(s, cfg.moe, c, t);
   set_decoder_lm_costs(s, cfg.n_layer, c, t);
-  s.activation_bytes = [cfg](const RankActivationQuery& q) {
+  s.activation_bytes = [cfg, moe_hidden](const RankActivationQuery& q) {
     // Interleaved: a rank's chunks are alike; each in-flight (micro-batch, chunk) keeps
     // one chunk's activations (the first/last extras counted once each).
     const GptActivationInput blocks{.batch = q.batch, .seq = cfg.block_size, .embd = cfg.n_embd, .heads = cfg.n_head,
                                     .vocab = cfg.vocab, .layers = q.layers, .first = false, .last = false, .tp = q.tp,
                                     .sequence_parallel = q.sequence_parallel, .dropout = cfg.dropout > 0,
-                                    .checkpoint = cfg.checkpoint, .selective = cfg.selective, .pipeline = false};
+                                    .checkpoint = cfg.checkpoint, .selective = cfg.selective, .pipeline = false,
+                                    .moe_layers = q.moe_layers,
+                                    .moe = cfg.moe.enabled()
+                                               ? moe_activation_input(cfg.moe, q.batch * cfg.block_size, cfg.n_embd,
+                                                                      moe_hidden, ExpertActivation::gelu, q.ep)
+                                               : MoEActivationInput{}};
     return rank_activation_bytes(q, blocks, gpt_activation_bytes, gpt_backward_transient_bytes, gpt_recompute_bytes);
   };
   return s;

@@ -6,6 +6,7 @@
 
 #include <strata/nn/gpt.h>
 #include <strata/nn/model_spec.h>
+#include <strata/nn/moe_spec.h>
 
 namespace strata::nn {
 
@@ -26,20 +27,27 @@ struct GptActivationInput {
   /// until its backward: N·C more on a stage that sends its output on (last = false), the
   /// logits N·V/tp on the last stage.
   bool pipeline = false;
+  /// Of `layers`, the blocks whose MLP is the mixture of experts: each keeps `moe`'s
+  /// moe_activation_bytes() instead of the MLP's 8·N·C/tp (and its dropout mask).
+  int64_t moe_layers = 0;
+  MoEActivationInput moe{};
 };
 int64_t gpt_activation_bytes(const GptActivationInput& in);
 /// What a backward recomputes and holds at a time under activation recomputation: one
 /// block's activations (full) or one attention core's (selective); 0 without.
 int64_t gpt_recompute_bytes(const GptActivationInput& in);
 /// What one block's backward holds on top of the stored activations at its largest (the
-/// MLP's output-gradient pair and c_fc's weight gradient); a rank's peak adds it once.
+/// MLP's output-gradient pair and c_fc's weight gradient, or an MoE block's
+/// moe_backward_transient_bytes() when larger); a rank's peak adds it once.
 int64_t gpt_backward_transient_bytes(const GptActivationInput& in);
 
-/// wte, wpe, h.i.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}, ln_f, and
+/// wte, wpe, h.i.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj} (an MoE
+/// block's mlp: add_moe_params, GELU experts of width moe.hidden or 4C), ln_f, and
 /// lm_head when untied, in GPT's named_parameters() order; tp-sharded as gpt_tp_plan(cfg)
 /// splits them; wte, wpe on the first stage, ln_f and the head on the last (a tied wte
-/// on both). FLOPs (6N + 12·L·C·T)·T per sequence (PaLM's estimate: N all parameters,
-/// the attention scores and values of T positions). A stage sends (B, T, C); tp
+/// on both). FLOPs (6N + 12·L·C·T)·T per sequence (PaLM's estimate: N the active
+/// parameters, all but the experts a token skips; the attention scores and values of T
+/// positions). A stage sends (B, T, C); tp
 /// all-reduces (B, T, C) twice per block each way, once for the embeddings and once for
 /// the head's input, and the loss's 3 of B·T values. Activations: a rank's in-flight
 /// micro-batches' gpt_activation_bytes() and one backward's transients.

@@ -27,6 +27,8 @@ namespace strata::nn {
 // With full recomputation a block keeps only its input until its backward recomputes it;
 // with selective it keeps q|k|v as projected and recomputes rotary, the repeated heads and
 // the attention core. One recomputation's bytes are counted apart (llama_recompute_bytes).
+// An MoE block (moe_layers of them) keeps moe_activation_bytes() (moe_spec.cpp) instead of
+// the gate, up and SwiGLU outputs (3N·F/tp); the MoE is never tp-split.
 int64_t llama_activation_bytes(const LlamaActivationInput& a) {
   STRATA_CHECK(a.batch > 0 && a.seq > 0 && a.embd > 0 && a.heads > 0 && a.vocab > 0 && a.hidden > 0 &&
                    a.layers >= 0 && a.tp >= 1,
@@ -42,9 +44,11 @@ int64_t llama_activation_bytes(const LlamaActivationInput& a) {
   // Selective: the projections' q|k|v side by side (N·C/tp (1 + 2 Hkv/H)) instead of the
   // packed rotated and repeated q|k|v and the probabilities.
   const int64_t kept_core = nc / tp * (a.heads + 2 * a.kv_heads) / a.heads;
+  STRATA_CHECK(a.moe_layers >= 0 && a.moe_layers <= a.layers, "[plan] ", a.moe_layers, " MoE blocks of ", a.layers);
+  const int64_t moe_delta = a.moe_layers > 0 ? moe_activation_bytes(a.moe) - 3 * nf / tp * 4 : 0;
   int64_t bytes = a.checkpoint  ? a.layers * (nc / spd) * 4
-                  : a.selective ? a.layers * (block - 3 * nc / tp - att + kept_core) * 4
-                                : a.layers * block * 4;
+                  : a.selective ? a.layers * (block - 3 * nc / tp - att + kept_core) * 4 + a.moe_layers * moe_delta
+                                : a.layers * block * 4 + a.moe_layers * moe_delta;
   if (a.last) bytes += (nc / spd + n / spd + nc + n * (a.vocab / tp)) * 4;
   if (a.pipeline) bytes += (a.last ? n * (a.vocab / tp) : nc) * 4;
   return bytes;
@@ -54,22 +58,30 @@ int64_t llama_recompute_bytes(const LlamaActivationInput& a) {
   if ((!a.checkpoint && !a.selective) || a.layers == 0) return 0;
   const int64_t tp = a.tp, nc = a.batch * a.seq * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
   if (a.selective) return (3 * nc / tp + att) * 4;  // one block's packed q|k|v and probabilities
-  LlamaActivationInput one = a;  // one block as it is kept without recomputation
+  LlamaActivationInput one = a;  // one block as it is kept without recomputation (an MoE one if any)
   one.checkpoint = false;
   one.layers = 1;
+  one.moe_layers = a.moe_layers > 0 ? 1 : 0;
   one.first = one.last = one.pipeline = false;
-  return llama_activation_bytes(one);
+  const int64_t first = llama_activation_bytes(one);
+  if (a.moe_layers == 0 || a.moe_layers == a.layers) return first;
+  one.moe_layers = 0;  // a dense block, when the rank has both kinds
+  return std::max(first, llama_activation_bytes(one));
 }
 
 int64_t llama_backward_transient_bytes(const LlamaActivationInput& a) {
   const int64_t n = a.batch * a.seq, tp = a.tp;
-  return (2 * n * a.hidden / tp + a.embd * a.hidden / tp) * 4;
+  const int64_t dense = (2 * n * a.hidden / tp + a.embd * a.hidden / tp) * 4;
+  if (a.moe_layers == 0) return dense;
+  const int64_t moe = moe_backward_transient_bytes(a.moe);
+  return a.moe_layers == a.layers ? moe : std::max(dense, moe);
 }
 
 ModelSpec llama_spec(const LlamaConfig& cfg) {
   cfg.check();
   const int64_t c = cfg.n_embd, v = cfg.vocab, t = cfg.block_size, hd = cfg.head_dim();
   const int64_t q = cfg.n_head * hd, kv = cfg.kv_heads() * hd, f = cfg.hidden_dim();
+  const int64_t moe_hidden = cfg.moe.hidden > 0 ? cfg.moe.hidden : f;  // as LlamaBlock builds it
   std::vector<ParamSpec> ps;
   ps.reserve(size_t(9 * cfg.n_layer + 3));
   add_param(ps, "tok_embeddings.weight", {v, c}, cfg.tie_weights ? StagePart::tied : StagePart::first);
@@ -81,6 +93,10 @@ ModelSpec llama_spec(const LlamaConfig& cfg) {
     add_param(ps, p + "attention.wv.weight", {kv, c}, StagePart::block, l);
     add_param(ps, p + "attention.wo.weight", {c, q}, StagePart::block, l);
     add_param(ps, p + "ffn_norm.weight", {c}, StagePart::block, l);
+    if (cfg.moe.moe_block(l)) {
+      add_moe_params(ps, p + "feed_forward", cfg.moe, c, moe_hidden, ExpertActivation::swiglu, l);
+      continue;
+    }
     add_param(ps, p + "feed_forward.w1.weight", {f, c}, StagePart::block, l);
     add_param(ps, p + "feed_forward.w2.weight", {c, f}, StagePart::block, l);
     add_param(ps, p + "feed_forward.w3.weight", {f, c}, StagePart::block, l);
@@ -91,14 +107,20 @@ ModelSpec llama_spec(const LlamaConfig& cfg) {
   for (ParamSpec& p : ps) p.tp_sharded = tp_shards(plan, p.name);
 
   ModelSpec s = ModelSpec::from_params(std::move(ps));
+  set_moe_costs(s, cfg.moe, c, t);
   set_decoder_lm_costs(s, cfg.n_layer, c, t);
   s.tp_widths = {cfg.kv_heads(), f};
-  s.activation_bytes = [cfg, f](const RankActivationQuery& rq) {
+  s.activation_bytes = [cfg, f, moe_hidden](const RankActivationQuery& rq) {
     const LlamaActivationInput blocks{.batch = rq.batch, .seq = cfg.block_size, .embd = cfg.n_embd,
                                       .heads = cfg.n_head, .kv_heads = cfg.kv_heads(), .hidden = f,
                                       .vocab = cfg.vocab, .layers = rq.layers, .first = false, .last = false,
                                       .tp = rq.tp, .sequence_parallel = rq.sequence_parallel,
-                                      .checkpoint = cfg.checkpoint, .selective = cfg.selective, .pipeline = false};
+                                      .checkpoint = cfg.checkpoint, .selective = cfg.selective, .pipeline = false,
+                                      .moe_layers = rq.moe_layers,
+                                      .moe = cfg.moe.enabled()
+                                                 ? moe_activation_input(cfg.moe, rq.batch * cfg.block_size, cfg.n_embd,
+                                                                        moe_hidden, ExpertActivation::swiglu, rq.ep)
+                                                 : MoEActivationInput{}};
     return rank_activation_bytes(rq, blocks, llama_activation_bytes, llama_backward_transient_bytes,
                                  llama_recompute_bytes);
   };

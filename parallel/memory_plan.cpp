@@ -38,6 +38,19 @@ int64_t tp_rank_elements(const MemoryPlanInput& in) {
   return in.tp_sharded_elements / in.tp + (in.param_elements - in.tp_sharded_elements);
 }
 
+int64_t dense_rank_elements(const MemoryPlanInput& in) {
+  const int64_t all = tp_rank_elements(in);
+  STRATA_CHECK(in.expert_elements >= 0 && in.expert_elements <= all, "[plan_memory] ", in.expert_elements,
+               " expert elements of the ", all, " this rank holds");
+  return all - in.expert_elements;
+}
+
+int64_t ep_rank_expert_elements(int64_t expert_elements, int ep) {
+  STRATA_CHECK(ep >= 1 && expert_elements >= 0 && expert_elements % ep == 0, "[plan_memory] ", expert_elements,
+               " expert elements do not split into ep = ", ep);
+  return ep > 1 ? expert_elements / ep : 0;
+}
+
 MemoryPlanInput sixteen_bit_states(MemoryPlanInput in) {
   in.bytes_per_element = 2;
   in.state_bytes_per_element = 4;
@@ -56,7 +69,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                "[plan_memory] state and master bytes per element must be >= 0, got ", in.state_bytes_per_element,
                " and ", in.master_bytes_per_element);
   STRATA_CHECK(in.ddp_bucket_bytes >= 0, "[plan_memory] ddp_bucket_bytes must be >= 0, got ", in.ddp_bucket_bytes);
-  const int64_t psi = tp_rank_elements(in);  // Ψ of this tp rank (all of it at tp 1)
+  const int64_t psi = dense_rank_elements(in);  // Ψ of this tp rank (all of it at tp 1), less its experts
+  const int64_t ex = in.expert_elements;          // replicated over dp / ep, never sharded
   int64_t sharded = 0;                       // Ψ': elements per rank of the padded flat shards
   if (in.flat_units.empty()) {
     sharded = shard_elements(psi, in.world_size);
@@ -71,11 +85,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t full = b * psi;  // BΨ
   const int64_t shard = b * sharded;           // BΨ'
   MemoryPlan p;
-  p.params = in.zero_stage >= 3 ? shard : full;
-  p.grads = in.zero_stage >= 2 ? shard : full;
+  p.params = (in.zero_stage >= 3 ? shard : full) + b * ex;
+  p.grads = (in.zero_stage >= 2 ? shard : full) + b * ex;
   const int64_t state_b = in.state_bytes_per_element > 0 ? in.state_bytes_per_element : b;
   const int64_t k = int64_t(in.optimizer_states) * state_b + in.master_bytes_per_element;  // K bytes per element
-  p.optimizer = k * (in.zero_stage >= 1 ? sharded : psi);
+  p.optimizer = k * ((in.zero_stage >= 1 ? sharded : psi) + ex);
   p.comm = in.zero_stage == 0 ? in.ddp_bucket_bytes : 0;
   return p;
 }
@@ -85,7 +99,7 @@ MemoryPlan plan_backward_peak(const MemoryPlanInput& in) {
                " depends on its units: use plan_backward_peak(in, zero_backward_schedule(zero)) (zero_schedule.h)");
   MemoryPlan p = plan_memory(in);
   if (in.zero_stage == 1) {
-    const int64_t psi = tp_rank_elements(in);
+    const int64_t psi = dense_rank_elements(in);
     const int64_t sharded =
         in.flat_units.empty() ? shard_elements(psi, in.world_size) : sharded_elements(in.flat_units, in.world_size);
     p.comm += in.bytes_per_element * sharded;
@@ -176,8 +190,8 @@ MemoryPlan plan_backward_peak(const MemoryPlanInput& in, const ZeroBackwardSched
     total += u.numel;
     for (int q : u.params) nparams = std::max(nparams, q + 1);
   }
-  STRATA_CHECK(total == tp_rank_elements(in), "[plan_memory] the units hold ", total, " elements but the model has ",
-               tp_rank_elements(in));
+  STRATA_CHECK(total == dense_rank_elements(in), "[plan_memory] the units hold ", total,
+               " elements but the model has ", dense_rank_elements(in), " (less its experts)");
   r.param_numel.assign(size_t(nparams), 0);
   r.unit_of.assign(size_t(nparams), -1);
   r.remaining.assign(z.units.size(), 0);

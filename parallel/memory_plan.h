@@ -33,11 +33,24 @@ struct MemoryPlanInput {
   /// Of Ψ, the elements tensor parallelism splits over tp (tp_sharded_elements of the
   /// model and its plan; a multiple of tp). A rank holds tp_rank_elements() of them all.
   int64_t tp_sharded_elements = 0;
+  /// Expert parallelism (ep > 1): of this rank's Ψ, the expert weights it holds (experts / ep
+  /// of every MoE layer's w1, w2, w3; never tp-sharded). They are replicated over the
+  /// dp / ep ranks at the same ep position, which all-reduce their gradients: whole params,
+  /// grads and optimizer state at every ZeRO stage, outside DDP's buckets and ZeRO's flat
+  /// units. 0 at ep 1, where the experts are parameters like the others.
+  int64_t expert_elements = 0;
 };
 
 /// Elements of the model one tp rank holds: sharded / tp + (Ψ - sharded) (replicated).
 /// strata::Error when the sharded part exceeds Ψ or does not divide by tp.
 int64_t tp_rank_elements(const MemoryPlanInput& in);
+/// Of tp_rank_elements(), what DDP or ZeRO handles: all but the expert_elements.
+int64_t dense_rank_elements(const MemoryPlanInput& in);
+
+/// Elements of expert weights one rank holds: `expert_elements` (every expert of the
+/// layers it runs) / ep, under expert parallelism (ep > 1); 0 at ep 1. strata::Error when
+/// ep does not divide them.
+int64_t ep_rank_expert_elements(int64_t expert_elements, int ep);
 
 /// Predicted bytes one rank holds, by category (the MemCategory names).
 struct MemoryPlan {
@@ -69,7 +82,9 @@ MemoryPlanInput sixteen_bit_states(MemoryPlanInput in);
 /// bytes M = master_bytes_per_element, so the optimizer holds K = S·B_s + M bytes per
 /// element) and Ψ' = sharded_elements(flat_units, N) (≈ Ψ/N); under tensor
 /// parallelism (tp > 1) Ψ below is this tp rank's tp_rank_elements(), which ZeRO shards
-/// over the dp ranks (flat_units then sum to it):
+/// over the dp ranks (flat_units then sum to it); under expert parallelism Ψ is
+/// dense_rank_elements() and the X = expert_elements add BX params, BX grads and KX
+/// optimizer state at every stage:
 ///   stage 0: params BΨ,  grads BΨ,  optimizer KΨ,  comm ddp_bucket_bytes
 ///   stage 1: params BΨ,  grads BΨ,  optimizer KΨ'
 ///   stage 2: params BΨ,  grads BΨ', optimizer KΨ'

@@ -108,9 +108,9 @@ elseif(CASE STREQUAL "plan_configured_stage")
       set(on_cpu --set run.device=cpu)
     endif()
     run(0 plan --config ${c} --ranks ${ranks} --gflops 10 ${on_cpu})
-    # A config fixes its layout with a number of dp ranks, tp, pp or cp above 1, a ZeRO stage
+    # A config fixes its layout with a number of dp ranks, tp, pp, cp or ep above 1, a ZeRO stage
     # or thread replicas.
-    if(text MATCHES "\n  (tp|pp|cp): *[2-9]" OR text MATCHES "\n  (zero_stage|replicas|dp): *[0-9]"
+    if(text MATCHES "\n  (tp|pp|cp|ep): *[2-9]" OR text MATCHES "\n  (zero_stage|replicas|dp): *[0-9]"
        OR text MATCHES "\n  devices:")
       expect(OUT "<- configured")
       expect_not(OUT "choice: ")

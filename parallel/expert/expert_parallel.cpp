@@ -169,7 +169,9 @@ EpLayout apply_ep(nn::Module& model, comm::ProcessGroup& dp, comm::ProcessGroup&
     STRATA_CHECK(e % ep == 0, "[ep] '", path, "' has ", e, " experts, not divisible by ep ", ep);
     for (const auto& [n, p] : ge.named_parameters()) {
       out.sharded.push_back({path + ".experts." + n, p.shape()});
-      ge.set_parameter(n, ops::clone(ops::narrow(p.detach(), 0, r * (e / ep), e / ep)));
+      Tensor local = ops::clone(ops::narrow(p.detach(), 0, r * (e / ep), e / ep));
+      local.storage()->recharge(MemCategory::params);  // counted as the parameter it replaces
+      ge.set_parameter(n, std::move(local));
     }
     nn::MoEHooks h = moe->hooks();
     h.dispatch = make_dispatch(out.ep, &ge, e);

@@ -1,8 +1,10 @@
-// Each family's planner description (nn/gpt_spec.h, mlp_spec.h, cnn_spec.h) equals the
-// module it describes: names, shapes and order of named_parameters(), the TP plan's
-// sharded set, the pipeline parts, and the FLOPs of a sample.
+// Each family's planner description (nn/gpt_spec.h, llama_spec.h, mlp_spec.h, cnn_spec.h)
+// equals the module it describes: names, shapes and order of named_parameters(), the TP
+// plan's sharded set, the pipeline parts, the FLOPs of a sample, and for a mixture of
+// experts the expert weights and the active parameters.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,9 @@
 #include <strata/nn/gpt.h>
 #include <strata/nn/gpt_plans.h>
 #include <strata/nn/gpt_spec.h>
+#include <strata/nn/llama.h>
+#include <strata/nn/llama_plans.h>
+#include <strata/nn/llama_spec.h>
 #include <strata/nn/mlp.h>
 #include <strata/nn/mlp_plans.h>
 #include <strata/nn/mlp_spec.h>
@@ -123,6 +128,85 @@ TEST(ModelSpec, CnnEqualsTheBuiltModel) {
     forward += 2.0 * double(ch * side * side * c.hidden) + 2.0 * double(c.hidden * c.classes);
     EXPECT_DOUBLE_EQ(spec.flops_per_sample, 3.0 * forward) << what;
   }
+}
+
+// A mixture of experts: the spec lists the MoE layers' parameters as nn::MoE registers them
+// (router, experts.w1/w2[/w3], shared_experts.*), marks exactly experts.* as expert weights
+// and none of them tp-sharded, and counts the active parameters and FLOPs by hand.
+// GPT: C 8, 4 experts of H 16 (moe.hidden), top 2, every 2nd block of 4, 1 shared expert.
+TEST(ModelSpec, GptMoEEqualsTheBuiltModel) {
+  nn::GPTConfig c{.vocab = 16, .block_size = 8, .n_layer = 4, .n_head = 2, .n_embd = 8};
+  c.moe = {.experts = 4, .top_k = 2, .every = 2, .shared_experts = 1, .hidden = 16};
+  Generator gen(0);
+  const nn::GPT model(c, gen);
+  const nn::ModelSpec spec = nn::gpt_spec(c);
+  expect_matches(spec, model, "GPT MoE");
+  EXPECT_EQ(spec.tp_sharded, plan_elements(model, nn::gpt_tp_plan(c)));
+  // Blocks 1 and 3 carry the MoE: router (4, 8), experts w1 (4, 16, 8), w2 (4, 8, 16),
+  // shared w1 (1, 16, 8), w2 (1, 8, 16).
+  const std::vector<std::pair<std::string, Shape>> moe_params = {
+      {"h.1.mlp.router.weight", {4, 8}},          {"h.1.mlp.experts.w1", {4, 16, 8}},
+      {"h.1.mlp.experts.w2", {4, 8, 16}},         {"h.1.mlp.shared_experts.w1", {1, 16, 8}},
+      {"h.1.mlp.shared_experts.w2", {1, 8, 16}},
+  };
+  for (const auto& [name, shape] : moe_params) {
+    const auto it = std::find_if(spec.params.begin(), spec.params.end(), [&](const nn::ParamSpec& p) { return p.name == name; });
+    ASSERT_NE(it, spec.params.end()) << name;
+    EXPECT_EQ(it->shape, shape) << name;
+  }
+  int experts = 0;
+  for (const nn::ParamSpec& p : spec.params) {
+    const bool want = p.name.find(".mlp.experts.") != std::string::npos;
+    EXPECT_EQ(p.expert, want) << p.name;
+    if (p.name.find(".mlp.") != std::string::npos && (p.block == 1 || p.block == 3)) {
+      EXPECT_FALSE(p.tp_sharded) << p.name;
+    }
+    experts += want;
+  }
+  EXPECT_EQ(experts, 4);  // w1, w2 of blocks 1 and 3
+  const int64_t per_layer_experts = 2 * 4 * 16 * 8;  // w1 + w2 of 4 experts
+  EXPECT_EQ(spec.expert_params, 2 * per_layer_experts);
+  EXPECT_EQ(spec.block_expert_params, (std::vector<int64_t>{0, per_layer_experts, 0, per_layer_experts}));
+  EXPECT_EQ(spec.moe_layers(), 2);
+  EXPECT_EQ(spec.experts, 4);
+  EXPECT_EQ(spec.top_k, 2);
+  // A token uses 2 of the 4 experts: half of each layer's expert weights, 2 x 512 left out.
+  EXPECT_EQ(spec.active_params, model.num_parameters() - 2 * 512);
+  const double t = double(c.block_size);
+  EXPECT_DOUBLE_EQ(spec.flops_per_sample, (6.0 * double(spec.active_params) + 12.0 * 4 * 8 * t) * t);
+  EXPECT_EQ(spec.a2a_per_sample, 8 * 2 * 8);  // T·top_k·C
+  ASSERT_EQ(spec.block_params.size(), 4u);
+  const auto blocks = model.blocks()->named_children();
+  for (size_t l = 0; l < blocks.size(); ++l) EXPECT_EQ(spec.block_params[l], blocks[l].second->num_parameters());
+}
+
+// Llama: C 16, F from intermediate_size 32 (the experts' width, moe.hidden 0), SwiGLU
+// experts with w3, 4 experts, top 2, every 2nd block, 1 shared expert; GQA 4/2 heads.
+TEST(ModelSpec, LlamaMoEEqualsTheBuiltModel) {
+  nn::LlamaConfig c{.vocab = 20, .block_size = 8, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .n_embd = 16,
+                    .intermediate_size = 32};
+  c.moe = {.experts = 4, .top_k = 2, .every = 2, .shared_experts = 1};
+  Generator gen(0);
+  const nn::Llama model(c, gen);
+  const nn::ModelSpec spec = nn::llama_spec(c);
+  expect_matches(spec, model, "Llama MoE");
+  EXPECT_EQ(spec.tp_sharded, plan_elements(model, nn::llama_tp_plan(c)));
+  for (const nn::ParamSpec& p : spec.params) {
+    EXPECT_EQ(p.expert, p.name.find(".feed_forward.experts.") != std::string::npos) << p.name;
+    if (p.name.find(".feed_forward.") != std::string::npos && (p.block == 1 || p.block == 3)) {
+      EXPECT_FALSE(p.tp_sharded) << p.name;
+    }
+  }
+  const int64_t layer_experts = 3 * 4 * 32 * 16;  // w1, w2, w3 of 4 experts of 32
+  EXPECT_EQ(spec.expert_params, 2 * layer_experts);
+  // By hand: Ψ = embedding 20·16 + output 20·16 + norm 16; per block q, o 2·16·16, k, v
+  // 2·16·8, norms 2·16; a dense block's SwiGLU 3·16·32, an MoE block's router 4·16, experts
+  // 3·4·32·16 and shared expert 3·32·16.
+  const int64_t attn = 2 * 16 * 16 + 2 * 16 * 8 + 2 * 16, dense = attn + 3 * 16 * 32;
+  const int64_t moe = attn + 4 * 16 + layer_experts + 3 * 32 * 16;
+  EXPECT_EQ(spec.total, 2 * 20 * 16 + 16 + 2 * dense + 2 * moe);
+  EXPECT_EQ(spec.active_params, spec.total - 2 * (3 * 2 * 32 * 16));  // 2 of 4 experts left out per layer
+  EXPECT_EQ(spec.a2a_per_sample, 8 * 2 * 16);
 }
 
 // The sharding rule of a plan, per parameter name.

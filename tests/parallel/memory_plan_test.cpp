@@ -83,6 +83,50 @@ TEST(MemoryPlan, FlatUnitsArePaddedSeparately) {
   expect_plan(plan(0, 4, 1000, 2, 4, 0, {10, 990}), 4000, 4000, 8000, 0);
 }
 
+// Expert parallelism: Ψ_dense = 1000 and X = 4096 expert elements (every expert of every
+// MoE layer), f32 Adam on dp 4. At ep 1 the experts are ordinary parameters (ZeRO shards
+// them); at ep e a rank holds X/e of them whole (params, grads and K = 8 bytes of state),
+// beside the dense part that ZeRO shards as before.
+TEST(MemoryPlan, ExpertsPerRankAtEp124) {
+  const int64_t dense = 1000, experts = 4096;
+  const auto at = [&](int ep, int stage) {
+    MemoryPlanInput in;
+    in.world_size = 4;
+    in.zero_stage = stage;
+    in.expert_elements = ep_rank_expert_elements(experts, ep);
+    in.param_elements = dense + (ep > 1 ? in.expert_elements : experts);
+    return plan_memory(in);
+  };
+  EXPECT_EQ(ep_rank_expert_elements(experts, 1), 0);
+  EXPECT_EQ(ep_rank_expert_elements(experts, 2), 2048);
+  EXPECT_EQ(ep_rank_expert_elements(experts, 4), 1024);
+  // ep 1, ZeRO-1: everything sharded alike, ceil(5096/4) = 1274 per rank.
+  expect_plan(at(1, 1), 4 * 5096, 4 * 5096, 8 * 1274, 0);
+  // ep 2 / 4, ZeRO-1: the dense optimizer state sharded (250), the experts' whole.
+  expect_plan(at(2, 1), 4 * (1000 + 2048), 4 * (1000 + 2048), 8 * (250 + 2048), 0);
+  expect_plan(at(4, 1), 4 * (1000 + 1024), 4 * (1000 + 1024), 8 * (250 + 1024), 0);
+  // ZeRO-3 shards the dense part only.
+  expect_plan(at(2, 3), 4 * (250 + 2048), 4 * (250 + 2048), 8 * (250 + 2048), 0);
+  // DDP: nothing sharded; every layout holds its experts / ep.
+  expect_plan(at(4, 0), 4 * 2024, 4 * 2024, 8 * 2024, 0);
+  // The expert bytes per rank halve from ep 2 to ep 4: 16 bytes per element (f32 Adam).
+  EXPECT_EQ(at(2, 1).total() - at(4, 1).total(), 16 * (2048 - 1024));
+  // Flat units sum to the dense part only.
+  MemoryPlanInput in;
+  in.param_elements = dense + 2048;
+  in.world_size = 4;
+  in.zero_stage = 1;
+  in.flat_units = {400, 600};
+  in.expert_elements = 2048;
+  EXPECT_EQ(dense_rank_elements(in), 1000);
+  EXPECT_EQ(plan_memory(in).optimizer, 8 * (100 + 150 + 2048));
+  in.flat_units = {400, 600, 2048};
+  EXPECT_THROW(plan_memory(in), Error);
+  EXPECT_THROW(ep_rank_expert_elements(4096, 3), Error);  // ep must divide the experts' elements
+  in.expert_elements = dense + 2049;
+  EXPECT_THROW(dense_rank_elements(in), Error);
+}
+
 TEST(MemoryPlan, BadInputsThrow) {
   EXPECT_THROW(plan(4, 2), Error);
   EXPECT_THROW(plan(-1, 2), Error);
