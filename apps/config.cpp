@@ -157,7 +157,7 @@ void read_llama(const ConfigNode& n, ModelSection& s, const hf::HfModelSpec* hf,
 
 // model.moe (gpt, llama): the mixture-of-experts MLP.
 void read_moe(const ConfigNode& n, nn::MoEConfig& m) {
-  m.experts = n.get("experts", m.experts);
+  m.experts = n.require<int64_t>("experts");
   n.check_range("experts", double(m.experts), 1, 1e5);
   m.top_k = n.get("top_k", m.top_k);
   n.check_range("top_k", double(m.top_k), 1, double(m.experts));

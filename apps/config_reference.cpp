@@ -115,7 +115,7 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "are interpolated."},
     {"model.rope_scaling.original_max_position_embeddings", "integer", "8192",
      "llama: the context length the rotary frequencies were trained for."},
-    {"model.moe.experts", "integer", "required with `moe`",
+    {"model.moe.experts", "integer", "required",
      "gpt, llama: a mixture of experts replaces the MLP of every `every`-th block: this many experts, top_k of "
      "them per token, summed with their gates (docs/moe.md)."},
     {"model.moe.top_k", "integer", "2", "Experts per token (at most `experts`)."},

@@ -181,8 +181,14 @@ TEST(ConfigHostileTest, WrongTypeAtEveryKeyOfEveryShippedConfigNamesThatKey) {
     std::vector<std::string> paths;
     key_paths(original, "", paths);
     for (const auto& p : paths) {
-      // A mapping where a scalar or list belongs, and a list where a mapping (section) belongs.
-      const bool section = original[p.substr(0, p.find('.'))].IsMap() && p.find('.') == std::string::npos;
+      // A mapping where a scalar or list belongs, and a list where a mapping (a section, or
+      // a nested one such as model.moe) belongs.
+      YAML::Node at = YAML::Clone(original);
+      for (size_t b = 0, e = 0; e != std::string::npos; b = e + 1) {
+        e = p.find('.', b);
+        at = at[p.substr(b, e == std::string::npos ? std::string::npos : e - b)];
+      }
+      const bool section = at.IsMap();
       YAML::Node tree = YAML::Clone(original);
       apply_config_override(tree, p + "=" + (section ? "[1, 2]" : "{bad: 1}"));
       YAML::Emitter em;
