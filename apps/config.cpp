@@ -176,6 +176,7 @@ void read_moe(const ConfigNode& n, nn::MoEConfig& m) {
   n.check_range("capacity_factor", m.capacity_factor, 0, 1e3);
   m.hidden = n.get("hidden", m.hidden);
   n.check_range("hidden", double(m.hidden), 0, 1e7);
+  m.shared_expert_overlap = n.get("shared_expert_overlap", m.shared_expert_overlap);
 }
 
 void read_model(const ConfigNode& n, ModelSection& s) {

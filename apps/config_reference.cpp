@@ -135,6 +135,9 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "dropped (first slots before second, tokens in order)."},
     {"model.moe.hidden", "integer", "0",
      "Expert hidden width; 0 = the dense MLP's (gpt: 4 x n_embd; llama: its SwiGLU width)."},
+    {"model.moe.shared_expert_overlap", "boolean", "false",
+     "Under expert parallelism the shared experts compute while the routed rows travel to their experts' ranks; "
+     "false: after them (Megatron-LM's --moe-shared-expert-overlap)."},
     // data
     {"data.dataset", "string", "fashion_mnist",
      "`fashion_mnist` (IDX files), `text` (byte-level corpus), `tokens` (nanoGPT/llm.c .bin token files), `idx` "

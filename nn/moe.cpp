@@ -238,8 +238,11 @@ Tensor MoE::forward(const Tensor& x) {
     shared_out = se->forward_grouped(xf, {n});
   };
   Tensor ys;  // (M, C)
-  if (hooks_.dispatch) {
+  if (hooks_.dispatch && cfg_.shared_expert_overlap) {
     ys = hooks_.dispatch(xs, r.counts, shared);
+  } else if (hooks_.dispatch) {
+    ys = hooks_.dispatch(xs, r.counts, nullptr);
+    shared();
   } else {
     ys = experts->forward_grouped(xs, r.counts);
     shared();

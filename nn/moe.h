@@ -35,6 +35,10 @@ struct MoEConfig {
   /// experts and the residual). 0: dropless.
   double capacity_factor = 0.0;
   int64_t hidden = 0;           ///< expert hidden width; 0: the family's dense MLP width
+  /// Under expert parallelism the shared experts run while the routed rows travel to their
+  /// experts (Megatron-LM's --moe-shared-expert-overlap, off by default there too: on a
+  /// 2-core host the exchange is too short to hide anything, docs/moe.md); false: after them.
+  bool shared_expert_overlap = false;
 
   bool enabled() const { return experts > 0; }
   /// Whether block `i` (0-based) carries the MoE MLP.

@@ -113,9 +113,10 @@ TEST(MoEEquivalence, CapacityDropsAreOneProcesssDrops) {
   check({.dp = 1, .tp = 1, .pp = 2, .m = 2, .experts = 4, .ep = 1, .capacity = 0.6});
 }
 
-// Shared experts run while the routed rows travel to their experts (under ep).
+// Shared experts run while the routed rows travel to their experts (under ep), or after.
 TEST(MoEEquivalence, SharedExpertsOverlappingTheDispatch) {
   check({.dp = 2, .tp = 1, .pp = 1, .experts = 4, .ep = 2, .shared = 1});
+  check({.dp = 2, .tp = 1, .pp = 1, .experts = 4, .ep = 2, .shared = 1, .overlap = false});
   check({.family = "llama", .dp = 4, .tp = 1, .pp = 1, .zero = 1, .tied = false, .experts = 4, .ep = 4, .shared = 1});
 }
 

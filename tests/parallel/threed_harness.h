@@ -44,6 +44,7 @@ struct Case {
   int top_k = 2;        ///< MoE experts per token
   bool zero_router = false;  ///< MoE routers start at zero: every score ties (hostile routing)
   int shared = 0;       ///< MoE shared experts
+  bool overlap = true;  ///< the shared experts compute while the routed rows travel (ep)
   int world() const { return dp * tp * pp; }
   std::string str() const {
     std::string s = "(dp " + std::to_string(dp) + ", tp " + std::to_string(tp) + ", pp " + std::to_string(pp) +
@@ -70,6 +71,7 @@ inline nn::MoEConfig moe_config(const Case& c) {
   m.z_loss_coef = 0.001;
   m.capacity_factor = c.capacity;
   m.shared_experts = c.shared;
+  m.shared_expert_overlap = c.overlap;
   return m;
 }
 
