@@ -155,10 +155,8 @@ ModelSpec gpt_spec(const GPTConfig& cfg) {
                                     .sequence_parallel = q.sequence_parallel, .dropout = cfg.dropout > 0,
                                     .checkpoint = cfg.checkpoint, .selective = cfg.selective, .pipeline = false,
                                     .moe_layers = q.moe_layers,
-                                    .moe = cfg.moe.enabled()
-                                               ? moe_activation_input(cfg.moe, q.batch * cfg.block_size, cfg.n_embd,
-                                                                      moe_hidden, ExpertActivation::gelu, q.ep)
-                                               : MoEActivationInput{}};
+                                    .moe = moe_activation_input(cfg.moe, q.batch * cfg.block_size, cfg.n_embd,
+                                                                moe_hidden, ExpertActivation::gelu, q.ep)};
     return rank_activation_bytes(q, blocks, gpt_activation_bytes, gpt_backward_transient_bytes, gpt_recompute_bytes);
   };
   return s;

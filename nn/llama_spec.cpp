@@ -117,10 +117,8 @@ ModelSpec llama_spec(const LlamaConfig& cfg) {
                                       .tp = rq.tp, .sequence_parallel = rq.sequence_parallel,
                                       .checkpoint = cfg.checkpoint, .selective = cfg.selective, .pipeline = false,
                                       .moe_layers = rq.moe_layers,
-                                      .moe = cfg.moe.enabled()
-                                                 ? moe_activation_input(cfg.moe, rq.batch * cfg.block_size, cfg.n_embd,
-                                                                        moe_hidden, ExpertActivation::swiglu, rq.ep)
-                                                 : MoEActivationInput{}};
+                                      .moe = moe_activation_input(cfg.moe, rq.batch * cfg.block_size, cfg.n_embd,
+                                                                  moe_hidden, ExpertActivation::swiglu, rq.ep)};
     return rank_activation_bytes(rq, blocks, llama_activation_bytes, llama_backward_transient_bytes,
                                  llama_recompute_bytes);
   };

@@ -64,6 +64,7 @@ int64_t moe_backward_transient_bytes(const MoEActivationInput& a) {
 
 MoEActivationInput moe_activation_input(const MoEConfig& cfg, int64_t tokens, int64_t embd, int64_t hidden,
                                         ExpertActivation act, int ep) {
+  if (!cfg.enabled()) return {};
   return {.tokens = tokens, .embd = embd, .experts = cfg.experts, .top_k = cfg.top_k, .hidden = hidden,
           .shared_hidden = cfg.shared_experts * hidden, .swiglu = act == ExpertActivation::swiglu,
           .norm_topk = cfg.norm_topk, .z_loss = cfg.z_loss_coef > 0, .ep = ep};

@@ -44,7 +44,8 @@ int64_t moe_activation_bytes(const MoEActivationInput& in);
 /// for the N·top_k rows and w1's weight gradient of this rank's E / ep experts.
 int64_t moe_backward_transient_bytes(const MoEActivationInput& in);
 
-/// The layer's activation input for a micro-batch of `tokens` tokens of width `embd`.
+/// The layer's activation input for a micro-batch of `tokens` tokens of width `embd` (empty for
+/// a dense model: cfg.experts 0).
 MoEActivationInput moe_activation_input(const MoEConfig& cfg, int64_t tokens, int64_t embd, int64_t hidden,
                                         ExpertActivation act, int ep);
 
