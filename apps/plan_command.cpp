@@ -169,7 +169,7 @@ Command add_plan_command(CLI::App& parent) {
             // f32 parameters (autocast keeps f32 masters) unless run.precision is bf16_params;
             // cp ranks are replicas too.
             parallel::MemoryPlanInput in =
-                memory_plan_input(cfg, model.total, 4, dims.hybrid() ? dims.shard_size() : dims.dp * dims.cp,
+                memory_plan_input(cfg, model.total, 4, dims.hybrid() ? dims.shard_size() * dims.cp : dims.dp * dims.cp,
                                   dims.zero_stage);
             const bool sp = cfg.parallel.sequence_parallel && dims.tp > 1;
             in.tp = dims.tp;

@@ -24,8 +24,10 @@ std::string fmt(double v) {
 
 std::string tick_label(double v) {
   char buf[32];
-  if (v != 0 && (std::abs(v) < 1e-3 || std::abs(v) >= 1e5))
+  if (v != 0 && std::abs(v) < 1e-3)
     std::snprintf(buf, sizeof buf, "%.0e", v);
+  else if (std::abs(v) >= 1e5)  // 1.2e+06, not 1e+06 for every tick between 1e6 and 2e6
+    std::snprintf(buf, sizeof buf, "%.3g", v);
   else
     std::snprintf(buf, sizeof buf, "%g", v);
   return buf;

@@ -9,7 +9,7 @@ namespace {
 // HSDP's dp_shard / dp_replicate against the resolved dp: fills dp_shard from dp_replicate.
 void resolve_hybrid(ParallelDims& d) {
   int& dp_shard = d.dp_shard;
-  const int dp_replicate = d.dp_replicate, dp = d.dp, zero_stage = d.zero_stage, cp = d.cp;
+  const int dp_replicate = d.dp_replicate, dp = d.dp, zero_stage = d.zero_stage;
   if (dp_shard < 0) config_fail("parallel.dp_shard", "must be >= 0 (0 = every dp rank), got " + std::to_string(dp_shard));
   if (dp_replicate < 0)
     config_fail("parallel.dp_replicate", "must be >= 0 (0 = dp / dp_shard), got " + std::to_string(dp_replicate));
@@ -30,10 +30,6 @@ void resolve_hybrid(ParallelDims& d) {
     config_fail("parallel.dp_shard", detail::str_cat("is ", dp_shard, " but parallel.zero_stage is 0: hybrid sharding "
                                                      "shards ZeRO's state within groups of dp_shard ranks (set "
                                                      "zero_stage: 1|2|3, or drop dp_shard for DDP)"));
-  if (cp > 1 && dp_shard < dp)
-    config_fail("parallel.dp_shard", detail::str_cat("is ", dp_shard, " < parallel.dp = ", dp,
-                                                     " but hybrid sharding does not compose with parallel.cp > 1 in "
-                                                     "this version (drop dp_shard)"));
 }
 
 }  // namespace

@@ -43,7 +43,9 @@ struct LayoutChecks {
 /// order. ZeRO shards within a shard group; the replicate group (the ranks at the same
 /// position of every shard group) averages the gradient slices. dp_shard 0 or dp is plain
 /// ZeRO over all dp ranks; dp_shard 1 keeps the whole state on every rank and all-reduces
-/// the flat gradient units over dp (replication through ZeRO's flat units).
+/// the flat gradient units over dp (replication through ZeRO's flat units). With cp > 1 a
+/// shard group is its dp ranks' dp_shard x cp ranks (they hold the same parameters and see
+/// different tokens; torchtitan's dp_shard_cp), and the replicas average over dp_replicate.
 struct ParallelDims {
   static constexpr int kAuto = 0;
   int dp = kAuto;      ///< data-parallel degree; kAuto = world / (cp * tp * pp)

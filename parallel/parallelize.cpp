@@ -149,8 +149,8 @@ std::string ParallelModel::describe() const {
   const comm::ProcessGroup& dp = *replica_;
   std::string s = dims_.dp_strategy() + " over " + std::to_string(dp.size()) + (dims_.cp > 1 ? " dp x cp" : " dp") + " rank(s)";
   if (dims_.hybrid())
-    s += " in " + std::to_string(dims_.replicate_size()) + " replicas of " + std::to_string(dims_.shard_size()) +
-         "-rank shard groups";
+    s += " in " + std::to_string(dims_.replicate_size()) + " replicas of " +
+         std::to_string(dims_.shard_size() * dims_.cp) + "-rank shard groups";
   if (dp.size() > 1 || dims_.zero_stage > 0)
     s += std::string(" (") + dp.backend_kind() + " backend, comm.algorithm " + comm::algorithm_name(dp.algorithm()) + ")";
   s += split_->describe();
@@ -223,7 +223,8 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, co
   // Under expert parallelism it never sees the experts, which ExpertSync reduces over the
   // ranks holding the same ones.
   const GradSyncOptions so{.zero_stage = d.zero_stage,
-                           .dp_shard = d.hybrid() ? d.shard_size() : 0,
+                           // the replica group is dp x cp, dp-major: a shard group's dp ranks with all their cp ranks
+                           .dp_shard = d.hybrid() ? d.shard_size() * d.cp : 0,
                            .ddp = opts.ddp,
                            .fsdp_prefetch = opts.fsdp_prefetch,
                            .fsdp_wrap = opts.fsdp_wrap,

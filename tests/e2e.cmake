@@ -318,6 +318,23 @@ elseif(CASE STREQUAL "hsdp_matches_single_process")
     same_losses("${ls}" "${lh${stage}}" "HSDP ZeRO-${stage} vs one process")
     same_parameters(ddp4 h${stage} 1e-5 "HSDP ZeRO-${stage} vs DDP parameters")
   endforeach()
+  # HSDP x cp: dp 2 x cp 2 at ZeRO-3 with dp_shard 1: each shard group is one dp rank's 2 cp
+  # ranks, the 2 replicas average; one process's losses.
+  execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 4 ${STRATA} train ${common} --set run.dir=hcp
+                          --set parallel.zero_stage=3 --set parallel.cp=2 --set parallel.dp_shard=1
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 120)
+  if(NOT "${rc}" STREQUAL "0")
+    message(FATAL_ERROR "mpirun -np 4 strata train HSDP x cp: exit code ${rc}\n${OUT}\n${ERR}")
+  endif()
+  expect(OUT "HSDP ZeRO-3 over 4 dp x cp rank(s) in 2 replicas of 2-rank shard groups")
+  losses(${WORK}/hcp/metrics.jsonl lhcp)
+  same_losses("${ls}" "${lhcp}" "HSDP ZeRO-3 x cp 2 vs one process")
+  # 16-bit model states under HSDP: one bf16 process's losses to bf16's noise.
+  run(0 train ${common} --set run.dir=single_bf16 --set run.precision=bf16_params)
+  losses(${WORK}/single_bf16/metrics.jsonl lsb)
+  hsdp_run(hbf 1 ${common} --set run.precision=bf16_params)
+  losses(${WORK}/hbf/metrics.jsonl lhbf)
+  same_losses("${lsb}" "${lhbf}" "HSDP ZeRO-1 bf16_params vs one bf16 process" 1e-3)
   set(resume --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
              --set train.max_steps=8 --set train.grad_accum_steps=2)
   run(0 train ${resume} --set run.dir=rs --resume single)

@@ -97,6 +97,19 @@ TEST_F(PlotTest, SecondPanelAgainstSamples) {
   EXPECT_EQ(count(one, "<g class=\"panel\""), 1u);
 }
 
+// Large axes keep distinct tick labels: 48000 samples per step gives ticks 5e+05 apart,
+// 1.5e+06 among them (not rounded to "2e+06" beside the 2e+06 tick).
+TEST_F(PlotTest, LargeTickLabelsStayDistinct) {
+  write_run(path("big"), 1.0, 48000);
+  const std::string svg = plot_runs_svg({read_run_curves(path("big"))});
+  const size_t second = svg.find("data-x=\"samples\"");
+  ASSERT_NE(second, std::string::npos);
+  const std::string panel = svg.substr(second);
+  EXPECT_NE(panel.find(">1.5e+06</text>"), std::string::npos);
+  EXPECT_EQ(count(panel, ">2e+06</text>"), 1u);
+  EXPECT_EQ(count(panel, ">1e+06</text>"), 1u);
+}
+
 TEST_F(PlotTest, HelpersAndErrors) {
   // Bias-corrected: (0.5*1) / 0.5, (0.25*1 + 0.5*3) / 0.75, (0.125*1 + 0.25*3 + 0.5*3) / 0.875.
   const std::vector<double> e = ema({1, 3, 3}, 0.5);

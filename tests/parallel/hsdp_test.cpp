@@ -160,9 +160,10 @@ TEST(HsdpDims, KeysResolveAndErrorsNameTheKey) {
             std::string::npos);
   EXPECT_NE(error_of([] { ParallelDims{.zero_stage = 1, .dp_shard = -1}.resolve(4); }).find("parallel.dp_shard"),
             std::string::npos);
-  EXPECT_NE(error_of([] { ParallelDims{.zero_stage = 1, .cp = 2, .dp_shard = 1}.resolve(4); })
-                .find("parallel.dp_shard"),
-            std::string::npos);
+  // With cp: shard groups of dp_shard dp ranks (x cp), replicas over dp / dp_shard.
+  const ParallelDims cp = ParallelDims{.zero_stage = 1, .cp = 2, .dp_shard = 1}.resolve(4);
+  EXPECT_TRUE(cp.hybrid());
+  EXPECT_EQ(cp.replicate_size(), 2);
 }
 
 TEST(HsdpGroups, ShardGroupsAreRunsOfConsecutiveDpRanks) {
