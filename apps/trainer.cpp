@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "apps/auto_layout.h"
@@ -260,10 +261,14 @@ double Trainer::step() {
     data::Batch b = on_device(std::move(*next));
     batches.push_back({std::move(b.input), std::move(b.target)});
   }
-  const parallel::StepResult r = pm_->train_step(batches, {.grad_clip = cfg_.train.grad_clip,
-                                                           .scaler = scaler_ ? &*scaler_ : nullptr,
-                                                           .autocast = autocast_,
-                                                           .step = step_ + 1});
+  const parallel::StepResult r =
+      pm_->train_step(batches, {.grad_clip = cfg_.train.grad_clip,
+                                .scaler = scaler_ ? &*scaler_ : nullptr,
+                                .autocast = autocast_,
+                                .step = step_ + 1,
+                                .before_update = [this] {
+                                  if (async_ckpt_) async_ckpt_->wait_snapshot();  // a checkpoint's copy is complete
+                                }});
   if (moe_metrics_) moe_metrics_->take(*model_);
   ++step_;
   return r.loss;
@@ -357,13 +362,19 @@ void Trainer::save_checkpoint_state(const std::string& dir, const std::function<
   parallel::CheckpointLayout layout{.mesh = {}, .zero_stage = pm_->dims().zero_stage};
   for (const auto& d : pm_->mesh().shape().dims()) layout.mesh.emplace_back(d.name, d.size);
   if (async_ckpt_ && after_commit) {
-    // The state is captured now; the pieces are copied to host buffers by start().
-    async_ckpt_->start(pm_->state_pieces(),
-                       [dir, layout, names = whole_state_names_, scalars = pm_->optimizer().state_dict().scalars,
-                        st = capture_state(), after_commit](comm::ProcessGroup& g, const std::vector<parallel::ShardPiece>& snap) {
-                         parallel::save_sharded_checkpoint(dir, g, snap, layout, names, scalars, st);
-                         after_commit();
-                       });
+    // The state is captured now; the buffers a forward updates (BatchNorm statistics) are
+    // copied to host by start(), the parameters and optimizer state by the writer thread
+    // while the next step's forward and backward run (its optimizer step waits for it).
+    std::set<std::string> buffers;
+    for (const auto& [n, b] : model_->named_buffers()) buffers.insert(n);
+    async_ckpt_->start(
+        pm_->state_pieces(),
+        [dir, layout, names = whole_state_names_, scalars = pm_->optimizer().state_dict().scalars, st = capture_state(),
+         after_commit](comm::ProcessGroup& g, const std::vector<parallel::ShardPiece>& snap) {
+          parallel::save_sharded_checkpoint(dir, g, snap, layout, names, scalars, st);
+          after_commit();
+        },
+        [buffers = std::move(buffers)](const parallel::ShardPiece& p) { return buffers.count(p.name) > 0; });
     return;
   }
   parallel::save_sharded_checkpoint(dir, *pm_->mesh().world(), pm_->state_pieces(), layout, whole_state_names_,
@@ -434,8 +445,8 @@ void Trainer::maybe_checkpoint() {
   else
     progress_->line("checkpoint: " + (root / name).string());
   if (async_ckpt_ && rank_ == 0 && opts_.verbose && !async_reported_) {
-    std::printf("checkpoint %s: %.1f MiB of this rank's state copied to host buffers in %.1f ms; written in the "
-                "background (train.checkpoint_async)\n",
+    std::printf("checkpoint %s: %.1f MiB of this rank's state snapshotted to host buffers (%.1f ms on this step, the "
+                "rest during the next one) and written in the background (train.checkpoint_async)\n",
                 name.c_str(), double(async_ckpt_->buffer_bytes()) / (1 << 20), async_ckpt_->last_snapshot_s() * 1e3);
     std::fflush(stdout);
     async_reported_ = true;

@@ -45,6 +45,7 @@ StepResult ParallelModel::train_step(std::span<const Batch> batches, const StepO
   if (o.scaler) unscale_(*o.scaler);  // clipping sees the true gradients; ZeRO agrees on overflow
   const bool finite = !o.scaler || !o.scaler->found_inf(optimizer());
   if (o.grad_clip > 0 && finite) r.grad_norm = clip_grad_norm(o.grad_clip);
+  if (o.before_update) o.before_update();
   {
     trace::Scope slice("optimizer");
     step(o.scaler);

@@ -67,6 +67,9 @@ struct StepOptions {
   optim::GradScaler* scaler = nullptr;  ///< f16: dynamic loss scaling (steps skipped on overflow)
   std::optional<DType> autocast{};      ///< forward and loss under autocast to this dtype
   int64_t step = 0;                     ///< the step's number, for messages
+  /// Runs after the forward, backward and gradient reduction, before the optimizer changes
+  /// any parameter or state (a background checkpoint's snapshot completes there).
+  std::function<void()> before_update{};
 };
 
 /// What one training step did.
