@@ -31,6 +31,16 @@ macro(expect_not var)
   endforeach()
 endmacro()
 
+# mpi_run(<np> <args...>): `mpirun -np <np> strata <args>` in WORK (MPIRUN, STRATA), exit 0
+# expected (else FATAL_ERROR with its output); OUT and ERR are left for expect().
+macro(mpi_run np)
+  execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np ${np} ${STRATA} ${ARGN}
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 240)
+  if(NOT "${rc}" STREQUAL "0")
+    message(FATAL_ERROR "mpirun -np ${np} strata ${ARGN}: exit code ${rc}\n${OUT}\n${ERR}")
+  endif()
+endmacro()
+
 # losses(<metrics.jsonl> <out list var> [record type]): "step=loss" for each record of the
 # type (default train; eval for the evaluations), loss as written.
 function(losses file out)
