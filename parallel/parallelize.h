@@ -1,6 +1,6 @@
 // parallelize(): the one place a layout is composed. It applies the strategies in a
-// fixed order (tensor parallel, then the pipeline split, then DDP or ZeRO on the mesh's
-// dp dimension) and returns one handle that a training loop drives without knowing which
+// fixed order (tensor parallel, the pipeline split, context and expert parallel, then DDP
+// or ZeRO on the mesh's dp dimension) and returns one handle that a training loop drives without knowing which
 // strategies are inside (torchtitan's parallelize_* functions, as a C++ API).
 #pragma once
 #include <functional>
@@ -239,10 +239,15 @@ class ParallelModel {
 ///      this rank holds (ring attention, sequences split by opts.cp_split; under pp the
 ///      first stage splits the tokens, the last the targets, and stages pass (B, T/cp, C):
 ///      opts.pp_plan's activation must say so),
+///   2c. expert parallel when dims.ep > 1: apply_ep keeps this rank's experts / ep of every
+///      MoE layer (ep groups of consecutive dp ranks) and dispatches tokens by all-to-all
+///      (ConfigError naming parallel.ep when the model has no MoE layer),
 ///   3. on mesh["dp"] (at cp > 1 on the dp x cp ranks, which all hold the same parameters
 ///      and see different tokens): ZeRO stage dims.zero_stage when > 0, else DDP when
 ///      that group has more than one rank, else nothing (one process); with
 ///      opts.replicas, thread replicas (DataParallel) run each forward in this process.
+///      Under expert parallelism that sync never sees the experts: ExpertSync wraps it and
+///      reduces them over the ranks holding the same experts.
 /// Rank 0's parameters and buffers are broadcast over dp. The optimizer is built by
 /// opts.make_optimizer after the model is split and sharded.
 std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model, const comm::DeviceMesh& mesh,
