@@ -82,15 +82,7 @@ int64_t gpt_recompute_bytes(const GptActivationInput& a) {
   if ((!a.checkpoint && !a.selective) || a.layers == 0) return 0;
   const int64_t tp = a.tp, nc = a.batch * a.seq * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
   if (a.selective) return (att + (a.dropout ? nc / tp + att : 0)) * 4 + (a.dropout ? att : 0);  // one core
-  GptActivationInput one = a;  // one block as it is kept without recomputation (an MoE one if any)
-  one.checkpoint = false;
-  one.layers = 1;
-  one.moe_layers = a.moe_layers > 0 ? 1 : 0;
-  one.first = one.last = one.pipeline = false;
-  const int64_t first = gpt_activation_bytes(one);
-  if (a.moe_layers == 0 || a.moe_layers == a.layers) return first;
-  one.moe_layers = 0;  // a dense block, when the rank has both kinds
-  return std::max(first, gpt_activation_bytes(one));
+  return one_block_recompute_bytes(a, gpt_activation_bytes);
 }
 
 int64_t gpt_backward_transient_bytes(const GptActivationInput& a) {

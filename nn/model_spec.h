@@ -5,6 +5,7 @@
 // derives it from its own config (nn/gpt_spec.h, mlp_spec.h, cnn_spec.h), so the
 // planner never mirrors a model's shapes.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -87,6 +88,23 @@ int64_t rank_activation_bytes(const RankActivationQuery& q, const In& blocks, St
     bytes += re > freed ? re - freed : 0;
   }
   return bytes;
+}
+
+/// What full recomputation holds at once: one block's activations as they are kept without
+/// it, the larger of an MoE block and a dense one when the rank runs both kinds. In: a
+/// family's activation input with fields checkpoint, layers, moe_layers, first, last,
+/// pipeline; `bytes(in)` its stored bytes.
+template <class In, class Bytes>
+int64_t one_block_recompute_bytes(const In& a, Bytes bytes) {
+  In one = a;
+  one.checkpoint = false;
+  one.layers = 1;
+  one.moe_layers = a.moe_layers > 0 ? 1 : 0;
+  one.first = one.last = one.pipeline = false;
+  const int64_t first = bytes(one);
+  if (a.moe_layers == 0 || a.moe_layers == a.layers) return first;
+  one.moe_layers = 0;  // a dense block
+  return std::max(first, bytes(one));
 }
 
 /// The planner's description of one model. Build it with from_params(), then fill the

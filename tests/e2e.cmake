@@ -292,12 +292,7 @@ elseif(CASE STREQUAL "hsdp_matches_single_process")
   set(common --config ${SRC}/tests/data_files/tiny_gpt.yaml --set data.path=${corpus} --set model.dropout=0
              --set train.max_steps=6 --set train.grad_accum_steps=2 --set train.save_final=true)
   macro(hsdp_run dir stage)
-    execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 4 ${STRATA} train ${ARGN}
-                            --set run.dir=${dir} --set parallel.zero_stage=${stage} --set parallel.dp_shard=2
-                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 120)
-    if(NOT "${rc}" STREQUAL "0")
-      message(FATAL_ERROR "mpirun -np 4 strata train zero_stage ${stage} dp_shard 2 (${dir}): exit code ${rc}\n${OUT}\n${ERR}")
-    endif()
+    mpi_run(4 train ${ARGN} --set run.dir=${dir} --set parallel.zero_stage=${stage} --set parallel.dp_shard=2)
     expect(OUT "layout: dp 4 x tp 1 x pp 1, zero_stage ${stage}, dp_shard 2 x dp_replicate 2 | HSDP ZeRO-${stage} over 4 dp rank(s) in 2 replicas of 2-rank shard groups")
   endmacro()
   # A shard group or a replica count that does not divide dp: exit 2 naming the key.
@@ -307,11 +302,7 @@ elseif(CASE STREQUAL "hsdp_matches_single_process")
   expect(ERR "parallel.dp_replicate: is 2 but does not divide parallel.dp = 1")
   run(0 train ${common} --set run.dir=single)
   losses(${WORK}/single/metrics.jsonl ls)
-  execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np 4 ${STRATA} train ${common} --set run.dir=ddp4
-                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 120)
-  if(NOT "${rc}" STREQUAL "0")
-    message(FATAL_ERROR "mpirun -np 4 strata train (DDP): exit code ${rc}\n${OUT}\n${ERR}")
-  endif()
+  mpi_run(4 train ${common} --set run.dir=ddp4)
   foreach(stage 3 1)
     hsdp_run(h${stage} ${stage} ${common})
     losses(${WORK}/h${stage}/metrics.jsonl lh${stage})

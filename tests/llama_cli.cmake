@@ -83,12 +83,7 @@ elseif(CASE STREQUAL "llama_tp_mpi")
                  "pp;--set;parallel.pp=2;--set;parallel.microbatches=2"
                  "cp;--set;parallel.cp=2")
     list(POP_FRONT layout name)
-    execute_process(COMMAND ${MPIRUN} -np 2 --oversubscribe ${STRATA} train --config ${cfg} --set run.dir=${name}
-                            ${common} ${layout}
-                    WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR)
-    if(NOT rc EQUAL 0)
-      message(FATAL_ERROR "mpirun -np 2 strata train (${name} ${layout}): exit ${rc}\n${OUT}\n${ERR}")
-    endif()
+    mpi_run(2 train --config ${cfg} --set run.dir=${name} ${common} ${layout})
     losses(${WORK}/${name}/metrics.jsonl b)
     same_losses("${a}" "${b}" "llama ${name} 2 vs one process" 1e-4)
   endforeach()

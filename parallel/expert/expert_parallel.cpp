@@ -242,10 +242,7 @@ class ExpertSync final : public GradSync {
   ExpertSync(std::unique_ptr<GradSync> dense, nn::Module& model, std::shared_ptr<const EpLayout> layout,
              const OptimizerFactory& make_optimizer)
       : dense_(std::move(dense)), layout_(*layout), keep_(std::move(layout)) {
-    for (const auto& [n, p] : model.named_parameters())
-      if (layout_.find(n) && layout_.find(n)->name == n) experts_.emplace_back(n, p);
-    STRATA_CHECK(experts_.size() == layout_.sharded.size(), "[ep] found ", experts_.size(), " of the ",
-                 layout_.sharded.size(), " expert weights in the model");
+    for (const EpShardedParam& e : layout_.sharded) experts_.emplace_back(e.name, model.parameter(e.name));
     opt_ = make_optimizer(experts_);
     STRATA_CHECK(opt_ != nullptr, "[ep] the optimizer factory returned null");
   }

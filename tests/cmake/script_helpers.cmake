@@ -35,7 +35,7 @@ endmacro()
 # expected (else FATAL_ERROR with its output); OUT and ERR are left for expect().
 macro(mpi_run np)
   execute_process(COMMAND ${MPIRUN} --oversubscribe --allow-run-as-root -np ${np} ${STRATA} ${ARGN}
-                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 240)
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE OUT ERROR_VARIABLE ERR TIMEOUT 120)
   if(NOT "${rc}" STREQUAL "0")
     message(FATAL_ERROR "mpirun -np ${np} strata ${ARGN}: exit code ${rc}\n${OUT}\n${ERR}")
   endif()
