@@ -48,6 +48,12 @@ class Optimizer {
   /// The per-parameter state kinds this optimizer keeps ("exp_avg", "exp_avg_sq"; SGD with
   /// momentum "momentum_buffer"); state_dict() names tensors "<kind>.<param name>".
   std::vector<std::string> state_kinds() const { return state_names(); }
+  /// The parameter a state tensor "<kind>.<param name>" belongs to: what follows the first
+  /// dot ("exp_avg.h.0.w" -> "h.0.w"; "" for a name without one).
+  static std::string state_param_name(const std::string& state_name) {
+    const size_t dot = state_name.find('.');
+    return dot == std::string::npos ? std::string() : state_name.substr(dot + 1);
+  }
 
   /// The f32 master weights of parameter i (undefined unless the parameter is bf16/f16).
   const Tensor& master(size_t i) const { return masters_[i]; }

@@ -119,7 +119,7 @@ std::vector<ShardPiece> ParallelModel::state_pieces() const {
   if (copies.empty()) return local;
   std::vector<ShardPiece> out;
   for (auto& p : local) {
-    const std::string bare = p.name.substr(p.name.find('.') + 1);  // "exp_avg.wte.weight" -> "wte.weight"
+    const std::string bare = optim::Optimizer::state_param_name(p.name);  // "exp_avg.wte.weight" -> "wte.weight"
     const bool copy = std::find(copies.begin(), copies.end(), p.name) != copies.end() ||
                       std::find(copies.begin(), copies.end(), bare) != copies.end();
     if (!copy) out.push_back(std::move(p));

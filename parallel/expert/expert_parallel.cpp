@@ -16,11 +16,9 @@
 namespace strata::parallel {
 
 const EpShardedParam* EpLayout::find(const std::string& name) const {
+  const std::string bare = optim::Optimizer::state_param_name(name);  // of "exp_avg.h.1.mlp.experts.w1"
   for (const auto& p : sharded)
     if (p.name == name) return &p;
-  const size_t dot = name.find('.');  // "exp_avg.h.1.mlp.experts.w1" -> "h.1.mlp.experts.w1"
-  if (dot == std::string::npos) return nullptr;
-  const std::string bare = name.substr(dot + 1);
   for (const auto& p : sharded)
     if (p.name == bare) return &p;
   return nullptr;

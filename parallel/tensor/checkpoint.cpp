@@ -29,8 +29,7 @@ Shape shard_shape(const TpShardedParam& p, int n) {
 
 const TpShardedParam* tp_sharded_of(const TpLayout& layout, const std::string& name) {
   if (const TpShardedParam* p = layout.find(name)) return p;
-  const size_t dot = name.find('.');
-  return dot == std::string::npos ? nullptr : layout.find(name.substr(dot + 1));
+  return layout.find(optim::Optimizer::state_param_name(name));
 }
 
 std::vector<std::pair<int64_t, int64_t>> tp_global_runs(const TpShardedParam& p, int rank, int n, int64_t b,
