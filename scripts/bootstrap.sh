@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev
+  libdnnl-dev libblis-dev libxsmm-dev  # alternative CPU GEMM and convolution kernels
   libspdlog-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev
   libpcre2-dev  # the tokenizer's pre-tokenizer regexes
