@@ -69,23 +69,27 @@ class CachingCpuAllocator final : public Allocator {
 
   Device device() const override { return kCPU; }
 
+  // A cache hit costs one lock and one atomic (the cached bytes the limit needs); the
+  // other counters of a cacheable request live in its bin, under the bin's lock, and
+  // allocated bytes are reserved minus cached.
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
-    requests_.fetch_add(1, kRelaxed);
     const size_t size = block_size(nbytes);
     void* p = nullptr;
-    if (cacheable(size) && enabled_.load(kRelaxed)) {
+    if (cacheable(size)) {
       Bin& b = bins_[bin(size)];
       std::lock_guard<std::mutex> lock(b.mu);
-      if (!b.free.empty()) {
+      ++b.requests;
+      if (!b.free.empty() && enabled_.load(kRelaxed)) {
         p = b.free.back();
         b.free.pop_back();
+        ++b.hits;
       }
+    } else {
+      requests_.fetch_add(1, kRelaxed);
     }
     if (p) {
-      cache_hits_.fetch_add(1, kRelaxed);
       cached_bytes_.fetch_sub(int64_t(size), kRelaxed);
-      cached_blocks_.fetch_sub(1, kRelaxed);
     } else {
       p = std::aligned_alloc(kCpuAlignment, size);
       if (!p) {  // the cache may hold what the OS cannot give: return it and retry once
@@ -97,7 +101,6 @@ class CachingCpuAllocator final : public Allocator {
       if (cacheable(size)) os_allocs_by_bin_[bin(size)].fetch_add(1, kRelaxed);
       bump_peak(peak_reserved_, reserved_.fetch_add(int64_t(size), kRelaxed) + int64_t(size));
     }
-    allocated_.fetch_add(int64_t(size), kRelaxed);
     STRATA_UNPOISON(p, nbytes);
     STRATA_POISON(static_cast<char*>(p) + nbytes, size - nbytes);
     return p;
@@ -107,7 +110,6 @@ class CachingCpuAllocator final : public Allocator {
   void deallocate(void* p, size_t nbytes) noexcept override {
     if (!p) return;
     const size_t size = block_size(nbytes);
-    allocated_.fetch_sub(int64_t(size), kRelaxed);
     if (cacheable(size) && enabled_.load(kRelaxed) && reserve_cache(size)) {
       Bin& b = bins_[bin(size)];
       try {
@@ -117,7 +119,6 @@ class CachingCpuAllocator final : public Allocator {
         return;
       } catch (...) {
         cached_bytes_.fetch_sub(int64_t(size), kRelaxed);
-        cached_blocks_.fetch_sub(1, kRelaxed);
       }
     }
     os_free(p, size);
@@ -133,7 +134,6 @@ class CachingCpuAllocator final : public Allocator {
       if (blocks.empty()) continue;
       const size_t size = class_of_bin(i);
       cached_bytes_.fetch_sub(int64_t(size * blocks.size()), kRelaxed);
-      cached_blocks_.fetch_sub(int64_t(blocks.size()), kRelaxed);
       for (void* p : blocks) os_free(p, size);
     }
   }
@@ -153,14 +153,22 @@ class CachingCpuAllocator final : public Allocator {
     return out;
   }
 
-  CpuAllocatorStats stats() const {
-    return {.allocated_bytes = allocated_.load(kRelaxed),
-            .reserved_bytes = reserved_.load(kRelaxed),
+  CpuAllocatorStats stats() {
+    int64_t blocks = 0, requests = requests_.load(kRelaxed), hits = 0;
+    for (Bin& b : bins_) {
+      std::lock_guard<std::mutex> lock(b.mu);
+      blocks += int64_t(b.free.size());
+      requests += b.requests;
+      hits += b.hits;
+    }
+    const int64_t reserved = reserved_.load(kRelaxed), cached = cached_bytes_.load(kRelaxed);
+    return {.allocated_bytes = reserved - cached,
+            .reserved_bytes = reserved,
             .peak_reserved_bytes = peak_reserved_.load(kRelaxed),
-            .cached_bytes = cached_bytes_.load(kRelaxed),
-            .cached_blocks = cached_blocks_.load(kRelaxed),
-            .requests = requests_.load(kRelaxed),
-            .cache_hits = cache_hits_.load(kRelaxed),
+            .cached_bytes = cached,
+            .cached_blocks = blocks,
+            .requests = requests,
+            .cache_hits = hits,
             .os_allocs = os_allocs_.load(kRelaxed),
             .os_frees = os_frees_.load(kRelaxed)};
   }
@@ -169,6 +177,7 @@ class CachingCpuAllocator final : public Allocator {
   struct Bin {
     std::mutex mu;
     std::vector<void*> free;  // blocks of this bin's class, most recently freed last
+    int64_t requests = 0, hits = 0;
   };
 
   // The bytes a request of nbytes gets: its size class, or (exact mode, huge blocks)
@@ -198,7 +207,6 @@ class CachingCpuAllocator final : public Allocator {
       cached_bytes_.fetch_sub(int64_t(size), kRelaxed);
       return false;
     }
-    cached_blocks_.fetch_add(1, kRelaxed);
     return true;
   }
 
@@ -213,8 +221,8 @@ class CachingCpuAllocator final : public Allocator {
   std::atomic<bool> enabled_;
   std::atomic<size_t> limit_;
   std::array<Bin, kNumBins> bins_;
-  std::atomic<int64_t> allocated_{0}, reserved_{0}, peak_reserved_{0}, cached_bytes_{0}, cached_blocks_{0};
-  std::atomic<int64_t> requests_{0}, cache_hits_{0}, os_allocs_{0}, os_frees_{0};
+  std::atomic<int64_t> reserved_{0}, peak_reserved_{0}, cached_bytes_{0};
+  std::atomic<int64_t> requests_{0}, os_allocs_{0}, os_frees_{0};  // requests_: uncacheable sizes
   std::array<std::atomic<int64_t>, kNumBins> os_allocs_by_bin_{};
 };
 

@@ -73,4 +73,10 @@ std::vector<std::string> registered_kernels(DeviceType t) {
   return names;
 }
 
+void throw_devices_differ(const char* op, Device expected, std::initializer_list<Device> got) {
+  for (Device o : got)
+    STRATA_CHECK(o == expected, "[", op, "] tensors on different devices: ", o.str(), " vs ", expected.str());
+  STRATA_THROW(Error, "[", op, "] tensors on different devices");
+}
+
 }  // namespace strata

@@ -87,12 +87,15 @@ struct KernelTable {
 #endif
 };
 
-/// Throws unless every tensor is on the same device; returns it.
+[[noreturn]] void throw_devices_differ(const char* op, Device expected, std::initializer_list<Device> got);
+
+/// Throws unless every tensor is on the same device; returns it. The check inlines to a
+/// compare per operand (every op's front end runs it).
 template <class T0, class... Ts>
 Device common_device(const char* op, const T0& t0, const Ts&... ts) {
   const Device d = t0.device();
-  for (Device o : {ts.device()...})
-    STRATA_CHECK(o == d, "[", op, "] tensors on different devices: ", o.str(), " vs ", d.str());
+  if (((ts.device() != d) || ...)) [[unlikely]]
+    throw_devices_differ(op, d, {ts.device()...});
   return d;
 }
 

@@ -36,6 +36,18 @@ cpu::MatRef mat_ref(const Tensor& t, const std::pair<int64_t, bool>& l, int64_t 
   return {base + elem_offset * int64_t(element_size(t.dtype())), l.first, l.second};
 }
 
+// A 2-d operand as BLAS takes it: in place when its layout allows (no handle copy), else
+// a contiguous copy held here for the call.
+struct MatOperand {
+  Tensor copy;
+  cpu::MatRef ref;
+};
+MatOperand mat_operand(const Tensor& t) {
+  if (auto l = blas_layout(t)) return {Tensor(), mat_ref(t, *l, 0)};
+  auto [c, l] = prepare(t);
+  return {c, mat_ref(c, l, 0)};
+}
+
 }  // namespace
 
 void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
@@ -47,10 +59,9 @@ void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double b
                shape_str(out.shape()));
   STRATA_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "[gemm_] dtype mismatch");
   STRATA_CHECK(out.is_contiguous(), "[gemm_] out must be contiguous");
-  auto [ta, la] = prepare(a);
-  auto [tb, lb] = prepare(b);
-  kGemm(d)(out.dtype(), a.size(0), b.size(1), a.size(1), alpha, mat_ref(ta, la, 0), mat_ref(tb, lb, 0), beta,
-           out.raw_data(), std::max<int64_t>(out.size(1), 1));
+  const MatOperand oa = mat_operand(a), ob = mat_operand(b);
+  kGemm(d)(out.dtype(), a.size(0), b.size(1), a.size(1), alpha, oa.ref, ob.ref, beta, out.raw_data(),
+           std::max<int64_t>(out.size(1), 1));
   out.bump_version();
 }
 
@@ -59,6 +70,15 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   STRATA_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "[matmul] operands must be at least 1-d");
   STRATA_CHECK(a_in.dtype() == b_in.dtype(), "[matmul] dtype mismatch: ", dtype_name(a_in.dtype()), " @ ",
                dtype_name(b_in.dtype()));
+  if (a_in.dim() == 2 && b_in.dim() == 2) {  // the common case, without batch bookkeeping
+    const int64_t n = a_in.size(0), k = a_in.size(1), m = b_in.size(1);
+    STRATA_CHECK(b_in.size(0) == k, "[matmul] inner dimensions differ: ", shape_str(a_in.shape()), " @ ",
+                 shape_str(b_in.shape()));
+    Tensor out = Tensor::empty({n, m}, a_in.dtype(), d);
+    const MatOperand oa = mat_operand(a_in), ob = mat_operand(b_in);
+    kGemm(d)(out.dtype(), n, m, k, 1.0, oa.ref, ob.ref, 0.0, out.raw_data(), std::max<int64_t>(m, 1));
+    return out;
+  }
   Tensor a = a_in.dim() == 1 ? unsqueeze(a_in, 0) : a_in;
   Tensor b = b_in.dim() == 1 ? unsqueeze(b_in, 1) : b_in;
   const int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);

@@ -53,18 +53,8 @@ Tensor Tensor::make_view(std::shared_ptr<Storage> storage, Shape shape, Shape st
   return Tensor(std::move(impl));
 }
 
-int64_t Tensor::size(int64_t d) const {
-  const int64_t n = dim();
-  if (d < 0) d += n;
-  STRATA_CHECK(d >= 0 && d < n, "[size] dim ", d, " out of range for shape ", shape_str(shape()));
-  return impl_->shape[d];
-}
-
-int64_t Tensor::stride(int64_t d) const {
-  const int64_t n = dim();
-  if (d < 0) d += n;
-  STRATA_CHECK(d >= 0 && d < n, "[stride] dim ", d, " out of range for shape ", shape_str(shape()));
-  return impl_->strides[d];
+void Tensor::dim_out_of_range(int64_t d, const char* what) const {
+  STRATA_THROW(Error, "[", what, "] dim ", d, " out of range for shape ", shape_str(shape()));
 }
 
 bool Tensor::is_contiguous() const {

@@ -61,9 +61,10 @@ class Tensor {
   const Shape& strides() const { return impl_->strides; }
   int64_t offset() const { return impl_->offset; }
   int64_t dim() const { return int64_t(impl_->shape.size()); }
-  /// Size of dimension d; negative d counts from the end.
-  int64_t size(int64_t d) const;
-  int64_t stride(int64_t d) const;
+  /// Size of dimension d; negative d counts from the end. Inline: the GEMM and kernel
+  /// front ends call these per operand, and a tiny op's whole overhead is a few of them.
+  int64_t size(int64_t d) const { return impl_->shape[size_t(wrap(d, "size"))]; }
+  int64_t stride(int64_t d) const { return impl_->strides[size_t(wrap(d, "stride"))]; }
   int64_t numel() const { return shape_numel(impl_->shape); }
   int64_t nbytes() const { return numel() * int64_t(element_size(impl_->dtype)); }
   DType dtype() const { return impl_->dtype; }
@@ -117,6 +118,14 @@ class Tensor {
   void bump_version() const { impl_->storage->bump_version(); }
 
  private:
+  int64_t wrap(int64_t d, const char* what) const {
+    const int64_t n = dim();
+    if (d < 0) d += n;
+    if (d < 0 || d >= n) [[unlikely]] dim_out_of_range(d, what);
+    return d;
+  }
+  [[noreturn]] void dim_out_of_range(int64_t d, const char* what) const;
+
   std::shared_ptr<TensorImpl> impl_;
 };
 
