@@ -29,13 +29,15 @@ const char* mem_category_name(MemCategory c) {
   return "?";
 }
 
+// One atomic read-modify-write per call (allocations and frees pass here): the total is
+// the sum of the categories. Sequentially consistent, so of two concurrent adds the later
+// one's sum sees the earlier and the total's peak misses neither.
 void MemoryTracker::add(MemCategory c, int64_t bytes) {
   const int i = int(c);
-  const int64_t now = current_[i].fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  const int64_t tot = total_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  const int64_t now = current_[i].fetch_add(bytes) + bytes;
   if (bytes > 0) {
     bump_peak(peak_[i], now);
-    bump_peak(total_peak_, tot);
+    bump_peak(total_peak_, total_current());
   }
   if (MemoryTracker* t = t_thread_tracker; t && t != this) t->add(c, bytes);
 }
@@ -43,11 +45,15 @@ void MemoryTracker::add(MemCategory c, int64_t bytes) {
 MemStats MemoryTracker::stats(MemCategory c) const {
   return {current_[int(c)].load(), peak_[int(c)].load()};
 }
-int64_t MemoryTracker::total_current() const { return total_.load(); }
+int64_t MemoryTracker::total_current() const {
+  int64_t sum = 0;
+  for (const auto& v : current_) sum += v.load();
+  return sum;
+}
 int64_t MemoryTracker::total_peak() const { return total_peak_.load(); }
 void MemoryTracker::reset_peaks() {
   for (int i = 0; i < kN; ++i) peak_[i] = current_[i].load();
-  total_peak_ = total_.load();
+  total_peak_ = total_current();
 }
 
 MemoryTracker& cpu_memory() {

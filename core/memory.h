@@ -30,7 +30,7 @@ class MemoryTracker {
   static constexpr int kN = int(MemCategory::kCount);
   std::array<std::atomic<int64_t>, kN> current_{};
   std::array<std::atomic<int64_t>, kN> peak_{};
-  std::atomic<int64_t> total_{0}, total_peak_{0};
+  std::atomic<int64_t> total_peak_{0};
 };
 
 MemoryTracker& cpu_memory();
