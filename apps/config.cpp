@@ -563,19 +563,16 @@ void TrainConfig::validate() const {
   if (states16 && !dev.is_cpu())
     config_fail("run.precision", std::string(precision_name(run.precision)) + " runs on the CPU only: the CUDA backend has no 16-bit layer norm, "
                                  "softmax, cross-entropy or fused 16-bit optimizer kernels yet (use autocast there)");
-  // f16 model states step through the GradScaler, whose overflow check is agreed over the
-  // dp ranks under ZeRO (ParallelModel::unscale_); tp/pp/cp shard it over other groups.
-  if (run.precision == Precision::f16_params &&
-      (parallel.dims.tp > 1 || parallel.dims.pp > 1 || parallel.dims.cp > 1 || parallel.thread_replicas()))
-    config_fail("run.precision", "f16_params (dynamic loss scaling) works on one process, with DDP and ZeRO-1/2/3: "
-                                 "the skip-step check on tp/pp/cp-sharded gradients would have to be agreed across "
-                                 "those groups too, which is not implemented; use bf16_params there");
+  // f16 steps through the GradScaler, whose found-inf flag ParallelModel::unscale_ agrees
+  // over every rank (ZeRO and tp shard the gradients). The pipeline does not scale its
+  // micro-batch losses, and ring attention runs in f32 only.
+  if (run.precision == Precision::f16_params && (parallel.dims.pp > 1 || parallel.dims.cp > 1 || parallel.thread_replicas()))
+    config_fail("run.precision", "f16_params (dynamic loss scaling) works on one process, with DDP, ZeRO-1/2/3 and "
+                                 "tensor parallelism; the pipeline does not scale its micro-batch losses and "
+                                 "parallel.replicas is not implemented with it: use bf16_params there");
   if (run.precision == Precision::bf16_params && parallel.thread_replicas())
     config_fail("run.precision", "bf16_params works with DDP, ZeRO-1/2/3, tensor and pipeline parallelism; with "
                                  "parallel.replicas it is not implemented yet");
-  if (run.precision == Precision::f16 && parallel.dims.zero_stage > 0)
-    config_fail("run.precision", "f16 needs loss scaling, whose overflow check ZeRO's sharded gradients would have "
-                                 "to agree on across ranks, which is not implemented; use bf16 (no scaler needed)");
   const bool registered = !data::is_builtin_dataset(data.dataset);
   // A registered dataset serves whichever model the config asks for (its batches are checked).
   const bool tokens = data.dataset == "text" || data.dataset == "tokens" ||

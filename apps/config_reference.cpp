@@ -49,7 +49,7 @@ const std::vector<ConfigKeyDoc> kDocs = {
      "the CPU), gradients are all-reduced / reduce-scattered in bf16, and the optimizer keeps f32 master weights "
      "and f32 moments (ZeRO shards them), writing back rounded bf16 parameters. `f16_params`: the same with f16 and "
      "dynamic loss scaling (grad_scaler: skip the step on inf/NaN, back off, grow), on one process, with DDP or "
-     "with ZeRO-1/2/3 (the skip decision agreed over the data-parallel ranks)."},
+     "with ZeRO-1/2/3 or tensor parallelism (the skip decision agreed over the ranks)."},
     {"run.log_level", "string", "\"\"",
      "`trace`, `debug`, `info`, `warn`, `error`, `critical` or `off`; empty = `info` on rank 0, `warn` elsewhere. "
      "`$STRATA_LOG_LEVEL` overrides it."},

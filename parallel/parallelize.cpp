@@ -91,7 +91,18 @@ double ParallelModel::clip_grad_norm(double max_norm) {
   return total;
 }
 
-void ParallelModel::unscale_(optim::GradScaler& scaler) { sync_->unscale_(scaler); }
+// Every rank's found-inf flag, all-reduced (max) over the whole run: whatever shards the
+// gradients (ZeRO over dp, tensor parallelism over tp), every rank skips the same steps
+// and moves the scale the same way (FSDP's ShardedGradScaler agrees over its group; this
+// agrees over all of them at once). One scalar per step.
+void ParallelModel::unscale_(optim::GradScaler& scaler) {
+  comm::ProcessGroup& world = *mesh_.world();
+  if (world.size() == 1) return sync_->unscale_(scaler, nullptr);
+  sync_->unscale_(scaler, [&world](bool found_inf) {
+    const Tensor f = ops::full({1}, found_inf ? 1.0 : 0.0, DType::f64);
+    return comm::all_reduce_host(world, f, comm::ReduceOp::max).item<double>() > 0;
+  });
+}
 
 void ParallelModel::step(optim::GradScaler* scaler) { sync_->step(scaler); }
 

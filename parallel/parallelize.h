@@ -133,13 +133,13 @@ class ParallelModel {
   /// Scales the gradients so that their global norm (every parameter counted once, as
   /// one process computes it) is at most max_norm; returns the norm before clipping.
   double clip_grad_norm(double max_norm);
-  /// scaler.unscale_ of optimizer(); under ZeRO (each rank holds a gradient shard) the
-  /// found-inf flag is agreed over the data-parallel ranks (all-reduce max), so every
-  /// rank skips the same steps. Collective under ZeRO.
+  /// scaler.unscale_ of optimizer(); the found-inf flag is agreed over every rank of the
+  /// run (all-reduce max), so where a rank holds a gradient shard (ZeRO, tensor
+  /// parallelism) every rank still skips the same steps. Collective.
   void unscale_(optim::GradScaler& scaler);
   /// The optimizer step (ZeRO: on this rank's slice, then the all-gather of stages 1-2).
-  /// With a scaler (f16): GradScaler::step (skipped on non-finite gradients, on any rank
-  /// under ZeRO: call unscale_(scaler) first) and update().
+  /// With a scaler (f16): GradScaler::step (skipped on non-finite gradients on any rank:
+  /// call unscale_(scaler) first) and update().
   void step(optim::GradScaler* scaler = nullptr);
   void zero_grad();
   [[nodiscard]] NoSync no_sync();

@@ -92,12 +92,6 @@ class ZeroSync final : public GradSync {
   double sum_over_shards(double local) override {
     return comm::all_reduce_host(group_, ops::full({1}, local, DType::f64), comm::ReduceOp::sum).item<double>();
   }
-  void unscale_(optim::GradScaler& scaler) override {
-    scaler.unscale_(optimizer(), [this](bool found_inf) {
-      const Tensor f = ops::full({1}, found_inf ? 1.0 : 0.0, DType::f64);
-      return comm::all_reduce_host(group_, f, comm::ReduceOp::max).item<double>() > 0;
-    });
-  }
   void step(optim::GradScaler* scaler) override {
     if (scaler && scaler->is_enabled()) {
       scaler->step(zero_->optimizer(), [this] { zero_->step(); });  // a skipped step gathers nothing

@@ -46,8 +46,12 @@ class GradSync {
   virtual double sum_over_shards(double local) { return local; }
   /// Multiplies every gradient the sync's optimizers step by f (clipping).
   virtual void scale_grads(double f);
-  /// scaler.unscale_ of the optimizer, the skip decision agreed where gradients are sharded.
-  virtual void unscale_(optim::GradScaler& scaler) { scaler.unscale_(optimizer()); }
+  /// scaler.unscale_ of the optimizer, the skip decision agreed through `any_rank` when
+  /// given (ParallelModel passes an all-reduce over every rank of the run).
+  virtual void unscale_(optim::GradScaler& scaler, const optim::GradScaler::AnyRank& any_rank) {
+    if (any_rank) scaler.unscale_(optimizer(), any_rank);
+    else scaler.unscale_(optimizer());
+  }
   /// The optimizer step (with a scaler: skipped on non-finite gradients, then update()),
   /// and whatever the strategy does after it (ZeRO's all-gather of the updated slices).
   virtual void step(optim::GradScaler* scaler);

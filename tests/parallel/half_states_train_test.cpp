@@ -17,7 +17,9 @@
 #include <cstdio>
 #include <map>
 
+#include <strata/autograd/autocast.h>
 #include <strata/comm/local.h>
+#include <strata/nn/gpt_plans.h>
 #include <strata/core/memory.h>
 #include <strata/core/thread_memory.h>
 #include <strata/optim/grad_scaler.h>
@@ -370,8 +372,8 @@ Result layout(comm::ProcessGroup& g, const std::string& kind, int stage, DType d
     r.schedule = parallel::zero_backward_schedule(*pm->zero());
   }
   {
-    auto full = pm->zero() ? std::optional(pm->zero()->summon_full_params()) : std::nullopt;
-    for (const auto& [name, t] : model->state_dict()) r.state.emplace_back(name, ops::clone(t));
+    const parallel::ParallelModel::FullParams full = pm->summon_full_params();  // ZeRO-3 units, tp shards
+    for (const auto& [name, t] : pm->module().state_dict()) r.state.emplace_back(name, ops::clone(t));
   }
   return r;
 }
@@ -555,15 +557,33 @@ void inject_inf(optim::Optimizer& opt) {
 const optim::GradScalerOptions kF16Scaler{
     .init_scale = 2147483648.0 /* 2^31 */, .backoff_factor = 0.25, .growth_interval = 1000};
 
-F16Layout f16_one_process() {
+// How the f16 run computes: f16 model states (f16_params), or f32 parameters with the
+// forward under f16 autocast (run.precision f16).
+enum class F16Mode { states, autocast };
+
+// Under autocast only the 16-bit ops' outputs and gradients are f16, and whether a scale
+// between 2^16 and 2^19 overflows depends on the layout's f16 values; from 2^25 one
+// backoff of 2^-10 lands on 2^15, which no layout overflows.
+const optim::GradScalerOptions kF16AutocastScaler{
+    .init_scale = 33554432.0 /* 2^25 */, .backoff_factor = 1.0 / 1024, .growth_interval = 1000};
+const optim::GradScalerOptions& scaler_options(F16Mode mode) {
+  return mode == F16Mode::states ? kF16Scaler : kF16AutocastScaler;
+}
+
+Tensor f16_loss(nn::Module& model, const Tensor& x, const Tensor& y, F16Mode mode) {
+  AutocastGuard guard(mode == F16Mode::autocast ? std::optional(DType::f16) : std::nullopt);
+  return batch_loss(model, x, y);
+}
+
+F16Layout f16_one_process(F16Mode mode) {
   auto model = make_model("gpt", kModelSeed);
-  model->to(DType::f16);
+  if (mode == F16Mode::states) model->to(DType::f16);
   auto opt = adamw(1e-2, 1e-3)(model->named_parameters());
-  optim::GradScaler scaler(kF16Scaler);
+  optim::GradScaler scaler(scaler_options(mode));
   F16Layout r;
   for (int s = 0; s < kF16Steps; ++s) {
     auto [x, y] = make_batch("gpt", kBatch, s);
-    Tensor loss = batch_loss(*model, x, y);
+    Tensor loss = f16_loss(*model, x, y, mode);
     r.losses.push_back(loss.item<double>());
     r.scales.push_back(scaler.get_scale());
     backward(scaler.scale(loss));
@@ -576,22 +596,27 @@ F16Layout f16_one_process() {
   return r;
 }
 
-F16Layout f16_layout(comm::ProcessGroup& g, int stage) {
+F16Layout f16_layout(comm::ProcessGroup& g, parallel::ParallelDims layout, F16Mode mode) {
   const int n = g.size(), rank = g.rank();
   auto model = make_model("gpt", rank == 0 ? kModelSeed : kModelSeed + 77 * uint64_t(rank));
-  model->to(DType::f16);
+  if (mode == F16Mode::states) model->to(DType::f16);
   std::shared_ptr<comm::ProcessGroup> world(&g, [](comm::ProcessGroup*) {});
-  const parallel::ParallelDims dims = parallel::ParallelDims{.zero_stage = stage}.resolve(n);
+  const parallel::ParallelDims dims = layout.resolve(n);
+  // The harness GPT's own tensor-parallel plan (2 heads: tp 2 gives each rank one).
+  const parallel::TpPlan plan =
+      dims.tp > 1 ? nn::gpt_tp_plan(nn::GPTConfig{.vocab = 16, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 8},
+                                    false)
+                  : parallel::TpPlan{};
   auto pm = parallel::parallelize(model, comm::DeviceMesh(world, dims.mesh_shape()),
                                   {.dims = dims, .ddp = small_units().ddp, .fsdp_prefetch = true,
-                                   .fsdp_wrap = small_units().wrap, .make_optimizer = adamw(1e-2, 1e-3)});
-  optim::GradScaler scaler(kF16Scaler);
-  const int64_t per = kBatch / n;
+                                   .fsdp_wrap = small_units().wrap, .tp_plan = plan, .make_optimizer = adamw(1e-2, 1e-3)});
+  optim::GradScaler scaler(scaler_options(mode));
+  const int64_t dp = dims.dp, per = kBatch / dp, dp_rank = rank / (n / dp);  // tp ranks are consecutive
   F16Layout r;
   for (int s = 0; s < kF16Steps; ++s) {
     auto [x, y] = make_batch("gpt", kBatch, s);
-    Tensor xs = ops::narrow(x, 0, rank * per, per), ys = ops::narrow(y, 0, rank * per, per);
-    Tensor loss = pm->forward_with([&] { return batch_loss(*model, xs, ys); });
+    Tensor xs = ops::narrow(x, 0, dp_rank * per, per), ys = ops::narrow(y, 0, dp_rank * per, per);
+    Tensor loss = pm->forward_with([&] { return f16_loss(pm->module(), xs, ys, mode); });
     r.losses.push_back(rank_mean(g, loss.item<double>()));
     r.scales.push_back(scaler.get_scale());
     backward(scaler.scale(loss));
@@ -604,23 +629,26 @@ F16Layout f16_layout(comm::ProcessGroup& g, int stage) {
     pm->zero_grad();
   }
   {
-    auto full = pm->zero() ? std::optional(pm->zero()->summon_full_params()) : std::nullopt;
-    for (const auto& [name, t] : model->state_dict()) r.state.emplace_back(name, ops::clone(t));
+    const parallel::ParallelModel::FullParams full = pm->summon_full_params();  // ZeRO-3 units, tp shards
+    for (const auto& [name, t] : pm->module().state_dict()) r.state.emplace_back(name, ops::clone(t));
   }
   return r;
 }
 
-TEST(HalfStatesLayouts, F16ParamsZeroAgreesOnSkippedStepsAndMatchesOneProcess) {
-  const F16Layout ref = f16_one_process();
+// Each layout of `layouts` at N = 2 against one process in `mode`: the same skipped
+// steps and scales on every rank, the same losses and parameters; at least one skip
+// decided by agreement alone (rank 0's own gradients finite) per layout.
+void expect_f16_layouts_match_one_process(F16Mode mode, const std::vector<std::pair<std::string, parallel::ParallelDims>>& layouts) {
+  const char* tag = mode == F16Mode::states ? "f16_params" : "f16 autocast";
+  const F16Layout ref = f16_one_process(mode);
   int skipped = 0;
   for (bool b : ref.stepped) skipped += !b;
-  ASSERT_GT(skipped, 0) << "scale 2^31 must overflow f16 gradients, or the agreement is not exercised";
+  ASSERT_GT(skipped, 1) << "the initial scale must overflow f16 gradients, or the agreement is not exercised";
   ASSERT_LT(skipped, kF16Steps - 10) << "the run must train after the overflows";
-  int agreed_only = 0;
-  for (int stage : {1, 2, 3}) {
+  for (const auto& [name, layout] : layouts) {
     std::vector<F16Layout> got(2);
-    comm::run_local(2, [&](comm::ProcessGroup& g) { got[size_t(g.rank())] = f16_layout(g, stage); }, native_comm());
-    const std::string what = "f16_params stage " + std::to_string(stage) + " N=2";
+    comm::run_local(2, [&](comm::ProcessGroup& g) { got[size_t(g.rank())] = f16_layout(g, layout, mode); }, native_comm());
+    const std::string what = std::string(tag) + " " + name + " N=2";
     for (int r = 0; r < 2; ++r) {
       EXPECT_EQ(got[size_t(r)].stepped, ref.stepped) << what << " rank " << r << ": skipped steps";
       EXPECT_EQ(got[size_t(r)].scales, ref.scales) << what << " rank " << r << ": loss scales";
@@ -631,13 +659,33 @@ TEST(HalfStatesLayouts, F16ParamsZeroAgreesOnSkippedStepsAndMatchesOneProcess) {
     for (int s = 0; s < kF16Steps; ++s)
       EXPECT_NEAR(got[0].losses[size_t(s)], ref.losses[size_t(s)], kLossTol * ref.losses[size_t(s)])
           << what << " step " << s;
-    agreed_only += got[0].agreed_only + got[1].agreed_only;
-    std::printf("[f16_params] %s: %d of %d steps skipped on every rank as in one process (%d + %d skipped by a rank "
-                "whose own shard was finite), scale 2^31 -> %g, loss %.4f -> %.4f (one process %.4f -> %.4f)\n",
-                what.c_str(), skipped, kF16Steps, got[0].agreed_only, got[1].agreed_only, got[0].scales.back(),
+    EXPECT_GE(got[0].agreed_only, 1) << what << ": rank 0 must have skipped step " << kInject << " by agreement";
+    std::printf("[%s] %s: %d of %d steps skipped on every rank as in one process (%d + %d skipped by a rank "
+                "whose own gradients were finite), scale %g -> %g, loss %.4f -> %.4f (one process %.4f -> %.4f)\n",
+                tag, what.c_str(), skipped, kF16Steps, got[0].agreed_only, got[1].agreed_only, got[0].scales.front(), got[0].scales.back(),
                 got[0].losses.front(), got[0].losses.back(), ref.losses.front(), ref.losses.back());
   }
-  EXPECT_GE(agreed_only, 3) << "rank 0 must have skipped step " << kInject << " by agreement at every stage";
+}
+
+const std::vector<std::pair<std::string, parallel::ParallelDims>> kZeroStages = {
+    {"ZeRO-1", {.zero_stage = 1}}, {"ZeRO-2", {.zero_stage = 2}}, {"ZeRO-3", {.zero_stage = 3}}};
+
+TEST(HalfStatesLayouts, F16ParamsZeroAgreesOnSkippedStepsAndMatchesOneProcess) {
+  expect_f16_layouts_match_one_process(F16Mode::states, kZeroStages);
+}
+
+// run.precision f16 (f32 parameters, f16 autocast forward) under ZeRO: each rank checks its
+// gradient shard, the flag is agreed over the run's ranks.
+TEST(HalfStatesLayouts, F16AutocastZeroAgreesOnSkippedStepsAndMatchesOneProcess) {
+  expect_f16_layouts_match_one_process(F16Mode::autocast, kZeroStages);
+}
+
+// Tensor parallelism shards the gradients over tp (each rank checks its own shards and
+// its copy of the replicated ones): the skip decision is agreed over the tp ranks too.
+TEST(HalfStatesLayouts, F16UnderTensorParallelAgreesOnSkippedStepsAndMatchesOneProcess) {
+  const std::vector<std::pair<std::string, parallel::ParallelDims>> tp2 = {{"tp 2", {.tp = 2}}};
+  expect_f16_layouts_match_one_process(F16Mode::states, tp2);
+  expect_f16_layouts_match_one_process(F16Mode::autocast, tp2);
 }
 
 }  // namespace
