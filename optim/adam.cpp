@@ -1,5 +1,8 @@
-// Adam/AdamW step: one fused ops::adam_step_ per parameter under NoGradGuard.
+// Adam/AdamW step: fused updates under NoGradGuard (ops::adam_step_multi_ over the
+// parameters, ops::adam_step_mixed_ for those with f32 masters).
 #include <strata/optim/adam.h>
+
+#include <map>
 
 #include <strata/autograd/grad_mode.h>
 #include <strata/tensor/cpu/op_profile.h>
@@ -21,9 +24,16 @@ Adam::Adam(NamedTensors named_params, const AdamOptions& opt, bool decoupled)
 AdamW::AdamW(NamedTensors named_params, const AdamWOptions& o)
     : Adam(std::move(named_params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, true) {}
 
+// The parameters without an f32 master go through ops::adam_step_multi_, one call per
+// step count (they share it unless some had no gradient on some step): on CUDA a few
+// launches for the whole model; on the CPU the per-tensor kernel, as before.
 void Adam::step() {
   NoGradGuard no_grad;
   cpu::op_profile::Phase profile_phase("optimizer");
+  struct Lists {
+    std::vector<Tensor> p, g, m, v;
+  };
+  std::map<int64_t, Lists> by_step;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor p = params_[i].second;
     Tensor g = p.grad();
@@ -34,11 +44,19 @@ void Adam::step() {
     Tensor m = state(i, 0), v = state(i, 1);  // handles: state() may grow the slot vector
     const int64_t t = ++param_steps_[i];
     const ops::AdamParams ap{lr(), opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, t, decoupled_};
-    if (Tensor w = master(i); w.defined())
+    if (Tensor w = master(i); w.defined()) {
       ops::adam_step_mixed_(w, p, g, m, v, ap);  // f32 master step, p = its rounding
-    else
-      ops::adam_step_(p, g, m, v, ap);
+      continue;
+    }
+    Lists& l = by_step[t];
+    l.p.push_back(std::move(p));
+    l.g.push_back(std::move(g));
+    l.m.push_back(std::move(m));
+    l.v.push_back(std::move(v));
   }
+  for (auto& [t, l] : by_step)
+    ops::adam_step_multi_(l.p, l.g, l.m, l.v,
+                          {lr(), opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, t, decoupled_});
   count_step();
 }
 

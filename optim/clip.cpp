@@ -9,21 +9,36 @@
 
 namespace strata::optim {
 
+namespace {
+// The defined gradients of params, and whether all are contiguous (the multi-tensor ops
+// take those; otherwise the per-tensor ops, in the same order).
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params, bool* contiguous) {
+  std::vector<Tensor> gs;
+  *contiguous = true;
+  for (const auto& p : params)
+    if (Tensor g = p.grad(); g.defined()) {
+      *contiguous = *contiguous && g.is_contiguous();
+      gs.push_back(std::move(g));
+    }
+  return gs;
+}
+}  // namespace
+
 double grad_norm_sq(const std::vector<Tensor>& params) {
+  bool contiguous = false;
+  const std::vector<Tensor> gs = grads_of(params, &contiguous);
+  if (contiguous && !gs.empty()) return ops::sum_squares_multi(gs);  // one launch set on CUDA
   double s = 0;
-  for (const auto& p : params) {
-    Tensor g = p.grad();
-    if (g.defined()) s += ops::sum_squares(g);
-  }
+  for (const Tensor& g : gs) s += ops::sum_squares(g);
   return s;
 }
 
 void scale_grads(const std::vector<Tensor>& params, double factor) {
   NoGradGuard no_grad;
-  for (const auto& p : params) {
-    Tensor g = p.grad();
-    if (g.defined()) ops::mul_(g, factor);
-  }
+  bool contiguous = false;
+  std::vector<Tensor> gs = grads_of(params, &contiguous);
+  if (contiguous) return ops::mul_multi_(gs, factor);
+  for (Tensor& g : gs) ops::mul_(g, factor);
 }
 
 double clip_factor(double total_norm, double max_norm) {

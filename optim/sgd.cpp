@@ -1,4 +1,5 @@
-// SGD step: one fused ops::sgd_step_ per parameter under NoGradGuard.
+// SGD step: fused updates under NoGradGuard (ops::sgd_step_multi_ over the parameters,
+// ops::sgd_step_mixed_ for those with f32 masters).
 #include <strata/optim/sgd.h>
 
 #include <strata/autograd/grad_mode.h>
@@ -20,8 +21,14 @@ std::vector<std::string> SGD::state_names() const {
   return {"momentum_buffer"};
 }
 
+// As Adam::step: the parameters without a master in one ops::sgd_step_multi_ per
+// first-step flag (momentum buffers start as the gradient on their first step).
 void SGD::step() {
   NoGradGuard no_grad;
+  struct Lists {
+    std::vector<Tensor> p, g, buf;
+  };
+  Lists lists[2];  // [first step]
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor p = params_[i].second;
     Tensor g = p.grad();
@@ -32,13 +39,20 @@ void SGD::step() {
     Tensor buf;
     bool first = false;
     if (opt_.momentum != 0) buf = state(i, 0, &first);
-    const ops::SgdParams sp{lr(), opt_.momentum, opt_.dampening, opt_.weight_decay, opt_.nesterov, first};
-    if (Tensor w = master(i); w.defined())
-      ops::sgd_step_mixed_(w, p, g, buf, sp);  // f32 master step, p = its rounding
-    else
-      ops::sgd_step_(p, g, buf, sp);
     ++param_steps_[i];
+    if (Tensor w = master(i); w.defined()) {
+      const ops::SgdParams sp{lr(), opt_.momentum, opt_.dampening, opt_.weight_decay, opt_.nesterov, first};
+      ops::sgd_step_mixed_(w, p, g, buf, sp);  // f32 master step, p = its rounding
+      continue;
+    }
+    Lists& l = lists[first ? 1 : 0];
+    l.p.push_back(std::move(p));
+    l.g.push_back(std::move(g));
+    if (buf.defined()) l.buf.push_back(std::move(buf));
   }
+  for (int first = 0; first < 2; ++first)
+    ops::sgd_step_multi_(lists[first].p, lists[first].g, lists[first].buf,
+                         {lr(), opt_.momentum, opt_.dampening, opt_.weight_decay, opt_.nesterov, first == 1});
   count_step();
 }
 

@@ -249,4 +249,21 @@ struct SgdParams {
 /// SGD with momentum/nesterov/weight decay; buf may be undefined when momentum == 0.
 void sgd_step_(Tensor& param, const Tensor& grad, Tensor& buf, const SgdParams& p);
 
+// ---------------------------------------------------------------- multi-tensor forms
+// One call over a list of tensors (an optimizer's parameters): on CUDA a few launches for
+// the whole list (tensor/multi_tensor_plan.h), on the CPU the per-tensor kernels in list
+// order, so a CPU result is bit-identical to calling the single-tensor op on each. Every
+// list holds contiguous tensors of one device; entries i of the lists belong together.
+
+/// adam_step_(params[i], grads[i], m[i], v[i], p) for every i (one step count for all).
+void adam_step_multi_(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> m,
+                      std::span<Tensor> v, const AdamParams& p);
+/// sgd_step_(params[i], grads[i], bufs[i], p) for every i; bufs empty when momentum == 0.
+void sgd_step_multi_(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> bufs,
+                     const SgdParams& p);
+/// The sum of sum_squares(ts[i]) over i, in f64 (0 for an empty list).
+double sum_squares_multi(std::span<const Tensor> ts);
+/// mul_(ts[i], s) for every i.
+void mul_multi_(std::span<Tensor> ts, double s);
+
 }  // namespace strata::ops

@@ -91,5 +91,12 @@ void dropout_backward_kernel(const Tensor& dy, const Tensor& mask, Tensor& dx, d
 // optim.cu
 void adam_kernel(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ops::AdamParams& p);
 void sgd_kernel(Tensor& param, const Tensor& grad, Tensor& buf, const ops::SgdParams& p);
+// The multi-tensor forms (ops.h): a list in a few launches; sum_squares_multi waits for its result.
+void adam_multi_kernel(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> m,
+                       std::span<Tensor> v, const ops::AdamParams& p);
+void sgd_multi_kernel(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> bufs,
+                      const ops::SgdParams& p);
+double sum_squares_multi_kernel(std::span<const Tensor> ts);
+void mul_multi_kernel(std::span<Tensor> ts, double s);
 
 }  // namespace strata::cuda

@@ -71,6 +71,11 @@ void register_kernels() {
   // optim_ops.cpp
   register_kernel("adam_step_", kCuda, &adam_kernel);
   register_kernel("sgd_step_", kCuda, &sgd_kernel);
+  // multi_tensor_ops.cpp
+  register_kernel("adam_step_multi_", kCuda, &adam_multi_kernel);
+  register_kernel("sgd_step_multi_", kCuda, &sgd_multi_kernel);
+  register_kernel("sum_squares_multi", kCuda, &sum_squares_multi_kernel);
+  register_kernel("mul_multi_", kCuda, &mul_multi_kernel);
 }
 
 }  // namespace
