@@ -188,12 +188,19 @@ fi
 
 # ------------------------------------------------------------------ summary
 log() { cat "$results/$1.log" 2> /dev/null || true; }
-# strata: "median X ms" of `bench train`; PyTorch: "median X ms/step"
-median_ms() { log "$1" | sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' | head -1; }
-gflop_per_step() { log "$1" | sed -n 's/^model: \([0-9.]*\) GFLOP\/step.*/\1/p' | head -1; }
+# the first "median X ms" of the log: the wall-clock step of `bench train` and of
+# torch_step_bench.py (their CPU-time medians come after it)
+median_ms() { log "$1" | grep -o 'median [0-9.]* ms' | head -1 | sed 's/median \(.*\) ms/\1/' || true; }
+gflop_per_step() { log "$1" | sed -n 's/^model: \([0-9.]*\) GFLOP\/step.*/\1/p' | head -1 || true; }
+join() {  # join A B...: "A / B / ..."
+  local out=$1
+  shift
+  for x in "$@"; do out+=" / $x"; done
+  echo "$out"
+}
 # cell NAME: the stage's median, or how it ended
 cell() { if [[ ${status[$1]:-} = ok ]]; then median_ms "$1"; else echo "${status[$1]:-not run}"; fi; }
-min_of() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | head -1; }
+min_of() { printf '%s\n' "$@" | { grep -E '^[0-9.]+$' || true; } | sort -g | head -1; }
 mfu() {  # mfu GFLOP MS PEAK_TFLOPS
   if [[ -n "$1" && -n "$2" && -n "$3" ]]; then awk -v f="$1" -v t="$2" -v p="$3" 'BEGIN { printf "%.1f%%", 100 * f / (t / 1e3) / (p * 1e3) }'
   else echo "-"; fi
@@ -209,7 +216,7 @@ summary="$results/summary.md"
   echo "|---|---|---|---|---|"
   if [[ ${status[ctest_cuda]} = ok || -s "$results/ctest_cuda.log" ]]; then
     tests=$(log ctest_cuda | grep -E 'tests passed|tests failed' | tail -1)
-    skipped=$(log ctest_cuda | grep -c 'Not Run\|Skipped' || true)
+    skipped=$(log ctest_cuda | sed -n '/did not run:/,$p' | grep -c '(Skipped)' || true)
     echo "| \`ctest -L cuda\` | ${tests:-no summary} ($skipped skipped; ${status[ctest_cuda]}, ${seconds[ctest_cuda]} s) | | | |"
   else
     echo "| \`ctest -L cuda\` | ${status[ctest_cuda]} | | | |"
@@ -218,20 +225,20 @@ summary="$results/summary.md"
     s=() t=()
     for ((r = 1; r <= rounds; r++)); do
       s+=("$(cell "${m}_strata_$r")")
-      [[ -n "${targs[$m]}" ]] && t+=("$(cell "${m}_torch_$r")")
+      if [[ -n "${targs[$m]}" ]]; then t+=("$(cell "${m}_torch_$r")"); fi
     done
     sbest=$(min_of "${s[@]}") tbest=""
-    [[ ${#t[@]} -gt 0 ]] && tbest=$(min_of "${t[@]}")
+    if [[ ${#t[@]} -gt 0 ]]; then tbest=$(min_of "${t[@]}"); fi
     gf=$(gflop_per_step "${m}_strata_1")
     [[ -n "$gf" ]] || gf=$(gflop_per_step "${m}_strata_$rounds")
     peak=$peak_f32
-    [[ ${prec[$m]} = bf16 ]] && peak=$peak_bf16
+    if [[ ${prec[$m]} = bf16 ]]; then peak=$peak_bf16; fi
     ratio="-"
-    [[ -n "$sbest" && -n "$tbest" ]] && ratio=$(awk -v a="$sbest" -v b="$tbest" 'BEGIN { printf "%.2fx", a / b }')
-    scol=$(IFS=/; echo "${s[*]}" | sed 's|/| / |g') tcol="-"
-    [[ ${#t[@]} -gt 0 ]] && tcol=$(IFS=/; echo "${t[*]}" | sed 's|/| / |g')
+    [[ -z "$sbest" || -z "$tbest" ]] || ratio=$(awk -v a="$sbest" -v b="$tbest" 'BEGIN { printf "%.2fx", a / b }')
+    scol=$(join "${s[@]}") tcol="-"
+    if [[ ${#t[@]} -gt 0 ]]; then tcol=$(join "${t[@]}"); fi
     tmfu="-"
-    [[ -n "$tbest" ]] && tmfu=$(mfu "$gf" "$tbest" "$peak")
+    [[ -z "$tbest" ]] || tmfu=$(mfu "$gf" "$tbest" "$peak")
     echo "| ${label[$m]}, median step ms per round | $scol | $tcol | $ratio | $(mfu "$gf" "$sbest" "$peak") / $tmfu |"
   done
   if [[ ${status[attn]} = ok ]]; then
@@ -250,7 +257,8 @@ summary="$results/summary.md"
   echo
   echo "Every stage's output: $results. Stages that did not end ok:"
   for n in "${order[@]}"; do
-    [[ ${status[$n]} = ok || ${status[$n]} == skipped:\ *already* ]] || echo "- $n: ${status[$n]}"
+    [[ ${status[$n]} = ok || ${status[$n]} == skipped:\ *already* ]] ||
+      echo "- $n: ${status[$n]}$(log "$n" | grep -v '^[[:space:]]*$' | tail -1 | cut -c1-200 | sed 's/^/: /')"
   done
   echo "Total: $((SECONDS - start_all)) s, of which build $((${seconds[configure]:-0} + ${seconds[build]:-0})) s."
 } > "$summary"
