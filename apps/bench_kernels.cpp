@@ -142,16 +142,17 @@ int bench_attn(const AttnArgs& a) {
     peak_what = gpu + (a.dtype == "f32" ? " FP32 (no tensor cores)" : " dense " + a.dtype);
   } else if (peak == 0) {
     peak = measured_gemm_flops();
-    peak_what = "this CPU's f32 1024^3 GEMM (measured)";
+    peak_what = "this CPU's f32 1024^3 GEMM, measured";
   }
   std::printf("attention alone (the GPT's causal core, forward + backward): %s%s%s, %s (%s), %lld heads x %lld, "
               "median of %d after %d warm-up\n",
               dev.str().c_str(), gpu.empty() ? "" : " ", gpu.c_str(), a.dtype.c_str(),
               autocast ? "composed: matmuls under autocast, f32 masked softmax" : "fused causal_attention",
               (long long)a.heads, (long long)a.head_dim, a.iters, a.warmup);
+  char peak_text[256] = "unknown (give --peak-tflops)";
+  if (peak > 0) std::snprintf(peak_text, sizeof peak_text, "%.3g TFLOP/s (%s)", peak / 1e12, peak_what.c_str());
   std::printf("FLOPs as FlashAttention counts causal attention: fwd 4*B*H*T^2*hd/2, bwd 2.5x fwd; peak %s\n",
-              peak > 0 ? (std::to_string(int64_t(peak / 1e9 + 0.5)) + " GFLOP/s (" + peak_what + ")").c_str()
-                       : "unknown (give --peak-tflops)");
+              peak_text);
   std::printf("| T | B | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | %% of peak | fwd+bwd FLOP |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   const int64_t c = a.heads * a.head_dim;
@@ -230,6 +231,8 @@ int bench_optim(const OptimArgs& a) {
     peak = gpu_peak_gbs(gpu) * 1e9;
     peak_what = gpu + " HBM";
   }
+  char peak_text[256] = "unknown (give --peak-gbs)";
+  if (peak > 0) std::snprintf(peak_text, sizeof peak_text, "%.0f GB/s (%s)", peak / 1e9, peak_what.c_str());
   std::printf("optimizer alone: %s on %s%s%s, %s (%s, %lld parameters in %zu tensors, f32), %d threads; median of %d "
               "after %d warm-up\n",
               opt->type_name().c_str(), dev.str().c_str(), gpu.empty() ? "" : " ", gpu.c_str(), a.config.c_str(),
@@ -241,8 +244,7 @@ int bench_optim(const OptimArgs& a) {
                                                               : "read param, grad; write param")
                                    : "read param, grad, exp_avg, exp_avg_sq; write param, exp_avg, exp_avg_sq",
               clip_note.c_str(),
-              peak > 0 ? (std::to_string(int64_t(peak / 1e9 + 0.5)) + " GB/s (" + peak_what + ")").c_str()
-                       : "unknown (give --peak-gbs)");
+              peak_text);
   std::printf("| phase | ms | bytes | GB/s | %% of peak |\n|---|---|---|---|---|\n");
   const auto row = [&](const char* what, double s, int64_t bytes) {
     char pct[32] = "-";
