@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "apps/bench_gemm.h"
+#include "apps/bench_kernels.h"
 #include "apps/commands.h"
 #include "apps/soak.h"
 #include "apps/trainer.h"
@@ -264,7 +265,7 @@ Command add_bench_command(CLI::App& parent) {
     int64_t ops_steps = 0;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, comm, ddp, zero, tp, pp; soak");
+  CLI::App* cmd = parent.add_subcommand("bench", "Micro-benchmarks: gemm, train, alloc, attn, optim, comm, ddp, zero, tp, pp; soak");
   cmd->require_subcommand(1);
   CLI::App* gemm = cmd->add_subcommand("gemm", "GEMM GFLOP/s: ops::matmul vs cblas_sgemm");
   gemm->add_option("--size", o->size, "Matrix size n (n x n x n)")->check(CLI::PositiveNumber);
@@ -362,7 +363,9 @@ Command add_bench_command(CLI::App& parent) {
   soak->add_option("--dir", so->dir, "run.dir for the checkpoints and metrics (default: the config's)");
   soak->add_flag("--overwrite", so->overwrite,
                  "Start over in a run.dir that holds an earlier run (its metrics.jsonl and checkpoints/ are removed)");
-  return {cmd, [o, co, dd, zo, to, po, so, gemm, train, alloc, comm, ddp, zero, tp, pp, cpb, cpo, soak]() -> int {
+  auto kernels = add_bench_kernel_commands(*cmd);  // attn, optim (apps/bench_kernels.cpp)
+  return {cmd, [o, co, dd, zo, to, po, so, gemm, train, alloc, comm, ddp, zero, tp, pp, cpb, cpo, soak, kernels]() -> int {
+            if (const std::optional<int> rc = kernels()) return *rc;
             if (soak->parsed()) return bench_soak(*so);
             if (pp->parsed()) return bench_pp(*po);
             if (cpb->parsed()) {
