@@ -153,11 +153,8 @@ torch_bench=("$python" "$root/tools/torch_step_bench.py" --device cuda --steps "
 models=()
 model() { models+=("$1"); label[$1]=$2; prec[$1]=$3; sargs[$1]=$4; targs[$1]=$5; }
 declare -A label prec sargs targs
-model gpt2 "GPT-2 124M bf16 B8 T1024 (V 50257; strata only)" bf16 \
-  "-c $root/configs/gpt2_124m.yaml" ""
-model gpt2v256 "GPT L12 C768 T1024 B8 V256 bf16" bf16 \
-  "-c $root/configs/gpt2_124m.yaml --set model.vocab_size=256 --set data.vocab_size=256" \
-  "--models gpt --precision bf16 --layers 12 --heads 12 --embd 768 --block-size 1024 --batch 8"
+model gpt2 "GPT-2 124M bf16 B8 T1024" bf16 "-c $root/configs/gpt2_124m.yaml" \
+  "--models gpt --precision bf16 --layers 12 --heads 12 --embd 768 --block-size 1024 --batch 8 --vocab 50257"
 model gpt_small "GPT L4 C128 T64 B32 f32" f32 "-c $cfgs/gpt_char.yaml" "--models gpt"
 model cnn "CNN B128 (fashion_cnn) f32" f32 "-c $cfgs/fashion_cnn.yaml" "--models cnn"
 model llama "Llama L4 C128 T64 B32 f32 (llama_char)" f32 "-c $cfgs/llama_char.yaml" "--models llama"

@@ -126,7 +126,7 @@ elseif(CASE STREQUAL "gpu_check_dry_run")
     message(FATAL_ERROR "gpu_check.sh --dry-run: exit code ${rc}\n${OUT}\n${ERR}")
   endif()
   expect(OUT "-DSTRATA_CUDA=ON" "ctest --test-dir ${WORK}/build -L cuda"
-         "[gpt2_strata_1]" "[gpt2v256_strata_2]" "[gpt2v256_torch_2]" "--precision bf16 --layers 12 --heads 12"
+         "[gpt2_strata_1]" "[gpt2_strata_2]" "[gpt2_torch_2]" "--precision bf16 --layers 12 --heads 12" "--vocab 50257"
          "[gpt_small_torch_1]" "[cnn_strata_2]" "[llama_torch_2]" "bench attn --device cuda --dtype bf16"
          "bench optim --device cuda")
   if(EXISTS ${WORK}/build)

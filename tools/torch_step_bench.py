@@ -96,13 +96,13 @@ def gpt_init(m, L):
 
 
 def gpt():
-    T, b = ARGS.block_size, batch(32)
-    m = GPT(T=T, L=ARGS.layers, H=ARGS.heads, C=ARGS.embd)
+    T, b, V = ARGS.block_size, batch(32), ARGS.vocab
+    m = GPT(V=V, T=T, L=ARGS.layers, H=ARGS.heads, C=ARGS.embd)
     gpt_init(m, ARGS.layers)
     m.to(ARGS.device)
-    x, y = (torch.randint(0, 256, (b, T), device=ARGS.device) for _ in range(2))
+    x, y = (torch.randint(0, V, (b, T), device=ARGS.device) for _ in range(2))
     opt = torch.optim.AdamW(m.parameters(), 2e-3, betas=(0.9, 0.95), weight_decay=0.1)
-    return m, opt, lambda: F.cross_entropy(m(x).view(-1, 256), y.view(-1)), b * T
+    return m, opt, lambda: F.cross_entropy(m(x).view(-1, V), y.view(-1)), b * T
 
 
 class RMSNorm(nn.Module):
@@ -199,6 +199,7 @@ def main():
     ap.add_argument("--layers", type=int, default=4, help="GPT layers")
     ap.add_argument("--heads", type=int, default=4, help="GPT heads")
     ap.add_argument("--embd", type=int, default=128, help="GPT width")
+    ap.add_argument("--vocab", type=int, default=256, help="GPT vocabulary (GPT-2: 50257)")
     a = ap.parse_args()
     global ARGS
     ARGS = a
