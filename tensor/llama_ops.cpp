@@ -1,6 +1,6 @@
 // Front ends of the Llama kernels (RMSNorm, rotary embedding, SwiGLU): checks, output
-// allocation, contiguous inputs, then dispatch to tensor/cpu/{rms_norm,rotary,swiglu}.
-// No CUDA kernel is registered: on a CUDA tensor the table names the op that has none.
+// allocation, contiguous inputs, then dispatch to tensor/cpu/{rms_norm,rotary,swiglu} or
+// their CUDA twins (tensor/cuda/norm.cu, llama_ops.cu; f32 and f64).
 #include <strata/tensor/cpu/rms_norm.h>
 #include <strata/tensor/cpu/rotary.h>
 #include <strata/tensor/cpu/swiglu.h>

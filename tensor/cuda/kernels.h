@@ -91,6 +91,14 @@ void dropout_backward_kernel(const Tensor& dy, const Tensor& mask, Tensor& dx, d
 // optim.cu
 void adam_kernel(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ops::AdamParams& p);
 void sgd_kernel(Tensor& param, const Tensor& grad, Tensor& buf, const ops::SgdParams& p);
+// norm.cu / llama_ops.cu: the Llama family's RMSNorm, rotary embedding and SwiGLU (f32, f64)
+void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, int64_t rows, int64_t C, double eps);
+void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,
+                              Tensor& dw, int64_t rows, int64_t C);
+void rotary_kernel(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Tensor& y, int64_t B, int64_t T,
+                   int64_t H, int64_t hd, bool inverse);
+void swiglu_kernel(const Tensor& g, const Tensor& u, Tensor& y, int64_t n);
+void swiglu_backward_kernel(const Tensor& dy, const Tensor& g, const Tensor& u, Tensor& dg, Tensor& du, int64_t n);
 // The multi-tensor forms (ops.h): a list in a few launches; sum_squares_multi waits for its result.
 void adam_multi_kernel(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> m,
                        std::span<Tensor> v, const ops::AdamParams& p);

@@ -1,4 +1,4 @@
-// CUDA layer norm (a block per row of a contiguous (rows, C) matrix; weight/bias
+// CUDA layer norm and RMSNorm (a block per row of a contiguous (rows, C) matrix; weight/bias
 // gradients as chunked f64 column sums added in a fixed order) and batch norm (a block
 // per channel of a contiguous (N, C, S) tensor computes the statistics in f64, then an
 // elementwise kernel applies them). Formulas as in tensor/cpu/norm.cpp.
@@ -32,6 +32,56 @@ __global__ void ln_fwd_k(int64_t rows, int64_t C, const T* x, const T* w, const 
       const T xh = (xr[i] - mu) * rs;
       yr[i] = w ? (b ? xh * w[i] + b[i] : xh * w[i]) : xh + (b ? b[i] : T(0));
     }
+  }
+}
+
+// RMSNorm: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps).
+template <class T>
+__global__ void rms_fwd_k(int64_t rows, int64_t C, const T* x, const T* w, T* y, T* rstd, double eps) {
+  __shared__ T smem[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * C;
+    T* yr = y + r * C;
+    T ss = 0;
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) ss += xr[i] * xr[i];
+    const T rs = T(1) / math::sqrt_(block_reduce(ss, SumOp(), T(0), smem) / T(C) + T(eps));
+    if (threadIdx.x == 0) rstd[r] = rs;
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) yr[i] = w ? xr[i] * rs * w[i] : xr[i] * rs;
+  }
+}
+
+// RMSNorm backward: dx = rstd * (g - xhat * mean(g * xhat)),  g = dy * w,  xhat = x * rstd.
+template <class T>
+__global__ void rms_bwd_dx_k(int64_t rows, int64_t C, const T* dy, const T* x, const T* rstd, const T* w, T* dx) {
+  __shared__ T smem[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* gr = dy + r * C;
+    const T* xr = x + r * C;
+    T* dr = dx + r * C;
+    const T rs = rstd[r];
+    T sgx = 0;
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) sgx += (w ? gr[i] * w[i] : gr[i]) * (xr[i] * rs);
+    sgx = block_reduce(sgx, SumOp(), T(0), smem) / T(C);
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+      const T g = w ? gr[i] * w[i] : gr[i];
+      dr[i] = rs * (g - xr[i] * rs * sgx);
+    }
+  }
+}
+
+// RMSNorm's dw = sum over rows of dy * xhat, as ln_bwd_params_k's column sums over chunks of rows.
+template <class T>
+__global__ void rms_bwd_w_k(int64_t rows, int64_t C, int64_t chunk_len, const T* dy, const T* x, const T* rstd,
+                            double* pw, T* dw, int64_t chunks) {
+  const int64_t chunk = blockIdx.y;
+  const int64_t r0 = chunk * chunk_len, r1 = min(rows, r0 + chunk_len);
+  for (int64_t c = global_index(); c < C; c += grid_stride()) {
+    double aw = 0;
+    for (int64_t r = r0; r < r1; ++r) aw += double(dy[r * C + c] * (x[r * C + c] * rstd[r]));
+    if (chunks == 1)
+      dw[c] = T(aw);
+    else
+      pw[chunk * C + c] = aw;
   }
 }
 
@@ -188,6 +238,15 @@ T* mptr(Tensor& t) {
 
 unsigned block_grid(int64_t n) { return unsigned(std::clamp<int64_t>(n, 1, kMaxBlocks)); }
 
+// Row chunks for a column sum over `rows` rows of C columns (enough blocks to fill the GPU
+// when C is small), as the layer norm's parameter gradients use.
+int64_t column_chunks(int64_t rows, int64_t C) {
+  const int64_t bx = (C + kThreads - 1) / kThreads;
+  int64_t chunks = 1;
+  if (bx < 128) chunks = std::min<int64_t>({(rows + 63) / 64, (256 + bx - 1) / bx, 65535});
+  return std::max<int64_t>(chunks, 1);
+}
+
 }  // namespace
 
 void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, Tensor& mean, Tensor& rstd,
@@ -217,10 +276,7 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
         rows, C, dptr<T>(dy), dptr<T>(x), dptr<T>(mean), dptr<T>(rstd), cptr<T>(w), dptr<T>(dx));
     STRATA_CUDA_CHECK_LAUNCH("layer_norm_backward");
     if (!dw.defined() && !db.defined()) return;
-    const int64_t bx = (C + kThreads - 1) / kThreads;
-    int64_t chunks = 1;
-    if (bx < 128) chunks = std::min<int64_t>({(rows + 63) / 64, (256 + bx - 1) / bx, 65535});
-    chunks = std::max<int64_t>(chunks, 1);
+    const int64_t chunks = column_chunks(rows, C);
     const int64_t chunk_len = (rows + chunks - 1) / chunks;
     Tensor pw, pb;
     if (chunks > 1) {
@@ -236,6 +292,43 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
       if (dw.defined()) column_finish_k<<<grid_for(C), kThreads, 0, ctx.stream>>>(C, chunks, dptr<double>(pw), dptr<T>(dw));
       if (db.defined()) column_finish_k<<<grid_for(C), kThreads, 0, ctx.stream>>>(C, chunks, dptr<double>(pb), dptr<T>(db));
       STRATA_CUDA_CHECK_LAUNCH("layer_norm_backward");
+    }
+  });
+}
+
+void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, int64_t rows, int64_t C,
+                     double eps) {
+  if (rows == 0 || C == 0) return;
+  OpContext ctx(y);
+  STRATA_DISPATCH_FLOAT(x.dtype(), "rms_norm", [&] {
+    rms_fwd_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
+        rows, C, dptr<scalar_t>(x), cptr<scalar_t>(w), dptr<scalar_t>(y), dptr<scalar_t>(rstd), eps);
+  });
+  STRATA_CUDA_CHECK_LAUNCH("rms_norm");
+}
+
+void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,
+                              Tensor& dw, int64_t rows, int64_t C) {
+  if (C == 0) return;
+  OpContext ctx(dx);
+  STRATA_DISPATCH_FLOAT(x.dtype(), "rms_norm_backward", [&] {
+    using T = scalar_t;
+    if (rows == 0) {
+      if (dw.defined()) fill_kernel(dw, 0.0);
+      return;
+    }
+    rms_bwd_dx_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
+        rows, C, dptr<T>(dy), dptr<T>(x), dptr<T>(rstd), cptr<T>(w), dptr<T>(dx));
+    STRATA_CUDA_CHECK_LAUNCH("rms_norm_backward");
+    if (!dw.defined()) return;
+    const int64_t chunks = column_chunks(rows, C), chunk_len = (rows + chunks - 1) / chunks;
+    Tensor pw = chunks > 1 ? Tensor::empty({chunks * C}, DType::f64, dx.device()) : Tensor();
+    rms_bwd_w_k<<<dim3(grid_for(C), unsigned(chunks)), kThreads, 0, ctx.stream>>>(
+        rows, C, chunk_len, dptr<T>(dy), dptr<T>(x), dptr<T>(rstd), mptr<double>(pw), dptr<T>(dw), chunks);
+    STRATA_CUDA_CHECK_LAUNCH("rms_norm_backward");
+    if (chunks > 1) {
+      column_finish_k<<<grid_for(C), kThreads, 0, ctx.stream>>>(C, chunks, dptr<double>(pw), dptr<T>(dw));
+      STRATA_CUDA_CHECK_LAUNCH("rms_norm_backward");
     }
   });
 }

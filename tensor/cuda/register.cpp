@@ -71,6 +71,12 @@ void register_kernels() {
   // optim_ops.cpp
   register_kernel("adam_step_", kCuda, &adam_kernel);
   register_kernel("sgd_step_", kCuda, &sgd_kernel);
+  // llama_ops.cpp
+  register_kernel("rms_norm", kCuda, &rms_norm_kernel);
+  register_kernel("rms_norm_backward", kCuda, &rms_norm_backward_kernel);
+  register_kernel("rotary", kCuda, &rotary_kernel);
+  register_kernel("swiglu", kCuda, &swiglu_kernel);
+  register_kernel("swiglu_backward", kCuda, &swiglu_backward_kernel);
   // multi_tensor_ops.cpp
   register_kernel("adam_step_multi_", kCuda, &adam_multi_kernel);
   register_kernel("sgd_step_multi_", kCuda, &sgd_multi_kernel);

@@ -84,9 +84,6 @@ TEST(KernelRegistry, EveryFrontEndOpHasACudaKernel) {
   // Likewise the bias + residual add after the transformer's output projections
   // (autograd's linear_residual; residual + linear elsewhere).
   cpu_only.insert({"bias_residual_"});
-  // The Llama's RMSNorm, rotary embedding and SwiGLU: CPU kernels only so far; on a CUDA
-  // tensor each fails naming the op (CudaLlamaOps.EachOpWithoutACudaKernelNamesItself).
-  cpu_only.insert({"rms_norm", "rms_norm_backward", "rotary", "swiglu", "swiglu_backward"});
 #ifndef STRATA_WITH_CUDNN
   cpu_only.insert({"conv2d", "conv2d_backward"});
 #endif
