@@ -1,7 +1,10 @@
 // Thread-local autocast mode and the two casting policies the ops call at their entry.
 #include <strata/autograd/autocast.h>
 
+#include <unordered_map>
+
 #include <strata/autograd/functions.h>
+#include <strata/autograd/grad_mode.h>
 
 namespace strata {
 namespace {
@@ -13,7 +16,25 @@ bool is_half(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
 // Floating and not f64: what autocast lowers (PyTorch leaves f64 alone as well).
 bool lowerable(const Tensor& t) { return t.defined() && (t.dtype() == DType::f32 || is_half(t.dtype())); }
 
+// The autocast region's parameter casts (AutocastGuard), keyed by the parameter's impl; an
+// entry is reused only while that impl is alive and its version, the autocast dtype, the
+// path and the grad mode are those of the cast.
+struct CachedCast {
+  std::weak_ptr<TensorImpl> source;
+  uint32_t version;
+  DType dtype;
+  autocast::Path path;
+  bool grad;
+  Tensor lowered;
+};
+thread_local std::unordered_map<const TensorImpl*, CachedCast> t_cast_cache;
+
 }  // namespace
+
+AutocastGuard::~AutocastGuard() {
+  set_autocast_dtype(prev_);
+  if (on_ && !prev_) t_cast_cache.clear();
+}
 
 std::optional<DType> autocast_dtype() { return t_autocast; }
 
@@ -42,15 +63,26 @@ Tensor run_low_precision(const std::vector<Tensor>& inputs,
       path = path_for(t.device().type);
       break;
     }
+  // native: fn saves the 16-bit tensors for its backward; emulated: exact f32 copies of
+  // the rounded values
+  const auto lower = [&](const Tensor& t) {
+    return path == Path::native ? cast(t, dt) : cast(cast(t, dt), DType::f32);
+  };
   std::vector<Tensor> lowered;
   lowered.reserve(inputs.size());
   for (const Tensor& t : inputs) {
-    if (!lowerable(t))
+    if (!lowerable(t)) {
       lowered.push_back(t);
-    else if (path == Path::native)
-      lowered.push_back(cast(t, dt));  // fn saves these 16-bit tensors for its backward
-    else
-      lowered.push_back(cast(cast(t, dt), DType::f32));  // exact f32 copies of the rounded values
+    } else if (t.is_leaf() && t.requires_grad()) {  // a parameter: cast once per region
+      const bool grad = grad_enabled();
+      auto it = t_cast_cache.find(t.impl());
+      if (it == t_cast_cache.end() || it->second.source.lock() != t.impl_ptr() || it->second.version != t.version() ||
+          it->second.dtype != dt || it->second.path != path || it->second.grad != grad)
+        it = t_cast_cache.insert_or_assign(t.impl(), CachedCast{t.impl_ptr(), t.version(), dt, path, grad, lower(t)}).first;
+      lowered.push_back(it->second.lowered);
+    } else {
+      lowered.push_back(lower(t));
+    }
   }
   Tensor y;
   {
@@ -62,6 +94,8 @@ Tensor run_low_precision(const std::vector<Tensor>& inputs,
 }
 
 Tensor to_f32(const Tensor& x) { return t_autocast && x.defined() && is_half(x.dtype()) ? cast(x, DType::f32) : x; }
+
+size_t cached_casts() { return t_cast_cache.size(); }
 
 }  // namespace autocast
 }  // namespace strata

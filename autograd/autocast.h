@@ -40,15 +40,26 @@ void set_autocast_dtype(std::optional<DType> dt);
 /// - CPU (emulated): the CPU keeps f16/bf16 as a storage format only, so the GEMM runs
 ///   on f32 copies of the rounded values: the same numbers, no speed or memory gained.
 /// bf16 needs no loss scaling; for f16 use optim::GradScaler (small gradients underflow).
+///
+/// Weight casts are cached: within an autocast region, a lower-precision op given a leaf
+/// that requires grad (a parameter) reuses that tensor's cast from an earlier op of the
+/// region while the parameter is unchanged (same version, dtype, device path and grad
+/// mode), so a weight used several times in one forward (tied embeddings, a shared layer)
+/// is cast once, and the cast's backward sums the uses' gradients. The cache is this
+/// thread's and empties when a guard that turned autocast on from off exits (torch.autocast
+/// caches the same casts for the same lifetime).
 class AutocastGuard {
  public:
-  explicit AutocastGuard(std::optional<DType> dt) : prev_(autocast_dtype()) { set_autocast_dtype(dt); }
-  ~AutocastGuard() { set_autocast_dtype(prev_); }
+  explicit AutocastGuard(std::optional<DType> dt) : prev_(autocast_dtype()), on_(dt.has_value()) {
+    set_autocast_dtype(dt);
+  }
+  ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
   std::optional<DType> prev_;
+  bool on_;
 };
 
 namespace autocast {
@@ -78,6 +89,9 @@ Tensor run_low_precision(const std::vector<Tensor>& inputs,
 
 /// For the f32 ops: x cast to f32 when autocast is on and x is bf16/f16, else x.
 Tensor to_f32(const Tensor& x);
+
+/// Parameters whose cast this thread's autocast region holds (see AutocastGuard).
+size_t cached_casts();
 
 }  // namespace autocast
 }  // namespace strata

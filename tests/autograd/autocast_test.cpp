@@ -10,6 +10,7 @@
 #include <strata/autograd/autocast.h>
 #include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
+#include <strata/autograd/grad_mode.h>
 #include <strata/autograd/gradcheck.h>
 
 using namespace strata;
@@ -275,4 +276,58 @@ TEST(Autocast, CpuLinearRunsOnF32CopiesOfRoundedInputs) {
     EXPECT_EQ(y.dtype(), DType::f32);
     EXPECT_TRUE(representable(y, dt));
   }
+}
+
+// A parameter used twice in one autocast region is cast once (the region holds one cast),
+// both uses' gradients reach it through that cast, a changed parameter is cast anew, and
+// the cache empties when the region ends (not when an inner guard turns autocast off).
+TEST(Autocast, AParameterIsCastOncePerRegionAndItsUsesSumTheirGradients) {
+  const DType dt = DType::bf16;
+  Tensor w = leaf({5, 16}, 1), w_ref = ops::clone(w).set_requires_grad(true);
+  const Tensor x1 = rnd({3, 16}, 2), x2 = rnd({3, 16}, 3), c1 = rnd({3, 5}, 4), c2 = rnd({3, 5}, 5);
+  ASSERT_EQ(autocast::cached_casts(), 0u);
+  Tensor y1, y2;
+  {
+    AutocastGuard ac(dt);
+    y1 = linear(x1, w, Tensor());
+    y2 = linear(x2, w, Tensor());
+    EXPECT_EQ(autocast::cached_casts(), 1u) << "w cast once; the inputs need no grad and are not cached";
+    {
+      AutocastGuard off(std::nullopt);
+    }
+    EXPECT_EQ(autocast::cached_casts(), 1u) << "an inner guard turning autocast off keeps the region's casts";
+  }
+  EXPECT_EQ(autocast::cached_casts(), 0u);
+  backward(add(sum(mul(y1, c1)), sum(mul(y2, c2))));
+  // Reference: each use in a region of its own, so each casts w itself.
+  Tensor r1, r2;
+  {
+    AutocastGuard ac(dt);
+    r1 = linear(x1, w_ref, Tensor());
+  }
+  {
+    AutocastGuard ac(dt);
+    r2 = linear(x2, w_ref, Tensor());
+  }
+  backward(add(sum(mul(r1, c1)), sum(mul(r2, c2))));
+  EXPECT_EQ(y1.to_vector<float>(), r1.to_vector<float>());
+  EXPECT_EQ(y2.to_vector<float>(), r2.to_vector<float>());
+  const auto g = w.grad().to_vector<float>(), gr = w_ref.grad().to_vector<float>();
+  for (size_t i = 0; i < g.size(); ++i)  // the sum is rounded to bf16 once here, per use there
+    EXPECT_NEAR(g[i], gr[i], 1e-2 * (1 + std::abs(gr[i]))) << "element " << i;
+}
+
+TEST(Autocast, AChangedParameterIsCastAnew) {
+  Tensor w = leaf({4, 8}, 6);
+  const Tensor x = rnd({2, 8}, 7);
+  AutocastGuard ac(DType::bf16);
+  const Tensor before = linear(x, w, Tensor());
+  {
+    NoGradGuard no_grad;
+    ops::mul_(w, 2.0);  // an optimizer step: a new version of w
+  }
+  const Tensor after = linear(x, w, Tensor());
+  const auto b = before.to_vector<float>(), a = after.to_vector<float>();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], 2 * b[i]) << "element " << i;  // x2 is exact in bf16
+  EXPECT_EQ(autocast::cached_casts(), 1u);
 }
