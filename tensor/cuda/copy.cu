@@ -1,6 +1,8 @@
-// CUDA copy, fill and device transfers. A strided copy with dtype conversion is one
-// kernel with the two dtypes as runtime arguments (tensor/cuda/convert.h has the CPU
-// copy kernel's conversion rules); same-dtype contiguous copies are cudaMemcpyAsync.
+// CUDA copy, fill and device transfers. Same-dtype contiguous copies are cudaMemcpyAsync;
+// a contiguous conversion between floating dtypes (autocast's casts) is a kernel typed on
+// both dtypes, one element per thread, no index arithmetic; any other strided copy with
+// conversion is one kernel with the two dtypes as runtime arguments. Both follow
+// tensor/cuda/convert.h's rules (the CPU copy kernel's, bit for bit).
 #include <cstring>
 
 #include <strata/tensor/cuda/convert.h>
@@ -17,6 +19,50 @@ __global__ void convert_kernel(int64_t n, OffsetCalc<2> oc, void* dst, DType dt,
     int64_t off[2];
     oc.get(i, off);
     store_scalar(dst, off[0], dt, load_scalar(src, off[1], st));
+  }
+}
+
+// Typed element access for the contiguous floating conversions: 16-bit and f32 values
+// travel as float (exact), f64 as double; stores round as store_scalar does.
+template <DType S>
+__device__ __forceinline__ auto load_float(const void* p, int64_t i) {
+  if constexpr (S == DType::f32) return static_cast<const float*>(p)[i];
+  else if constexpr (S == DType::f64) return static_cast<const double*>(p)[i];
+  else if constexpr (S == DType::f16) return half_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+  else return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+}
+template <DType D, class V>
+__device__ __forceinline__ void store_float(void* p, int64_t i, V v) {
+  if constexpr (D == DType::f32) static_cast<float*>(p)[i] = static_cast<float>(v);
+  else if constexpr (D == DType::f64) static_cast<double*>(p)[i] = static_cast<double>(v);
+  else if constexpr (D == DType::f16) static_cast<uint16_t*>(p)[i] = float_to_half_bits(static_cast<float>(v));
+  else static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(static_cast<float>(v));
+}
+
+template <DType S, DType D>
+__global__ void cast_contiguous_k(int64_t n, const void* src, void* dst) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) store_float<D>(dst, i, load_float<S>(src, i));
+}
+
+
+template <DType S>
+void launch_cast_from(const OpContext& ctx, int64_t n, const void* src, void* dst, DType dt) {
+  const unsigned g = grid_for(n);
+  switch (dt) {
+    case DType::f32: cast_contiguous_k<S, DType::f32><<<g, kThreads, 0, ctx.stream>>>(n, src, dst); break;
+    case DType::f64: cast_contiguous_k<S, DType::f64><<<g, kThreads, 0, ctx.stream>>>(n, src, dst); break;
+    case DType::f16: cast_contiguous_k<S, DType::f16><<<g, kThreads, 0, ctx.stream>>>(n, src, dst); break;
+    default: cast_contiguous_k<S, DType::bf16><<<g, kThreads, 0, ctx.stream>>>(n, src, dst); break;
+  }
+}
+
+// dst = src converted, both contiguous floating tensors of n elements.
+void launch_cast(const OpContext& ctx, int64_t n, const void* src, DType st, void* dst, DType dt) {
+  switch (st) {
+    case DType::f32: launch_cast_from<DType::f32>(ctx, n, src, dst, dt); break;
+    case DType::f64: launch_cast_from<DType::f64>(ctx, n, src, dst, dt); break;
+    case DType::f16: launch_cast_from<DType::f16>(ctx, n, src, dst, dt); break;
+    default: launch_cast_from<DType::bf16>(ctx, n, src, dst, dt); break;
   }
 }
 
@@ -55,6 +101,12 @@ void copy_kernel(Tensor& dst, const Tensor& src) {
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), size_t(n) * es, cudaMemcpyDeviceToDevice,
                                       ctx.stream),
                       "copy");
+    return;
+  }
+  if (dst.shape() == src.shape() && dst.is_contiguous() && src.is_contiguous() && is_floating(dst.dtype()) &&
+      is_floating(src.dtype())) {
+    launch_cast(ctx, n, src.raw_data(), src.dtype(), dst.raw_data(), dst.dtype());
+    STRATA_CUDA_CHECK_LAUNCH("copy");
     return;
   }
   const auto oc = make_offset_calc<2>(dst.shape(), {dst.strides(), broadcast_strides(src.shape(), src.strides(), dst.shape())},

@@ -23,6 +23,7 @@ template <int N>
 struct OffsetCalc {
   int ndim = 0;                         // after coalescing; >= 1
   bool contiguous = false;              // ndim == 1 and every operand has stride 1
+  bool index32 = false;                 // the shape has < 2^31 elements: 32-bit div/mod
   int64_t sizes[kMaxDims] = {};         // innermost last
   int64_t strides[N][kMaxDims] = {};    // element strides per operand (0 = broadcast)
 
@@ -33,6 +34,17 @@ STRATA_UNROLL
     if (contiguous) {
 STRATA_UNROLL
       for (int k = 0; k < N; ++k) off[k] = i;
+      return;
+    }
+    if (index32) {  // a 32-bit division is a few instructions on a GPU, a 64-bit one dozens
+      uint32_t j = uint32_t(i);
+      for (int d = ndim - 1; d >= 0; --d) {
+        const uint32_t sz = uint32_t(sizes[d]);
+        const uint32_t c = j % sz;
+        j /= sz;
+STRATA_UNROLL
+        for (int k = 0; k < N; ++k) off[k] += int64_t(c) * strides[k][d];
+      }
       return;
     }
     for (int d = ndim - 1; d >= 0; --d) {
@@ -79,6 +91,9 @@ OffsetCalc<N> make_offset_calc(const std::vector<int64_t>& shape, const std::arr
                "; make the operands contiguous first");
   c.ndim = int(sz.size());
   c.contiguous = c.ndim == 1;
+  int64_t numel = 1;
+  for (int64_t n : sz) numel *= n;
+  c.index32 = numel < (int64_t(1) << 31);
   for (int d = 0; d < c.ndim; ++d) {
     c.sizes[d] = sz[size_t(d)];
     for (int k = 0; k < N; ++k) {

@@ -10,6 +10,7 @@ namespace {
 using test::expect_close;
 using test::kGpu;
 using test::rand_cpu;
+using test::Tol;
 using ops::BinaryOp;
 using ops::CompareOp;
 using ops::UnaryOp;
@@ -56,6 +57,25 @@ TEST(CudaParity, CopyConvertsEveryDtypePairLikeTheCpu) {
       ops::copy_(gv, gpu(row));
       expect_close(gd, cd, std::string("copy_ broadcast ") + dtype_name(s) + "->" + dtype_name(d));
     }
+}
+
+// The contiguous floating conversions (autocast's casts take a typed kernel) round as the
+// CPU does, bit for bit: values between 16-bit steps, ties, subnormals, overflow to
+// infinity, infinities and NaN, over a tensor long enough for many blocks.
+TEST(CudaParity, ContiguousFloatingCastsRoundLikeTheCpu) {
+  STRATA_REQUIRE_GPU();
+  std::vector<double> v = {0.0, -0.0, 1.0 + 1.0 / 512, 1.0 + 3.0 / 1024, 65504.0, 65520.0, 1e5, -1e38, 3.0e38,
+                           1e-8, 6e-8, 1e-40, 1e-300, 1e300, INFINITY, -INFINITY, NAN};
+  const Tensor r = rand_cpu({100003}, DType::f64, 11, -3e4, 3e4);
+  for (double x : r.to_vector<double>()) v.push_back(x);
+  const Tensor c64 = ops::from_vector(v, {int64_t(v.size())});
+  const DType kFloats[] = {DType::f64, DType::f32, DType::bf16, DType::f16};
+  for (DType s : kFloats) {
+    const Tensor cs = ops::to_dtype(c64, s);
+    for (DType d : kFloats)
+      expect_close(ops::to_dtype(gpu(cs), d), ops::to_dtype(cs, d), Tol{0, 0},
+                   std::string("contiguous ") + dtype_name(s) + "->" + dtype_name(d));
+  }
 }
 
 TEST(CudaParity, FillEveryDtypeOnStridedViews) {

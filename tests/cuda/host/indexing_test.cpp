@@ -46,6 +46,25 @@ TEST(CudaIndexing, ViewsMatchCoordinateArithmetic) {
   expect_matches(ops::zeros({}), "0-d");
 }
 
+// Shapes under 2^31 elements index in 32 bits; the 64-bit path gives the same offsets,
+// and a shape of 2^31 elements or more takes it.
+TEST(CudaIndexing, ThirtyTwoBitIndexingMatchesSixtyFour) {
+  const Tensor v = ops::permute(ops::zeros({3, 7, 5, 4}), {2, 0, 3, 1});
+  auto oc = make_offset_calc<2>(v.shape(), {contiguous_strides(v.shape()), v.strides()}, "test");
+  ASSERT_TRUE(oc.index32);
+  auto wide = oc;
+  wide.index32 = false;
+  for (int64_t i = 0; i < v.numel(); ++i) {
+    int64_t a[2], b[2];
+    oc.get(i, a);
+    wide.get(i, b);
+    ASSERT_EQ(a[0], b[0]) << i;
+    ASSERT_EQ(a[1], b[1]) << i;
+  }
+  const std::vector<int64_t> big = {int64_t(1) << 20, 4096}, big_strides = {1, int64_t(1) << 20};
+  EXPECT_FALSE(make_offset_calc<1>(big, {big_strides}, "test").index32);
+}
+
 TEST(CudaIndexing, CoalescesLikeTheCpuPlan) {
   const Tensor t = ops::zeros({2, 3, 4});
   auto oc = make_offset_calc<1>(t.shape(), {t.strides()}, "test");
