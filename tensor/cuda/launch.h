@@ -86,4 +86,16 @@ __device__ __forceinline__ T block_reduce(T v, Op op, T identity, T* smem) {
   return v;
 }
 
+/// Sums partial[0, n) with one block (blockDim.x a multiple of 32, at most 1024) in an order
+/// fixed by n and the block size into out[0]: the last step of the deterministic
+/// two-pass reductions (sum_squares and its multi-tensor form).
+template <class T>
+__global__ void sum_partials_k(int64_t n, const T* partial, T* out) {
+  __shared__ T smem[32];
+  T acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+  acc = block_reduce(acc, SumOp(), T(0), smem);
+  if (threadIdx.x == 0) out[0] = acc;
+}
+
 }  // namespace strata::cuda

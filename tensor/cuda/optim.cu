@@ -124,15 +124,6 @@ __global__ void sum_squares_multi_k(TensorListArgs<1> a, double* partial, int64_
   if (threadIdx.x == 0) partial[first + blockIdx.x] = acc;
 }
 
-// partial[0, n) summed by one block in a fixed order into out[0].
-__global__ void sum_all_partials_k(int64_t n, const double* partial, double* out) {
-  __shared__ double smem[32];
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-  acc = block_reduce(acc, SumOp(), 0.0, smem);
-  if (threadIdx.x == 0) out[0] = acc;
-}
-
 // Runs launch(args, blocks, first_block) for every launch of the plan over `lists` (Depth
 // lists of equal length; list 0 decides the sizes); first_block counts the blocks of the
 // launches before (where a reduction writes its partial sums).
@@ -288,7 +279,7 @@ double sum_squares_multi_kernel(std::span<const Tensor> ts) {
     });
     offset += blocks_here;
   });
-  sum_all_partials_k<<<1, 1024, 0, ctx.stream>>>(total, dptr<double>(partial), dptr<double>(result));
+  sum_partials_k<<<1, 1024, 0, ctx.stream>>>(total, dptr<double>(partial), dptr<double>(result));
   STRATA_CUDA_CHECK_LAUNCH("sum_squares_multi");
   return result.item<double>();
 }

@@ -171,14 +171,6 @@ __global__ void sum_squares_k(int64_t n, const T* in, double* partial) {
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-__global__ void sum_partials_k(int64_t n, const double* partial, double* out) {
-  __shared__ double smem[32];
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-  acc = block_reduce(acc, SumOp(), 0.0, smem);
-  if (threadIdx.x == 0) out[0] = acc;
-}
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace

@@ -4,12 +4,9 @@
 // the CPU. Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include "tests/test_tensors.h"
-#include "../cuda_test_util.h"
-#include <strata/autograd/engine.h>
+#include "train_steps.h"
 #include <strata/autograd/functions.h>
 #include <strata/nn/llama.h>
-#include <strata/optim/adam.h>
 
 namespace strata {
 namespace {
@@ -18,7 +15,6 @@ using test::expect_close;
 using test::kGpu;
 using test::rand_cpu;
 using test::Tol;
-using testing::random_tokens;
 
 TEST(CudaLlamaOps, RmsNormRotarySwigluMatchTheCpu) {
   STRATA_REQUIRE_GPU();
@@ -81,25 +77,8 @@ void llama_steps(bool tied) {
   auto cpu_m = std::make_shared<nn::Llama>(cfg, gc);
   auto gpu_m = std::make_shared<nn::Llama>(cfg, gg);
   gpu_m->to(kGpu);
-  const optim::AdamWOptions opt{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.1};
-  optim::AdamW oc(cpu_m->named_parameters(), opt), og(gpu_m->named_parameters(), opt);
-  for (int step = 0; step < 3; ++step) {
-    const Tensor idx = random_tokens({4, 16}, cfg.vocab, 100 + uint64_t(step));
-    const Tensor tgt = random_tokens({4, 16}, cfg.vocab, 200 + uint64_t(step));
-    oc.zero_grad();
-    og.zero_grad();
-    const Tensor lc = cpu_m->loss(idx, tgt);
-    const Tensor lg = gpu_m->loss(idx.to(kGpu), tgt.to(kGpu));
-    EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-5 * std::abs(lc.item<double>())) << "loss at step " << step;
-    backward(lc);
-    backward(lg);
-    oc.step();
-    og.step();
-  }
-  const auto g = gpu_m->named_parameters(), c = cpu_m->named_parameters();
-  ASSERT_EQ(g.size(), c.size());
-  for (size_t i = 0; i < g.size(); ++i)
-    expect_close(g[i].second, c[i].second, Tol{2e-5, 1e-4}, "after 3 AdamW steps: " + g[i].first);
+  test::expect_adamw_steps_match(*cpu_m, *gpu_m, cfg.vocab);
+  test::expect_same_params(*gpu_m, *cpu_m, Tol{2e-5, 1e-4}, "after 3 AdamW steps");
 }
 
 TEST(CudaLlamaOps, LlamaTrainingStepsMatchTheCpu) {

@@ -5,8 +5,7 @@
 // dropout masks: losses, gradients and parameters must agree to f32 rounding.
 #include <gtest/gtest.h>
 
-#include "tests/test_tensors.h"
-#include "../cuda_test_util.h"
+#include "train_steps.h"
 #include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
 #include <strata/nn/cnn.h>
@@ -19,18 +18,9 @@ namespace {
 
 using test::expect_close;
 using test::kGpu;
+using test::expect_same_params;
 using test::Tol;
 using testing::random_tokens;
-
-void expect_same_params(const nn::Module& gpu_m, const nn::Module& cpu_m, Tol tol, const std::string& when) {
-  const auto g = gpu_m.named_parameters(), c = cpu_m.named_parameters();
-  ASSERT_EQ(g.size(), c.size());
-  for (size_t i = 0; i < g.size(); ++i) {
-    ASSERT_EQ(g[i].first, c[i].first);
-    EXPECT_EQ(g[i].second.device(), kGpu) << g[i].first;
-    expect_close(g[i].second, c[i].second, tol, when + " param " + g[i].first);
-  }
-}
 
 void expect_same_grads(const nn::Module& gpu_m, const nn::Module& cpu_m, Tol tol) {
   const auto g = gpu_m.named_parameters(), c = cpu_m.named_parameters();
@@ -55,24 +45,9 @@ void gpt_steps(bool checkpoint) {
   auto gpu_m = std::make_shared<nn::GPT>(cfg, gg);
   gpu_m->to(kGpu);
   expect_same_params(*gpu_m, *cpu_m, Tol{0, 0}, "initial");
-  // eps 1e-6: an update must not flip with the sign of a gradient that is ~0 up to rounding
-  const optim::AdamWOptions opt{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.1};
-  optim::AdamW oc(cpu_m->named_parameters(), opt), og(gpu_m->named_parameters(), opt);
-  for (int step = 0; step < 3; ++step) {
-    const Tensor idx = random_tokens({4, 16}, cfg.vocab, 100 + uint64_t(step));
-    const Tensor tgt = random_tokens({4, 16}, cfg.vocab, 200 + uint64_t(step));
-    oc.zero_grad();
-    og.zero_grad();
-    const Tensor lc = cpu_m->loss(idx, tgt);
-    const Tensor lg = gpu_m->loss(idx.to(kGpu), tgt.to(kGpu));
-    EXPECT_EQ(lg.device(), kGpu);
-    EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-5 * std::abs(lc.item<double>())) << "loss at step " << step;
-    backward(lc);
-    backward(lg);
+  test::expect_adamw_steps_match(*cpu_m, *gpu_m, cfg.vocab, [&](int step) {
     if (step == 0) expect_same_grads(*gpu_m, *cpu_m, Tol{1e-5, 1e-3});
-    oc.step();
-    og.step();
-  }
+  });
   expect_same_params(*gpu_m, *cpu_m, Tol{2e-5, 1e-4}, "after 3 AdamW steps");
 }
 
