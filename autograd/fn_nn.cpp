@@ -128,6 +128,13 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
 }
 
 Tensor causal_attention(const Tensor& qkv, int64_t head_dim) {
+  // Under autocast a lower-precision op (as PyTorch's scaled_dot_product_attention): q, k
+  // and v rounded to 16 bits, scores, softmax and the weighted sum in f32, the output
+  // rounded; on CUDA the kernel reads and writes the 16-bit tensors themselves.
+  if (autocast::wants_low_precision({qkv}))
+    return autocast::run_low_precision({qkv}, [head_dim](const std::vector<Tensor>& in) {
+      return causal_attention(in[0], head_dim);
+    });
   auto [y, probs] = ops::causal_attention(qkv, head_dim);
   if (!any_requires_grad(qkv)) return y;
   SavedTensor sq(qkv);

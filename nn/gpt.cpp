@@ -90,7 +90,7 @@ Tensor CausalSelfAttention::core(const Tensor& qkv) {
   const int64_t b = qkv.size(0), t = qkv.size(1), hd = head_dim_;
   const int64_t cl = qkv.size(-1) / 3, h = cl / hd;
   // One fused op (no head split/merge copies, the causal softmax on the lower triangle
-  // only) unless the probabilities need dropout or autocast runs the matmuls in 16 bits.
+  // only; under autocast a 16-bit op) unless the probabilities need dropout.
   const std::shared_ptr<Module> attn_dropout = child("attn_dropout");
   const auto* attn_drop = dynamic_cast<const Dropout*>(attn_dropout.get());
   if (attention_fn_) {  // replaced (ring attention): it draws the dropout masks from our generator
@@ -98,7 +98,7 @@ Tensor CausalSelfAttention::core(const Tensor& qkv) {
     Generator* gen = drop ? attn_dropout->own_generator() : nullptr;
     return attention_fn_(qkv, hd, drop ? attn_drop->p() : 0.0, gen);
   }
-  if (attn_drop && (attn_drop->p() == 0 || !attn_drop->is_training()) && !autocast_dtype())
+  if (attn_drop && (attn_drop->p() == 0 || !attn_drop->is_training()))
     return causal_attention(qkv, hd);
   auto parts = split(qkv, {cl, cl, cl}, -1);  // 3 x (B, T, Hl*hd)
   auto heads = [&](const Tensor& p) { return transpose(reshape(p, {b, t, h, hd}), 1, 2); };  // (B, Hl, T, hd)

@@ -174,7 +174,8 @@ void check_pool_grad(const Tensor& dy, const Shape& x_shape, const Pool2dParams&
 
 // qkv (B, T, 3*H*hd) with q|k|v of H heads each: checks it, returns H.
 int64_t attention_heads(const Tensor& qkv, int64_t head_dim, const char* op) {
-  check_float16(qkv, op, "qkv");
+  STRATA_CHECK(qkv.defined() && is_floating(qkv.dtype()), "[", op, "] qkv must be f32, f64, bf16 or f16, got ",
+               qkv.defined() ? qkv.str() : "undefined");  // 16-bit: the composition on the CPU
   STRATA_CHECK(qkv.dim() == 3, "[", op, "] expects qkv (B, T, 3*H*hd), got ", shape_str(qkv.shape()));
   STRATA_CHECK(head_dim > 0 && qkv.size(2) % (3 * head_dim) == 0, "[", op, "] qkv width ", qkv.size(2),
                " is not 3 * heads * head_dim (head_dim ", head_dim, ")");
@@ -468,15 +469,14 @@ void composed_causal_attention_backward(const Tensor& dy, const Tensor& qkv, con
 }  // namespace detail
 
 namespace {
-// CUDA has no fused attention kernel yet: it runs the composition, whose matmuls,
-// softmax and strided copies are CUDA kernels. A native kernel that tensor/cuda/
-// registers under the same op name replaces it. Registered from this file so that
-// every program holding the front end holds the registration too.
-const bool kComposedAttentionRegistered = [] {
-  register_kernel("causal_attention", DeviceType::CUDA, &detail::composed_causal_attention);
-  register_kernel("causal_attention_backward", DeviceType::CUDA, &detail::composed_causal_attention_backward);
-  return true;
-}();
+// What the forward saves for the backward: the probabilities (B, H, T, T) on the CPU (its
+// kernel reads them back), the rows' log-sum-exp (B, H, T) on CUDA (tensor/cuda/attention.cu
+// recomputes the probabilities from it).
+bool saves_lse(Device d) { return !d.is_cpu(); }
+Shape attention_stats_shape(Device d, int64_t B, int64_t H, int64_t T) {
+  return saves_lse(d) ? Shape{B, H, T} : Shape{B, H, T, T};
+}
+DType attention_stats_dtype(Device d, DType dt) { return saves_lse(d) ? stat_dtype(dt) : dt; }
 }  // namespace
 
 std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim) {
@@ -484,11 +484,10 @@ std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim) 
   const int64_t B = qkv.size(0), T = qkv.size(1);
   const Device d = qkv.device();
   Tensor y = empty({B, T, H * head_dim}, qkv.dtype(), d);
-  Tensor probs = empty({B, H, T, T}, qkv.dtype(), d);
-  (void)kComposedAttentionRegistered;
+  Tensor probs = empty(attention_stats_shape(d, B, H, T), attention_stats_dtype(d, qkv.dtype()), d);
   // 16-bit on the CPU: the composition, whose matmuls and softmax widen inside their
   // kernels (the fused kernel is f32/f64); probabilities are kept in 16 bits
-  if (is_16bit(qkv.dtype()))
+  if (is_16bit(qkv.dtype()) && d.is_cpu())
     detail::composed_causal_attention(contiguous(qkv), y, probs, head_dim);
   else
     kAttention(d)(contiguous(qkv), y, probs, head_dim);
@@ -501,12 +500,14 @@ Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tens
   STRATA_CHECK(dy.shape() == (Shape{B, T, H * head_dim}) && dy.dtype() == qkv.dtype(),
                "[causal_attention_backward] grad ", dy.str(), " does not match the output (", B, ", ", T, ", ",
                H * head_dim, ") of qkv ", qkv.str());
-  STRATA_CHECK(probs.shape() == (Shape{B, H, T, T}) && probs.dtype() == qkv.dtype(),
-               "[causal_attention_backward] probs ", probs.str(), " do not match (", B, ", ", H, ", ", T, ", ", T,
-               ")");
   const Device d = common_device("causal_attention_backward", dy, qkv, probs);
+  STRATA_CHECK(probs.shape() == attention_stats_shape(d, B, H, T) &&
+                   probs.dtype() == attention_stats_dtype(d, qkv.dtype()),
+               "[causal_attention_backward] saved statistics ", probs.str(), " do not match ",
+               shape_str(attention_stats_shape(d, B, H, T)), " ",
+               dtype_name(attention_stats_dtype(d, qkv.dtype())), saves_lse(d) ? " (log-sum-exp)" : " (probabilities)");
   Tensor dqkv = empty(qkv.shape(), qkv.dtype(), d);
-  if (is_16bit(qkv.dtype()))
+  if (is_16bit(qkv.dtype()) && d.is_cpu())
     detail::composed_causal_attention_backward(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
   else
     kAttentionBwd(d)(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);

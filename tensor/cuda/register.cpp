@@ -71,6 +71,9 @@ void register_kernels() {
   // optim_ops.cpp
   register_kernel("adam_step_", kCuda, &adam_kernel);
   register_kernel("sgd_step_", kCuda, &sgd_kernel);
+  // nn_ops.cpp: causal attention (the saved statistics are the log-sum-exp, not probabilities)
+  register_kernel("causal_attention", kCuda, &causal_attention_kernel);
+  register_kernel("causal_attention_backward", kCuda, &causal_attention_backward_kernel);
   // llama_ops.cpp
   register_kernel("rms_norm", kCuda, &rms_norm_kernel);
   register_kernel("rms_norm_backward", kCuda, &rms_norm_backward_kernel);

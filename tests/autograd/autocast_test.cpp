@@ -331,3 +331,18 @@ TEST(Autocast, AChangedParameterIsCastAnew) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], 2 * b[i]) << "element " << i;  // x2 is exact in bf16
   EXPECT_EQ(autocast::cached_casts(), 1u);
 }
+
+// Under autocast the fused causal attention is a 16-bit op: q, k, v rounded, the attention
+// computed in f32, its output rounded (the CPU's emulated path; CUDA runs it on bf16).
+TEST(Autocast, CausalAttentionRoundsItsInputAndOutput) {
+  const Tensor qkv = rnd({2, 9, 3 * 2 * 8}, 21);
+  Tensor y;
+  {
+    AutocastGuard ac(DType::bf16);
+    y = causal_attention(qkv, 8);
+  }
+  EXPECT_EQ(y.dtype(), DType::f32);
+  const Tensor rounded_in = ops::to_dtype(ops::to_dtype(qkv, DType::bf16), DType::f32);
+  const Tensor want = ops::to_dtype(ops::to_dtype(causal_attention(rounded_in, 8), DType::bf16), DType::f32);
+  EXPECT_EQ(y.to_vector<float>(), want.to_vector<float>());
+}
