@@ -93,9 +93,21 @@ std::string label(gb::Backend b, const Case& s, bool ta, bool tb, float alpha, f
          " beta " + std::to_string(beta) + " threads " + std::to_string(threads);
 }
 
+// Under a gemm_backend_isa_* case, skips when the CPU lacks the level it caps to.
+bool level_unsupported() {
+  const char* cap = std::getenv("STRATA_CPU_CAPABILITY");
+  if (!cap) return false;
+  const std::string c = cap;
+  return (c == "x86-64-v4" && !__builtin_cpu_supports("x86-64-v4")) ||
+         (c == "x86-64-v3" && !__builtin_cpu_supports("x86-64-v3"));
+}
+#define STRATA_SKIP_UNSUPPORTED_LEVEL() \
+  if (level_unsupported()) GTEST_SKIP() << "the CPU lacks " << std::getenv("STRATA_CPU_CAPABILITY")
+
 class GemmBackend : public ::testing::TestWithParam<gb::Backend> {};
 
 TEST_P(GemmBackend, MatchesF64Reference) {
+  STRATA_SKIP_UNSUPPORTED_LEVEL();
   const gb::Backend backend = GetParam();
   if (!gb::available(backend)) GTEST_SKIP() << gb::name(backend) << " is not in this build";
   int taken = 0;
@@ -131,6 +143,7 @@ INSTANTIATE_TEST_SUITE_P(All, GemmBackend, ::testing::ValuesIn(gb::kAll),
 // cpu::gemm through the auto rule (or STRATA_GEMM): the same bits twice at a fixed
 // thread count, and the f64 reference.
 TEST(GemmBackendRule, SameBitsTwiceAtFixedThreads) {
+  STRATA_SKIP_UNSUPPORTED_LEVEL();
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     for (const Case& s : kCases)
@@ -161,6 +174,7 @@ TEST(GemmBackendRule, ChoiceIsPure) {
 // BLIS exports cblas_sgemm too; it is opened privately, so every cblas call of the
 // process still reaches OpenBLAS.
 TEST(GemmBackendRule, CblasStaysOpenBlas) {
+  STRATA_SKIP_UNSUPPORTED_LEVEL();
   if (gb::available(gb::Backend::blis)) {
     ASSERT_FALSE(gb::isa(gb::Backend::blis).empty());  // BLIS is loaded
   }
@@ -183,6 +197,7 @@ std::string lower(std::string s) {
 
 // Under the gemm_backend_isa_* ctest cases each library runs the ISA its variable names.
 TEST(GemmBackendRule, IsaCapsAreApplied) {
+  STRATA_SKIP_UNSUPPORTED_LEVEL();
   if (const char* e = std::getenv("DNNL_MAX_CPU_ISA")) {
     EXPECT_EQ(gb::isa(gb::Backend::onednn_sgemm), lower(e));
   }
