@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <omp.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -273,7 +274,27 @@ bool run(Backend b, const Sgemm& g, int threads) {
   return false;
 }
 
-Backend choose(int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int) {
+namespace {
+// The auto rule: the first row whose thread count and m*n*k bound the call matches picks the
+// backend; no match, or the backend missing from the build: OpenBLAS. Measured with
+// `strata bench gemm --backends all` (docs/performance.md "GEMM libraries").
+struct Rule {
+  int threads;      // the thread count the row applies to
+  int64_t min_mnk;  // m*n*k > min_mnk
+  int64_t max_mnk;  // m*n*k <= max_mnk
+  Backend backend;
+};
+constexpr int64_t kMaxMnk = INT64_MAX;
+constexpr Rule kRules[] = {
+    {1, int64_t(64) * 64 * 64, kMaxMnk, Backend::onednn_sgemm},
+    {2, int64_t(64) * 64 * 64, kMaxMnk, Backend::onednn_sgemm},
+};
+}  // namespace
+
+Backend choose(int64_t m, int64_t n, int64_t k, bool, bool, int64_t, int64_t, int64_t, int threads) {
+  const int64_t mnk = m * n * k;
+  for (const Rule& r : kRules)
+    if (threads == r.threads && mnk > r.min_mnk && mnk <= r.max_mnk && available(r.backend)) return r.backend;
   return Backend::openblas;
 }
 
@@ -313,7 +334,21 @@ std::string isa(Backend b) {
 std::string describe() {
   std::string s = "f32 GEMM: ";
   if (const auto f = forced()) s += std::string("forced to ") + name(*f) + " by STRATA_GEMM";
-  else s += "auto rule: OpenBLAS for every shape";
+  else {
+    s += "auto rule:";
+    auto cube = [](int64_t v) {
+      int64_t r = 1;
+      while ((r + 1) * (r + 1) * (r + 1) <= v) ++r;
+      return std::to_string(r) + "^3";
+    };
+    for (const Rule& r : kRules) {
+      s.append(" m*n*k > ").append(cube(r.min_mnk));
+      if (r.max_mnk != kMaxMnk) s.append(" and <= ").append(cube(r.max_mnk));
+      s.append(" at ").append(std::to_string(r.threads)).append(" thread(s) -> ").append(name(r.backend));
+      s.append(available(r.backend) ? ";" : " (not in this build);");
+    }
+    s += " otherwise openblas";
+  }
   s += " (STRATA_GEMM=openblas|blis|onednn_sgemm|onednn_matmul|libxsmm|auto); available:";
   for (Backend b : kAll)
     if (available(b)) s += std::string(" ") + name(b);

@@ -156,6 +156,21 @@ TEST(GemmBackendRule, SameBitsTwiceAtFixedThreads) {
         EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)))
             << s.m << "x" << s.n << "x" << s.k << " threads " << threads;
         expect_matches(p, c1, "cpu::gemm");
+        // The same bits from the chosen backend called directly, on operands one float off
+        // their previous alignment (the choice and the result depend on the values only).
+        const gb::Backend chosen = gb::forced().value_or(
+            gb::choose(s.m, s.n, s.k, p.g.ta, p.g.tb, p.g.lda, p.g.ldb, p.ldc, threads));
+        std::vector<float> a1(p.a.size() + 1), b1(p.b.size() + 1), c3(p.c0.size() + 1);
+        std::copy(p.a.begin(), p.a.end(), a1.begin() + 1);
+        std::copy(p.b.begin(), p.b.end(), b1.begin() + 1);
+        std::copy(p.c0.begin(), p.c0.end(), c3.begin() + 1);
+        gb::Sgemm g = p.g;
+        g.a = a1.data() + 1;
+        g.b = b1.data() + 1;
+        g.c = c3.data() + 1;
+        if (!gb::run(chosen, g, threads)) gb::run(gb::Backend::openblas, g, threads);
+        EXPECT_EQ(0, std::memcmp(c1.data(), c3.data() + 1, c1.size() * sizeof(float)))
+            << gb::name(chosen) << " " << s.m << "x" << s.n << "x" << s.k << " threads " << threads;
       }
   }
   set_num_threads(1);
