@@ -273,8 +273,8 @@ Command add_bench_command(CLI::App& parent) {
   gemm->add_option("--threads", o->threads, "Threads (0 = all cores); several: one table each (e.g. --threads 1 2)")
       ->check(CLI::NonNegativeNumber);
   gemm->add_option("--shapes", o->shapes,
-                   "square: --size^3; model: the GEMMs of a GPT (T64 B32, T128 B16) and CNN (B64, B128) training "
-                   "step, and 1024^3")
+                   "square: --size^3; model: the GEMMs of a GPT (T64 B32, T128 B16), CNN (B64, B128), MLP and "
+                   "Llama training step, and 1024^3")
       ->check(CLI::IsMember({"square", "model"}));
   gemm->add_option("--backends", o->backends,
                    "Time the model shapes through these f32 GEMM libraries against OpenBLAS, warm and cold "

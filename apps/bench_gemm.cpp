@@ -1,7 +1,6 @@
 // The GEMM benchmarks and the per-kernel step profile (apps/bench_gemm.h).
 #include "apps/bench_gemm.h"
 
-#include <cblas.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <time.h>
@@ -37,6 +36,17 @@ long minor_faults() {
   return u.ru_minflt;
 }
 
+// The f32 GEMM library cpu::gemm would pick for this call (cblas_sgemm unless the rule of
+// cpu::gemm_backends routes the shape elsewhere), called directly: ops::matmul against it
+// is the wrapper's own cost.
+void library_sgemm(const cpu::gemm_backends::Sgemm& g) {
+  namespace gb = cpu::gemm_backends;
+  const int threads = get_num_threads();
+  const gb::Backend b =
+      gb::forced().value_or(gb::choose(g.m, g.n, g.k, g.ta, g.tb, g.lda, g.ldb, g.ldc, threads));
+  if (!gb::run(b, g, threads)) gb::run(gb::Backend::openblas, g, threads);
+}
+
 int bench_gemm(int64_t n, int repeat, int threads) {
   set_num_threads(threads);
   Generator gen(0);
@@ -44,10 +54,8 @@ int bench_gemm(int64_t n, int repeat, int threads) {
   const Tensor b = ops::uniform({n, n}, -1, 1, gen);
   Tensor c = ops::zeros({n, n});
   const double flops = 2.0 * double(n) * double(n) * double(n);
-  const int in = int(n);
   auto direct = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, in, in, in, 1.0f, a.data<float>(), in, b.data<float>(), in,
-                0.0f, c.data<float>(), in);
+    library_sgemm({n, n, n, 1.0f, a.data<float>(), n, false, b.data<float>(), n, false, 0.0f, c.data<float>(), n});
   };
   // Warm-up: thread pool start, page faults.
   for (int i = 0; i < 2; ++i) {
@@ -132,7 +140,7 @@ struct GemmTiming {
   double c_ops, c_blas;  // the same in process CPU time (all threads)
 };
 
-// ops::matmul (ops::gemm_ with beta 1 when the kernel accumulates) against cblas_sgemm on
+// ops::matmul (ops::gemm_ with beta 1 when the kernel accumulates) against library_sgemm on
 // the same operands, alternating sample by sample (order flipped each time), each sample
 // long enough (>= ~2 ms) for the clock; medians.
 GemmTiming time_gemm(const GemmShape& s, int samples) {
@@ -144,9 +152,8 @@ GemmTiming time_gemm(const GemmShape& s, int samples) {
   const float* ap = static_cast<const float*>(a.raw_data());
   const float* bp = static_cast<const float*>(b.raw_data());
   auto blas = [&] {
-    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, int(s.m),
-                int(s.n), int(s.k), 1.0f, ap, int(s.lda), bp, int(s.ldb), s.accumulate ? 1.0f : 0.0f,
-                c.data<float>(), int(s.n));
+    library_sgemm({s.m, s.n, s.k, 1.0f, ap, s.lda, s.ta, bp, s.ldb, s.tb, s.accumulate ? 1.0f : 0.0f, c.data<float>(),
+                   s.n});
   };
   auto wrapped = [&] {
     if (s.accumulate) ops::gemm_(acc, a, b, 1.0, 1.0);
@@ -211,6 +218,8 @@ int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
   std::printf("ratio = cblas time / ops time (wall clock); cpu ratio: the same in process CPU time, which other\n"
               "jobs on a shared host disturb far less.\n");
   std::printf("A GEMM with beta=1 (the kernels accumulate) goes through ops::gemm_(out, a, b, 1, 1).\n");
+  std::printf("'cblas'/'blas' here: the library cpu::gemm picks for the shape, called directly (%s).\n",
+              cpu::gemm_backend_info().c_str());
   for (int threads : thread_counts) {
     set_num_threads(threads);
     const GemmShape square{1024, 1024, 1024, 1024, 1024, false, false, false};

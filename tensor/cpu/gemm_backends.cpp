@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
