@@ -47,6 +47,12 @@ void library_sgemm(const cpu::gemm_backends::Sgemm& g) {
   if (!gb::run(b, g, threads)) gb::run(gb::Backend::openblas, g, threads);
 }
 
+// The name of the library library_sgemm calls for an (m, n, k) NN GEMM at this thread count.
+std::string library_name(int64_t m, int64_t n, int64_t k) {
+  namespace gb = cpu::gemm_backends;
+  return gb::name(gb::forced().value_or(gb::choose(m, n, k, false, false, k, n, n, get_num_threads())));
+}
+
 int bench_gemm(int64_t n, int repeat, int threads) {
   set_num_threads(threads);
   Generator gen(0);
@@ -79,8 +85,9 @@ int bench_gemm(int64_t n, int repeat, int threads) {
   };
   std::printf("gemm f32, %d threads, %d runs\n", get_num_threads(), repeat);
   report("ops::matmul", t_ops);
-  report("cblas_sgemm", t_blas);
-  std::printf("ops::matmul / cblas_sgemm: %.3f  (ops::matmul: %.1f minor page faults per call)\n",
+  report("library", t_blas);
+  std::printf("ops::matmul / library (%s, called directly): %.3f  (ops::matmul: %.1f minor page faults per call)\n",
+              library_name(n, n, n).c_str(),
               t_blas[t_blas.size() / 2] / t_ops[t_ops.size() / 2], double(faults) / repeat);
   return 0;
 }
