@@ -85,15 +85,27 @@ bool run_blis(const Sgemm&, int) { return false; }
 
 // ------------------------------------------------------------------ oneDNN
 // oneDNN's OpenMP runtime sizes its parallel regions by omp_get_max_threads() of the
-// calling thread; strata's count is set on the thread that called set_num_threads, so
-// other threads get it here.
-void set_omp_threads(int threads) {
-  const int nt = call_threads(threads);
-  if (!omp_in_parallel() && omp_get_max_threads() != nt) omp_set_num_threads(nt);
-}
+// calling thread, which is strata's count only on the thread that called set_num_threads:
+// for the call, the calling thread's count is set to `threads` and restored after.
+class OmpThreads {
+ public:
+  explicit OmpThreads(int threads) : saved_(omp_get_max_threads()) {
+    const int nt = call_threads(threads);
+    if (!omp_in_parallel() && saved_ != nt) omp_set_num_threads(nt);
+    else saved_ = 0;
+  }
+  ~OmpThreads() {
+    if (saved_ > 0) omp_set_num_threads(saved_);
+  }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int saved_;
+};
 
 bool run_onednn_sgemm(const Sgemm& g, int threads) {
-  set_omp_threads(threads);
+  const OmpThreads omp(threads);
   return dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c,
                     g.ldc) == dnnl_success;
 }
@@ -141,7 +153,7 @@ std::shared_ptr<const Matmul> make_matmul(const Sgemm& g) {
 }
 
 bool run_onednn_matmul(const Sgemm& g, int threads) {
-  set_omp_threads(threads);
+  const OmpThreads omp(threads);
   const MatmulKey key{g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.ta, g.tb, g.alpha, g.beta, call_threads(threads)};
   // Per thread first (no lock on the hot path), then the shared table.
   thread_local std::map<MatmulKey, std::shared_ptr<const Matmul>> local;
