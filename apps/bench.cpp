@@ -257,6 +257,7 @@ Command add_bench_command(CLI::App& parent) {
     int repeat = 10;
     std::vector<int> threads{0};
     std::string shapes = "square";
+    std::vector<std::string> backends;
     std::string config;
     std::vector<std::string> sets;
     int64_t steps = 20;
@@ -273,9 +274,13 @@ Command add_bench_command(CLI::App& parent) {
   gemm->add_option("--threads", o->threads, "Threads (0 = all cores); several: one table each (e.g. --threads 1 2)")
       ->check(CLI::NonNegativeNumber);
   gemm->add_option("--shapes", o->shapes,
-                   "square: --size^3; model: the GEMMs of a GPT (T64 B32, T128 B16) and CNN (B64, B128) training "
-                   "step, and 1024^3")
+                   "square: --size^3; model: the GEMMs of a GPT (T64 B32, T128 B16), CNN (B64, B128), MLP and "
+                   "Llama training step, and 1024^3")
       ->check(CLI::IsMember({"square", "model"}));
+  gemm->add_option("--backends", o->backends,
+                   "Time the model shapes through these f32 GEMM libraries against OpenBLAS, warm and cold "
+                   "(openblas,blis,onednn_sgemm,onednn_matmul,libxsmm; 'all': every one in the build)")
+      ->delimiter(',');
   CLI::App* train = cmd->add_subcommand("train", "Training steps/s of a config after warm-up");
   train->add_option("-c,--config", o->config, "YAML config")->required();
   train->add_option("--set", o->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
@@ -391,6 +396,12 @@ Command add_bench_command(CLI::App& parent) {
                   "zero", *zo, [](int n, const auto& op) { return bench::bench_zero_local(n, op); },
                   [](comm::ProcessGroup& g, const auto& op) { return bench::bench_zero(g, op); });
             if (gemm->parsed()) {
+              if (!o->backends.empty()) {
+                std::vector<std::string> names = o->backends;
+                if (names == std::vector<std::string>{"all"})
+                  names = {"openblas", "blis", "onednn_sgemm", "onednn_matmul", "libxsmm"};
+                return bench_gemm_backends(o->threads, std::max(o->repeat, 3), names);
+              }
               if (o->shapes == "model") return bench_gemm_model(o->threads, std::max(o->repeat, 3));
               for (int t : o->threads) bench_gemm(o->size, o->repeat, t);
               return 0;

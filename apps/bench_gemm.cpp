@@ -1,14 +1,16 @@
 // The GEMM benchmarks and the per-kernel step profile (apps/bench_gemm.h).
 #include "apps/bench_gemm.h"
 
-#include <cblas.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <time.h>
 
+#include <array>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <tuple>
 
@@ -16,6 +18,7 @@
 #include "apps/trainer.h"
 #include <strata/core/threads.h>
 #include <strata/tensor/cpu/gemm.h>
+#include <strata/tensor/cpu/gemm_backends.h>
 #include <strata/tensor/cpu/op_profile.h>
 #include <strata/tensor/ops.h>
 
@@ -33,6 +36,23 @@ long minor_faults() {
   return u.ru_minflt;
 }
 
+// The f32 GEMM library cpu::gemm would pick for this call (cblas_sgemm unless the rule of
+// cpu::gemm_backends routes the shape elsewhere), called directly: ops::matmul against it
+// is the wrapper's own cost.
+void library_sgemm(const cpu::gemm_backends::Sgemm& g) {
+  namespace gb = cpu::gemm_backends;
+  const int threads = get_num_threads();
+  const gb::Backend b =
+      gb::forced().value_or(gb::choose(g.m, g.n, g.k, g.ta, g.tb, g.lda, g.ldb, g.ldc, threads));
+  if (!gb::run(b, g, threads)) gb::run(gb::Backend::openblas, g, threads);
+}
+
+// The name of the library library_sgemm calls for an (m, n, k) NN GEMM at this thread count.
+std::string library_name(int64_t m, int64_t n, int64_t k) {
+  namespace gb = cpu::gemm_backends;
+  return gb::name(gb::forced().value_or(gb::choose(m, n, k, false, false, k, n, n, get_num_threads())));
+}
+
 int bench_gemm(int64_t n, int repeat, int threads) {
   set_num_threads(threads);
   Generator gen(0);
@@ -40,10 +60,8 @@ int bench_gemm(int64_t n, int repeat, int threads) {
   const Tensor b = ops::uniform({n, n}, -1, 1, gen);
   Tensor c = ops::zeros({n, n});
   const double flops = 2.0 * double(n) * double(n) * double(n);
-  const int in = int(n);
   auto direct = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, in, in, in, 1.0f, a.data<float>(), in, b.data<float>(), in,
-                0.0f, c.data<float>(), in);
+    library_sgemm({n, n, n, 1.0f, a.data<float>(), n, false, b.data<float>(), n, false, 0.0f, c.data<float>(), n});
   };
   // Warm-up: thread pool start, page faults.
   for (int i = 0; i < 2; ++i) {
@@ -67,8 +85,9 @@ int bench_gemm(int64_t n, int repeat, int threads) {
   };
   std::printf("gemm f32, %d threads, %d runs\n", get_num_threads(), repeat);
   report("ops::matmul", t_ops);
-  report("cblas_sgemm", t_blas);
-  std::printf("ops::matmul / cblas_sgemm: %.3f  (ops::matmul: %.1f minor page faults per call)\n",
+  report("library", t_blas);
+  std::printf("ops::matmul / library (%s, called directly): %.3f  (ops::matmul: %.1f minor page faults per call)\n",
+              library_name(n, n, n).c_str(),
               t_blas[t_blas.size() / 2] / t_ops[t_ops.size() / 2], double(faults) / repeat);
   return 0;
 }
@@ -128,7 +147,7 @@ struct GemmTiming {
   double c_ops, c_blas;  // the same in process CPU time (all threads)
 };
 
-// ops::matmul (ops::gemm_ with beta 1 when the kernel accumulates) against cblas_sgemm on
+// ops::matmul (ops::gemm_ with beta 1 when the kernel accumulates) against library_sgemm on
 // the same operands, alternating sample by sample (order flipped each time), each sample
 // long enough (>= ~2 ms) for the clock; medians.
 GemmTiming time_gemm(const GemmShape& s, int samples) {
@@ -140,9 +159,8 @@ GemmTiming time_gemm(const GemmShape& s, int samples) {
   const float* ap = static_cast<const float*>(a.raw_data());
   const float* bp = static_cast<const float*>(b.raw_data());
   auto blas = [&] {
-    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, int(s.m),
-                int(s.n), int(s.k), 1.0f, ap, int(s.lda), bp, int(s.ldb), s.accumulate ? 1.0f : 0.0f,
-                c.data<float>(), int(s.n));
+    library_sgemm({s.m, s.n, s.k, 1.0f, ap, s.lda, s.ta, bp, s.ldb, s.tb, s.accumulate ? 1.0f : 0.0f, c.data<float>(),
+                   s.n});
   };
   auto wrapped = [&] {
     if (s.accumulate) ops::gemm_(acc, a, b, 1.0, 1.0);
@@ -195,7 +213,9 @@ std::vector<ModelCase> model_cases() {
   return {{"GPT L4 C128 T64 B32", gpt, {"model.block_size=64", "train.batch_size=32"}},
           {"GPT L4 C128 T128 B16", gpt, {"model.block_size=128", "train.batch_size=16"}},
           {"CNN B64", cnn, {"train.batch_size=64"}},
-          {"CNN B128", cnn, {"train.batch_size=128"}}};
+          {"CNN B128", cnn, {"train.batch_size=128"}},
+          {"MLP B128", find("configs/fashion_mlp.yaml"), {}},
+          {"Llama L4 C128 T64 B32", find("configs/llama_char.yaml"), {}}};
 }
 
 int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
@@ -205,6 +225,8 @@ int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
   std::printf("ratio = cblas time / ops time (wall clock); cpu ratio: the same in process CPU time, which other\n"
               "jobs on a shared host disturb far less.\n");
   std::printf("A GEMM with beta=1 (the kernels accumulate) goes through ops::gemm_(out, a, b, 1, 1).\n");
+  std::printf("'cblas'/'blas' here: the library cpu::gemm picks for the shape, called directly (%s).\n",
+              cpu::gemm_backend_info().c_str());
   for (int threads : thread_counts) {
     set_num_threads(threads);
     const GemmShape square{1024, 1024, 1024, 1024, 1024, false, false, false};
@@ -242,6 +264,199 @@ int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
                   "CPU time: ops %.2f ms, blas %.2f ms, ratio %.3f\n",
                   sum_ops * 1e3, sum_blas * 1e3, sum_blas / sum_ops, total_flops / sum_ops / 1e9, cpu_ops * 1e3,
                   cpu_blas * 1e3, cpu_blas / cpu_ops);
+    }
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------- bench gemm --backends
+
+namespace gb = cpu::gemm_backends;
+
+// Shape classes of the table in docs/performance.md, by m*n*k.
+constexpr int64_t kClassBounds[] = {int64_t(32) * 32 * 32, int64_t(64) * 64 * 64, int64_t(128) * 128 * 128,
+                                    int64_t(256) * 256 * 256};
+constexpr const char* kClassNames[] = {"mnk <= 32^3", "<= 64^3", "<= 128^3", "<= 256^3", "> 256^3"};
+constexpr int kClasses = 5;
+int shape_class(const GemmShape& s) {
+  int c = 0;
+  while (c < kClasses - 1 && s.m * s.n * s.k > kClassBounds[c]) ++c;
+  return c;
+}
+
+// Seconds per call of one backend on one shape, warm and cold, wall and CPU (medians);
+// declined: the backend does not take this call (cpu::gemm would run OpenBLAS).
+struct BackendTiming {
+  bool declined = false;
+  double warm_wall = 0, warm_cpu = 0, cold_wall = 0, cold_cpu = 0;
+};
+
+// A buffer twice the last-level cache; touching every line of it evicts the operands.
+class CacheFlusher {
+ public:
+  CacheFlusher() {
+    long llc = 0;  // sysfs first: in a VM sysconf may report the host's whole L3
+    if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
+      if (std::fscanf(f, "%ldK", &llc) == 1) llc <<= 10;
+      std::fclose(f);
+    }
+    if (llc <= 0) llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = 32l << 20;
+    buf_.assign(size_t(2 * llc) / sizeof(float), 1.0f);
+  }
+  size_t bytes() const { return buf_.size() * sizeof(float); }
+  void flush() {
+    for (size_t i = 0; i < buf_.size(); i += 16) buf_[i] += 1.0f;  // one write per 64-byte line
+  }
+
+ private:
+  std::vector<float> buf_;
+};
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Every backend on one shape, side by side: per sample each backend in turn (the order
+// rotates by one each sample). Warm: >= ~2 ms of back-to-back calls on the same operands.
+// Cold: one call right after the flusher evicted everything, only the call timed.
+std::vector<BackendTiming> time_backends(const GemmShape& s, const std::vector<gb::Backend>& backends, int samples,
+                                         int threads, CacheFlusher& flusher) {
+  std::mt19937 gen(0);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto operand = [&](int64_t rows, int64_t ld) {
+    std::vector<float> v(size_t(rows * ld));
+    for (float& x : v) x = u(gen);
+    return v;
+  };
+  const std::vector<float> a = operand(s.ta ? s.k : s.m, s.lda), b = operand(s.tb ? s.n : s.k, s.ldb);
+  std::vector<float> c = operand(s.m, s.n);
+  const gb::Sgemm g{s.m, s.n, s.k, 1.0f, a.data(), s.lda, s.ta, b.data(), s.ldb, s.tb,
+                    s.accumulate ? 1.0f : 0.0f, c.data(), s.n};
+  const size_t nb = backends.size();
+  std::vector<BackendTiming> out(nb);
+  std::vector<int> reps(nb, 1);
+  for (size_t i = 0; i < nb; ++i) {
+    for (int w = 0; w < 3; ++w)
+      if (!gb::run(backends[i], g, threads)) out[i].declined = true;
+    if (out[i].declined) continue;
+    const auto t0 = Clock::now();
+    gb::run(backends[i], g, threads);
+    const double once = std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count());
+    reps[i] = int(std::clamp(2e-3 / once, 1.0, 1e5));
+  }
+  std::vector<std::vector<double>> ww(nb), wc(nb), cw(nb), cc(nb);
+  for (int smp = 0; smp < samples; ++smp)
+    for (size_t j = 0; j < nb; ++j) {
+      const size_t i = (j + size_t(smp)) % nb;
+      if (out[i].declined) continue;
+      double c0 = process_cpu_seconds();
+      auto t0 = Clock::now();
+      for (int r = 0; r < reps[i]; ++r) gb::run(backends[i], g, threads);
+      ww[i].push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps[i]);
+      wc[i].push_back((process_cpu_seconds() - c0) / reps[i]);
+      flusher.flush();
+      c0 = process_cpu_seconds();
+      t0 = Clock::now();
+      gb::run(backends[i], g, threads);
+      cw[i].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      cc[i].push_back(process_cpu_seconds() - c0);
+    }
+  for (size_t i = 0; i < nb; ++i)
+    if (!out[i].declined)
+      out[i] = {false, median_of(ww[i]), median_of(wc[i]), median_of(cw[i]), median_of(cc[i])};
+  return out;
+}
+
+int bench_gemm_backends(const std::vector<int>& thread_counts, int samples, const std::vector<std::string>& names) {
+  std::vector<gb::Backend> backends{gb::Backend::openblas};  // first: the reference of every ratio
+  for (const std::string& n : names) {
+    const auto b = gb::parse(n);
+    if (!b) {
+      std::fprintf(stderr, "bench gemm: unknown backend '%s' (openblas, blis, onednn_sgemm, onednn_matmul, libxsmm)\n",
+                   n.c_str());
+      return 2;
+    }
+    if (!gb::available(*b)) std::printf("%s: not available in this build, left out\n", gb::name(*b));
+    else if (std::find(backends.begin(), backends.end(), *b) == backends.end()) backends.push_back(*b);
+  }
+  const size_t nb = backends.size();
+  CacheFlusher flusher;
+  std::printf("f32 GEMMs of one training step per model (recorded at cpu::gemm), each library called directly\n"
+              "(tensor/cpu/gemm_backends.h) on the same operands, side by side, order rotating per sample; medians of\n"
+              "%d samples. warm: >= 2 ms of calls on the same operands; cold: one call after a %zu MiB buffer was\n"
+              "touched (the operands evicted from every cache), only the call timed.\n"
+              "x = OpenBLAS time / library time in process CPU time (> 1: faster than OpenBLAS); '-': the library\n"
+              "declines the call (cpu::gemm runs OpenBLAS). %s\n",
+              samples, flusher.bytes() >> 20, gb::describe().c_str());
+  for (int threads : thread_counts) {
+    set_num_threads(threads);
+    // Per class and backend: calls-weighted seconds, warm and cold, wall and CPU, over all models,
+    // with OpenBLAS standing in where a backend declines.
+    std::vector<std::vector<std::array<double, 4>>> cls(kClasses, std::vector<std::array<double, 4>>(nb));
+    std::vector<int64_t> cls_calls(kClasses, 0), cls_shapes(kClasses, 0);
+    std::printf("\n== %d thread(s) ==\n", get_num_threads());
+    for (const ModelCase& mc : model_cases()) {
+      const auto shapes = model_gemm_shapes(mc.config, mc.sets, threads);
+      set_num_threads(threads);
+      std::vector<std::pair<GemmShape, int64_t>> rows(shapes.begin(), shapes.end());
+      std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) {
+        return x.first.flops() * double(x.second) > y.first.flops() * double(y.second);
+      });
+      std::printf("\n%s: %zu shapes\n%6s %6s %6s %5s %5s %3s %4s %6s %9s %9s", mc.name.c_str(), rows.size(), "m", "n",
+                  "k", "lda", "ldb", "op", "beta", "calls", "blas warm", "blas cold");
+      for (size_t i = 1; i < nb; ++i) std::printf(" %15s", gb::name(backends[i]));
+      std::printf("\n%66s", "us/call, cpu");
+      for (size_t i = 1; i < nb; ++i) std::printf(" %15s", "x warm / cold");
+      std::printf("\n");
+      std::vector<std::array<double, 4>> sum(nb, {0, 0, 0, 0});
+      for (const auto& [s, calls] : rows) {
+        const std::vector<BackendTiming> t = time_backends(s, backends, samples, threads, flusher);
+        const char op[3] = {s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', 0};
+        std::printf("%6lld %6lld %6lld %5lld %5lld %3s %4d %6lld %9.2f %9.2f", (long long)s.m, (long long)s.n,
+                    (long long)s.k, (long long)s.lda, (long long)s.ldb, op, s.accumulate ? 1 : 0, (long long)calls,
+                    t[0].warm_cpu * 1e6, t[0].cold_cpu * 1e6);
+        const int c = shape_class(s);
+        cls_calls[size_t(c)] += calls;
+        ++cls_shapes[size_t(c)];
+        for (size_t i = 0; i < nb; ++i) {
+          const BackendTiming& x = t[i].declined ? t[0] : t[i];
+          const std::array<double, 4> v{x.warm_wall, x.warm_cpu, x.cold_wall, x.cold_cpu};
+          for (int q = 0; q < 4; ++q) {
+            sum[i][size_t(q)] += v[size_t(q)] * double(calls);
+            cls[size_t(c)][i][size_t(q)] += v[size_t(q)] * double(calls);
+          }
+          if (i == 0) continue;
+          if (t[i].declined) std::printf(" %15s", "-");
+          else std::printf("   %5.2fx/%5.2fx", t[0].warm_cpu / x.warm_cpu, t[0].cold_cpu / x.cold_cpu);
+        }
+        std::printf("\n");
+      }
+      std::printf("step's GEMMs, calls-weighted (declined calls at OpenBLAS's time): openblas warm %.2f ms, cold "
+                  "%.2f ms CPU\n",
+                  sum[0][1] * 1e3, sum[0][3] * 1e3);
+      for (size_t i = 1; i < nb; ++i)
+        std::printf("  %-14s warm %.3fx (wall %.3fx), cold %.3fx (wall %.3fx)\n", gb::name(backends[i]),
+                    sum[0][1] / sum[i][1], sum[0][0] / sum[i][0], sum[0][3] / sum[i][3], sum[0][2] / sum[i][2]);
+    }
+    // CPU time: what a shared host disturbs least; wall: what counts at 2+ threads, where
+    // idle library threads spinning between calls inflate CPU time.
+    for (const char* measure : {"CPU time", "wall"}) {
+      const size_t w = measure[0] == 'w' ? 0 : 1;
+      std::printf("\nper shape class, all models, calls-weighted, x = OpenBLAS %s / library %s (warm / cold), "
+                  "%d thread(s):\n%-12s %6s %6s %9s %9s",
+                  measure, measure, get_num_threads(), "class", "shapes", "calls", "blas warm", "blas cold");
+      for (size_t i = 1; i < nb; ++i) std::printf(" %15s", gb::name(backends[i]));
+      std::printf("\n");
+      for (int c = 0; c < kClasses; ++c) {
+        if (cls_calls[size_t(c)] == 0) continue;
+        const auto& r = cls[size_t(c)];
+        std::printf("%-12s %6lld %6lld %7.2fms %7.2fms", kClassNames[c], (long long)cls_shapes[size_t(c)],
+                    (long long)cls_calls[size_t(c)], r[0][w] * 1e3, r[0][w + 2] * 1e3);
+        for (size_t i = 1; i < nb; ++i) std::printf("   %5.2fx/%5.2fx", r[0][w] / r[i][w], r[0][w + 2] / r[i][w + 2]);
+        std::printf("\n");
+      }
     }
   }
   return 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace strata::apps {
@@ -37,6 +38,10 @@ long minor_faults();
 int bench_gemm(int64_t n, int repeat, int threads);
 /// `strata bench gemm --shapes model`: the GPT's and CNN's own GEMM shapes.
 int bench_gemm_model(const std::vector<int>& thread_counts, int samples);
+/// `strata bench gemm --backends a,b,...`: the same model shapes through each f32 GEMM
+/// library of cpu::gemm_backends, warm and cold, against OpenBLAS; per shape, per model and
+/// per shape class.
+int bench_gemm_backends(const std::vector<int>& thread_counts, int samples, const std::vector<std::string>& backends);
 /// `strata bench train --ops`: `steps` profiled steps of the trainer, per kernel.
 void print_op_profile(Trainer& trainer, int64_t steps, double unprofiled_step, double model_flops);
 

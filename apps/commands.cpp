@@ -409,6 +409,7 @@ Command add_info_command(CLI::App& parent) {
   return {cmd, [] {
             std::printf("strata %s\n", version_string());
             std::printf("blas: %s\n", cpu::blas_info());
+            std::printf("gemm: %s\n", cpu::gemm_backend_info().c_str());
             std::printf("cpu kernels: %s\n", cpu::cpu_kernels_info());
             std::printf("threads: %d (hardware threads: %u)\n", get_num_threads(), std::thread::hardware_concurrency());
             std::printf("backends:\n  cpu: yes\n  mpi: yes\n");

@@ -2,12 +2,14 @@
 
 #include <cblas.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
+#include <string>
 #include <vector>
 
 #include <strata/core/error.h>
 #include <strata/core/threads.h>
+#include <strata/tensor/cpu/gemm_backends.h>
 #include <strata/tensor/cpu/op_profile.h>
 #include <strata/tensor/cpu/widen.h>
 
@@ -98,9 +100,13 @@ void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, Mat
   const auto ta = a.trans ? CblasTrans : CblasNoTrans;
   const auto tb = b.trans ? CblasTrans : CblasNoTrans;
   if (dt == DType::f32) {
-    cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), float(alpha), static_cast<const float*>(a.data),
-                int(a.ld), static_cast<const float*>(b.data), int(b.ld), float(beta), static_cast<float*>(c),
-                int(ldc));
+    namespace gb = gemm_backends;
+    const int threads = get_num_threads();
+    const gb::Backend backend =
+        gb::forced().value_or(gb::choose(m, n, k, a.trans, b.trans, a.ld, b.ld, ldc, threads));
+    const gb::Sgemm g{m,     n,    k,       float(alpha), static_cast<const float*>(a.data), a.ld, a.trans,
+                      static_cast<const float*>(b.data), b.ld, b.trans, float(beta), static_cast<float*>(c), ldc};
+    if (!gb::run(backend, g, threads)) gb::run(gb::Backend::openblas, g, threads);
   } else if (dt == DType::f64) {
     cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, static_cast<const double*>(a.data),
                 int(a.ld), static_cast<const double*>(b.data), int(b.ld), beta, static_cast<double*>(c),
@@ -118,5 +124,7 @@ const char* blas_info() {
   static std::string s = std::string(openblas_get_config()) + " (kernels: " + openblas_get_corename() + ")";
   return s.c_str();
 }
+
+std::string gemm_backend_info() { return gemm_backends::describe(); }
 
 }  // namespace strata::cpu

@@ -1,6 +1,8 @@
-// CPU GEMM through OpenBLAS (cblas_sgemm / cblas_dgemm).
+// CPU GEMM: f32 through the library the rule of gemm_backends.h picks (OpenBLAS by
+// default and as fallback), f64 and the 16-bit types through OpenBLAS.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include <strata/core/dtype.h>
 
@@ -13,7 +15,9 @@ struct MatRef {
   bool trans;
 };
 
-/// C(m,n) = alpha * op(A)(m,k) @ op(B)(k,n) + beta * C, row-major, ldc given.
+/// C(m,n) = alpha * op(A)(m,k) @ op(B)(k,n) + beta * C, row-major, ldc given. f32 goes to
+/// gemm_backends::forced() or choose() (a pure function of shape, transposes, lds and
+/// thread count, so results are bit-stable per thread count), OpenBLAS where it declines.
 void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, MatRef b, double beta, void* c,
           int64_t ldc);
 /// Called with every CPU GEMM's arguments before it runs (null: none, the default). For
@@ -23,5 +27,7 @@ using GemmObserver = void (*)(DType dt, int64_t m, int64_t n, int64_t k, MatRef 
 void set_gemm_observer(GemmObserver observer);
 /// Name of the BLAS library and its configuration (for `strata info`).
 const char* blas_info();
+/// The f32 GEMM rule, the STRATA_GEMM override and the libraries available (for `strata info`).
+std::string gemm_backend_info();
 
 }  // namespace strata::cpu
