@@ -7,6 +7,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -23,6 +24,9 @@
 
 #include <strata/core/error.h>
 #include <strata/core/threads.h>
+
+// OmpThreads below sets oneDNN's thread count through the OpenMP runtime strata uses.
+static_assert(DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP, "strata's oneDNN convolutions expect oneDNN's OpenMP runtime");
 
 namespace strata::cpu {
 namespace {
@@ -58,6 +62,12 @@ size_t aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 const dnnl::engine& engine() {
   static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
+}
+
+// The calling thread's stream (in-order, runs on the calling thread's OpenMP team).
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
 }
 
 std::atomic<int> g_layout{-1};
@@ -215,14 +225,20 @@ std::byte* arena(size_t bytes) {
 }
 
 // Runs the plan on the buffers `ptrs`, in the order of plan.args.
-void execute(const Plan& plan, const std::vector<void*>& ptrs) {
+// `mem`: plan.arena_bytes of scratch. The argument `given_inner` (0: none) is passed
+// already in the primitive's layout, so its reorder is skipped.
+void execute(const Plan& plan, const std::vector<void*>& ptrs, std::byte* mem, int given_inner = 0) {
   const auto& e = engine();
-  thread_local dnnl::stream stream(e);
-  std::byte* free_mem = arena(plan.arena_bytes);
+  dnnl::stream& st = stream();
+  std::byte* free_mem = mem;
   std::unordered_map<int, memory> args;
   std::vector<std::pair<memory, memory>> outputs;  // (inner, user) to reorder after the primitive
   for (size_t i = 0; i < plan.args.size(); ++i) {
     const Arg& a = plan.args[i];
+    if (a.id == given_inner) {
+      args.emplace(a.id, memory(a.inner, e, ptrs[i]));
+      continue;
+    }
     memory user(a.user, e, ptrs[i]);
     if (!a.reorder) {
       args.emplace(a.id, user);
@@ -231,20 +247,20 @@ void execute(const Plan& plan, const std::vector<void*>& ptrs) {
     memory inner(a.inner, e, free_mem);
     free_mem += aligned(a.inner.get_size());
     if (a.input)
-      a.reorder->execute(stream, user, inner);
+      a.reorder->execute(st, user, inner);
     else
       outputs.emplace_back(inner, user);
     args.emplace(a.id, inner);
   }
   if (plan.scratchpad.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(plan.scratchpad, e, free_mem));
-  plan.prim.execute(stream, args);
+  plan.prim.execute(st, args);
   size_t out = 0;
   for (const Arg& a : plan.args)
     if (a.reorder && !a.input) {
-      a.reorder->execute(stream, outputs[out].first, outputs[out].second);
+      a.reorder->execute(st, outputs[out].first, outputs[out].second);
       ++out;
     }
-  stream.wait();
+  st.wait();
 }
 
 }  // namespace
@@ -269,7 +285,7 @@ bool dnnl_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, c
   std::vector<void*> ptrs{x.data<float>(), w.data<float>()};
   if (b.defined()) ptrs.push_back(b.data<float>());
   ptrs.push_back(y.data<float>());
-  execute(*plan, ptrs);
+  execute(*plan, ptrs, arena(plan->arena_bytes));
   return true;
 }
 
@@ -281,11 +297,31 @@ bool dnnl_conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Te
   const auto plan_d = dx.defined() ? plan_for(key_of(Pass::backward_data, x, w, p, false)) : nullptr;
   if (!plan_w || (dx.defined() && !plan_d)) return false;
   OmpThreads threads{int(kw[14])};
-  auto* dyp = dy.data<float>();
-  if (plan_d) execute(*plan_d, {dyp, w.data<float>(), dx.data<float>()});
+  const size_t arena_bytes = std::max(plan_d ? plan_d->arena_bytes : 0, plan_w->arena_bytes);
+  void* dyp = dy.data<float>();
   std::vector<void*> ptrs{x.data<float>(), dyp, dw.data<float>()};
   if (db.defined()) ptrs.push_back(db.data<float>());
-  execute(*plan_w, ptrs);
+  if (!plan_d) {
+    execute(*plan_w, ptrs, arena(arena_bytes));
+    return true;
+  }
+  // Both passes read dy; where both want it in the same non-plain layout, it is
+  // reordered once, into memory after the passes' own scratch.
+  const Arg& dy_d = plan_d->args[0];
+  const Arg& dy_w = plan_w->args[1];
+  if (dy_d.reorder && dy_w.reorder && dy_d.inner == dy_w.inner) {
+    std::byte* mem = arena(arena_bytes + aligned(dy_d.inner.get_size()));
+    memory dy_inner(dy_d.inner, engine(), mem + arena_bytes);
+    memory dy_user(dy_d.user, engine(), dyp);
+    dy_d.reorder->execute(stream(), dy_user, dy_inner);
+    execute(*plan_d, {dy_inner.get_data_handle(), w.data<float>(), dx.data<float>()}, mem, DNNL_ARG_DIFF_DST);
+    ptrs[1] = dy_inner.get_data_handle();
+    execute(*plan_w, ptrs, mem, DNNL_ARG_DIFF_DST);
+    return true;
+  }
+  std::byte* mem = arena(arena_bytes);
+  execute(*plan_d, {dyp, w.data<float>(), dx.data<float>()}, mem);
+  execute(*plan_w, ptrs, mem);
   return true;
 }
 
