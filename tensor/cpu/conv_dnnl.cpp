@@ -74,10 +74,10 @@ std::atomic<int> g_layout{-1};
 
 DnnlConvLayout layout_from_env() {
   const char* e = std::getenv("STRATA_CONV_DNNL_LAYOUT");
-  if (!e || std::strcmp(e, "plain") == 0) return DnnlConvLayout::plain;
-  STRATA_CHECK(std::strcmp(e, "blocked") == 0, "[conv2d] STRATA_CONV_DNNL_LAYOUT=", e,
+  if (!e || std::strcmp(e, "blocked") == 0) return DnnlConvLayout::blocked;
+  STRATA_CHECK(std::strcmp(e, "plain") == 0, "[conv2d] STRATA_CONV_DNNL_LAYOUT=", e,
                " is not a layout: use plain or blocked");
-  return DnnlConvLayout::blocked;
+  return DnnlConvLayout::plain;
 }
 
 // oneDNN (OpenMP runtime) sizes its parallel regions by omp_get_max_threads() of the
