@@ -6,6 +6,8 @@
 // sized groups of them (OpenBLAS's own threading gains little on these small GEMMs and
 // serialises concurrent callers). The weight gradient is summed per thread, then
 // reduced in thread order. 1x1 stride-1 unpadded convolutions skip im2col.
+// conv2d_kernel and conv2d_backward_kernel send f32 convolutions to oneDNN instead
+// (conv_dnnl.cpp) where STRATA_CONV or the automatic rule (conv_auto_uses_dnnl) says so.
 #include <strata/tensor/cpu/conv.h>
 
 #include <algorithm>
