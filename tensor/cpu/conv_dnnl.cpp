@@ -71,6 +71,7 @@ dnnl::stream& stream() {
 }
 
 std::atomic<int> g_layout{-1};
+std::atomic<int64_t> g_created{0};
 
 DnnlConvLayout layout_from_env() {
   const char* e = std::getenv("STRATA_CONV_DNNL_LAYOUT");
@@ -175,6 +176,7 @@ std::shared_ptr<const Plan> build_plan(const Key& k) {
       break;
     }
   }
+  g_created.fetch_add(1);
   for (const Arg& a : plan->args)
     if (a.reorder) plan->arena_bytes += aligned(a.inner.get_size());
   plan->arena_bytes += aligned(plan->scratchpad.get_size());
@@ -324,6 +326,8 @@ bool dnnl_conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Te
   execute(*plan_w, ptrs, mem);
   return true;
 }
+
+int64_t dnnl_conv_primitives_created() { return g_created.load(); }
 
 std::string dnnl_conv_impl_info(const Tensor& x, const Tensor& w, const ops::Conv2dParams& p) {
   if (!takes(x, w)) return "not taken (dtype)";

@@ -35,6 +35,10 @@ bool dnnl_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, c
 bool dnnl_conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db,
                           const ops::Conv2dParams& p);
 
+/// How many primitives the dnnl conv functions have created in this process (each pass
+/// of a new shape, layout or thread count creates one); for tests of the cache.
+int64_t dnnl_conv_primitives_created();
+
 /// The oneDNN implementations chosen for the three passes of this convolution at the
 /// current thread count and layout, e.g. "fwd brg:avx512_core, bwd_d jit:avx512_core,
 /// bwd_w jit:avx512_core"; for benchmarks and `strata info`-style reports.

@@ -181,8 +181,7 @@ TEST(ConvDnnl, OpsRoutedToOneDnnMatchDirectF64Loops) {
 }
 
 // Bit-stability: at a fixed thread count, every path gives the same bits on every call,
-// including oneDNN's weight gradient (its per-thread partial sums are reduced in a fixed
-// order).
+// oneDNN's weight gradient (per-thread partial sums, then a reduction) included.
 TEST(ConvDnnl, SameBitsOnEveryCallAtAFixedThreadCount) {
   ThreadsGuard threads;
   LayoutGuard layout;
@@ -247,6 +246,36 @@ TEST(ConvDnnl, AutomaticRoutingFollowsTheRule) {
       const auto named = run(dnnl ? cpu::ConvPath::onednn : cpu::ConvPath::native);
       EXPECT_EQ(autos, named) << "case " << ci << " threads " << t;
     }
+  }
+}
+
+// A training step's convolutions create their primitives on the first step only; a new
+// thread count gets its own.
+TEST(ConvDnnl, RepeatedCallsCreateNoPrimitives) {
+  ThreadsGuard threads(1);
+  LayoutGuard layout;
+  PathGuard path(cpu::ConvPath::onednn);
+  for (auto l : {cpu::DnnlConvLayout::plain, cpu::DnnlConvLayout::blocked}) {
+    cpu::set_dnnl_conv_layout(l);
+    const Case c{3, 2, 6, 5, 4, 3, 3, {1, 1, 1, 1}, true};  // a shape no other test uses
+    const Data d = make_data(c, 900, /*with_reference=*/false);
+    auto step = [&] {
+      (void)ops::conv2d(d.x, d.w, d.b, c.p);
+      (void)ops::conv2d_backward(d.dy, d.x, d.w, c.bias, c.p);
+    };
+    const int64_t before = cpu::dnnl_conv_primitives_created();
+    step();
+    const int64_t after_first = cpu::dnnl_conv_primitives_created();
+    EXPECT_EQ(after_first, before + 3) << layout_name(l);
+    step();
+    step();
+    EXPECT_EQ(cpu::dnnl_conv_primitives_created(), after_first) << layout_name(l);
+    set_num_threads(2);
+    step();
+    EXPECT_EQ(cpu::dnnl_conv_primitives_created(), after_first + 3) << layout_name(l);  // fwd, bwd_d, bwd_w
+    step();
+    EXPECT_EQ(cpu::dnnl_conv_primitives_created(), after_first + 3) << layout_name(l);
+    set_num_threads(1);
   }
 }
 
