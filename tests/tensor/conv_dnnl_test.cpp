@@ -215,8 +215,8 @@ TEST(ConvDnnl, SameBitsOnEveryCallAtAFixedThreadCount) {
 }
 
 // The automatic rule (conv.cpp): the CNN's 32->64 layer on oneDNN at 1 and 2 threads, its
-// 1-channel first layer at 1 thread only, other shapes on the im2col kernel; and the
-// automatic path gives the bits of the path the rule names.
+// 1-channel first layer's backward too, its forward at 1 thread only; other shapes on the
+// im2col kernel; and the automatic path gives the bits of the path the rule names.
 TEST(ConvDnnl, AutomaticRoutingFollowsTheRule) {
   ThreadsGuard threads;
   const Tensor x1 = ops::zeros({4, 1, 28, 28}), w1 = ops::zeros({32, 1, 3, 3});
@@ -226,7 +226,7 @@ TEST(ConvDnnl, AutomaticRoutingFollowsTheRule) {
     EXPECT_TRUE(cpu::conv_auto_uses_dnnl(bwd, x2, w2, same, 1));
     EXPECT_TRUE(cpu::conv_auto_uses_dnnl(bwd, x2, w2, same, 2));
     EXPECT_TRUE(cpu::conv_auto_uses_dnnl(bwd, x1, w1, same, 1));
-    EXPECT_FALSE(cpu::conv_auto_uses_dnnl(bwd, x1, w1, same, 2));
+    EXPECT_EQ(cpu::conv_auto_uses_dnnl(bwd, x1, w1, same, 2), bwd);
     EXPECT_FALSE(cpu::conv_auto_uses_dnnl(bwd, x2, ops::zeros({6, 32, 3, 3}), same, 1));  // 6 output channels
     EXPECT_FALSE(cpu::conv_auto_uses_dnnl(bwd, x2, w2, {2, 2, 1, 1}, 1));                // stride 2
     EXPECT_FALSE(cpu::conv_auto_uses_dnnl(bwd, x2, ops::zeros({64, 32, 5, 5}), same, 1)); // 5x5
@@ -236,15 +236,19 @@ TEST(ConvDnnl, AutomaticRoutingFollowsTheRule) {
     const Data d = make_data(c, 700 + 10 * ci, /*with_reference=*/false);
     for (int t : {1, 2}) {
       set_num_threads(t);
-      const bool dnnl = cpu::conv_auto_uses_dnnl(false, d.x, d.w, c.p, t);
-      auto run = [&](cpu::ConvPath route) {
-        PathGuard path(route);
-        auto [dx, dw, db] = ops::conv2d_backward(d.dy, d.x, d.w, c.bias, c.p);
-        return std::make_pair(ops::conv2d(d.x, d.w, d.b, c.p).to_vector<float>(), dw.to_vector<float>());
+      const auto route = [&](bool bwd) {
+        return cpu::conv_auto_uses_dnnl(bwd, d.x, d.w, c.p, t) ? cpu::ConvPath::onednn : cpu::ConvPath::native;
       };
-      const auto autos = run(cpu::ConvPath::automatic);
-      const auto named = run(dnnl ? cpu::ConvPath::onednn : cpu::ConvPath::native);
-      EXPECT_EQ(autos, named) << "case " << ci << " threads " << t;
+      auto forward = [&](cpu::ConvPath r) {
+        PathGuard path(r);
+        return ops::conv2d(d.x, d.w, d.b, c.p).to_vector<float>();
+      };
+      auto weight_grad = [&](cpu::ConvPath r) {
+        PathGuard path(r);
+        return std::get<1>(ops::conv2d_backward(d.dy, d.x, d.w, c.bias, c.p)).to_vector<float>();
+      };
+      EXPECT_EQ(forward(cpu::ConvPath::automatic), forward(route(false))) << "case " << ci << " threads " << t;
+      EXPECT_EQ(weight_grad(cpu::ConvPath::automatic), weight_grad(route(true))) << "case " << ci << " threads " << t;
     }
   }
 }
