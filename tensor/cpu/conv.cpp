@@ -321,17 +321,17 @@ void set_conv_path(ConvPath path) { g_conv_path.store(int(path)); }
 
 // Measured on the Fashion-MNIST CNN's two layers, 3x3 stride 1 pad 1 (`strata bench conv`,
 // docs/performance.md "Convolutions"): oneDNN's blocked kernels beat the im2col kernel by
-// 1.8-2.5x per pass on the 32->64 layer at 1 and 2 threads, and on the 1-channel first
-// layer at 1 thread; at 2 threads that layer's forward was slower on oneDNN (its output
-// reorder) and its weight gradient faster. The rule keeps to what was measured: 3x3
-// stride-1 kernels whose output channels fill 16-wide blocks, with either 16k input
-// channels, or one (the first layer: backward always, forward at 1 thread). Everything
+// 2.2-2.5x per pass on the 32->64 layer and 1.5-2.1x on the 1-channel first layer's
+// weight gradient, at 1 and 2 threads; that layer's forward was slower on oneDNN in three
+// of the four measurements (its output reorder). The rule keeps to what was measured:
+// 3x3 stride-1 kernels whose output channels fill 16-wide blocks, with 16k input channels
+// (both passes) or one (the backward). It does not depend on the thread count. Everything
 // else runs the im2col kernel.
 bool conv_auto_uses_dnnl(bool backward, const Tensor& x, const Tensor& w, const ops::Conv2dParams& p, int threads) {
+  (void)threads;  // the same choice at 1 and 2 threads on the measured shapes
   const int64_t C = x.size(1), O = w.size(0);
   if (w.size(2) != 3 || w.size(3) != 3 || p.stride_h != 1 || p.stride_w != 1 || O % 16 != 0) return false;
-  if (C % 16 == 0) return true;
-  return C == 1 && (backward || threads == 1);
+  return C % 16 == 0 || (C == 1 && backward);
 }
 
 void conv2d_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ops::Conv2dParams& p) {

@@ -214,8 +214,8 @@ TEST(ConvDnnl, SameBitsOnEveryCallAtAFixedThreadCount) {
   }
 }
 
-// The automatic rule (conv.cpp): the CNN's 32->64 layer on oneDNN at 1 and 2 threads, its
-// 1-channel first layer's backward too, its forward at 1 thread only; other shapes on the
+// The automatic rule (conv.cpp): the CNN's 32->64 layer and its 1-channel first layer's
+// backward on oneDNN at 1 and 2 threads, that layer's forward and other shapes on the
 // im2col kernel; and the automatic path gives the bits of the path the rule names.
 TEST(ConvDnnl, AutomaticRoutingFollowsTheRule) {
   ThreadsGuard threads;
@@ -225,7 +225,7 @@ TEST(ConvDnnl, AutomaticRoutingFollowsTheRule) {
   for (bool bwd : {false, true}) {
     EXPECT_TRUE(cpu::conv_auto_uses_dnnl(bwd, x2, w2, same, 1));
     EXPECT_TRUE(cpu::conv_auto_uses_dnnl(bwd, x2, w2, same, 2));
-    EXPECT_TRUE(cpu::conv_auto_uses_dnnl(bwd, x1, w1, same, 1));
+    EXPECT_EQ(cpu::conv_auto_uses_dnnl(bwd, x1, w1, same, 1), bwd);
     EXPECT_EQ(cpu::conv_auto_uses_dnnl(bwd, x1, w1, same, 2), bwd);
     EXPECT_FALSE(cpu::conv_auto_uses_dnnl(bwd, x2, ops::zeros({6, 32, 3, 3}), same, 1));  // 6 output channels
     EXPECT_FALSE(cpu::conv_auto_uses_dnnl(bwd, x2, w2, {2, 2, 1, 1}, 1));                // stride 2
