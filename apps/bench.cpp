@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "apps/bench_conv.h"
 #include "apps/bench_gemm.h"
 #include "apps/bench_kernels.h"
 #include "apps/commands.h"
@@ -281,6 +282,12 @@ Command add_bench_command(CLI::App& parent) {
                    "Time the model shapes through these f32 GEMM libraries against OpenBLAS, warm and cold "
                    "(openblas,blis,onednn_sgemm,onednn_matmul,libxsmm; 'all': every one in the build)")
       ->delimiter(',');
+  auto cvo = std::make_shared<BenchConvOptions>();
+  CLI::App* conv = cmd->add_subcommand("conv", "The CNN's convolutions: strata's im2col kernel vs oneDNN, per pass");
+  conv->add_option("-c,--config", cvo->config, "CNN config (model.channels, data)");
+  conv->add_option("--batch", cvo->batches, "Batch sizes")->check(CLI::PositiveNumber);
+  conv->add_option("--threads", cvo->threads, "Thread counts, one table each")->check(CLI::PositiveNumber);
+  conv->add_option("--rounds", cvo->rounds, "Timed calls per path")->check(CLI::PositiveNumber);
   CLI::App* train = cmd->add_subcommand("train", "Training steps/s of a config after warm-up");
   train->add_option("-c,--config", o->config, "YAML config")->required();
   train->add_option("--set", o->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
@@ -369,7 +376,8 @@ Command add_bench_command(CLI::App& parent) {
   soak->add_flag("--overwrite", so->overwrite,
                  "Start over in a run.dir that holds an earlier run (its metrics.jsonl and checkpoints/ are removed)");
   auto kernels = add_bench_kernel_commands(*cmd);  // attn, optim (apps/bench_kernels.cpp)
-  return {cmd, [o, co, dd, zo, to, po, so, gemm, train, alloc, comm, ddp, zero, tp, pp, cpb, cpo, soak, kernels]() -> int {
+  return {cmd, [o, co, dd, zo, to, po, so, cvo, conv, gemm, train, alloc, comm, ddp, zero, tp, pp, cpb, cpo, soak,
+                kernels]() -> int {
             if (const std::optional<int> rc = kernels()) return *rc;
             if (soak->parsed()) return bench_soak(*so);
             if (pp->parsed()) return bench_pp(*po);
@@ -406,6 +414,7 @@ Command add_bench_command(CLI::App& parent) {
               for (int t : o->threads) bench_gemm(o->size, o->repeat, t);
               return 0;
             }
+            if (conv->parsed()) return bench_conv(*cvo);
             if (train->parsed()) return bench_train(o->config, o->sets, o->steps, o->warmup, o->ops_steps);
             if (alloc->parsed()) return bench_alloc(o->config, o->sets, o->steps, o->warmup, o->rounds);
             if (comm->parsed()) return bench_comm(*co);
