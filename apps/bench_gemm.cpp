@@ -218,6 +218,18 @@ std::vector<ModelCase> model_cases() {
           {"Llama L4 C128 T64 B32", find("configs/llama_char.yaml"), {}}};
 }
 
+// A model case's distinct GEMM shapes with their calls per step, the most FLOPs first
+// (recorded at `threads`, which is left set).
+std::vector<std::pair<GemmShape, int64_t>> heaviest_first(const ModelCase& mc, int threads) {
+  const auto shapes = model_gemm_shapes(mc.config, mc.sets, threads);
+  set_num_threads(threads);
+  std::vector<std::pair<GemmShape, int64_t>> rows(shapes.begin(), shapes.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) {
+    return x.first.flops() * double(x.second) > y.first.flops() * double(y.second);
+  });
+  return rows;
+}
+
 int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
   std::printf("f32 GEMMs of one training step (recorded at the kernels' cpu::gemm), ops::matmul vs cblas_sgemm\n");
   std::printf("on the same operands and leading dimensions, alternating; medians of %d samples of >= 2 ms each.\n",
@@ -236,12 +248,7 @@ int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
                 get_num_threads(), square.flops() / sq.t_ops / 1e9, square.flops() / sq.t_blas / 1e9,
                 sq.t_blas / sq.t_ops, sq.c_blas / sq.c_ops);
     for (const ModelCase& mc : model_cases()) {
-      const auto shapes = model_gemm_shapes(mc.config, mc.sets, threads);
-      set_num_threads(threads);
-      std::vector<std::pair<GemmShape, int64_t>> rows(shapes.begin(), shapes.end());
-      std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) {
-        return x.first.flops() * double(x.second) > y.first.flops() * double(y.second);
-      });
+      const std::vector<std::pair<GemmShape, int64_t>> rows = heaviest_first(mc, threads);
       double total_flops = 0, sum_ops = 0, sum_blas = 0, cpu_ops = 0, cpu_blas = 0;
       for (const auto& [s, calls] : rows) total_flops += s.flops() * double(calls);
       std::printf("\n%s (%s): %zu shapes, %.2f GFLOP of GEMM per step\n", mc.name.c_str(), mc.config.c_str(),
@@ -398,12 +405,7 @@ int bench_gemm_backends(const std::vector<int>& thread_counts, int samples, cons
     std::vector<int64_t> cls_calls(kClasses, 0), cls_shapes(kClasses, 0);
     std::printf("\n== %d thread(s) ==\n", get_num_threads());
     for (const ModelCase& mc : model_cases()) {
-      const auto shapes = model_gemm_shapes(mc.config, mc.sets, threads);
-      set_num_threads(threads);
-      std::vector<std::pair<GemmShape, int64_t>> rows(shapes.begin(), shapes.end());
-      std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) {
-        return x.first.flops() * double(x.second) > y.first.flops() * double(y.second);
-      });
+      const std::vector<std::pair<GemmShape, int64_t>> rows = heaviest_first(mc, threads);
       std::printf("\n%s: %zu shapes\n%6s %6s %6s %5s %5s %3s %4s %6s %9s %9s", mc.name.c_str(), rows.size(), "m", "n",
                   "k", "lda", "ldb", "op", "beta", "calls", "blas warm", "blas cold");
       for (size_t i = 1; i < nb; ++i) std::printf(" %15s", gb::name(backends[i]));
