@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/prefetch.h>
 #include <strata/tensor/cpu/elementwise.h>
 #include <strata/tensor/cpu/gelu_avx512.h>
 #include <strata/tensor/cpu/widen.h>
@@ -41,6 +42,7 @@ void forward_impl(const T* y, const T* b, T* out, int64_t rows, int64_t n) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* yr = y + r * n;
       T* o = out + r * n;
+      prefetch_row_ahead(y, r, rows, n);
       if (b) {
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) o[j] = st<T>(gelu_fn<Tanh>(A(ld(yr[j]) + ld(b[j]))));
@@ -95,6 +97,8 @@ void backward_impl(const T* g, const T* y, const T* b, T* dh, T* db, int64_t row
         const T* gr = g + r * n;
         const T* yr = y + r * n;
         T* d = dh + r * n;
+        prefetch_row_ahead(g, r, rows, n);
+        prefetch_row_ahead(y, r, rows, n);
         if (b && p) {
 #pragma omp simd
           for (int64_t j = 0; j < n; ++j) {
@@ -121,6 +125,7 @@ void residual_impl(T* y, const T* b, const T* r, int64_t rows, int64_t n) {
     for (int64_t i = r0; i < r1; ++i) {
       T* yr = y + i * n;
       const T* rr = r + i * n;
+      prefetch_row_ahead(r, i, rows, n);
       if (b) {
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) yr[j] = st<T>(ld(rr[j]) + A(ld(yr[j]) + ld(b[j])));

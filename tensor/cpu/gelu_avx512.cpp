@@ -18,6 +18,7 @@ namespace {
 
 constexpr float kK = 0.79788456080286535588f;  // sqrt(2/pi)
 constexpr float kCubic = 0.044715f;
+constexpr int64_t kPrefetchAhead = 1024;  // floats
 
 // exp(z), z clamped to [-87, 89] (NaN -> the clamp's bound; the caller's x carries NaN):
 // z = n ln2 + r, Cephes' polynomial on r, times 2^n (n = 128: inf).
@@ -70,6 +71,10 @@ STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, con
                                              int64_t n) {
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+    // 4 KiB ahead in each input: rows are contiguous in the callers, so this reaches into
+    // the next rows (a prefetch past an allocation's end does not fault)
+    _mm_prefetch(reinterpret_cast<const char*>(g + j + kPrefetchAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(y + j + kPrefetchAhead), _MM_HINT_T0);
     __m512 h = load(y + j, m);
     if (b) h = _mm512_add_ps(h, load(b + j, m));
     const __m512 v = _mm512_mul_ps(load(g + j, m), gelu_grad(h));

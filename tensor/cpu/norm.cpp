@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/prefetch.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 
@@ -33,6 +34,7 @@ void layer_norm_impl(const T* x, const T* w, const T* b, T* y, A* mean, A* rstd,
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * C;
       T* yr = y + r * C;
+      prefetch_row_ahead(x, r, rows, C);
       A s = 0;
 #pragma omp simd reduction(+ : s)
       for (int64_t i = 0; i < C; ++i) s += ld(xr[i]);
@@ -68,6 +70,8 @@ void layer_norm_backward_rows(const T* dy, const T* x, const A* mean, const A* r
     const T* gr = dy + r * C;
     const T* xr = x + r * C;
     T* dxr = dx + r * C;
+    prefetch_row_ahead(dy, r, r1, C);
+    prefetch_row_ahead(x, r, r1, C);
     const A mu = mean[r], rs = rstd[r];
     A sg = 0, sgx = 0;
 #pragma omp simd reduction(+ : sg, sgx)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/prefetch.h>
 #include <strata/tensor/cpu/widen.h>
 
 namespace strata::cpu {
@@ -20,6 +21,7 @@ void rms_norm_impl(const T* x, const T* w, T* y, A* rstd, int64_t rows, int64_t 
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * C;
       T* yr = y + r * C;
+      prefetch_row_ahead(x, r, rows, C);
       A ss = 0;
 #pragma omp simd reduction(+ : ss)
       for (int64_t i = 0; i < C; ++i) ss += ld(xr[i]) * ld(xr[i]);
@@ -47,6 +49,8 @@ void rms_norm_backward_rows(const T* dy, const T* x, const A* rstd, const T* w, 
     const T* gr = dy + r * C;
     const T* xr = x + r * C;
     T* dxr = dx + r * C;
+    prefetch_row_ahead(dy, r, r1, C);
+    prefetch_row_ahead(x, r, r1, C);
     const A rs = rstd[r];
     A sgx = 0;
 #pragma omp simd reduction(+ : sgx)

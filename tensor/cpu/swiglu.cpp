@@ -2,8 +2,11 @@
 // vectorised loop (the f32 sigmoid through the clamped polynomial exp of the GELU kernels).
 #include <strata/tensor/cpu/swiglu.h>
 
+#include <algorithm>
+
 #include <strata/tensor/cpu/elementwise.h>
 #include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/prefetch.h>
 #include <strata/tensor/cpu/widen.h>
 
 namespace strata::cpu {
@@ -16,26 +19,44 @@ template <class A>
   return A(1) / (A(1) + detail::gelu_exp(-z));
 }
 
+// Chunks are walked in pieces of kPiece elements, each prefetching the next piece of the
+// inputs (cpu/prefetch.h).
+constexpr int64_t kPiece = 1024;
+
+template <class F>
+[[gnu::always_inline]] inline void for_pieces(int64_t b, int64_t e, int64_t n, F&& f) {
+  for (int64_t s = b; s < e; s += kPiece) f(s, std::min(e, s + kPiece), std::min(kPiece, n - std::min(n, s + kPiece)));
+}
+
 template <class T, class A = acc_t<T>>
 void swiglu_impl(const T* g, const T* u, T* y, int64_t n) {
   parallel_for_simd(n, kGrain, [&](int64_t b, int64_t e) {
+    for_pieces(b, e, n, [&](int64_t s, int64_t t, int64_t next) {
+      prefetch_lines(g + t, next * int64_t(sizeof(T)));
+      prefetch_lines(u + t, next * int64_t(sizeof(T)));
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      const A z = ld(g[i]);
-      y[i] = st<T>(z * sigmoid_a(z) * ld(u[i]));
-    }
+      for (int64_t i = s; i < t; ++i) {
+        const A z = ld(g[i]);
+        y[i] = st<T>(z * sigmoid_a(z) * ld(u[i]));
+      }
+    });
   });
 }
 
 template <class T, class A = acc_t<T>>
 void swiglu_backward_impl(const T* dy, const T* g, const T* u, T* dg, T* du, int64_t n) {
   parallel_for_simd(n, kGrain, [&](int64_t b, int64_t e) {
+    for_pieces(b, e, n, [&](int64_t s0, int64_t t, int64_t next) {
+      prefetch_lines(g + t, next * int64_t(sizeof(T)));
+      prefetch_lines(u + t, next * int64_t(sizeof(T)));
+      prefetch_lines(dy + t, next * int64_t(sizeof(T)));
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      const A z = ld(g[i]), d = ld(dy[i]), s = sigmoid_a(z);
-      dg[i] = st<T>(d * ld(u[i]) * s * (A(1) + z * (A(1) - s)));
-      du[i] = st<T>(d * z * s);
-    }
+      for (int64_t i = s0; i < t; ++i) {
+        const A z = ld(g[i]), d = ld(dy[i]), s = sigmoid_a(z);
+        dg[i] = st<T>(d * ld(u[i]) * s * (A(1) + z * (A(1) - s)));
+        du[i] = st<T>(d * z * s);
+      }
+    });
   });
 }
 
