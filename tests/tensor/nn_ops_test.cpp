@@ -9,13 +9,14 @@
 
 #include <strata/core/threads.h>
 #include <strata/tensor/ops.h>
+#include "conv_reference.h"
 #include "tests/test_tensors.h"
 
 using namespace strata;
 
 namespace {
 
-using Vec = std::vector<double>;
+using strata::testing::Vec;
 
 using strata::testing::rnd;
 
@@ -269,40 +270,7 @@ TEST_P(NnOps, BatchNormTrainingAndEvalOn4dAnd2d) {
 
 // ---------------------------------------------------------------- conv2d
 
-struct ConvCase {
-  int64_t N, C, H, W, O, kh, kw;
-  ops::Conv2dParams p;
-  bool bias;
-};
-
-// Direct convolution and its gradients by the same loops.
-void ref_conv(const ConvCase& k, const Vec& x, const Vec& w, const Vec& b, const Vec& dy, Vec* y, Vec* dx, Vec* dw,
-              Vec* db, int64_t Ho, int64_t Wo) {
-  y->assign(size_t(k.N * k.O * Ho * Wo), 0);
-  dx->assign(x.size(), 0);
-  dw->assign(w.size(), 0);
-  db->assign(size_t(k.O), 0);
-  for (int64_t n = 0; n < k.N; ++n)
-    for (int64_t o = 0; o < k.O; ++o)
-      for (int64_t oh = 0; oh < Ho; ++oh)
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const size_t yi = size_t(((n * k.O + o) * Ho + oh) * Wo + ow);
-          double acc = k.bias ? b[size_t(o)] : 0.0;
-          (*db)[size_t(o)] += dy[yi];
-          for (int64_t c = 0; c < k.C; ++c)
-            for (int64_t i = 0; i < k.kh; ++i)
-              for (int64_t j = 0; j < k.kw; ++j) {
-                const int64_t ih = oh * k.p.stride_h - k.p.pad_h + i, iw = ow * k.p.stride_w - k.p.pad_w + j;
-                if (ih < 0 || ih >= k.H || iw < 0 || iw >= k.W) continue;
-                const size_t xi = size_t(((n * k.C + c) * k.H + ih) * k.W + iw);
-                const size_t wi = size_t(((o * k.C + c) * k.kh + i) * k.kw + j);
-                acc += x[xi] * w[wi];
-                (*dx)[xi] += dy[yi] * w[wi];
-                (*dw)[wi] += dy[yi] * x[xi];
-              }
-          (*y)[yi] = acc;
-        }
-}
+using strata::testing::ConvCase;
 
 TEST_P(NnOps, Conv2dMatchesDirectLoops) {
   const DType dt = GetParam();
@@ -318,12 +286,11 @@ TEST_P(NnOps, Conv2dMatchesDirectLoops) {
     Tensor x = rnd({k.N, k.C, k.H, k.W}, dt, 20 + ci);
     Tensor w = rnd({k.O, k.C, k.kh, k.kw}, dt, 40 + ci, 0.5);
     Tensor b = k.bias ? rnd({k.O}, dt, 60 + ci) : Tensor();
-    const int64_t Ho = (k.H + 2 * k.p.pad_h - k.kh) / k.p.stride_h + 1;
-    const int64_t Wo = (k.W + 2 * k.p.pad_w - k.kw) / k.p.stride_w + 1;
+    const int64_t Ho = k.Ho(), Wo = k.Wo();
     Tensor dy = rnd({k.N, k.O, Ho, Wo}, dt, 80 + ci);
-    Vec y, dx, dw, db;
-    ref_conv(k, x.to_vector<double>(), w.to_vector<double>(), k.bias ? b.to_vector<double>() : Vec{},
-             dy.to_vector<double>(), &y, &dx, &dw, &db, Ho, Wo);
+    const strata::testing::Reference ref = strata::testing::direct_conv(
+        k, x.to_vector<double>(), w.to_vector<double>(), k.bias ? b.to_vector<double>() : Vec{}, dy.to_vector<double>());
+    const Vec &y = ref.y.v, &dx = ref.dx.v, &dw = ref.dw.v, &db = ref.db.v;
     const std::string what = "conv case " + std::to_string(ci);
     const double tol = dt == DType::f64 ? 1e-10 : 1e-4;
     Tensor yt = ops::conv2d(x, w, b, k.p);
