@@ -1,5 +1,6 @@
 // Multi-tensor front ends (ops.h): the lists are checked here once, then one kernel call
 // takes the whole list. The CPU kernels are the single-tensor ones in list order.
+#include <strata/tensor/cpu/elementwise.h>
 #include <strata/tensor/cpu/optim.h>
 #include <strata/tensor/cpu/reduce.h>
 #include <strata/tensor/dispatch.h>
@@ -28,7 +29,7 @@ double cpu_sum_squares_multi(std::span<const Tensor> ts) {
   return s;
 }
 void cpu_mul_multi(std::span<Tensor> ts, double s) {
-  for (Tensor& t : ts) ops::mul_(t, s);
+  for (Tensor& t : ts) cpu::scale_kernel(t, s);
 }
 
 const KernelTable<AdamMultiFn> kAdamMulti{"adam_step_multi_", {&cpu_adam_multi, nullptr}};
