@@ -127,19 +127,20 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
   });
 }
 
-Tensor causal_attention(const Tensor& qkv, int64_t head_dim) {
+Tensor causal_attention(const Tensor& qkv, int64_t head_dim, int64_t kv_heads) {
   // Under autocast a lower-precision op (as PyTorch's scaled_dot_product_attention): q, k
   // and v rounded to 16 bits, scores, softmax and the weighted sum in f32, the output
   // rounded; on CUDA the kernel reads and writes the 16-bit tensors themselves.
   if (autocast::wants_low_precision({qkv}))
-    return autocast::run_low_precision({qkv}, [head_dim](const std::vector<Tensor>& in) {
-      return causal_attention(in[0], head_dim);
+    return autocast::run_low_precision({qkv}, [head_dim, kv_heads](const std::vector<Tensor>& in) {
+      return causal_attention(in[0], head_dim, kv_heads);
     });
-  auto [y, probs] = ops::causal_attention(qkv, head_dim);
+  auto [y, probs] = ops::causal_attention(qkv, head_dim, kv_heads);
   if (!any_requires_grad(qkv)) return y;
   SavedTensor sq(qkv);
-  return record_fn("CausalAttentionBackward", y, {qkv}, [sq, head_dim, probs = probs](const Tensor& g) {
-    return std::vector{ops::causal_attention_backward(g, sq.get("CausalAttentionBackward"), probs, head_dim)};
+  return record_fn("CausalAttentionBackward", y, {qkv}, [sq, head_dim, kv_heads, probs = probs](const Tensor& g) {
+    return std::vector{
+        ops::causal_attention_backward(g, sq.get("CausalAttentionBackward"), probs, head_dim, kv_heads)};
   });
 }
 

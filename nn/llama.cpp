@@ -84,17 +84,20 @@ Tensor LlamaAttention::core(const Tensor& q_in, const Tensor& k_in, const Tensor
   const Tensor pos = rotary_->at(t);
   const Tensor q = rotary(reshape(q_in, {b, t, h, hd}), pos, rotary_->inv_freq);
   const Tensor k = rotary(reshape(k_in, {b, t, hkv, hd}), pos, rotary_->inv_freq);
-  // Grouped-query attention: query head j reads key/value head j / (H/Hkv), so each k, v
-  // head is repeated H/Hkv times ((B, T, Hkv, hd) -> (B, T, H, hd), Hugging Face's
-  // repeat_kv) and the attention core, ring attention included, sees plain multi-head
-  // q|k|v. This costs the expanded K and V: 2 B T (H - Hkv) hd more elements per block.
+  // Grouped-query attention: query head j reads key/value head j / (H/Hkv). The fused op
+  // takes the Hkv heads as they are (q|k|v of H + 2 Hkv heads); a replaced attention core
+  // (ring attention) sees plain multi-head q|k|v, each k, v head repeated H/Hkv times
+  // ((B, T, Hkv, hd) -> (B, T, H, hd), Hugging Face's repeat_kv), which costs the expanded
+  // K and V: 2 B T (H - Hkv) hd more elements per block.
+  if (!attention_fn_)
+    return causal_attention(cat({reshape(q, {b, t, h * hd}), reshape(k, {b, t, hkv * hd}), v}, -1), hd, hkv);
   const int64_t rep = h / hkv;
   auto repeat = [&](const Tensor& kv) {
     const Tensor heads = reshape(kv, {b, t, hkv, 1, hd});
     return reshape(rep == 1 ? heads : contiguous(expand(heads, {b, t, hkv, rep, hd})), {b, t, h * hd});
   };
   const Tensor qkv = cat({reshape(q, {b, t, h * hd}), repeat(k), repeat(v)}, -1);  // (B, T, 3*H*hd)
-  return attention_fn_ ? attention_fn_(qkv, hd, 0.0, nullptr) : causal_attention(qkv, hd);  // (B, T, H*hd)
+  return attention_fn_(qkv, hd, 0.0, nullptr);  // (B, T, H*hd)
 }
 
 // ---------------------------------------------------------------- MLP

@@ -17,7 +17,8 @@ namespace strata::nn {
 //           output (N·C, kept by wq, wk, wv; under SP each of the three column-parallel
 //           projections all-gathers the shard itself and keeps its own N·C copy, 3 N·C),
 //           the packed rotated q|k|v
-//           with k, v repeated to H heads (3N·C/tp, kept by the attention core), the
+//           of H query and Hkv key/value heads (N·C/tp (1 + 2 Hkv/H), kept by the
+//           attention core, which reads the key/value heads in place), the
 //           probabilities (b·H/tp·T²), the attention output (N·C/tp, kept by wo), the
 //           residual sum h (N·C/sp) and ffn_norm's rstd (N/sp) and output (N·C; 2 N·C under
 //           SP, gathered by w1 and w3 each), the gate
@@ -25,8 +26,9 @@ namespace strata::nn {
 //           w2). The rotary embedding keeps nothing (its backward is the inverse rotation).
 //   last:   norm's input and rstd, its output (N·C) and the loss's probabilities (N·V/tp).
 // With full recomputation a block keeps only its input until its backward recomputes it;
-// with selective it keeps q|k|v as projected and recomputes rotary, the repeated heads and
-// the attention core. One recomputation's bytes are counted apart (llama_recompute_bytes).
+// with selective it keeps q|k|v as projected and recomputes rotary and the attention core.
+// (Context parallelism's ring attention takes k, v repeated to H heads, 3N·C/tp; the
+// activation query has no cp, so the sum does not count that.) One recomputation's bytes are counted apart (llama_recompute_bytes).
 // An MoE block (moe_layers of them) keeps moe_activation_bytes() (moe_spec.cpp) instead of
 // the gate, up and SwiGLU outputs (3N·F/tp); the MoE is never tp-split.
 int64_t llama_activation_bytes(const LlamaActivationInput& a) {
@@ -37,17 +39,18 @@ int64_t llama_activation_bytes(const LlamaActivationInput& a) {
   const int64_t tp = a.tp, spd = sp ? tp : 1;
   const int64_t n = a.batch * a.seq, nc = n * a.embd, nf = n * a.hidden;
   const int64_t att = a.batch * (a.heads / tp) * a.seq * a.seq;
+  const int64_t qkv = nc / tp * (a.heads + 2 * a.kv_heads) / a.heads;  // q|k|v: H + 2 Hkv heads
   const int64_t block = nc / spd + n / spd + (sp ? 3 : 1) * nc  // x, attention_norm's rstd and output
-                        + 3 * nc / tp + att + nc / tp            // q|k|v, probabilities, attention output
+                        + qkv + att + nc / tp                    // q|k|v, probabilities, attention output
                         + nc / spd + n / spd + (sp ? 2 : 1) * nc // h, ffn_norm
                         + 3 * nf / tp;                 // gate, up, SwiGLU output
-  // Selective: the projections' q|k|v side by side (N·C/tp (1 + 2 Hkv/H)) instead of the
-  // packed rotated and repeated q|k|v and the probabilities.
-  const int64_t kept_core = nc / tp * (a.heads + 2 * a.kv_heads) / a.heads;
+  // Selective: the projections' q|k|v side by side (as large) instead of the packed rotated
+  // q|k|v and the probabilities.
+  const int64_t kept_core = qkv;
   STRATA_CHECK(a.moe_layers >= 0 && a.moe_layers <= a.layers, "[plan] ", a.moe_layers, " MoE blocks of ", a.layers);
   const int64_t moe_delta = a.moe_layers > 0 ? moe_activation_bytes(a.moe) - 3 * nf / tp * 4 : 0;
   int64_t bytes = a.checkpoint  ? a.layers * (nc / spd) * 4
-                  : a.selective ? a.layers * (block - 3 * nc / tp - att + kept_core) * 4 + a.moe_layers * moe_delta
+                  : a.selective ? a.layers * (block - qkv - att + kept_core) * 4 + a.moe_layers * moe_delta
                                 : a.layers * block * 4 + a.moe_layers * moe_delta;
   if (a.last) bytes += (nc / spd + n / spd + nc + n * (a.vocab / tp)) * 4;
   if (a.pipeline) bytes += (a.last ? n * (a.vocab / tp) : nc) * 4;
@@ -57,7 +60,8 @@ int64_t llama_activation_bytes(const LlamaActivationInput& a) {
 int64_t llama_recompute_bytes(const LlamaActivationInput& a) {
   if ((!a.checkpoint && !a.selective) || a.layers == 0) return 0;
   const int64_t tp = a.tp, nc = a.batch * a.seq * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
-  if (a.selective) return (3 * nc / tp + att) * 4;  // one block's packed q|k|v and probabilities
+  const int64_t qkv = nc / tp * (a.heads + 2 * a.kv_heads) / a.heads;
+  if (a.selective) return (qkv + att) * 4;  // one block's packed q|k|v and probabilities
   return one_block_recompute_bytes(a, llama_activation_bytes);
 }
 

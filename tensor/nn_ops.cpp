@@ -42,8 +42,8 @@ using CrossEntropyFn = void(const Tensor&, const Tensor&, int64_t, Tensor&, Tens
 using CrossEntropyBwdFn = void(const Tensor&, const Tensor&, const Tensor&, int64_t, Tensor&);
 using DropoutFn = void(const Tensor&, Tensor&, Tensor&, double, const Generator&, uint64_t);
 using DropoutBwdFn = void(const Tensor&, const Tensor&, Tensor&, double);
-using AttentionFn = void(const Tensor&, Tensor&, Tensor&, int64_t);
-using AttentionBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, int64_t);
+using AttentionFn = void(const Tensor&, Tensor&, Tensor&, int64_t, int64_t);
+using AttentionBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, int64_t, int64_t);
 
 const KernelTable<SoftmaxFn> kSoftmax{"softmax", {&cpu::softmax_kernel, nullptr}};
 const KernelTable<SoftmaxBwdFn> kSoftmaxBwd{"softmax_backward", {&cpu::softmax_backward_kernel, nullptr}};
@@ -172,14 +172,26 @@ void check_pool_grad(const Tensor& dy, const Shape& x_shape, const Pool2dParams&
                shape_str(want), " of input ", shape_str(x_shape));
 }
 
-// qkv (B, T, 3*H*hd) with q|k|v of H heads each: checks it, returns H.
-int64_t attention_heads(const Tensor& qkv, int64_t head_dim, const char* op) {
+// qkv (B, T, (H + 2*Hkv)*hd) with q of H heads and k, v of Hkv heads each (kv_heads 0:
+// Hkv = H, width 3*H*hd): checks it, returns {H, Hkv}.
+std::pair<int64_t, int64_t> attention_heads(const Tensor& qkv, int64_t head_dim, int64_t kv_heads, const char* op) {
   STRATA_CHECK(qkv.defined() && is_floating(qkv.dtype()), "[", op, "] qkv must be f32, f64, bf16 or f16, got ",
                qkv.defined() ? qkv.str() : "undefined");  // 16-bit: the composition on the CPU
-  STRATA_CHECK(qkv.dim() == 3, "[", op, "] expects qkv (B, T, 3*H*hd), got ", shape_str(qkv.shape()));
-  STRATA_CHECK(head_dim > 0 && qkv.size(2) % (3 * head_dim) == 0, "[", op, "] qkv width ", qkv.size(2),
-               " is not 3 * heads * head_dim (head_dim ", head_dim, ")");
-  return qkv.size(2) / (3 * head_dim);
+  STRATA_CHECK(qkv.dim() == 3, "[", op, "] expects qkv (B, T, (H + 2*Hkv)*hd), got ", shape_str(qkv.shape()));
+  STRATA_CHECK(kv_heads >= 0, "[", op, "] kv_heads must be >= 0, got ", kv_heads);
+  if (kv_heads == 0) {
+    STRATA_CHECK(head_dim > 0 && qkv.size(2) % (3 * head_dim) == 0, "[", op, "] qkv width ", qkv.size(2),
+                 " is not 3 * heads * head_dim (head_dim ", head_dim, ")");
+    const int64_t h = qkv.size(2) / (3 * head_dim);
+    return {h, h};
+  }
+  STRATA_CHECK(head_dim > 0 && qkv.size(2) % head_dim == 0, "[", op, "] qkv width ", qkv.size(2),
+               " is not whole heads of ", head_dim);
+  const int64_t h = qkv.size(2) / head_dim - 2 * kv_heads;
+  STRATA_CHECK(h > 0 && h % kv_heads == 0, "[", op, "] qkv width ", qkv.size(2), " holds ", qkv.size(2) / head_dim,
+               " heads of ", head_dim, ": not H query heads and 2 x ", kv_heads,
+               " key/value heads with H a multiple of ", kv_heads);
+  return {h, kv_heads};
 }
 
 }  // namespace
@@ -444,6 +456,29 @@ std::array<Tensor, 3> attention_heads(const Tensor& qkv, int64_t head_dim) {
 }
 }  // namespace
 
+namespace {
+// Grouped q|k|v (B, T, (H + 2 Hkv) hd) -> plain (B, T, 3 H hd): each key/value head
+// repeated H/Hkv times, for the paths that take H heads of each.
+Tensor repeat_kv_heads(const Tensor& qkv, int64_t hd, int64_t H, int64_t Hkv) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), rep = H / Hkv;
+  const auto part = [&](int64_t i) {
+    const Tensor heads = reshape(narrow(qkv, 2, (H + i * Hkv) * hd, Hkv * hd), {B, T, Hkv, 1, hd});
+    return reshape(contiguous(expand(heads, {B, T, Hkv, rep, hd})), {B, T, H * hd});
+  };
+  return cat({narrow(qkv, 2, 0, H * hd), part(0), part(1)}, 2);
+}
+// Its adjoint: d plain q|k|v -> d grouped, each key/value head's gradient summed over its
+// query heads.
+Tensor sum_kv_heads(const Tensor& dqkv, int64_t hd, int64_t H, int64_t Hkv) {
+  const int64_t B = dqkv.size(0), T = dqkv.size(1), rep = H / Hkv;
+  const auto part = [&](int64_t i) {
+    return reshape(sum(reshape(narrow(dqkv, 2, (1 + i) * H * hd, H * hd), {B, T, Hkv, rep, hd}), {3}),
+                   {B, T, Hkv * hd});
+  };
+  return cat({narrow(dqkv, 2, 0, H * hd), part(0), part(1)}, 2);
+}
+}  // namespace
+
 void composed_causal_attention(const Tensor& qkv, Tensor& y, Tensor& probs, int64_t head_dim) {
   const auto [q, k, v] = attention_heads(qkv, head_dim);
   const int64_t B = qkv.size(0), T = qkv.size(1), H = q.size(1);
@@ -479,8 +514,13 @@ Shape attention_stats_shape(Device d, int64_t B, int64_t H, int64_t T) {
 DType attention_stats_dtype(Device d, DType dt) { return saves_lse(d) ? stat_dtype(dt) : dt; }
 }  // namespace
 
-std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim) {
-  const int64_t H = attention_heads(qkv, head_dim, "causal_attention");
+// Grouped key/value heads go to the CPU's f32/f64 kernel as they are; the other paths take
+// them repeated to H heads (and sum the gradient back).
+bool runs_grouped(const Tensor& qkv) { return qkv.device().is_cpu() && !is_16bit(qkv.dtype()); }
+
+std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim, int64_t kv_heads) {
+  const auto [H, Hkv] = attention_heads(qkv, head_dim, kv_heads, "causal_attention");
+  if (Hkv != H && !runs_grouped(qkv)) return causal_attention(detail::repeat_kv_heads(qkv, head_dim, H, Hkv), head_dim);
   const int64_t B = qkv.size(0), T = qkv.size(1);
   const Device d = qkv.device();
   Tensor y = empty({B, T, H * head_dim}, qkv.dtype(), d);
@@ -490,12 +530,17 @@ std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim) 
   if (is_16bit(qkv.dtype()) && d.is_cpu())
     detail::composed_causal_attention(contiguous(qkv), y, probs, head_dim);
   else
-    kAttention(d)(contiguous(qkv), y, probs, head_dim);
+    kAttention(d)(contiguous(qkv), y, probs, head_dim, Hkv);
   return {y, probs};
 }
 
-Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, int64_t head_dim) {
-  const int64_t H = attention_heads(qkv, head_dim, "causal_attention_backward");
+Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, int64_t head_dim,
+                                 int64_t kv_heads) {
+  const auto [H, Hkv] = attention_heads(qkv, head_dim, kv_heads, "causal_attention_backward");
+  if (Hkv != H && !runs_grouped(qkv))
+    return detail::sum_kv_heads(
+        causal_attention_backward(dy, detail::repeat_kv_heads(qkv, head_dim, H, Hkv), probs, head_dim), head_dim, H,
+        Hkv);
   const int64_t B = qkv.size(0), T = qkv.size(1);
   STRATA_CHECK(dy.shape() == (Shape{B, T, H * head_dim}) && dy.dtype() == qkv.dtype(),
                "[causal_attention_backward] grad ", dy.str(), " does not match the output (", B, ", ", T, ", ",
@@ -510,7 +555,7 @@ Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tens
   if (is_16bit(qkv.dtype()) && d.is_cpu())
     detail::composed_causal_attention_backward(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
   else
-    kAttentionBwd(d)(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
+    kAttentionBwd(d)(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim, Hkv);
   return dqkv;
 }
 

@@ -204,11 +204,15 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& probs, const Te
 
 /// Causal self-attention of a packed projection: qkv (B, T, 3*H*hd) holds q|k|v, each H
 /// heads of head_dim hd. y = softmax(q k^T / sqrt(hd), causal) v per head, merged back
-/// to (B, T, H*hd). Returns y and the probabilities (B, H, T, T) that backward needs
-/// (zero above the diagonal). No dropout on the probabilities.
-std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim);
-/// d qkv (B, T, 3*H*hd) from dy (B, T, H*hd), the forward's qkv and probabilities.
-Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, int64_t head_dim);
+/// to (B, T, H*hd). Returns y and what backward needs: on the CPU the probabilities
+/// (B, H, T, T) (zero above the diagonal), on CUDA the rows' log-sum-exp (B, H, T). No
+/// dropout on the probabilities. Grouped-query attention: kv_heads = Hkv > 0 key/value
+/// heads, qkv (B, T, (H + 2*Hkv)*hd) = q (H heads) | k (Hkv) | v (Hkv), query head h reading
+/// key/value head h / (H/Hkv); the CPU's f32/f64 kernel reads the groups in place.
+std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim, int64_t kv_heads = 0);
+/// d qkv (the shape of qkv) from dy (B, T, H*hd), the forward's qkv and saved statistics.
+Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, int64_t head_dim,
+                                 int64_t kv_heads = 0);
 
 // ---------------------------------------------------------------- Llama kernels (llama_ops.cpp)
 /// RMSNorm over the last dim of x (..., C): y = x / sqrt(mean(x^2) + eps) * weight; weight

@@ -15,17 +15,21 @@ struct AttentionRef {
   std::vector<double> y, probs, dqkv;
 };
 
-// qkv (B, T, 3*H*D) = q | k | v, dy (B, T, H*D). Per (b, h): S = q k^T / sqrt(D) on j <= i,
-// P = softmax rows, y = P v; dP = dy v^T, dS = P (dP - rowsum(P dP)), dq = dS k / sqrt(D),
-// dk = dS^T q / sqrt(D), dv = P^T dy.
+// qkv (B, T, (H + 2*Hkv)*D) = q (H heads) | k | v (Hkv heads each; Hkv = 0: H), dy (B, T,
+// H*D). Query head h reads key/value head h / (H/Hkv). Per (b, h): S = q k^T / sqrt(D) on
+// j <= i, P = softmax rows, y = P v; dP = dy v^T, dS = P (dP - rowsum(P dP)), dq = dS k /
+// sqrt(D), dk = dS^T q / sqrt(D), dv = P^T dy (dk and dv summed over the query heads of
+// their group).
 inline AttentionRef attention_reference(const std::vector<double>& qkv, const std::vector<double>& dy, int64_t B,
-                                        int64_t T, int64_t H, int64_t D) {
+                                        int64_t T, int64_t H, int64_t D, int64_t Hkv = 0) {
   using Vec = std::vector<double>;
-  const int64_t C = H * D, W = 3 * C;
+  if (Hkv == 0) Hkv = H;
+  const int64_t C = H * D, W = (H + 2 * Hkv) * D, rep = H / Hkv;
   const double sc = 1.0 / std::sqrt(double(D));
   AttentionRef r{Vec(size_t(B * T * C)), Vec(size_t(B * H * T * T)), Vec(size_t(B * T * W))};
   auto x = [&](int64_t b, int64_t t, int64_t part, int64_t h, int64_t d) -> size_t {
-    return size_t(b * T * W + t * W + part * C + h * D + d);
+    const int64_t col = part == 0 ? h * D : (H + (part - 1) * Hkv + h / rep) * D;
+    return size_t(b * T * W + t * W + col + d);
   };
   auto g = [&](int64_t b, int64_t t, int64_t h, int64_t d) -> size_t { return size_t((b * T + t) * C + h * D + d); };
   for (int64_t b = 0; b < B; ++b)

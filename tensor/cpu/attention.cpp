@@ -35,13 +35,20 @@
 namespace strata::cpu {
 namespace {
 
+// H query heads, Hkv key/value heads (query head h reads key/value head h / (H/Hkv)).
 struct Dims {
-  int64_t B, T, H, hd, C, W;  // C = H*hd (y width), W = 3*C (qkv width)
+  int64_t B, T, H, Hkv, hd, C, W;  // C = H*hd (y width), W = (H + 2 Hkv)*hd (qkv width)
+  int64_t rep() const { return H / Hkv; }
+  // Offsets in a (B, T, W) q|k|v of sequence b's query head h and key/value head g.
+  int64_t q_at(int64_t b, int64_t h) const { return b * T * W + h * hd; }
+  int64_t k_at(int64_t b, int64_t g) const { return b * T * W + (H + g) * hd; }
+  int64_t v_at(int64_t b, int64_t g) const { return b * T * W + (H + Hkv + g) * hd; }
 };
 
-Dims dims_of(const Tensor& qkv, int64_t head_dim) {
-  const int64_t W = qkv.size(2), C = W / 3;
-  return {qkv.size(0), qkv.size(1), C / head_dim, head_dim, C, W};
+Dims dims_of(const Tensor& qkv, int64_t head_dim, int64_t kv_heads) {
+  const int64_t W = qkv.size(2), heads = W / head_dim;  // H + 2 Hkv
+  const int64_t Hkv = kv_heads > 0 ? kv_heads : heads / 3, H = heads - 2 * Hkv;
+  return {qkv.size(0), qkv.size(1), H, Hkv, head_dim, H * head_dim, W};
 }
 
 // The packed buffers' rows are padded to a whole number of 64-byte vectors (the widest
@@ -62,6 +69,7 @@ struct TileArgs {
   int64_t ldb;
   T* out;
   int64_t ldo, ncols;
+  bool add = false;  // out += the product
 };
 
 // The tiles of each level, one non-inlined function per (dtype, rows, vectors), compiled
@@ -70,11 +78,11 @@ struct TileArgs {
 #if STRATA_CPU_DISPATCH
 template <class T, int R, int NV>
 [[gnu::target("arch=x86-64-v4"), gnu::noinline, gnu::flatten]] void tile_v4(const TileArgs<T>& t) {
-  attn::tile<T, 64, R, NV>(t.l0, t.l1, t.a, t.ars, t.als, t.b, t.ldb, t.out, t.ldo, t.ncols);
+  attn::tile<T, 64, R, NV>(t.l0, t.l1, t.a, t.ars, t.als, t.b, t.ldb, t.out, t.ldo, t.ncols, t.add);
 }
 template <class T, int R, int NV>
 [[gnu::target("arch=x86-64-v3"), gnu::noinline, gnu::flatten]] void tile_v3(const TileArgs<T>& t) {
-  attn::tile<T, 32, R, NV>(t.l0, t.l1, t.a, t.ars, t.als, t.b, t.ldb, t.out, t.ldo, t.ncols);
+  attn::tile<T, 32, R, NV>(t.l0, t.l1, t.a, t.ars, t.als, t.b, t.ldb, t.out, t.ldo, t.ncols, t.add);
 }
 constexpr int kBaseBytes = 16;
 #elif defined(__AVX512F__)
@@ -86,7 +94,7 @@ constexpr int kBaseBytes = 16;
 #endif
 template <class T, int R, int NV>
 [[gnu::noinline, gnu::flatten]] void tile_base(const TileArgs<T>& t) {
-  attn::tile<T, kBaseBytes, R, NV>(t.l0, t.l1, t.a, t.ars, t.als, t.b, t.ldb, t.out, t.ldo, t.ncols);
+  attn::tile<T, kBaseBytes, R, NV>(t.l0, t.l1, t.a, t.ars, t.als, t.b, t.ldb, t.out, t.ldo, t.ncols, t.add);
 }
 
 struct LevelBase {
@@ -132,16 +140,20 @@ inline void product(int rows, const TileArgs<T>& t) {
 }
 
 // dst (cols x ldd) = s * src^T for src (rows x cols) at row stride ld; columns [rows, ldd)
-// of dst zero. Whole vectors of dst's rows are gathered from src's columns.
+// of dst zero. Square blocks of whole vectors are transposed in registers (f32 at v3/v4;
+// gathers otherwise), the ragged edges element by element.
 template <int kBytes, class T>
 inline void pack_transposed(const T* src, int64_t ld, int64_t rows, int64_t cols, T s, T* dst, int64_t ldd) {
   using V = attn::Vec<T, kBytes>;
   constexpr int64_t lanes = kBytes / int64_t(sizeof(T));
-  const V sv = attn::splat<V>(s);
-  int64_t r0 = 0;
+  int64_t r0 = 0, c0 = cols / lanes * lanes;
   if (ld * lanes <= (int64_t(1) << 31) - 1)  // the gathers' 32-bit offsets
-    for (; r0 + lanes <= rows; r0 += lanes)
-      for (int64_t c = 0; c < cols; ++c) attn::store(dst + c * ldd + r0, sv * attn::gather<V>(src + r0 * ld + c, ld));
+    for (; r0 + lanes <= rows; r0 += lanes) {
+      for (int64_t c = 0; c < c0; c += lanes)
+        attn::transpose_block<V>(src + r0 * ld + c, ld, s, dst + c * ldd + r0, ldd);
+      for (int64_t c = c0; c < cols; ++c)
+        for (int64_t r = r0; r < r0 + lanes; ++r) dst[c * ldd + r] = s * src[r * ld + c];
+    }
   for (int64_t r = r0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = s * src[r * ld + c];
   for (int64_t c = 0; c < cols; ++c) std::fill(dst + c * ldd + rows, dst + (c + 1) * ldd, T(0));
@@ -185,7 +197,10 @@ inline void forward_pair(const FwdPair<T>& a) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;  // columns [0, m): to the diagonal
     product<L>(rows, TileArgs<T>{0, hd, a.q + i0 * a.ld, a.ld, 1, kt, tp, s, tp, m});
-    attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.p + i0 * n, n, true);
+    if (rows == L::kR)  // a constant row count: the rows' accumulators stay in registers
+      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, L::kR, i0, m, a.p + i0 * n, n, true);
+    else
+      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.p + i0 * n, n, true);
     product<L>(rows, TileArgs<T>{0, last, s, tp, 1, vp, hdp, a.y + i0 * a.ldy, a.ldy, hd});  // y = P v
   }
 }
@@ -205,7 +220,8 @@ struct BwdPair {
   T* dv;
   int64_t n, hd;
   T scale;
-  T* ws;  // bwd_scratch(n, hd) elements, 64-byte aligned
+  T* ws;        // bwd_scratch(n, hd) elements, 64-byte aligned
+  bool add_kv;  // dk and dv += this head's part (a later query head of the group)
 };
 
 template <class T>
@@ -251,15 +267,18 @@ inline void backward_pair(const BwdPair<T>& a) {
     }
     product<L>(rows, TileArgs<T>{0, hd, gp + i0 * hdp, hdp, 1, vt, tp, ds + i0 * tp, tp, m});  // dP = dy v^T
     // scale * dS (0 where P is), P kept in pp for dv
-    attn::softmax_grad_rows<T, L::kBytes, L::kR>(a.p + i0 * n, n, pp + i0 * tp, ds + i0 * tp, tp, rows, m, a.scale);
+    if (rows == L::kR)  // as in the forward
+      attn::softmax_grad_rows<T, L::kBytes, L::kR>(a.p + i0 * n, n, pp + i0 * tp, ds + i0 * tp, tp, L::kR, m, a.scale);
+    else
+      attn::softmax_grad_rows<T, L::kBytes, L::kR>(a.p + i0 * n, n, pp + i0 * tp, ds + i0 * tp, tp, rows, m, a.scale);
     product<L>(rows, TileArgs<T>{0, last, ds + i0 * tp, tp, 1, kp, hdp, a.dq + i0 * a.ld, a.ld, hd});  // dq
   }
   // dk = (scale dS)^T q and dv = P^T dy over the rows i >= j of each column block; the
   // blocks line up with the row blocks above, so row i >= j0 is valid at columns < j0 + kR
   for (int64_t j0 = 0; j0 < n; j0 += L::kR) {
     const int rows = int(std::min<int64_t>(L::kR, n - j0));
-    product<L>(rows, TileArgs<T>{j0, n, ds + j0, 1, tp, qp, hdp, a.dk + j0 * a.ld, a.ld, hd});
-    product<L>(rows, TileArgs<T>{j0, n, pp + j0, 1, tp, gp, hdp, a.dv + j0 * a.ld, a.ld, hd});
+    product<L>(rows, TileArgs<T>{j0, n, ds + j0, 1, tp, qp, hdp, a.dk + j0 * a.ld, a.ld, hd, a.add_kv});
+    product<L>(rows, TileArgs<T>{j0, n, pp + j0, 1, tp, gp, hdp, a.dv + j0 * a.ld, a.ld, hd, a.add_kv});
   }
 }
 
@@ -347,63 +366,65 @@ void forward_impl(const T* qkv, T* y, T* probs, const Dims& d) {
   for_blocks(d.B * d.H, nt, [&](int tid, int64_t bh0, int64_t bh1) {
     T* ws = scratch.at(tid);
     for (int64_t bh = bh0; bh < bh1; ++bh) {
-      const int64_t b = bh / d.H, h = bh % d.H;
-      const T* q = qkv + b * d.T * d.W + h * d.hd;  // (T, hd), row stride W
-      if (bh + 1 < bh1) {  // the next pair's q, k, v: q k v of head h+1 sit hd further on
-        const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H;
-        const T* nq = qkv + nb * d.T * d.W + nh * d.hd;
-        for (int part = 0; part < 3; ++part) prefetch_rows(nq + part * d.C, d.W, d.T, d.hd);
+      const int64_t b = bh / d.H, h = bh % d.H, g = h / d.rep();
+      if (bh + 1 < bh1) {  // the next pair's q, k, v and output rows
+        const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H, ng = nh / d.rep();
+        prefetch_rows(qkv + d.q_at(nb, nh), d.W, d.T, d.hd);
+        prefetch_rows(qkv + d.k_at(nb, ng), d.W, d.T, d.hd);
+        prefetch_rows(qkv + d.v_at(nb, ng), d.W, d.T, d.hd);
         prefetch_rows<true>(y + nb * d.T * d.C + nh * d.hd, d.C, d.T, d.hd);
       }
-      fn(FwdPair<T>{q, q + d.C, q + 2 * d.C, d.W, y + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T, d.T,
-                    d.hd, scale, ws});
+      fn(FwdPair<T>{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, y + b * d.T * d.C + h * d.hd,
+                    d.C, probs + bh * d.T * d.T, d.T, d.hd, scale, ws});
     }
     attn::stream_fence();
   });
 }
 
+// The (batch, key/value head) groups are split over the threads: a group's query heads run
+// in order on one thread, the first writing dk and dv and the others adding to them, so
+// the sums do not depend on the thread count.
 template <class T>
 void backward_impl(const T* dy, const T* qkv, const T* probs, T* dqkv, const Dims& d) {
   const T scale = T(1.0 / std::sqrt(double(d.hd)));
-  const int nt = block_threads(d.B * d.H);
+  const int64_t rep = d.rep(), groups = d.B * d.Hkv;
+  const int nt = block_threads(groups);
   Scratch<T> scratch(nt, bwd_scratch<T>(d.T, d.hd));
   const BwdFn<T> fn = backward_fn<T>();
-  for_blocks(d.B * d.H, nt, [&](int tid, int64_t bh0, int64_t bh1) {
+  for_blocks(groups, nt, [&](int tid, int64_t bg0, int64_t bg1) {
     T* ws = scratch.at(tid);
+    const int64_t bh0 = bg0 * rep, bh1 = bg1 * rep;  // the groups' pairs (b, h) are consecutive
     for (int64_t bh = bh0; bh < bh1; ++bh) {
-      const int64_t b = bh / d.H, h = bh % d.H;
-      const int64_t at = b * d.T * d.W + h * d.hd;
-      const T* q = qkv + at;
-      T* dq = dqkv + at;
-      if (bh + 1 < bh1) {  // the next pair's q, k, v and dy (its probabilities are contiguous)
-        const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H;
-        const T* nq = qkv + nb * d.T * d.W + nh * d.hd;
-        for (int part = 0; part < 3; ++part) prefetch_rows(nq + part * d.C, d.W, d.T, d.hd);
+      const int64_t b = bh / d.H, h = bh % d.H, g = h / rep;
+      if (bh + 1 < bh1) {  // the next pair's q, k, v, dy and gradient rows (its probabilities are contiguous)
+        const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H, ng = nh / rep;
+        for (const int64_t at : {d.q_at(nb, nh), d.k_at(nb, ng), d.v_at(nb, ng)}) {
+          prefetch_rows(qkv + at, d.W, d.T, d.hd);
+          prefetch_rows<true>(dqkv + at, d.W, d.T, d.hd);
+        }
         prefetch_rows(dy + nb * d.T * d.C + nh * d.hd, d.C, d.T, d.hd);
-        T* nd = dqkv + nb * d.T * d.W + nh * d.hd;
-        for (int part = 0; part < 3; ++part) prefetch_rows<true>(nd + part * d.C, d.W, d.T, d.hd);
       }
-      fn(BwdPair<T>{q, q + d.C, q + 2 * d.C, d.W, dy + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T,
-                    probs + bh1 * d.T * d.T, dq,
-                    dq + d.C, dq + 2 * d.C, d.T, d.hd, scale, ws});
+      fn(BwdPair<T>{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, dy + b * d.T * d.C + h * d.hd,
+                    d.C, probs + bh * d.T * d.T, probs + bh1 * d.T * d.T, dqkv + d.q_at(b, h), dqkv + d.k_at(b, g),
+                    dqkv + d.v_at(b, g), d.T, d.hd, scale, ws, h % rep != 0});
     }
   });
 }
 
 }  // namespace
 
-void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& probs, int64_t head_dim) {
+void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& probs, int64_t head_dim, int64_t kv_heads) {
   if (qkv.numel() == 0) return;
-  const Dims d = dims_of(qkv, head_dim);
+  const Dims d = dims_of(qkv, head_dim, kv_heads);
   STRATA_DISPATCH_FLOAT(qkv.dtype(), "causal_attention", [&] {
     forward_impl(qkv.data<scalar_t>(), y.data<scalar_t>(), probs.data<scalar_t>(), d);
   });
 }
 
 void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& probs, Tensor& dqkv,
-                                      int64_t head_dim) {
+                                      int64_t head_dim, int64_t kv_heads) {
   if (qkv.numel() == 0) return;
-  const Dims d = dims_of(qkv, head_dim);
+  const Dims d = dims_of(qkv, head_dim, kv_heads);
   STRATA_DISPATCH_FLOAT(qkv.dtype(), "causal_attention_backward", [&] {
     backward_impl(dy.data<scalar_t>(), qkv.data<scalar_t>(), probs.data<scalar_t>(), dqkv.data<scalar_t>(), d);
   });

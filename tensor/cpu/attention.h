@@ -7,12 +7,14 @@
 
 namespace strata::cpu {
 
-/// qkv (B, T, 3*H*hd) contiguous, q|k|v each H heads of hd -> y (B, T, H*hd) and the
+/// qkv (B, T, (H + 2*Hkv)*hd) contiguous: q (H heads of hd) | k | v (Hkv heads each; Hkv
+/// = kv_heads, H/Hkv query heads per key/value head; 0: Hkv = H) -> y (B, T, H*hd) and the
 /// attention probabilities probs (B, H, T, T) (zero above the diagonal), both contiguous
 /// and preallocated. f32/f64.
-void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& probs, int64_t head_dim);
-/// dqkv (B, T, 3*H*hd) from dy (B, T, H*hd), the forward's qkv and probs; all contiguous.
+void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& probs, int64_t head_dim, int64_t kv_heads);
+/// dqkv (the shape of qkv) from dy (B, T, H*hd), the forward's qkv and probs; all
+/// contiguous. A key/value head's gradient sums its query heads' parts.
 void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& probs, Tensor& dqkv,
-                                      int64_t head_dim);
+                                      int64_t head_dim, int64_t kv_heads);
 
 }  // namespace strata::cpu

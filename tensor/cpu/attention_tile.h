@@ -135,6 +135,71 @@ inline V gather(const T* p, int64_t stride) {
   return gather_to(p, stride, static_cast<const V*>(nullptr));
 }
 
+/// dst[c * ldd + r] = s * src[r * ld + c] for r, c < lanes: one square block transposed
+/// (and scaled), src rows and dst rows read and written as whole vectors. f32 on the wide
+/// vectors transposes in registers (interleaves of lanes, pairs, then 128-bit quarters: 4
+/// shuffle rounds over the block's vectors); other types gather each dst row.
+#if STRATA_ATTN_X86
+[[gnu::target("avx512f")]] inline void transpose_to(const float* src, int64_t ld, float s, float* dst, int64_t ldd,
+                                                    const Vec<float, 64>*) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld);
+  for (int i = 0; i < 8; ++i) {  // per 128-bit quarter: (a0 b0 a1 b1), (a2 b2 a3 b3)
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + j], quarter k: column 4k + j of rows 4i .. 4i + 3
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  const __m512 sv = _mm512_set1_ps(s);
+  for (int j = 0; j < 4; ++j) {  // dst row 4k + j: quarter k of r[j], r[4 + j], r[8 + j], r[12 + j]
+    const __m512 x0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), x1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
+    const __m512 x2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44);
+    const __m512 x3 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
+    _mm512_storeu_ps(dst + j * ldd, _mm512_mul_ps(sv, _mm512_shuffle_f32x4(x0, x2, 0x88)));
+    _mm512_storeu_ps(dst + (4 + j) * ldd, _mm512_mul_ps(sv, _mm512_shuffle_f32x4(x0, x2, 0xDD)));
+    _mm512_storeu_ps(dst + (8 + j) * ldd, _mm512_mul_ps(sv, _mm512_shuffle_f32x4(x1, x3, 0x88)));
+    _mm512_storeu_ps(dst + (12 + j) * ldd, _mm512_mul_ps(sv, _mm512_shuffle_f32x4(x1, x3, 0xDD)));
+  }
+}
+[[gnu::target("avx2")]] inline void transpose_to(const float* src, int64_t ld, float s, float* dst, int64_t ldd,
+                                                 const Vec<float, 32>*) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {  // r[4i + j], half k: column 4k + j of rows 4i .. 4i + 3
+    const __m256d a = _mm256_castps_pd(t[4 * i]), b = _mm256_castps_pd(t[4 * i + 1]);
+    const __m256d c = _mm256_castps_pd(t[4 * i + 2]), d = _mm256_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
+  }
+  const __m256 sv = _mm256_set1_ps(s);
+  for (int j = 0; j < 4; ++j) {
+    _mm256_storeu_ps(dst + j * ldd, _mm256_mul_ps(sv, _mm256_permute2f128_ps(r[j], r[4 + j], 0x20)));
+    _mm256_storeu_ps(dst + (4 + j) * ldd, _mm256_mul_ps(sv, _mm256_permute2f128_ps(r[j], r[4 + j], 0x31)));
+  }
+}
+#endif
+template <class V, class T>
+inline void transpose_to(const T* src, int64_t ld, T s, T* dst, int64_t ldd, const V*) {
+  const V sv = splat<V>(s);
+  for (int c = 0; c < int(sizeof(V) / sizeof(T)); ++c) store(dst + c * ldd, sv * gather<V>(src + c, ld));
+}
+template <class V, class T>
+inline void transpose_block(const T* src, int64_t ld, T s, T* dst, int64_t ldd) {
+  transpose_to(src, ld, s, dst, ldd, static_cast<const V*>(nullptr));
+}
+
 // Horizontal max and sum of a vector's lanes: log-depth shuffles on the wide vectors.
 #if STRATA_ATTN_X86
 [[gnu::target("avx512f")]] inline float hmax(Vec<float, 64> v) { return _mm512_reduce_max_ps(v); }
@@ -167,10 +232,11 @@ inline auto hsum(const V& v) {
 
 /// out[r * ldo + c] = sum_{l in [l0, l1)} a[r * ars + l * als] * b[l * ldb + c] for r < R,
 /// c < ncols, where NV - 1 < ncols / lanes <= NV. b holds NV whole vectors from each of its
-/// rows [l0, l1) (packed with zero padding by the caller); out gets exactly ncols columns.
+/// rows [l0, l1) (packed with zero padding by the caller); out gets exactly ncols columns,
+/// or has the sum added to it when `add`.
 template <class T, int kBytes, int R, int NV>
 inline void tile(int64_t l0, int64_t l1, const T* a, int64_t ars, int64_t als, const T* b, int64_t ldb, T* out,
-                 int64_t ldo, int64_t ncols) {
+                 int64_t ldo, int64_t ncols, bool add) {
   using V = Vec<T, kBytes>;
   constexpr int kLanes = kBytes / int(sizeof(T));
   V acc[R][NV];
@@ -185,6 +251,9 @@ inline void tile(int64_t l0, int64_t l1, const T* a, int64_t ars, int64_t als, c
     }
   }
   const int64_t full = ncols / kLanes, rest = ncols - full * kLanes;  // whole vectors, then a part of one
+  if (add)
+    for (int r = 0; r < R; ++r)
+      for (int n = 0; n < NV; ++n) acc[r][n] += n < full ? load<V>(out + r * ldo + n * kLanes) : V{};
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < NV; ++n) {  // constant n: acc stays in registers
       if (n < full) {
@@ -192,7 +261,7 @@ inline void tile(int64_t l0, int64_t l1, const T* a, int64_t ars, int64_t als, c
       } else if (n == full && rest > 0) {
         const V v = acc[r][n];
         for (int e = 0; e < kLanes - 1; ++e)
-          if (e < rest) out[r * ldo + n * kLanes + e] = v[e];
+          if (e < rest) out[r * ldo + n * kLanes + e] = add ? out[r * ldo + n * kLanes + e] + v[e] : v[e];
       }
     }
 }
@@ -275,7 +344,10 @@ inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* 
   for (int r = 0; r < rows; ++r)
     for (int64_t j = i0 + r + 1; j < m; ++j) s[r * lds + j] = -__builtin_inf();
   V mv[R], sv[R];
-  for (int r = 0; r < R; ++r) mv[r] = r < rows ? load<V>(s + r * lds) : V{};
+  for (int r = 0; r < R; ++r) {
+    mv[r] = r < rows ? load<V>(s + r * lds) : V{};
+    sv[r] = V{};
+  }
   for (int64_t j = kLanes; j < m; j += kLanes)
     for (int r = 0; r < R; ++r)
       if (r < rows) {
@@ -283,10 +355,7 @@ inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* 
         mv[r] = x > mv[r] ? x : mv[r];
       }
   for (int r = 0; r < R; ++r)
-    if (r < rows) {
-      mv[r] = splat<V>(hmax(mv[r]));
-      sv[r] = V{};
-    }
+    if (r < rows) mv[r] = splat<V>(hmax(mv[r]));
   for (int64_t j = 0; j < m; j += kLanes)
     for (int r = 0; r < R; ++r)
       if (r < rows) {

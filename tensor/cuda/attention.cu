@@ -252,8 +252,10 @@ void dispatch_storage(DType dt, const char* op, F&& f) {
 
 int64_t attention_max_head_dim() { return 32 * kMaxPerLane; }
 
-void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t head_dim) {
+void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t head_dim, int64_t kv_heads) {
   const Shape4 s = shape_of(qkv, head_dim);
+  STRATA_CHECK(kv_heads == s.H, "[causal_attention] the CUDA kernel takes q|k|v of ", s.H, " heads each, got ",
+               kv_heads, " key/value heads");
   if (s.B * s.H * s.T == 0) return;
   STRATA_CHECK(head_dim <= attention_max_head_dim(), "[causal_attention] head_dim ", head_dim,
                " exceeds the CUDA kernel's ", attention_max_head_dim());
@@ -268,8 +270,10 @@ void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t 
 }
 
 void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& lse, Tensor& dqkv,
-                                      int64_t head_dim) {
+                                      int64_t head_dim, int64_t kv_heads) {
   const Shape4 s = shape_of(qkv, head_dim);
+  STRATA_CHECK(kv_heads == s.H, "[causal_attention_backward] the CUDA kernel takes q|k|v of ", s.H,
+               " heads each, got ", kv_heads, " key/value heads");
   if (s.B * s.H * s.T == 0) return;
   OpContext ctx(dqkv);
   dispatch_storage(qkv.dtype(), "causal_attention_backward", [&]<class S>() {

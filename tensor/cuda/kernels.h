@@ -94,10 +94,11 @@ void sgd_kernel(Tensor& param, const Tensor& grad, Tensor& buf, const ops::SgdPa
 // attention.cu: fused causal attention (FlashAttention-2's algorithm). qkv (B, T, 3*H*hd)
 // -> y (B, T, H*hd) and the rows' log-sum-exp (B, H, T) (f32; f64 for f64), in place of
 // the CPU kernel's probabilities; f32, f64, bf16, f16; hd <= attention_max_head_dim().
+// kv_heads must be H (ops::causal_attention repeats grouped key/value heads first).
 int64_t attention_max_head_dim();
-void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t head_dim);
+void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t head_dim, int64_t kv_heads);
 void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& lse, Tensor& dqkv,
-                                      int64_t head_dim);
+                                      int64_t head_dim, int64_t kv_heads);
 // norm.cu / llama_ops.cu: the Llama family's RMSNorm, rotary embedding and SwiGLU (f32, f64)
 void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, int64_t rows, int64_t C, double eps);
 void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,

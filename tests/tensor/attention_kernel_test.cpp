@@ -4,7 +4,7 @@
 // multiples of any vector width or tile: T 1, 7, 33, 65 (rows that end before, inside and
 // past a 16-wide column block, row blocks of 4 cut short) and 32 (whole vectors: the
 // probabilities go out through streaming stores), head_dim 8, 24, 40 (part vectors) and 72
-// (more than one column chunk of a tile), 1 and 3 heads.
+// (more than one column chunk of a tile), 1 and 3 heads; and grouped key/value heads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,6 +77,38 @@ TEST_P(AttentionKernel, TwoThreadsAtEveryLevel) {
     expect_close(y, ref.y, tol, "y" + at);
     expect_close(probs, ref.probs, tol, "probs" + at);
     expect_close(ops::causal_attention_backward(dy, qkv, probs, D), ref.dqkv, tol, "dqkv" + at);
+  }
+}
+
+// Grouped-query attention (kv_heads key/value heads, each read by H/kv_heads query heads
+// in place): the f64 loop with dk, dv summed over each group, at every level, 1 and 2
+// threads (the groups split over the threads, a group's heads on one).
+TEST_P(AttentionKernel, GroupedKeyValueHeadsAtEveryLevelAndTwoThreads) {
+  const DType dt = GetParam();
+  const double tol = dt == DType::f64 ? 1e-10 : 2e-5;
+  LevelGuard guard;
+  const int64_t B = 3;
+  uint64_t seed = 40;
+  for (const int threads : {1, 2}) {
+    strata::testing::ThreadsGuard tg(threads);
+    for (const int64_t T : {7, 33, 65})
+      for (const int64_t D : {8, 40})
+        for (const auto& [H, Hkv] : {std::pair<int64_t, int64_t>{2, 1}, {4, 2}, {6, 2}, {3, 3}}) {
+          const Tensor qkv = strata::testing::rnd({B, T, (H + 2 * Hkv) * D}, dt, ++seed, 2.0);
+          const Tensor dy = strata::testing::rnd({B, T, H * D}, dt, ++seed);
+          const AttentionRef ref =
+              attention_reference(qkv.to_vector<double>(), dy.to_vector<double>(), B, T, H, D, Hkv);
+          for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels()) {
+            ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+            const std::string at = " at T " + std::to_string(T) + ", head_dim " + std::to_string(D) + ", " +
+                                   std::to_string(H) + " / " + std::to_string(Hkv) + " heads, " +
+                                   std::to_string(threads) + " threads, " + cpu::simd_level_name(lvl);
+            auto [y, probs] = ops::causal_attention(qkv, D, Hkv);
+            expect_close(y, ref.y, tol, "y" + at);
+            expect_close(probs, ref.probs, tol, "probs" + at);
+            expect_close(ops::causal_attention_backward(dy, qkv, probs, D, Hkv), ref.dqkv, tol, "dqkv" + at);
+          }
+        }
   }
 }
 

@@ -77,8 +77,26 @@ TEST(CausalAttentionOp, StridedInputsOneTokenAndErrors) {
   expect_close(p1, Vec(size_t(2 * H), 1.0), 1e-7, "T=1 probs");
 
   EXPECT_THROW(ops::causal_attention(rnd({2, 4, 10}, DType::f32, 6), 2), Error);  // 10 is not 3*H*2
+  EXPECT_THROW(ops::causal_attention(rnd({2, 4, 8}, DType::f32, 6), 2, 2), Error);   // 4 heads: none left for q
+  EXPECT_THROW(ops::causal_attention(rnd({2, 4, 14}, DType::f32, 6), 2, 2), Error);  // 3 q heads over 2 kv
   EXPECT_THROW(ops::causal_attention(rnd({4, 18}, DType::f32, 7), 3), Error);     // not (B, T, W)
   EXPECT_THROW(ops::causal_attention_backward(rnd({B, T, H * D + 1}, DType::f32, 8), qkv, probs, D), Error);
+}
+
+// Grouped key/value heads on the paths without a grouped kernel (16 bits on the CPU, as
+// on CUDA): the heads repeated, then the gradients summed back; against the f64 loop on
+// the same rounded inputs, within bf16's rounding of the output.
+TEST(CausalAttentionOp, GroupedHeadsIn16BitsRepeatThenSum) {
+  const int64_t B = 2, T = 9, H = 4, Hkv = 2, D = 8;
+  const Tensor qkv = ops::to_dtype(rnd({B, T, (H + 2 * Hkv) * D}, DType::f32, 21), DType::bf16);
+  const Tensor dy = ops::to_dtype(rnd({B, T, H * D}, DType::f32, 22), DType::bf16);
+  const AttentionRef ref = attention_reference(qkv.to_vector<double>(), dy.to_vector<double>(), B, T, H, D, Hkv);
+  auto [y, probs] = ops::causal_attention(qkv, D, Hkv);
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  expect_close(y, ref.y, 2e-2, "y");
+  const Tensor dqkv = ops::causal_attention_backward(dy, qkv, probs, D, Hkv);
+  EXPECT_EQ(dqkv.shape(), qkv.shape());
+  expect_close(dqkv, ref.dqkv, 3e-2, "dqkv");
 }
 
 }  // namespace
