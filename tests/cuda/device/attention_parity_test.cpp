@@ -1,7 +1,8 @@
 // The fused causal attention on CUDA (tensor/cuda/attention.cu) against the CPU kernel:
 // outputs and the packed gradient of q, k and v in f32 and f64, at head sizes that fill
 // a warp's lanes unevenly (hd 8, 40, 64, 128) and sequence lengths past one block of rows;
-// bf16 within bf16 rounding; the saved statistics are the rows' log-sum-exp (B, H, T).
+// bf16 within bf16 rounding; the saved statistics are the rows' log-sum-exp (B, H, T);
+// grouped key/value heads.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -37,6 +38,22 @@ TEST(CudaAttention, FusedKernelMatchesTheCpuForwardAndBackward) {
       const Tensor dgg = ops::causal_attention_backward(dy.to(kGpu), qkv.to(kGpu), lse, c.hd);
       expect_close(dgg, dgc, dt == DType::f32 ? Tol{2e-5, 2e-4} : test::tol_for(dt), what + " dqkv");
     }
+}
+
+// Grouped key/value heads: CUDA repeats them to H heads inside the op and sums the
+// gradients back; the CPU kernel reads them in place. Same y and d(q|k|v).
+TEST(CudaAttention, GroupedKeyValueHeadsMatchTheCpu) {
+  STRATA_REQUIRE_GPU();
+  const int64_t B = 2, T = 37, H = 4, Hkv = 2, hd = 40;
+  const Tensor qkv = rand_cpu({B, T, (H + 2 * Hkv) * hd}, DType::f32, 4, -1.5, 1.5);
+  const Tensor dy = rand_cpu({B, T, H * hd}, DType::f32, 5);
+  const auto [yc, pc] = ops::causal_attention(qkv, hd, Hkv);
+  const auto [yg, lse] = ops::causal_attention(qkv.to(kGpu), hd, Hkv);
+  EXPECT_EQ(lse.shape(), (Shape{B, H, T}));
+  expect_close(yg, yc, "grouped y");
+  const Tensor dgg = ops::causal_attention_backward(dy.to(kGpu), qkv.to(kGpu), lse, hd, Hkv);
+  EXPECT_EQ(dgg.shape(), qkv.shape());
+  expect_close(dgg, ops::causal_attention_backward(dy, qkv, pc, hd, Hkv), Tol{2e-5, 2e-4}, "grouped dqkv");
 }
 
 TEST(CudaAttention, Bf16WithinBf16RoundingOfTheF32Result) {
