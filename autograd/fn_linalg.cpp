@@ -99,13 +99,24 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   });
 }
 
+namespace {
+// Whether the fused linear_gelu / linear_residual run: f32 or f64 tensors on one device
+// (CPU or CUDA: tensor/cuda/bias_act.cu), outside autocast. With 16-bit tensors the unfused path rounds y + b to 16
+// bits before the GELU (or the residual add), and the 16-bit training tests' bounds are
+// set on that path.
+bool fuses_linear(const Tensor& x, const Tensor& w, const Tensor& b, std::initializer_list<Tensor> more = {}) {
+  const Device d = x.device();
+  if (!(x.dtype() == DType::f32 || x.dtype() == DType::f64)) return false;
+  const auto same = [&](const Tensor& t) { return t.device() == d && t.dtype() == x.dtype(); };
+  if (!same(w) || (b.defined() && !same(b))) return false;
+  for (const Tensor& t : more)
+    if (!same(t)) return false;
+  return !autocast::wants_low_precision({x, w, b});
+}
+}  // namespace
+
 Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_approx) {
-  // f32 / f64 only: with 16-bit tensors the unfused path rounds y + b to 16 bits before the
-  // GELU, and the 16-bit training tests' bounds are set on that path
-  const bool fused = x.device().is_cpu() && w.device().is_cpu() && w.dtype() == x.dtype() &&
-                     (x.dtype() == DType::f32 || x.dtype() == DType::f64) &&
-                     (!b.defined() || (b.device().is_cpu() && b.dtype() == x.dtype())) &&
-                     !autocast::wants_low_precision({x, w, b});
+  const bool fused = fuses_linear(x, w, b);
   if (!fused) return gelu(linear(x, w, b), tanh_approx);
   STRATA_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), "[linear_gelu] input ", shape_str(x.shape()),
                " does not match weight ", shape_str(w.shape()), " (out, in)");
@@ -138,13 +149,10 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_
 Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
   Shape out_shape = x.shape();
   if (!out_shape.empty()) out_shape.back() = w.dim() == 2 ? w.size(0) : -1;
-  // f32 / f64 on the CPU, the residual exactly the Linear's output shape (no broadcast);
+  // as linear_gelu, the residual exactly the Linear's output shape (no broadcast);
   // otherwise the unfused ops, which give the same values
-  const bool fused = x.device().is_cpu() && w.device().is_cpu() && residual.device().is_cpu() &&
-                     w.dtype() == x.dtype() && residual.dtype() == x.dtype() &&
-                     (x.dtype() == DType::f32 || x.dtype() == DType::f64) &&
-                     (!b.defined() || (b.device().is_cpu() && b.dtype() == x.dtype())) &&
-                     residual.shape() == out_shape && !autocast::wants_low_precision({x, w, b, residual});
+  const bool fused = fuses_linear(x, w, b, {residual}) && residual.shape() == out_shape &&
+                     !autocast::wants_low_precision({residual});
   if (!fused) return add(residual, linear(x, w, b));
   STRATA_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), "[linear_residual] input ", shape_str(x.shape()),
                " does not match weight ", shape_str(w.shape()), " (out, in)");

@@ -35,14 +35,13 @@ Tensor project_residual(Module& proj, Module& drop, const Tensor& y, const Tenso
 }
 
 // Whether a block may call m's forward_add (fusing its residual) instead of operator():
-// only where linear_residual fuses (f32/f64 on the CPU, no autocast). Elsewhere the add
-// stays outside m, after m's locals are gone, so the forward's peak memory is unchanged
-// (CudaAutocast.GptForwardHoldsLessActivationMemoryInBf16).
+// only where linear_residual fuses (f32/f64 on the CPU or CUDA, no autocast). Elsewhere
+// the add stays outside m, after m's locals are gone, so the forward's peak memory is
+// unchanged (CudaAutocast.GptForwardHoldsLessActivationMemoryInBf16).
 template <class M>
 M* fusable(const std::shared_ptr<Module>& m, const Tensor& x) {
   auto* p = dynamic_cast<M*>(m.get());
-  const bool fuses_here =
-      x.device().is_cpu() && (x.dtype() == DType::f32 || x.dtype() == DType::f64) && !autocast_dtype();
+  const bool fuses_here = (x.dtype() == DType::f32 || x.dtype() == DType::f64) && !autocast_dtype();
   return p && fuses_here && typeid(*p) == typeid(M) && !p->has_forward_hooks() ? p : nullptr;
 }
 }  // namespace

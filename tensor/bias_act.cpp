@@ -1,6 +1,6 @@
-// Front ends of the fused bias + GELU ops (tensor/cpu/bias_act.h): checks, outputs, then
-// the kernel for the device. CPU only for now; callers (autograd linear_gelu) fall back to
-// linear + gelu elsewhere.
+// Front ends of the fused bias + GELU and bias + residual ops (tensor/cpu/bias_act.h):
+// checks, outputs, then the kernel for the device (CPU: every float dtype; CUDA:
+// tensor/cuda/bias_act.cu, f32 and f64).
 #include <strata/tensor/cpu/bias_act.h>
 #include <strata/tensor/dispatch.h>
 #include <strata/tensor/ops.h>

@@ -88,6 +88,11 @@ void avg_pool2d_backward_kernel(const Tensor& dy, Tensor& dx, const ops::Pool2dP
 void dropout_kernel(const Tensor& x, Tensor& y, Tensor& mask, double p, const Generator& gen, uint64_t base);
 void dropout_backward_kernel(const Tensor& dy, const Tensor& mask, Tensor& dx, double p);
 
+// bias_act.cu: bias + GELU forward and backward, bias + residual (f32, f64)
+void bias_gelu_kernel(const Tensor& y, const Tensor& b, Tensor& out, bool tanh_approx);
+void bias_gelu_backward_kernel(const Tensor& dout, const Tensor& y, const Tensor& b, Tensor& dh, Tensor& db,
+                               bool tanh_approx);
+void bias_residual_kernel(Tensor& y, const Tensor& b, const Tensor& r);
 // optim.cu
 void adam_kernel(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ops::AdamParams& p);
 void sgd_kernel(Tensor& param, const Tensor& grad, Tensor& buf, const ops::SgdParams& p);

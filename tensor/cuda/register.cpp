@@ -72,6 +72,10 @@ void register_kernels() {
   register_kernel("adam_step_", kCuda, &adam_kernel);
   register_kernel("sgd_step_", kCuda, &sgd_kernel);
   // nn_ops.cpp: causal attention (the saved statistics are the log-sum-exp, not probabilities)
+  register_kernel("bias_gelu", kCuda, &bias_gelu_kernel);
+  register_kernel("bias_gelu_backward", kCuda, &bias_gelu_backward_kernel);
+  register_kernel("bias_residual_", kCuda, &bias_residual_kernel);
+
   register_kernel("causal_attention", kCuda, &causal_attention_kernel);
   register_kernel("causal_attention_backward", kCuda, &causal_attention_backward_kernel);
   // llama_ops.cpp

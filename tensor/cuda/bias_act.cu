@@ -1,0 +1,105 @@
+// CUDA twins of tensor/cpu/bias_act.cpp: bias + GELU forward and backward and the bias +
+// residual add, one pass over (rows, n) each, the pre-activation y + b recomputed where
+// needed and never stored. The GELU and its derivative are op_math.h's (those of the
+// unfused unary and activation-gradient kernels). The backward's bias gradient is the
+// column sum of dh by the deterministic sum kernel (reduce.cu): a second read of dh, where
+// the CPU adds it up in the same pass. f32 and f64 (linear_gelu and linear_residual fuse
+// only those).
+#include <strata/tensor/cuda/kernels.h>
+#include <strata/tensor/cuda/launch.h>
+#include <strata/tensor/cuda/op_math.h>
+#include <strata/tensor/dispatch.h>
+
+namespace strata::cuda {
+namespace {
+
+// Element i of a (rows, n) row-major tensor meets bias element i % n: one thread per
+// element of a row chunk, rows in blockIdx.y, so no division.
+struct RowGrid {
+  dim3 grid, block;
+};
+RowGrid row_grid(int64_t rows, int64_t n) {
+  const unsigned bx = unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+  const unsigned by = unsigned(std::min<int64_t>(rows, 65535));
+  return {dim3(bx, by), dim3(kThreads)};
+}
+
+template <class T>
+__global__ void bias_gelu_k(int64_t rows, int64_t n, const T* y, const T* b, T* out, ops::UnaryOp op) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t i = r * n + j;
+      out[i] = apply_unary(op, b ? T(y[i] + b[j]) : y[i]);
+    }
+}
+
+template <class T>
+__global__ void bias_gelu_bwd_k(int64_t rows, int64_t n, const T* g, const T* y, const T* b, T* dh, ActKind kind) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t i = r * n + j;
+      dh[i] = apply_act_grad(kind, g[i], b ? T(y[i] + b[j]) : y[i]);
+    }
+}
+
+template <class T>
+__global__ void bias_residual_k(int64_t rows, int64_t n, T* y, const T* b, const T* res) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t i = r * n + j;
+      y[i] = res[i] + (b ? T(y[i] + b[j]) : y[i]);
+    }
+}
+
+template <class T>
+const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? dptr<T>(t) : nullptr;
+}
+
+}  // namespace
+
+void bias_gelu_kernel(const Tensor& y, const Tensor& b, Tensor& out, bool tanh_approx) {
+  const int64_t n = y.size(-1), rows = n > 0 ? y.numel() / n : 0;
+  if (rows == 0 || n == 0) return;
+  OpContext ctx(out);
+  const RowGrid g = row_grid(rows, n);
+  const ops::UnaryOp op = tanh_approx ? ops::UnaryOp::gelu_tanh : ops::UnaryOp::gelu;
+  STRATA_DISPATCH_FLOAT(y.dtype(), "bias_gelu", [&] {
+    bias_gelu_k<<<g.grid, g.block, 0, ctx.stream>>>(rows, n, dptr<scalar_t>(y), ptr_or_null<scalar_t>(b),
+                                                   dptr<scalar_t>(out), op);
+  });
+  STRATA_CUDA_CHECK_LAUNCH("bias_gelu");
+}
+
+void bias_gelu_backward_kernel(const Tensor& dout, const Tensor& y, const Tensor& b, Tensor& dh, Tensor& db,
+                               bool tanh_approx) {
+  const int64_t n = y.size(-1), rows = n > 0 ? y.numel() / n : 0;
+  if (n == 0) return;
+  if (rows > 0) {
+    OpContext ctx(dh);
+    const RowGrid g = row_grid(rows, n);
+    const ActKind kind = tanh_approx ? ActKind::gelu_tanh : ActKind::gelu;
+    STRATA_DISPATCH_FLOAT(y.dtype(), "bias_gelu_backward", [&] {
+      bias_gelu_bwd_k<<<g.grid, g.block, 0, ctx.stream>>>(rows, n, dptr<scalar_t>(dout), dptr<scalar_t>(y),
+                                                         ptr_or_null<scalar_t>(b), dptr<scalar_t>(dh), kind);
+    });
+    STRATA_CUDA_CHECK_LAUNCH("bias_gelu_backward");
+  }
+  if (!db.defined()) return;
+  Tensor dbv = ops::view(db, {1, n});  // keepdim layout of the column sum
+  sum_kernel(dbv, ops::view(dh, {rows, n}), 1.0);
+}
+
+void bias_residual_kernel(Tensor& y, const Tensor& b, const Tensor& r) {
+  const int64_t n = y.size(-1), rows = n > 0 ? y.numel() / n : 0;
+  if (rows == 0 || n == 0) return;
+  OpContext ctx(y);
+  const RowGrid g = row_grid(rows, n);
+  STRATA_DISPATCH_FLOAT(y.dtype(), "bias_residual_", [&] {
+    bias_residual_k<<<g.grid, g.block, 0, ctx.stream>>>(rows, n, dptr<scalar_t>(y), ptr_or_null<scalar_t>(b),
+                                                       dptr<scalar_t>(r));
+  });
+  STRATA_CUDA_CHECK_LAUNCH("bias_residual_");
+}
+
+}  // namespace strata::cuda
