@@ -146,6 +146,62 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_
   });
 }
 
+Tensor linear_packed(const Tensor& x, const std::vector<Tensor>& ws) {
+  STRATA_CHECK(!ws.empty(), "[linear_packed] needs at least one weight");
+  std::vector<Tensor> inputs{x};
+  inputs.insert(inputs.end(), ws.begin(), ws.end());
+  bool same = !autocast::wants_low_precision(inputs);
+  for (const Tensor& w : ws) {
+    STRATA_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), "[linear_packed] input ", shape_str(x.shape()),
+                 " does not match weight ", shape_str(w.shape()), " (out, in)");
+    same = same && w.dtype() == x.dtype() && w.device() == x.device();
+  }
+  if (!same) {
+    std::vector<Tensor> ys;
+    for (const Tensor& w : ws) ys.push_back(linear(x, w, Tensor()));
+    return cat(ys, -1);
+  }
+  const int64_t in = x.size(-1);
+  std::vector<int64_t> outs;
+  int64_t total = 0;
+  for (const Tensor& w : ws) total += outs.emplace_back(w.size(0));
+  Tensor x2 = ops::reshape(x, {-1, in});  // (M, in)
+  Tensor y = ops::empty({x2.size(0), total}, x.dtype(), x.device());
+  for (size_t i = 0, off = 0; i < ws.size(); off += size_t(outs[i]), ++i) {
+    Tensor block = ops::narrow(y, 1, int64_t(off), outs[i]);
+    ops::gemm_(block, x2, ops::transpose(ws[i], 0, 1));  // (M, out_i), its rows at y's stride
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = total;
+  const Tensor out = ops::view(y, out_shape);
+  bool any_w = false;
+  for (const Tensor& w : ws) any_w = any_w || w.requires_grad();
+  if (!x.requires_grad() && !any_w) return out;
+  const bool need_x = x.requires_grad();
+  SavedTensor sx(any_w ? x2 : Tensor());
+  std::vector<SavedTensor> sw;
+  std::vector<Tensor> leaves;
+  for (const Tensor& w : ws) {
+    sw.emplace_back(need_x ? w : Tensor());
+    leaves.push_back(leaf_weight(w));
+  }
+  const Shape xs = x.shape();
+  std::vector<bool> need_w;
+  for (const Tensor& w : ws) need_w.push_back(w.requires_grad());
+  return record_fn("LinearPackedBackward", out, inputs, [=](const Tensor& g) {
+    const Tensor g2 = ops::reshape(g, {-1, total});  // (M, total)
+    std::vector<Tensor> grads(1 + ws.size());
+    Tensor gx = need_x ? ops::empty({g2.size(0), in}, g2.dtype(), g2.device()) : Tensor();
+    for (size_t i = 0, off = 0; i < ws.size(); off += size_t(outs[i]), ++i) {
+      const Tensor gi = ops::narrow(g2, 1, int64_t(off), outs[i]);  // (M, out_i), rows at stride total
+      if (need_x) ops::gemm_(gx, gi, sw[i].get("LinearPackedBackward"), 1.0, i == 0 ? 0.0 : 1.0);
+      if (need_w[i]) grads[1 + i] = weight_grad(gi, sx.get("LinearPackedBackward"), leaves[i]);
+    }
+    if (need_x) grads[0] = ops::reshape(gx, xs);
+    return grads;
+  });
+}
+
 Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
   Shape out_shape = x.shape();
   if (!out_shape.empty()) out_shape.back() = w.dim() == 2 ? w.size(0) : -1;

@@ -24,12 +24,12 @@ Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) {
   });
 }
 
-Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
-  Tensor y = ops::rotary(x, positions, inv_freq);
+Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int64_t rotated_heads) {
+  Tensor y = ops::rotary(x, positions, inv_freq, /*inverse=*/false, rotated_heads);
   if (!any_requires_grad(x)) return y;
-  // d/dx of a rotation by a is the rotation by -a (its transpose).
-  return record_fn("RotaryBackward", y, {x}, [positions, inv_freq](const Tensor& g) {
-    return std::vector{ops::rotary(g, positions, inv_freq, /*inverse=*/true)};
+  // d/dx of a rotation by a is the rotation by -a (its transpose); copied heads pass g on.
+  return record_fn("RotaryBackward", y, {x}, [positions, inv_freq, rotated_heads](const Tensor& g) {
+    return std::vector{ops::rotary(g, positions, inv_freq, /*inverse=*/true, rotated_heads)};
   });
 }
 

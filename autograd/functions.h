@@ -37,14 +37,20 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 /// gelu(linear(x, w, b), tanh_approx) with the bias and GELU in one pass after a
 /// bias-free GEMM, and in backward the GELU and bias gradients in one pass (node
 /// "LinearGeluBackward"). Saves x, w, b and the GEMM output (not the pre-activation).
-/// Off the CPU, for 16-bit dtypes, under autocast or with mixed dtypes: linear then gelu.
+/// For 16-bit dtypes, under autocast or with mixed dtypes: linear then gelu.
 Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_approx);
 /// residual + linear(x, w, b) with the bias and the residual added in one pass after a
 /// bias-free GEMM (a transformer's output projection into the residual stream; node
 /// "LinearResidualBackward", which passes the gradient to the residual uncopied and saves
-/// x and w only). residual has the Linear's output shape. Off the CPU, for 16-bit dtypes,
-/// under autocast or with mixed dtypes: add(residual, linear(x, w, b)).
+/// x and w only). residual has the Linear's output shape. For 16-bit dtypes, under
+/// autocast or with mixed dtypes: add(residual, linear(x, w, b)).
 Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual);
+/// Bias-free linears sharing their input, their outputs side by side: (..., sum of the
+/// weights' out) = cat(linear(x, w_i)), each GEMM writing its own block of columns (no
+/// cat copy); backward accumulates dx over the blocks in the GEMMs (beta 1, no adds) and
+/// takes each weight's gradient from its block (node "LinearPackedBackward"). Saves x and
+/// the weights. Under autocast or with mixed dtypes: cat of the separate linears.
+Tensor linear_packed(const Tensor& x, const std::vector<Tensor>& ws);
 
 // ---------------------------------------------------------------- elementwise (fn_elementwise.cpp)
 Tensor add(const Tensor& a, const Tensor& b);
@@ -104,7 +110,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 /// Rotary position embedding of x (B, T, H, hd) in the rotate-half layout (ops::rotary);
 /// positions (T) i64 and inv_freq (hd/2) f64 are not differentiated. Backward turns the
 /// gradient back by the same angles. Saves nothing but the two tables' handles.
-Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq);
+/// rotated_heads >= 0: only the first rotated_heads heads turn, the rest pass through.
+Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int64_t rotated_heads = -1);
 /// silu(gate) * up (Llama's SwiGLU MLP), one fused op; saves gate and up.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 /// Updates running stats in place when training.

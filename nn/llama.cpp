@@ -13,6 +13,13 @@ namespace strata::nn {
 namespace {
 constexpr double kInitStd = 0.02;
 double resid_std(const LlamaConfig& c) { return kInitStd / std::sqrt(2.0 * double(c.n_layer)); }
+
+// m as a plain bias-free Linear with nothing acting around its forward (no forward hook:
+// FSDP; not a subclass: tensor parallelism's column-parallel projections), or null.
+const Linear* plain_linear(const std::shared_ptr<Module>& m) {
+  const auto* l = dynamic_cast<const Linear*>(m.get());
+  return l && typeid(*l) == typeid(Linear) && !l->has_bias() && !m->has_forward_hooks() ? l : nullptr;
+}
 }  // namespace
 
 int64_t LlamaConfig::hidden_dim() const {
@@ -51,19 +58,32 @@ LlamaAttention::LlamaAttention(const LlamaConfig& cfg, Generator& gen, std::shar
 Tensor LlamaAttention::forward(const Tensor& x) {
   STRATA_CHECK(x.dim() == 3, "[LlamaAttention] expects (B, T, C), got ", shape_str(x.shape()));
   const int64_t hd = head_dim_;
+  const auto check_heads = [hd](int64_t wq, int64_t wk, int64_t wv) {
+    STRATA_CHECK(wq % hd == 0 && wk % hd == 0 && wk > 0 && wv == wk, "[LlamaAttention] projection widths ", wq, ", ",
+                 wk, ", ", wv, " are not whole heads of ", hd);
+    STRATA_CHECK((wq / hd) % (wk / hd) == 0, "[LlamaAttention] ", wk / hd, " key/value heads do not divide ", wq / hd,
+                 " query heads");
+    return std::pair{wq / hd, wk / hd};
+  };
+  // Selective recomputation keeps the projections' outputs (q|k|v side by side) and
+  // recomputes the rest in backward: rotary and the attention core (with its (B, H, T, T)
+  // probabilities; the replaced core also repeats the key/value heads).
+  const Linear *lq = plain_linear(child("wq")), *lk = plain_linear(child("wk")), *lv = plain_linear(child("wv"));
+  if (lq && lk && lv && !attention_fn_) {
+    // Plain projections: their three GEMMs write q|k|v side by side into one buffer
+    // (B, T, (H + 2 Hkv) hd), rotary turns its q and k heads in one pass, and the fused op
+    // reads the key/value groups in place.
+    const auto [h, hkv] = check_heads(lq->out_features(), lk->out_features(), lv->out_features());
+    const Tensor raw = linear_packed(x, {lq->weight(), lk->weight(), lv->weight()});
+    const auto core_fn = [this, h, hkv](const Tensor& r) { return packed_core(r, h, hkv); };
+    return (*child("wo"))(selective_ ? recompute_in_backward(core_fn, raw, {}) : core_fn(raw));
+  }
   // x may be a sequence shard (B, T/tp, C): column-parallel projections gather it, so q,
   // k and v span this rank's whole T (T/cp under context parallelism).
   Tensor q = (*child("wq"))(x);  // (B, T, H*hd), H this rank's query heads
   Tensor k = (*child("wk"))(x);  // (B, T, Hkv*hd)
   Tensor v = (*child("wv"))(x);
-  STRATA_CHECK(q.size(2) % hd == 0 && k.size(2) % hd == 0 && k.size(2) > 0 && v.size(2) == k.size(2),
-               "[LlamaAttention] projection widths ", q.size(2), ", ", k.size(2), ", ", v.size(2),
-               " are not whole heads of ", hd);
-  const int64_t h = q.size(2) / hd, hkv = k.size(2) / hd;
-  STRATA_CHECK(h % hkv == 0, "[LlamaAttention] ", hkv, " key/value heads do not divide ", h, " query heads");
-  // Selective recomputation keeps the projections' outputs (q|k|v side by side) and
-  // recomputes the rest in backward: rotary, the repeated heads and the attention core
-  // with its (B, H, T, T) probabilities.
+  const auto [h, hkv] = check_heads(q.size(2), k.size(2), v.size(2));
   if (selective_) {
     const Tensor raw = cat({q, k, v}, -1);  // (B, T, (H + 2 Hkv) hd)
     return (*child("wo"))(recompute_in_backward(
@@ -75,6 +95,13 @@ Tensor LlamaAttention::forward(const Tensor& x) {
         raw, {}));
   }
   return (*child("wo"))(core(q, k, v, h, hkv));
+}
+
+Tensor LlamaAttention::packed_core(const Tensor& raw, int64_t h, int64_t hkv) {
+  const int64_t hd = head_dim_, b = raw.size(0), t = raw.size(1), heads = h + 2 * hkv;
+  // rotary on the q and k heads (the first h + hkv) at the tokens' global positions, v copied
+  const Tensor qkv = rotary(reshape(raw, {b, t, heads, hd}), rotary_->at(t), rotary_->inv_freq, h + hkv);
+  return causal_attention(reshape(qkv, {b, t, heads * hd}), hd, hkv);  // (B, T, H*hd)
 }
 
 Tensor LlamaAttention::core(const Tensor& q_in, const Tensor& k_in, const Tensor& v, int64_t h, int64_t hkv) {

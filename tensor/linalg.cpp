@@ -58,10 +58,12 @@ void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double b
                "[gemm_] shape mismatch: ", shape_str(a.shape()), " @ ", shape_str(b.shape()), " -> ",
                shape_str(out.shape()));
   STRATA_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "[gemm_] dtype mismatch");
-  STRATA_CHECK(out.is_contiguous(), "[gemm_] out must be contiguous");
+  // rows of out at any stride (a column block of a wider matrix), each row contiguous
+  STRATA_CHECK(out.is_contiguous() || (out.stride(1) == 1 && out.stride(0) >= out.size(1)),
+               "[gemm_] out must be contiguous or a block of whole-stride rows, got ", out.str());
   const MatOperand oa = mat_operand(a), ob = mat_operand(b);
   kGemm(d)(out.dtype(), a.size(0), b.size(1), a.size(1), alpha, oa.ref, ob.ref, beta, out.raw_data(),
-           std::max<int64_t>(out.size(1), 1));
+           out.is_contiguous() ? std::max<int64_t>(out.size(1), 1) : out.stride(0));
   out.bump_version();
 }
 

@@ -13,7 +13,8 @@ namespace {
 using RmsNormFn = void(const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t, int64_t, double);
 using RmsNormBwdFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t,
                           int64_t);
-using RotaryFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, int64_t, int64_t, int64_t, int64_t, bool);
+using RotaryFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, int64_t, int64_t, int64_t, int64_t, bool,
+                      int64_t);
 using SwigluFn = void(const Tensor&, const Tensor&, Tensor&, int64_t);
 using SwigluBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t);
 
@@ -67,7 +68,7 @@ std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, c
   return {dx, dw};
 }
 
-Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse) {
+Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse, int64_t rotated_heads) {
   check_input(x, "rotary", "input");
   STRATA_CHECK(x.dim() == 4 && x.size(3) % 2 == 0, "[rotary] expects x (B, T, H, hd) with hd even, got ", x.str());
   const int64_t B = x.size(0), T = x.size(1), H = x.size(2), hd = x.size(3);
@@ -75,10 +76,12 @@ Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, 
                "[rotary] positions must be (", T, ") i64, got ", positions.defined() ? positions.str() : "undefined");
   STRATA_CHECK(inv_freq.defined() && inv_freq.dtype() == DType::f64 && inv_freq.shape() == Shape{hd / 2},
                "[rotary] inv_freq must be (", hd / 2, ") f64, got ", inv_freq.defined() ? inv_freq.str() : "undefined");
+  STRATA_CHECK(rotated_heads <= H, "[rotary] rotated_heads ", rotated_heads, " exceeds the ", H, " heads of ", x.str());
   const Device d = x.device();
   Tensor y = empty(x.shape(), x.dtype(), d);
   // The tables are read on the host side of the kernel's device (CPU tensors here).
-  kRotary(d)(contiguous(x), contiguous(positions.to(d)), contiguous(inv_freq.to(d)), y, B, T, H, hd, inverse);
+  kRotary(d)(contiguous(x), contiguous(positions.to(d)), contiguous(inv_freq.to(d)), y, B, T, H, hd, inverse,
+             rotated_heads < 0 ? H : rotated_heads);
   return y;
 }
 

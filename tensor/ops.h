@@ -116,7 +116,8 @@ double sum_squares(const Tensor& t);
 /// broadcast batch dims; 1-D operands are promoted. Transposed views go to BLAS as
 /// transposes, not copies.
 Tensor matmul(const Tensor& a, const Tensor& b);
-/// out = alpha * op(a) @ op(b) + beta * out for 2-D f32/f64; out must be contiguous.
+/// out = alpha * op(a) @ op(b) + beta * out for 2-D f32/f64; out contiguous, or a block
+/// of columns of a wider matrix (rows at any stride, each row contiguous).
 void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0, double beta = 0.0);
 
 // ---------------------------------------------------------------- indexing / joining
@@ -225,8 +226,10 @@ std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, c
 /// Hugging Face's Llama: the pair (x[..., i], x[..., i + hd/2]) turns by the angle
 /// positions[t] * inv_freq[i]. positions (T) i64 (global positions: context parallelism
 /// passes its zigzag chunks'), inv_freq (hd/2) f64. `inverse` turns by the negative
-/// angle (the backward). CPU only.
-Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse = false);
+/// angle (the backward). rotated_heads >= 0: only heads h < rotated_heads turn, the others
+/// are copied (a packed q|k|v whose v heads come last). f32/f64 on CUDA.
+Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse = false,
+              int64_t rotated_heads = -1);
 /// silu(gate) * up elementwise (Llama's SwiGLU), gate and up of one shape and dtype. CPU only.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 /// (dgate, dup) of swiglu.

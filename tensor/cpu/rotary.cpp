@@ -15,7 +15,7 @@ namespace {
 
 template <class T, class A = acc_t<T>>
 void rotary_impl(const T* x, const int64_t* pos, const double* inv_freq, T* y, int64_t B, int64_t T_, int64_t H,
-                 int64_t hd, bool inverse) {
+                 int64_t hd, bool inverse, int64_t rotated) {
   const int64_t half = hd / 2;
   std::vector<A> cos_t(size_t(T_ * half)), sin_t(size_t(T_ * half));  // (T, hd/2)
   const double sign = inverse ? -1.0 : 1.0;
@@ -30,7 +30,7 @@ void rotary_impl(const T* x, const int64_t* pos, const double* inv_freq, T* y, i
     for (int64_t r = r0; r < r1; ++r) {
       const A* c = cos_t.data() + (r % T_) * half;
       const A* s = sin_t.data() + (r % T_) * half;
-      for (int64_t h = 0; h < H; ++h) {
+      for (int64_t h = 0; h < rotated; ++h) {
         const T* x1 = x + r * row + h * hd;
         const T* x2 = x1 + half;
         T* y1 = y + r * row + h * hd;
@@ -42,6 +42,7 @@ void rotary_impl(const T* x, const int64_t* pos, const double* inv_freq, T* y, i
           y2[i] = st<T>(b * c[i] + a * s[i]);
         }
       }
+      std::copy(x + r * row + rotated * hd, x + (r + 1) * row, y + r * row + rotated * hd);
     }
   });
 }
@@ -49,11 +50,11 @@ void rotary_impl(const T* x, const int64_t* pos, const double* inv_freq, T* y, i
 }  // namespace
 
 void rotary_kernel(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Tensor& y, int64_t B, int64_t T,
-                   int64_t H, int64_t hd, bool inverse) {
+                   int64_t H, int64_t hd, bool inverse, int64_t rotated) {
   if (B * T * H * hd == 0) return;
   STRATA_DISPATCH_FLOAT16(x.dtype(), "rotary", [&] {
     rotary_impl<scalar_t>(x.data<scalar_t>(), positions.data<int64_t>(), inv_freq.data<double>(), y.data<scalar_t>(),
-                          B, T, H, hd, inverse);
+                          B, T, H, hd, inverse, rotated);
   });
 }
 

@@ -12,8 +12,9 @@ namespace strata::cpu {
 ///   y[i]        = x[i] cos a - x[i + hd/2] sin a
 ///   y[i + hd/2] = x[i + hd/2] cos a + x[i] sin a
 /// (Meta's reference code pairs interleaved elements (x[2i], x[2i+1]) instead.) With
-/// `inverse` the angle is -a: the rotation's transpose, which is its backward.
+/// `inverse` the angle is -a: the rotation's transpose, which is its backward. Only heads
+/// h < rotated turn; the others are copied (the v heads of a packed q|k|v).
 void rotary_kernel(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Tensor& y, int64_t B, int64_t T,
-                   int64_t H, int64_t hd, bool inverse);
+                   int64_t H, int64_t hd, bool inverse, int64_t rotated);
 
 }  // namespace strata::cpu

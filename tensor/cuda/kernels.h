@@ -109,7 +109,7 @@ void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, 
 void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,
                               Tensor& dw, int64_t rows, int64_t C);
 void rotary_kernel(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Tensor& y, int64_t B, int64_t T,
-                   int64_t H, int64_t hd, bool inverse);
+                   int64_t H, int64_t hd, bool inverse, int64_t rotated);
 void swiglu_kernel(const Tensor& g, const Tensor& u, Tensor& y, int64_t n);
 void swiglu_backward_kernel(const Tensor& dy, const Tensor& g, const Tensor& u, Tensor& dg, Tensor& du, int64_t n);
 // The multi-tensor forms (ops.h): a list in a few launches; sum_squares_multi waits for its result.

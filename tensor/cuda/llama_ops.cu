@@ -20,15 +20,22 @@ __global__ void rotary_table_k(int64_t T_, int64_t half, const int64_t* pos, con
   }
 }
 
-// x, y (B, T, H, hd); pair (i, i + hd/2) of row (b, t, h) turns by the table's angle (t, i).
+// x, y (B, T, H, hd); pair (i, i + hd/2) of row (b, t, h) turns by the table's angle (t, i)
+// for h < rotated, and is copied for the other heads.
 template <class T>
-__global__ void rotary_k(int64_t pairs, int64_t T_, int64_t H, int64_t half, const T* x, const T* cos_t,
-                         const T* sin_t, T* y) {
+__global__ void rotary_k(int64_t pairs, int64_t T_, int64_t H, int64_t half, int64_t rotated, const T* x,
+                         const T* cos_t, const T* sin_t, T* y) {
   for (int64_t k = global_index(); k < pairs; k += grid_stride()) {
     const int64_t i = k % half, row = k / half;  // row = ((b * T + t) * H + h)
     const int64_t t = (row / H) % T_;
     const int64_t base = row * 2 * half;
-    const T a = x[base + i], b = x[base + half + i], c = cos_t[t * half + i], s = sin_t[t * half + i];
+    const T a = x[base + i], b = x[base + half + i];
+    if (row % H >= rotated) {
+      y[base + i] = a;
+      y[base + half + i] = b;
+      continue;
+    }
+    const T c = cos_t[t * half + i], s = sin_t[t * half + i];
     y[base + i] = a * c - b * s;
     y[base + half + i] = b * c + a * s;
   }
@@ -56,7 +63,7 @@ __global__ void swiglu_bwd_k(int64_t n, const T* dy, const T* g, const T* u, T* 
 }  // namespace
 
 void rotary_kernel(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Tensor& y, int64_t B, int64_t T,
-                   int64_t H, int64_t hd, bool inverse) {
+                   int64_t H, int64_t hd, bool inverse, int64_t rotated) {
   const int64_t half = hd / 2, pairs = B * T * H * half;
   if (pairs == 0) return;
   OpContext ctx(y);
@@ -67,7 +74,7 @@ void rotary_kernel(const Tensor& x, const Tensor& positions, const Tensor& inv_f
                                                                    dptr<double>(inv_freq), inverse ? -1.0 : 1.0,
                                                                    dptr<S>(cos_t), dptr<S>(sin_t));
     STRATA_CUDA_CHECK_LAUNCH("rotary");
-    rotary_k<<<grid_for(pairs), kThreads, 0, ctx.stream>>>(pairs, T, H, half, dptr<S>(x), dptr<S>(cos_t),
+    rotary_k<<<grid_for(pairs), kThreads, 0, ctx.stream>>>(pairs, T, H, half, rotated, dptr<S>(x), dptr<S>(cos_t),
                                                           dptr<S>(sin_t), dptr<S>(y));
   });
   STRATA_CUDA_CHECK_LAUNCH("rotary");

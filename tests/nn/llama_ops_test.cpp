@@ -51,7 +51,7 @@ std::vector<double> rotary_ref(const std::vector<double>& x, const std::vector<i
   return y;
 }
 
-void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol, const char* what) {
+void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " element " << i;
@@ -91,6 +91,16 @@ TEST(LlamaOps, RotaryMatchesF64ReferenceAtEverySimdLevel) {
   // Position 0 is the identity; the rotation keeps each pair's norm.
   const Tensor y0 = ops::rotary(x, ops::zeros({t}, DType::i64), f);
   expect_near_all(y0.to_vector<double>(), x.to_vector<double>(), 0, "position 0");
+  // Only the first rotated_heads heads turn (a packed q|k|v's q and k), the rest are copied:
+  // the same bits as rotating those heads alone.
+  for (const int64_t r : {0, 1, 2, 3}) {
+    const Tensor part = ops::rotary(x, p, f, false, r);
+    const Tensor want_r = ops::rotary(ops::contiguous(ops::narrow(x, 2, 0, r)), p, f);
+    expect_near_all(ops::narrow(part, 2, 0, r).to_vector<double>(), want_r.to_vector<double>(), 0,
+                    "rotated heads of " + std::to_string(r));
+    expect_near_all(ops::narrow(part, 2, r, h - r).to_vector<double>(),
+                    ops::narrow(x, 2, r, h - r).to_vector<double>(), 0, "copied heads after " + std::to_string(r));
+  }
 }
 
 TEST(LlamaOps, SwigluMatchesF64ReferenceAtEverySimdLevel) {
@@ -122,6 +132,8 @@ TEST(LlamaOps, GradcheckRmsNormRotarySwigluInF64) {
   const Tensor f = nn::rope_inv_freq(8, 10000.0, nn::RopeScaling{.factor = 4, .original_max_position_embeddings = 16});
   r = gradcheck([&](const std::vector<Tensor>& in) { return rotary(in[0], pos, f); }, {q});
   EXPECT_TRUE(r.ok) << "rotary: " << r.message;
+  r = gradcheck([&](const std::vector<Tensor>& in) { return rotary(in[0], pos, f, 1); }, {q});
+  EXPECT_TRUE(r.ok) << "rotary of the first head only: " << r.message;
 
   auto g = rnd({4, 5}, 9, DType::f64, 3.0), u = rnd({4, 5}, 10, DType::f64);
   g.set_requires_grad(true);

@@ -126,6 +126,30 @@ TEST(Llama, StagesComposeToTheModelAndRecomputationKeepsGradients) {
   }
 }
 
+// Plain q, k, v projections run as one packed projection (linear_packed, grouped heads read
+// in place); a forward hook on wq (as a wrapper such as FSDP adds) sends the model back to
+// the three separate projections, repeated heads and cat. Same loss and gradients, with
+// and without selective recomputation, GQA and MHA.
+TEST(Llama, PackedProjectionsEqualTheSeparateOnes) {
+  for (const int64_t kv : {2, 4})
+    for (const bool selective : {false, true}) {
+      LlamaConfig c = small(kv);
+      c.selective = selective;
+      Generator g1(12), g2(12);
+      const auto packed = std::make_shared<Llama>(c, g1), separate = std::make_shared<Llama>(c, g2);
+      for (const auto& blk : separate->named_modules())
+        if (blk.first.size() > 3 && blk.first.substr(blk.first.size() - 3) == ".wq")
+          blk.second->register_forward_hooks([](Module&) {}, [](Module&, const Tensor& out) { return out; });
+      const Tensor x = tokens(2, 8, 13), y = tokens(2, 8, 14);
+      const std::string at = "kv " + std::to_string(kv) + (selective ? " selective" : "");
+      EXPECT_NEAR(backward_loss(*packed, x, y), backward_loss(*separate, x, y), 1e-6) << at;
+      const NamedTensors pa = packed->named_parameters(), pb = separate->named_parameters();
+      ASSERT_EQ(pa.size(), pb.size());
+      for (size_t i = 0; i < pa.size(); ++i)
+        testing::expect_close(pa[i].second.grad(), pb[i].second.grad(), 1e-5, (at + " " + pa[i].first).c_str());
+    }
+}
+
 TEST(Llama, TrainingLowersTheLoss) {
   Generator gen(10);
   Llama m(small(), gen);
