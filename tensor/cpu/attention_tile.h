@@ -140,22 +140,47 @@ inline V gather(const T* p, int64_t stride) {
 /// vectors transposes in registers (interleaves of lanes, pairs, then 128-bit quarters: 4
 /// shuffle rounds over the block's vectors); other types gather each dst row.
 #if STRATA_ATTN_X86
+// Interleaves within each 128-bit block, of 32-bit lanes (a0 b0 a1 b1 / a2 b2 a3 b3) and of
+// 64-bit pairs, at both widths.
+[[gnu::target("avx512f")]] inline __m512 unpack_lo32(__m512 a, __m512 b) { return _mm512_unpacklo_ps(a, b); }
+[[gnu::target("avx512f")]] inline __m512 unpack_hi32(__m512 a, __m512 b) { return _mm512_unpackhi_ps(a, b); }
+[[gnu::target("avx512f")]] inline __m512 unpack_lo64(__m512 a, __m512 b) {
+  return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+[[gnu::target("avx512f")]] inline __m512 unpack_hi64(__m512 a, __m512 b) {
+  return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+[[gnu::target("avx")]] inline __m256 unpack_lo32(__m256 a, __m256 b) { return _mm256_unpacklo_ps(a, b); }
+[[gnu::target("avx")]] inline __m256 unpack_hi32(__m256 a, __m256 b) { return _mm256_unpackhi_ps(a, b); }
+[[gnu::target("avx")]] inline __m256 unpack_lo64(__m256 a, __m256 b) {
+  return _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a), _mm256_castps_pd(b)));
+}
+[[gnu::target("avx")]] inline __m256 unpack_hi64(__m256 a, __m256 b) {
+  return _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a), _mm256_castps_pd(b)));
+}
+
+/// The first two rounds of transposing N rows r of N f32 lanes: afterwards the 128-bit block
+/// k of r[4i + j] holds column 4k + j of rows 4i .. 4i + 3. Inlined into the callers below.
+template <class V, int N>
+inline void transpose_in_blocks(V* r) {
+  V t[N];
+  for (int i = 0; i < N / 2; ++i) {
+    t[2 * i] = unpack_lo32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = unpack_hi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < N / 4; ++i) {
+    r[4 * i] = unpack_lo64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = unpack_hi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = unpack_lo64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = unpack_hi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+}
+
 [[gnu::target("avx512f")]] inline void transpose_to(const float* src, int64_t ld, float s, float* dst, int64_t ldd,
                                                     const Vec<float, 64>*) {
-  __m512 r[16], t[16];
+  __m512 r[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld);
-  for (int i = 0; i < 8; ++i) {  // per 128-bit quarter: (a0 b0 a1 b1), (a2 b2 a3 b3)
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // r[4i + j], quarter k: column 4k + j of rows 4i .. 4i + 3
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
+  transpose_in_blocks<__m512, 16>(r);
   const __m512 sv = _mm512_set1_ps(s);
   for (int j = 0; j < 4; ++j) {  // dst row 4k + j: quarter k of r[j], r[4 + j], r[8 + j], r[12 + j]
     const __m512 x0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), x1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
@@ -169,22 +194,11 @@ inline V gather(const T* p, int64_t stride) {
 }
 [[gnu::target("avx2")]] inline void transpose_to(const float* src, int64_t ld, float s, float* dst, int64_t ldd,
                                                  const Vec<float, 32>*) {
-  __m256 r[8], t[8];
+  __m256 r[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {  // r[4i + j], half k: column 4k + j of rows 4i .. 4i + 3
-    const __m256d a = _mm256_castps_pd(t[4 * i]), b = _mm256_castps_pd(t[4 * i + 1]);
-    const __m256d c = _mm256_castps_pd(t[4 * i + 2]), d = _mm256_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));
-    r[4 * i + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
-    r[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
-    r[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
-  }
+  transpose_in_blocks<__m256, 8>(r);
   const __m256 sv = _mm256_set1_ps(s);
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < 4; ++j) {  // dst row 4k + j: half k of r[j], r[4 + j]
     _mm256_storeu_ps(dst + j * ldd, _mm256_mul_ps(sv, _mm256_permute2f128_ps(r[j], r[4 + j], 0x20)));
     _mm256_storeu_ps(dst + (4 + j) * ldd, _mm256_mul_ps(sv, _mm256_permute2f128_ps(r[j], r[4 + j], 0x31)));
   }
