@@ -127,9 +127,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 /// Causal self-attention of a packed projection qkv (B, T, 3*H*hd) -> (B, T, H*hd), one
 /// fused op (ops::causal_attention): softmax(q k^T / sqrt(hd), causal) v per head, no
-/// dropout on the probabilities. Saves qkv and the (B, H, T, T) probabilities (the rows'
-/// log-sum-exp on CUDA). kv_heads > 0: grouped-query attention over qkv (B, T, (H +
-/// 2*kv_heads)*hd), as ops::causal_attention.
+/// dropout on the probabilities. Saves qkv and the rows' log-sum-exp (B, H, T) (the
+/// probabilities (B, H, T, T) for 16-bit tensors on the CPU). kv_heads > 0: grouped-query
+/// attention over qkv (B, T, (H + 2*kv_heads)*hd), as ops::causal_attention.
 Tensor causal_attention(const Tensor& qkv, int64_t head_dim, int64_t kv_heads = 0);
 
 // ---------------------------------------------------------------- activation checkpointing (checkpoint.cpp)

@@ -14,22 +14,22 @@ namespace strata::nn {
 // Per tensor the autograd graph keeps (N = b·T rows, C = n_embd, H heads, f32 = 4 bytes;
 // "/tp" where tensor parallelism splits it, "/sp" where sequence parallelism does):
 //   block:  its input x (N·C/sp, kept by ln_1), ln_1's mean and rstd (2N/sp) and output
-//           (N·C/sp), qkv (3N·C/tp), the attention probabilities (b·H/tp·T·T) and output
-//           y (N·C/tp), the residual sum h (N·C/sp, kept by ln_2), ln_2's stats and
-//           output (as ln_1's), c_fc's output (4N·C/tp, kept by GELU) and GELU's
-//           (4N·C/tp, kept by c_proj): 16 N·C + 4N + b·H·T² without tp. Under SP a
+//           (N·C/sp), qkv (3N·C/tp), the fused attention's rows' log-sum-exp (b·H/tp·T)
+//           and output y (N·C/tp), the residual sum h (N·C/sp, kept by ln_2), ln_2's stats
+//           and output (as ln_1's), c_fc's output (4N·C/tp, kept by GELU) and GELU's
+//           (4N·C/tp, kept by c_proj): 16 N·C + 4N + b·H·T without tp. Under SP a
 //           LayerNorm output is kept only all-gathered (N·C, by the column-parallel
 //           linear after it), so it stays N·C while x, h and the statistics shrink. With
 //           dropout p > 0 the attention runs unfused: the scaled q (N·C/tp), the softmax
-//           output and the dropped probabilities (2 b·H/tp·T² instead of 1) and u8 masks
-//           (b·H/tp·T², and N·C/sp for each of the 2 residual dropouts).
+//           output and the dropped probabilities (2 b·H/tp·T² instead of the log-sum-exp)
+//           and u8 masks (b·H/tp·T², and N·C/sp for each of the 2 residual dropouts).
 //   first:  the positions (T i64) and the embeddings' dropout mask (N·C/sp u8).
 //   last:   ln_f's input and stats (N·C/sp, 2N/sp) and output (N·C, gathered under SP),
 //           and the loss's probabilities (N·V/tp).
 // With model.checkpoint_activations full a block keeps only its input (N·C/sp) until its
 // backward recomputes it; the recomputation holds one block's worth at a time. With
-// selective the attention core's tensors (the probabilities; with dropout also the scaled
-// q, the dropped probabilities and their mask) are not kept, and one block's are
+// selective the attention core's tensors (the log-sum-exp; with dropout the probabilities,
+// the scaled q, the dropped probabilities and their mask) are not kept, and one block's are
 // recomputed at a time in backward.
 // An MoE block (moe_layers of them) keeps moe_activation_bytes() (moe_spec.cpp) instead of
 // c_fc's and GELU's outputs (8N·C/tp) and the MLP's dropout mask (N·C/sp u8); the MoE is
@@ -42,10 +42,11 @@ int64_t gpt_activation_bytes(const GptActivationInput& a) {
   const bool sp = a.sequence_parallel && a.tp > 1;
   const int64_t tp = a.tp, spd = sp ? tp : 1;
   const int64_t n = a.batch * a.seq, nc = n * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
+  const int64_t stats = a.dropout ? att : a.batch * (a.heads / tp) * a.seq;  // probabilities or log-sum-exp
   // Under SP a LayerNorm's output shard is all-gathered and only the gathered N·C is kept
   // (by the column-parallel linear), so its output counts N·C with or without SP.
   int64_t block = nc / spd + 2 * n / spd + nc      // x, ln_1 stats and output
-                  + 3 * nc / tp + att + nc / tp    // qkv, probabilities, y
+                  + 3 * nc / tp + stats + nc / tp  // qkv, the core's statistics, y
                   + nc / spd + 2 * n / spd + nc    // h, ln_2
                   + 8 * nc / tp;                   // c_fc and GELU outputs
   int64_t block_u8 = 0;
@@ -53,9 +54,9 @@ int64_t gpt_activation_bytes(const GptActivationInput& a) {
     block += nc / tp + att;
     block_u8 += att + 2 * nc / spd;
   }
-  // The attention core's own tensors: the probabilities, and with dropout the scaled q,
-  // the dropped probabilities and their mask.
-  const int64_t core = att + (a.dropout ? nc / tp + att : 0), core_u8 = a.dropout ? att : 0;
+  // The attention core's own tensors: its statistics, and with dropout the scaled q, the
+  // dropped probabilities and their mask.
+  const int64_t core = stats + (a.dropout ? nc / tp + att : 0), core_u8 = a.dropout ? att : 0;
   STRATA_CHECK(a.moe_layers >= 0 && a.moe_layers <= a.layers, "[plan] ", a.moe_layers, " MoE blocks of ", a.layers);
   // An MoE block's MLP part, less the dense one's.
   const int64_t moe_delta =
@@ -81,7 +82,8 @@ int64_t gpt_activation_bytes(const GptActivationInput& a) {
 int64_t gpt_recompute_bytes(const GptActivationInput& a) {
   if ((!a.checkpoint && !a.selective) || a.layers == 0) return 0;
   const int64_t tp = a.tp, nc = a.batch * a.seq * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
-  if (a.selective) return (att + (a.dropout ? nc / tp + att : 0)) * 4 + (a.dropout ? att : 0);  // one core
+  const int64_t stats = a.dropout ? att : a.batch * (a.heads / tp) * a.seq;
+  if (a.selective) return (stats + (a.dropout ? nc / tp + att : 0)) * 4 + (a.dropout ? att : 0);  // one core
   return one_block_recompute_bytes(a, gpt_activation_bytes);
 }
 

@@ -18,8 +18,8 @@ namespace strata::nn {
 //           projections all-gathers the shard itself and keeps its own N·C copy, 3 N·C),
 //           the packed rotated q|k|v
 //           of H query and Hkv key/value heads (N·C/tp (1 + 2 Hkv/H), kept by the
-//           attention core, which reads the key/value heads in place), the
-//           probabilities (b·H/tp·T²), the attention output (N·C/tp, kept by wo), the
+//           attention core, which reads the key/value heads in place), the rows'
+//           log-sum-exp (b·H/tp·T), the attention output (N·C/tp, kept by wo), the
 //           residual sum h (N·C/sp) and ffn_norm's rstd (N/sp) and output (N·C; 2 N·C under
 //           SP, gathered by w1 and w3 each), the gate
 //           and up projections (2N·F/tp, kept by SwiGLU) and its output (N·F/tp, kept by
@@ -38,14 +38,14 @@ int64_t llama_activation_bytes(const LlamaActivationInput& a) {
   const bool sp = a.sequence_parallel && a.tp > 1;
   const int64_t tp = a.tp, spd = sp ? tp : 1;
   const int64_t n = a.batch * a.seq, nc = n * a.embd, nf = n * a.hidden;
-  const int64_t att = a.batch * (a.heads / tp) * a.seq * a.seq;
+  const int64_t att = a.batch * (a.heads / tp) * a.seq;  // the fused attention's log-sum-exp
   const int64_t qkv = nc / tp * (a.heads + 2 * a.kv_heads) / a.heads;  // q|k|v: H + 2 Hkv heads
   const int64_t block = nc / spd + n / spd + (sp ? 3 : 1) * nc  // x, attention_norm's rstd and output
-                        + qkv + att + nc / tp                    // q|k|v, probabilities, attention output
+                        + qkv + att + nc / tp                    // q|k|v, log-sum-exp, attention output
                         + nc / spd + n / spd + (sp ? 2 : 1) * nc // h, ffn_norm
                         + 3 * nf / tp;                 // gate, up, SwiGLU output
   // Selective: the projections' q|k|v side by side (as large) instead of the packed rotated
-  // q|k|v and the probabilities.
+  // q|k|v and the log-sum-exp.
   const int64_t kept_core = qkv;
   STRATA_CHECK(a.moe_layers >= 0 && a.moe_layers <= a.layers, "[plan] ", a.moe_layers, " MoE blocks of ", a.layers);
   const int64_t moe_delta = a.moe_layers > 0 ? moe_activation_bytes(a.moe) - 3 * nf / tp * 4 : 0;
@@ -59,9 +59,9 @@ int64_t llama_activation_bytes(const LlamaActivationInput& a) {
 
 int64_t llama_recompute_bytes(const LlamaActivationInput& a) {
   if ((!a.checkpoint && !a.selective) || a.layers == 0) return 0;
-  const int64_t tp = a.tp, nc = a.batch * a.seq * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
+  const int64_t tp = a.tp, nc = a.batch * a.seq * a.embd, att = a.batch * (a.heads / tp) * a.seq;
   const int64_t qkv = nc / tp * (a.heads + 2 * a.kv_heads) / a.heads;
-  if (a.selective) return (qkv + att) * 4;  // one block's packed q|k|v and probabilities
+  if (a.selective) return (qkv + att) * 4;  // one block's packed q|k|v and log-sum-exp
   return one_block_recompute_bytes(a, llama_activation_bytes);
 }
 

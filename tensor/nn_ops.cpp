@@ -504,14 +504,15 @@ void composed_causal_attention_backward(const Tensor& dy, const Tensor& qkv, con
 }  // namespace detail
 
 namespace {
-// What the forward saves for the backward: the probabilities (B, H, T, T) on the CPU (its
-// kernel reads them back), the rows' log-sum-exp (B, H, T) on CUDA (tensor/cuda/attention.cu
-// recomputes the probabilities from it).
-bool saves_lse(Device d) { return !d.is_cpu(); }
-Shape attention_stats_shape(Device d, int64_t B, int64_t H, int64_t T) {
-  return saves_lse(d) ? Shape{B, H, T} : Shape{B, H, T, T};
+// What the forward saves for the backward: the rows' log-sum-exp (B, H, T), from which the
+// fused kernels (tensor/cpu/attention.cpp, tensor/cuda/attention.cu) recompute the
+// probabilities; the probabilities (B, H, T, T) where 16-bit tensors on the CPU run the
+// composition.
+bool saves_lse(Device d, DType dt) { return !(d.is_cpu() && is_16bit(dt)); }
+Shape attention_stats_shape(Device d, DType dt, int64_t B, int64_t H, int64_t T) {
+  return saves_lse(d, dt) ? Shape{B, H, T} : Shape{B, H, T, T};
 }
-DType attention_stats_dtype(Device d, DType dt) { return saves_lse(d) ? stat_dtype(dt) : dt; }
+DType attention_stats_dtype(Device d, DType dt) { return saves_lse(d, dt) ? stat_dtype(dt) : dt; }
 }  // namespace
 
 // Grouped key/value heads go to the CPU's f32/f64 kernel as they are; the other paths take
@@ -524,7 +525,7 @@ std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim, 
   const int64_t B = qkv.size(0), T = qkv.size(1);
   const Device d = qkv.device();
   Tensor y = empty({B, T, H * head_dim}, qkv.dtype(), d);
-  Tensor probs = empty(attention_stats_shape(d, B, H, T), attention_stats_dtype(d, qkv.dtype()), d);
+  Tensor probs = empty(attention_stats_shape(d, qkv.dtype(), B, H, T), attention_stats_dtype(d, qkv.dtype()), d);
   // 16-bit on the CPU: the composition, whose matmuls and softmax widen inside their
   // kernels (the fused kernel is f32/f64); probabilities are kept in 16 bits
   if (is_16bit(qkv.dtype()) && d.is_cpu())
@@ -546,11 +547,11 @@ Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tens
                "[causal_attention_backward] grad ", dy.str(), " does not match the output (", B, ", ", T, ", ",
                H * head_dim, ") of qkv ", qkv.str());
   const Device d = common_device("causal_attention_backward", dy, qkv, probs);
-  STRATA_CHECK(probs.shape() == attention_stats_shape(d, B, H, T) &&
-                   probs.dtype() == attention_stats_dtype(d, qkv.dtype()),
-               "[causal_attention_backward] saved statistics ", probs.str(), " do not match ",
-               shape_str(attention_stats_shape(d, B, H, T)), " ",
-               dtype_name(attention_stats_dtype(d, qkv.dtype())), saves_lse(d) ? " (log-sum-exp)" : " (probabilities)");
+  const Shape want = attention_stats_shape(d, qkv.dtype(), B, H, T);
+  STRATA_CHECK(probs.shape() == want && probs.dtype() == attention_stats_dtype(d, qkv.dtype()),
+               "[causal_attention_backward] saved statistics ", probs.str(), " do not match ", shape_str(want), " ",
+               dtype_name(attention_stats_dtype(d, qkv.dtype())),
+               saves_lse(d, qkv.dtype()) ? " (log-sum-exp)" : " (probabilities)");
   Tensor dqkv = empty(qkv.shape(), qkv.dtype(), d);
   if (is_16bit(qkv.dtype()) && d.is_cpu())
     detail::composed_causal_attention_backward(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);

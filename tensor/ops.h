@@ -205,9 +205,9 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& probs, const Te
 
 /// Causal self-attention of a packed projection: qkv (B, T, 3*H*hd) holds q|k|v, each H
 /// heads of head_dim hd. y = softmax(q k^T / sqrt(hd), causal) v per head, merged back
-/// to (B, T, H*hd). Returns y and what backward needs: on the CPU the probabilities
-/// (B, H, T, T) (zero above the diagonal), on CUDA the rows' log-sum-exp (B, H, T). No
-/// dropout on the probabilities. Grouped-query attention: kv_heads = Hkv > 0 key/value
+/// to (B, T, H*hd). Returns y and what backward needs: the rows' log-sum-exp (B, H, T)
+/// (f32 for 16-bit qkv), or, for 16-bit tensors on the CPU (the composition), the
+/// probabilities (B, H, T, T), zero above the diagonal. No dropout on the probabilities. Grouped-query attention: kv_heads = Hkv > 0 key/value
 /// heads, qkv (B, T, (H + 2*Hkv)*hd) = q (H heads) | k (Hkv) | v (Hkv), query head h reading
 /// key/value head h / (H/Hkv); the CPU's f32/f64 kernel reads the groups in place.
 std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim, int64_t kv_heads = 0);

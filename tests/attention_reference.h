@@ -13,6 +13,7 @@ namespace strata::testing {
 
 struct AttentionRef {
   std::vector<double> y, probs, dqkv;
+  std::vector<double> lse;  // (B, H, T): log sum_j<=i exp(s_ij), what the fused kernels save
 };
 
 // qkv (B, T, (H + 2*Hkv)*D) = q (H heads) | k | v (Hkv heads each; Hkv = 0: H), dy (B, T,
@@ -26,7 +27,7 @@ inline AttentionRef attention_reference(const std::vector<double>& qkv, const st
   if (Hkv == 0) Hkv = H;
   const int64_t C = H * D, W = (H + 2 * Hkv) * D, rep = H / Hkv;
   const double sc = 1.0 / std::sqrt(double(D));
-  AttentionRef r{Vec(size_t(B * T * C)), Vec(size_t(B * H * T * T)), Vec(size_t(B * T * W))};
+  AttentionRef r{Vec(size_t(B * T * C)), Vec(size_t(B * H * T * T)), Vec(size_t(B * T * W)), Vec(size_t(B * H * T))};
   auto x = [&](int64_t b, int64_t t, int64_t part, int64_t h, int64_t d) -> size_t {
     const int64_t col = part == 0 ? h * D : (H + (part - 1) * Hkv + h / rep) * D;
     return size_t(b * T * W + t * W + col + d);
@@ -44,6 +45,7 @@ inline AttentionRef attention_reference(const std::vector<double>& qkv, const st
           mx = std::max(mx, s * sc);
         }
         for (int64_t j = 0; j <= i; ++j) z += p[i * T + j] = std::exp(p[i * T + j] - mx);
+        r.lse[size_t((b * H + h) * T + i)] = mx + std::log(z);
         for (int64_t j = 0; j <= i; ++j) p[i * T + j] /= z;
         for (int64_t d = 0; d < D; ++d)
           for (int64_t j = 0; j <= i; ++j) r.y[g(b, i, h, d)] += p[i * T + j] * qkv[x(b, j, 2, h, d)];

@@ -86,7 +86,7 @@ Tensor cp_shard(const Tensor& x, int cp, int rank, CpSplit split) {
 
 int64_t cp_activation_bytes(const CpActivationInput& in) {
   const int64_t n = in.batch * in.seq / in.cp, c = in.embd;
-  const int64_t attn = in.cp == 1 ? in.batch * in.heads * in.seq * in.seq : 3 * n * c + in.heads * n;
+  const int64_t attn = in.cp == 1 ? in.heads * n : 3 * n * c + in.heads * n;
   const int64_t per_layer = 16 * n * c + 4 * n + attn;
   return (in.layers * per_layer + n * c + 2 * n + n * in.vocab) * in.bytes_per_element;
 }

@@ -75,9 +75,9 @@ CpLayerBytes cp_layer_bytes(int64_t batch, int64_t t, int64_t channels, int cp, 
 /// (pre-LN blocks, fused q|k|v, 4C GELU MLP, tied head), with N = batch * seq / cp tokens
 /// per rank, in elements of bytes_per_element: per layer 16 N C (LayerNorm inputs and
 /// outputs, q|k|v, the attention output, the MLP's 4C input and GELU output) + 4 N (the
-/// LayerNorms' mean and rstd) + attention's own: at cp 1 the fused kernel's probabilities
-/// B H T^2, at cp > 1 ring attention's output copy, K/V block and log-sum-exp
-/// (3 N C + H N); then ln_f (N C + 2 N) and the loss's probabilities (N V).
+/// LayerNorms' mean and rstd) + attention's own: at cp 1 the fused kernel's log-sum-exp
+/// H N, at cp > 1 ring attention's output copy, K/V block and log-sum-exp (3 N C + H N);
+/// then ln_f (N C + 2 N) and the loss's probabilities (N V).
 struct CpActivationInput {
   int64_t batch = 1, seq = 1, embd = 1, heads = 1, layers = 1, vocab = 1;
   int64_t bytes_per_element = 4;

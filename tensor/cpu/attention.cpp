@@ -7,10 +7,12 @@
 //   backward: dP = dy v^T,  dS = P * (dP - rowsum(dP * P)),
 //             dq = scale * dS k,  dk = scale * dS^T q,  dv = P^T dy
 // Rows are taken R at a time: the R rows of scores are computed (only the column vectors
-// that reach the diagonal; the blocks wholly above it are skipped), soft-maxed, stored to
-// probs and multiplied into y while they sit in L1. Backward does the same for dP -> dS ->
-// dq, keeps dS and P in a padded (T, Tp) buffer, and then forms dk and dv column block by
-// column block (rows i >= j only). The SIMD width follows cpu::simd_level() (16 f32 lanes
+// that reach the diagonal; the blocks wholly above it are skipped), soft-maxed and
+// multiplied into y while they sit in L1; only each row's log-sum-exp is stored. Backward
+// recomputes the row block's scores and P = exp(S - lse), then dP -> dS -> dq, keeps dS
+// and P in a padded (T, Tp) buffer, and then forms dk and dv column block by column block
+// (rows i >= j only). (Storing P instead costs more than recomputing it: the backward's
+// reads of the (B, H, T, T) tensor stall on memory however far ahead they are prefetched.) The SIMD width follows cpu::simd_level() (16 f32 lanes
 // at x86-64-v4, 8 at v3, 4 at baseline): each level has its own entry functions, compiled
 // for it as isa_dispatch.h compiles the other loops, and its own non-inlined tile functions.
 #include <strata/tensor/cpu/attention.h>
@@ -173,7 +175,7 @@ struct FwdPair {
   int64_t ld;
   T* y;  // (T, hd), row stride ldy
   int64_t ldy;
-  T* p;  // (T, T) contiguous
+  T* lse;  // (T): the rows' log-sum-exp
   int64_t n, hd;
   T scale;
   T* ws;  // fwd_scratch(n, hd) elements, 64-byte aligned
@@ -198,9 +200,9 @@ inline void forward_pair(const FwdPair<T>& a) {
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;  // columns [0, m): to the diagonal
     product<L>(rows, TileArgs<T>{0, hd, a.q + i0 * a.ld, a.ld, 1, kt, tp, s, tp, m});
     if (rows == L::kR)  // a constant row count: the rows' accumulators stay in registers
-      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, L::kR, i0, m, a.p + i0 * n, n, true);
+      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, L::kR, i0, m, a.lse + i0);
     else
-      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.p + i0 * n, n, true);
+      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.lse + i0);
     product<L>(rows, TileArgs<T>{0, last, s, tp, 1, vp, hdp, a.y + i0 * a.ldy, a.ldy, hd});  // y = P v
   }
 }
@@ -213,9 +215,8 @@ struct BwdPair {
   int64_t ld;
   const T* g;  // dy (T, hd), row stride ldg
   int64_t ldg;
-  const T* p;      // (T, T) contiguous
-  const T* p_end;  // the end of this thread's probabilities (the next pairs' P follow p's)
-  T* dq;           // (T, hd) each, row stride ld
+  const T* lse;  // (T): the forward's log-sum-exp of each row
+  T* dq;         // (T, hd) each, row stride ld
   T* dk;
   T* dv;
   int64_t n, hd;
@@ -226,34 +227,21 @@ struct BwdPair {
 
 template <class T>
 int64_t bwd_scratch(int64_t n, int64_t hd) {
-  return hd * padded<T>(n) + 3 * n * padded<T>(hd) + 2 * n * padded<T>(n);
-}
-
-// The backward reads P (probs) once, from memory: the forward wrote it with streaming
-// stores long before. Row block i0 + kAhead * R's rows (into the next pair's P past this
-// pair's last row: the pairs' P are consecutive) are fetched while block i0 computes, the
-// columns the row loop reads: [0, min(m, n)) for the block's extent m.
-constexpr int64_t kAheadBlocks = 4;
-template <class T>
-inline void prefetch_p_rows(const T* p, int64_t n, int64_t i, int64_t rows, int64_t lanes, const T* end) {
-  constexpr int64_t kLine = 64 / int64_t(sizeof(T));
-  const int64_t row0 = i % n, m = (row0 + rows + lanes - 1) / lanes * lanes, cols = std::min(m, n);
-  const T* x0 = p + (i / n) * n * n + row0 * n;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; c += kLine)
-      if (x0 + r * n + c < end) __builtin_prefetch(x0 + r * n + c, 0, 3);
+  return 2 * hd * padded<T>(n) + 3 * n * padded<T>(hd) + 2 * n * padded<T>(n);
 }
 
 template <class L, class T>
 inline void backward_pair(const BwdPair<T>& a) {
   constexpr int64_t lanes = L::kBytes / int64_t(sizeof(T));
   const int64_t n = a.n, hd = a.hd, tp = padded<T>(n), hdp = padded<T>(hd);
-  T* vt = a.ws;          // (hd, tp): v^T
+  T* kt = a.ws;          // (hd, tp): scale * k^T
+  T* vt = kt + hd * tp;  // (hd, tp): v^T
   T* kp = vt + hd * tp;  // (n, hdp): k, q, dy
   T* qp = kp + n * hdp;
   T* gp = qp + n * hdp;
-  T* pp = gp + n * hdp;  // (n, tp): P, then scale * dS; row i valid on [0, m(i)) (zero from i + 1)
-  T* ds = pp + n * tp;
+  T* pp = gp + n * hdp;  // (n, tp): P; row i valid on [0, m(i)) (zero from i + 1)
+  T* ds = pp + n * tp;   // (n, tp): dP, then scale * dS
+  pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
   pack_transposed<L::kBytes>(a.v, a.ld, n, hd, T(1), vt, tp);
   pack_rows<L::kBytes>(a.k, a.ld, n, hd, kp, hdp);
   pack_rows<L::kBytes>(a.q, a.ld, n, hd, qp, hdp);
@@ -261,17 +249,18 @@ inline void backward_pair(const BwdPair<T>& a) {
   for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;
-    {
-      const int64_t ahead = i0 + kAheadBlocks * L::kR;
-      prefetch_p_rows(a.p, n, ahead, std::min<int64_t>(L::kR, n - ahead % n), lanes, a.p_end);
+    T* p = pp + i0 * tp;
+    T* d = ds + i0 * tp;
+    product<L>(rows, TileArgs<T>{0, hd, qp + i0 * hdp, hdp, 1, kt, tp, p, tp, m});  // S = scale q k^T
+    product<L>(rows, TileArgs<T>{0, hd, gp + i0 * hdp, hdp, 1, vt, tp, d, tp, m});  // dP = dy v^T
+    if (rows == L::kR) {  // as in the forward
+      attn::probs_from_lse_rows<T, L::kBytes, L::kR>(p, tp, L::kR, i0, m, a.lse + i0);
+      attn::softmax_grad_rows<T, L::kBytes, L::kR>(p, d, tp, L::kR, m, a.scale);  // scale * dS (0 where P is)
+    } else {
+      attn::probs_from_lse_rows<T, L::kBytes, L::kR>(p, tp, rows, i0, m, a.lse + i0);
+      attn::softmax_grad_rows<T, L::kBytes, L::kR>(p, d, tp, rows, m, a.scale);
     }
-    product<L>(rows, TileArgs<T>{0, hd, gp + i0 * hdp, hdp, 1, vt, tp, ds + i0 * tp, tp, m});  // dP = dy v^T
-    // scale * dS (0 where P is), P kept in pp for dv
-    if (rows == L::kR)  // as in the forward
-      attn::softmax_grad_rows<T, L::kBytes, L::kR>(a.p + i0 * n, n, pp + i0 * tp, ds + i0 * tp, tp, L::kR, m, a.scale);
-    else
-      attn::softmax_grad_rows<T, L::kBytes, L::kR>(a.p + i0 * n, n, pp + i0 * tp, ds + i0 * tp, tp, rows, m, a.scale);
-    product<L>(rows, TileArgs<T>{0, last, ds + i0 * tp, tp, 1, kp, hdp, a.dq + i0 * a.ld, a.ld, hd});  // dq
+    product<L>(rows, TileArgs<T>{0, last, d, tp, 1, kp, hdp, a.dq + i0 * a.ld, a.ld, hd});  // dq
   }
   // dk = (scale dS)^T q and dv = P^T dy over the rows i >= j of each column block; the
   // blocks line up with the row blocks above, so row i >= j0 is valid at columns < j0 + kR
@@ -358,7 +347,7 @@ inline void prefetch_rows(const T* p, int64_t ld, int64_t rows, int64_t cols) {
 }
 
 template <class T>
-void forward_impl(const T* qkv, T* y, T* probs, const Dims& d) {
+void forward_impl(const T* qkv, T* y, T* lse, const Dims& d) {
   const T scale = T(1.0 / std::sqrt(double(d.hd)));
   const int nt = block_threads(d.B * d.H);
   Scratch<T> scratch(nt, fwd_scratch<T>(d.T, d.hd, 4));
@@ -375,9 +364,8 @@ void forward_impl(const T* qkv, T* y, T* probs, const Dims& d) {
         prefetch_rows<true>(y + nb * d.T * d.C + nh * d.hd, d.C, d.T, d.hd);
       }
       fn(FwdPair<T>{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, y + b * d.T * d.C + h * d.hd,
-                    d.C, probs + bh * d.T * d.T, d.T, d.hd, scale, ws});
+                    d.C, lse + bh * d.T, d.T, d.hd, scale, ws});
     }
-    attn::stream_fence();
   });
 }
 
@@ -385,7 +373,7 @@ void forward_impl(const T* qkv, T* y, T* probs, const Dims& d) {
 // in order on one thread, the first writing dk and dv and the others adding to them, so
 // the sums do not depend on the thread count.
 template <class T>
-void backward_impl(const T* dy, const T* qkv, const T* probs, T* dqkv, const Dims& d) {
+void backward_impl(const T* dy, const T* qkv, const T* lse, T* dqkv, const Dims& d) {
   const T scale = T(1.0 / std::sqrt(double(d.hd)));
   const int64_t rep = d.rep(), groups = d.B * d.Hkv;
   const int nt = block_threads(groups);
@@ -396,7 +384,7 @@ void backward_impl(const T* dy, const T* qkv, const T* probs, T* dqkv, const Dim
     const int64_t bh0 = bg0 * rep, bh1 = bg1 * rep;  // the groups' pairs (b, h) are consecutive
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / d.H, h = bh % d.H, g = h / rep;
-      if (bh + 1 < bh1) {  // the next pair's q, k, v, dy and gradient rows (its probabilities are contiguous)
+      if (bh + 1 < bh1) {  // the next pair's q, k, v, dy and gradient rows
         const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H, ng = nh / rep;
         for (const int64_t at : {d.q_at(nb, nh), d.k_at(nb, ng), d.v_at(nb, ng)}) {
           prefetch_rows(qkv + at, d.W, d.T, d.hd);
@@ -405,7 +393,7 @@ void backward_impl(const T* dy, const T* qkv, const T* probs, T* dqkv, const Dim
         prefetch_rows(dy + nb * d.T * d.C + nh * d.hd, d.C, d.T, d.hd);
       }
       fn(BwdPair<T>{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, dy + b * d.T * d.C + h * d.hd,
-                    d.C, probs + bh * d.T * d.T, probs + bh1 * d.T * d.T, dqkv + d.q_at(b, h), dqkv + d.k_at(b, g),
+                    d.C, lse + bh * d.T, dqkv + d.q_at(b, h), dqkv + d.k_at(b, g),
                     dqkv + d.v_at(b, g), d.T, d.hd, scale, ws, h % rep != 0});
     }
   });
@@ -413,20 +401,20 @@ void backward_impl(const T* dy, const T* qkv, const T* probs, T* dqkv, const Dim
 
 }  // namespace
 
-void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& probs, int64_t head_dim, int64_t kv_heads) {
+void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t head_dim, int64_t kv_heads) {
   if (qkv.numel() == 0) return;
   const Dims d = dims_of(qkv, head_dim, kv_heads);
   STRATA_DISPATCH_FLOAT(qkv.dtype(), "causal_attention", [&] {
-    forward_impl(qkv.data<scalar_t>(), y.data<scalar_t>(), probs.data<scalar_t>(), d);
+    forward_impl(qkv.data<scalar_t>(), y.data<scalar_t>(), lse.data<scalar_t>(), d);
   });
 }
 
-void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& probs, Tensor& dqkv,
+void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& lse, Tensor& dqkv,
                                       int64_t head_dim, int64_t kv_heads) {
   if (qkv.numel() == 0) return;
   const Dims d = dims_of(qkv, head_dim, kv_heads);
   STRATA_DISPATCH_FLOAT(qkv.dtype(), "causal_attention_backward", [&] {
-    backward_impl(dy.data<scalar_t>(), qkv.data<scalar_t>(), probs.data<scalar_t>(), dqkv.data<scalar_t>(), d);
+    backward_impl(dy.data<scalar_t>(), qkv.data<scalar_t>(), lse.data<scalar_t>(), dqkv.data<scalar_t>(), d);
   });
 }
 

@@ -1,20 +1,22 @@
 // CPU kernels for fused causal self-attention over a packed q|k|v projection: each
 // (batch, head) pair is computed in register tiles over small packed copies of its q, k, v
 // (attention.cpp), reading the packed layouts in place and writing y and d(q|k|v) into them
-// (no head split/merge copies); only the causal lower triangle is computed.
+// (no head split/merge copies); only the causal lower triangle is computed, and only the
+// rows' log-sum-exp is kept for the backward.
 #pragma once
 #include <strata/tensor/tensor.h>
 
 namespace strata::cpu {
 
 /// qkv (B, T, (H + 2*Hkv)*hd) contiguous: q (H heads of hd) | k | v (Hkv heads each; Hkv
-/// = kv_heads, H/Hkv query heads per key/value head; 0: Hkv = H) -> y (B, T, H*hd) and the
-/// attention probabilities probs (B, H, T, T) (zero above the diagonal), both contiguous
-/// and preallocated. f32/f64.
-void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& probs, int64_t head_dim, int64_t kv_heads);
-/// dqkv (the shape of qkv) from dy (B, T, H*hd), the forward's qkv and probs; all
-/// contiguous. A key/value head's gradient sums its query heads' parts.
-void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& probs, Tensor& dqkv,
+/// = kv_heads, H/Hkv query heads per key/value head; 0: Hkv = H) -> y (B, T, H*hd) and each
+/// query row's log-sum-exp of its scaled scores, lse (B, H, T) (the CUDA kernel's), both
+/// contiguous and preallocated. f32/f64.
+void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t head_dim, int64_t kv_heads);
+/// dqkv (the shape of qkv) from dy (B, T, H*hd), the forward's qkv and lse (the
+/// probabilities recomputed from them); all contiguous. A key/value head's gradient sums
+/// its query heads' parts.
+void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& lse, Tensor& dqkv,
                                       int64_t head_dim, int64_t kv_heads);
 
 }  // namespace strata::cpu

@@ -3,10 +3,10 @@
 // scalars at any pair of strides (row-major, or transposed for dS^T q and P^T dy) and B a
 // packed, zero-padded row-major block read as whole vectors; R x NV vector accumulators stay
 // in registers for the whole l loop. And the row passes fused around it: the causal softmax
-// of a block of rows (with its exp on whole vectors) written to probs, and the softmax
-// gradient of a block of rows. Written with GCC vector extensions, so one source gives 16
+// of a block of rows (with its exp on whole vectors) and its log-sum-exp, the probabilities
+// again from that log-sum-exp, and the softmax gradient of a block of rows. Written with GCC vector extensions, so one source gives 16
 // f32 lanes (AVX-512), 8 (AVX2) or 4 (SSE2, any other target) depending on the vector size
-// the caller instantiates it with; FMA, broadcast, gather, streaming stores and horizontal
+// the caller instantiates it with; FMA, broadcast, gather, transposes and horizontal
 // reductions go through intrinsics where the ISA has them (strata builds with -std=c++20,
 // which leaves -ffp-contract off, and GCC 12 builds some of these poorly from the generic
 // forms). Internal to tensor/cpu.
@@ -313,46 +313,26 @@ inline Vec<T, kBytes> exp_v(const Vec<T, kBytes>& x) {
   }
 }
 
-/// v's lanes [0, n) from p, zero after (n < lanes: the last part of a row).
-template <class V, class T>
-inline V load_part(const T* p, int64_t n) {
-  V v = V{};
-  for (int64_t e = 0; e < n; ++e) v[e] = p[e];
-  return v;
+/// dst[0, len) = src[0, c) then zeros, c <= len.
+template <class T, int kBytes>
+inline void copy_pad(const T* src, int64_t c, T* dst, int64_t len) {
+  using V = Vec<T, kBytes>;
+  constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
+  int64_t j = 0;
+  for (; j + kLanes <= c; j += kLanes) store(dst + j, load<V>(src + j));
+  for (; j < c; ++j) dst[j] = src[j];
+  for (; j < len && j % kLanes != 0; ++j) dst[j] = T(0);
+  for (; j + kLanes <= len; j += kLanes) store(dst + j, V{});
+  for (; j < len; ++j) dst[j] = T(0);
 }
-/// p[0, n) = v's lanes [0, n).
-template <class T, class V>
-inline void store_part(T* p, const V& v, int64_t n) {
-  for (int64_t e = 0; e < n; ++e) p[e] = v[e];
-}
-
-// Non-temporal (streaming) stores of whole vectors to 64-byte-aligned (wide) addresses:
-// the probabilities are written once and read back only in the backward pass, long after.
-#if STRATA_ATTN_X86
-[[gnu::target("avx512f")]] inline void stream(float* p, Vec<float, 64> v) { _mm512_stream_ps(p, v); }
-[[gnu::target("avx512f")]] inline void stream(double* p, Vec<double, 64> v) { _mm512_stream_pd(p, v); }
-[[gnu::target("avx")]] inline void stream(float* p, Vec<float, 32> v) { _mm256_stream_ps(p, v); }
-[[gnu::target("avx")]] inline void stream(double* p, Vec<double, 32> v) { _mm256_stream_pd(p, v); }
-inline void stream(float* p, Vec<float, 16> v) { _mm_stream_ps(p, v); }
-inline void stream(double* p, Vec<double, 16> v) { _mm_stream_pd(p, v); }
-/// Orders the streaming stores before what follows (another thread's reads).
-inline void stream_fence() { _mm_sfence(); }
-#else
-template <class T, class V>
-inline void stream(T* p, const V& v) {
-  store(p, v);
-}
-inline void stream_fence() {}
-#endif
 
 /// The rows i0 + r (r < rows <= R) of a block of scores s (row stride lds) -> probabilities
 /// over [0, i0 + r], exactly 0 from there to m (a multiple of the lanes): -inf there first,
 /// so the passes over [0, m) run on whole vectors, unmasked. The rows go through each pass
-/// together (independent chains through the horizontal max, the sum and the division),
-/// and the last pass also writes them to p (row stride n, n columns: zero from m on), with
-/// streaming stores when `nt` and every row of p is vector-aligned.
+/// together (independent chains through the horizontal max, the sum and the division).
+/// lse[r] = the row's log-sum-exp (max + log sum), what the backward recomputes them from.
 template <class T, int kBytes, int R>
-inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* p, int64_t n, bool nt) {
+inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* lse) {
   using V = Vec<T, kBytes>;
   constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
   for (int r = 0; r < rows; ++r)
@@ -368,8 +348,12 @@ inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* 
         const V x = load<V>(s + r * lds + j);
         mv[r] = x > mv[r] ? x : mv[r];
       }
+  T mx[R] = {};
   for (int r = 0; r < R; ++r)
-    if (r < rows) mv[r] = splat<V>(hmax(mv[r]));
+    if (r < rows) {
+      mx[r] = hmax(mv[r]);
+      mv[r] = splat<V>(mx[r]);
+    }
   for (int64_t j = 0; j < m; j += kLanes)
     for (int r = 0; r < R; ++r)
       if (r < rows) {
@@ -378,69 +362,49 @@ inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* 
         sv[r] += x;
       }
   for (int r = 0; r < R; ++r)
-    if (r < rows) sv[r] = splat<V>(T(1) / hsum(sv[r]));
-  if (nt && n % kLanes == 0 && reinterpret_cast<uintptr_t>(p) % kBytes == 0) {  // every p row aligned
-    for (int64_t j = 0; j < m; j += kLanes)
-      for (int r = 0; r < R; ++r)
-        if (r < rows) {
-          const V x = load<V>(s + r * lds + j) * sv[r];
-          store(s + r * lds + j, x);
-          if (j < n) stream(p + r * n + j, x);
-        }
-    for (int r = 0; r < rows; ++r)
-      for (int64_t j = m; j < n; j += kLanes) stream(p + r * n + j, V{});
-    return;
-  }
-  const int64_t whole = (m < n ? m : n) / kLanes * kLanes;  // vectors that fit in p's rows
+    if (r < rows) {
+      const T sum = hsum(sv[r]);
+      lse[r] = mx[r] + std::log(sum);
+      sv[r] = splat<V>(T(1) / sum);
+    }
   for (int64_t j = 0; j < m; j += kLanes)
     for (int r = 0; r < R; ++r)
-      if (r < rows) {
-        const V x = load<V>(s + r * lds + j) * sv[r];
-        store(s + r * lds + j, x);
-        if (j < whole) store(p + r * n + j, x);
-        else if (j < n) store_part(p + r * n + j, x, n - j);
-      }
-  for (int r = 0; r < rows; ++r)
-    for (int64_t j = m; j < n; ++j) p[r * n + j] = T(0);
+      if (r < rows) store(s + r * lds + j, load<V>(s + r * lds + j) * sv[r]);
 }
 
-/// dst[0, len) = src[0, c) then zeros, c <= len.
-template <class T, int kBytes>
-inline void copy_pad(const T* src, int64_t c, T* dst, int64_t len) {
+/// The rows i0 + r (r < rows <= R) of a block of scores s (row stride lds, columns [0, m))
+/// -> their probabilities exp(s - lse[r]) over [0, i0 + r], exactly 0 from there to m.
+template <class T, int kBytes, int R>
+inline void probs_from_lse_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, const T* lse) {
   using V = Vec<T, kBytes>;
   constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
-  int64_t j = 0;
-  for (; j + kLanes <= c; j += kLanes) store(dst + j, load<V>(src + j));
-  for (; j < c; ++j) dst[j] = src[j];
-  for (; j < len && j % kLanes != 0; ++j) dst[j] = T(0);
-  for (; j + kLanes <= len; j += kLanes) store(dst + j, V{});
-  for (; j < len; ++j) dst[j] = T(0);
+  for (int r = 0; r < rows; ++r)
+    for (int64_t j = i0 + r + 1; j < m; ++j) s[r * lds + j] = -__builtin_inf();
+  V lv[R];
+  for (int r = 0; r < R; ++r) lv[r] = r < rows ? splat<V>(lse[r]) : V{};
+  for (int64_t j = 0; j < m; j += kLanes)
+    for (int r = 0; r < R; ++r)
+      if (r < rows) store(s + r * lds + j, exp_v<T, kBytes>(load<V>(s + r * lds + j) - lv[r]));
 }
 
 /// The rows r < rows <= R of a block of dP (d, row stride ldd, in place) -> scale * dS =
 /// scale * P * (dP - sum(dP * P)) over [0, m), m a multiple of the lanes, P read from p
-/// (row stride n, n columns, zero above the diagonal) and kept in pp (row stride ldd, zero
-/// from n to m) for the dv pass. The rows go through each pass together.
+/// (the same row stride, zero above the diagonal). The rows go through each pass together.
 template <class T, int kBytes, int R>
-inline void softmax_grad_rows(const T* p, int64_t n, T* pp, T* d, int64_t ldd, int rows, int64_t m, T scale) {
+inline void softmax_grad_rows(const T* p, T* d, int64_t ldd, int rows, int64_t m, T scale) {
   using V = Vec<T, kBytes>;
   constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
-  const int64_t whole = (m < n ? m : n) / kLanes * kLanes;
   V sv[R];
   for (int r = 0; r < R; ++r) sv[r] = V{};
   for (int64_t j = 0; j < m; j += kLanes)
     for (int r = 0; r < R; ++r)
-      if (r < rows) {
-        const V pv = j < whole ? load<V>(p + r * n + j) : load_part<V>(p + r * n + j, j < n ? n - j : 0);
-        store(pp + r * ldd + j, pv);
-        sv[r] += load<V>(d + r * ldd + j) * pv;
-      }
+      if (r < rows) sv[r] += load<V>(d + r * ldd + j) * load<V>(p + r * ldd + j);
   const V sc = splat<V>(scale);
   for (int r = 0; r < R; ++r)
     if (r < rows) sv[r] = splat<V>(hsum(sv[r]));
   for (int64_t j = 0; j < m; j += kLanes)
     for (int r = 0; r < R; ++r)
-      if (r < rows) store(d + r * ldd + j, sc * load<V>(pp + r * ldd + j) * (load<V>(d + r * ldd + j) - sv[r]));
+      if (r < rows) store(d + r * ldd + j, sc * load<V>(p + r * ldd + j) * (load<V>(d + r * ldd + j) - sv[r]));
 }
 
 }  // namespace strata::cpu::attn

@@ -97,8 +97,8 @@ void bias_residual_kernel(Tensor& y, const Tensor& b, const Tensor& r);
 void adam_kernel(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ops::AdamParams& p);
 void sgd_kernel(Tensor& param, const Tensor& grad, Tensor& buf, const ops::SgdParams& p);
 // attention.cu: fused causal attention (FlashAttention-2's algorithm). qkv (B, T, 3*H*hd)
-// -> y (B, T, H*hd) and the rows' log-sum-exp (B, H, T) (f32; f64 for f64), in place of
-// the CPU kernel's probabilities; f32, f64, bf16, f16; hd <= attention_max_head_dim().
+// -> y (B, T, H*hd) and the rows' log-sum-exp (B, H, T) (f32; f64 for f64), as the CPU
+// kernel; f32, f64, bf16, f16; hd <= attention_max_head_dim().
 // kv_heads must be H (ops::causal_attention repeats grouped key/value heads first).
 int64_t attention_max_head_dim();
 void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t head_dim, int64_t kv_heads);

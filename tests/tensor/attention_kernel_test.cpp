@@ -1,9 +1,9 @@
 // The CPU causal-attention kernels (tensor/cpu/attention.cpp: packed register tiles,
-// the causal softmax fused into the row loop) against a plain f64 loop, forward (y, probs)
+// the causal softmax fused into the row loop) against a plain f64 loop, forward (y, lse)
 // and backward (d q|k|v), at every SIMD level this CPU runs, for sizes that are not
 // multiples of any vector width or tile: T 1, 7, 33, 65 (rows that end before, inside and
-// past a 16-wide column block, row blocks of 4 cut short) and 32 (whole vectors: the
-// probabilities go out through streaming stores), head_dim 8, 24, 40 (part vectors) and 72
+// past a 16-wide column block, row blocks of 4 cut short) and 32 (whole vectors), head_dim
+// 8, 24, 40 (part vectors) and 72
 // (more than one column chunk of a tile), 1 and 3 heads; and grouped key/value heads.
 #include <gtest/gtest.h>
 
@@ -52,10 +52,10 @@ TEST_P(AttentionKernel, OddSizesAgainstAnF64LoopAtEveryLevel) {
           ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
           const std::string at = " at T " + std::to_string(T) + ", head_dim " + std::to_string(D) + ", " +
                                  std::to_string(H) + " heads, " + cpu::simd_level_name(lvl);
-          auto [y, probs] = ops::causal_attention(qkv, D);
+          auto [y, lse] = ops::causal_attention(qkv, D);
           expect_close(y, ref.y, tol, "y" + at);
-          expect_close(probs, ref.probs, tol, "probs" + at);
-          expect_close(ops::causal_attention_backward(dy, qkv, probs, D), ref.dqkv, tol, "dqkv" + at);
+          expect_close(lse, ref.lse, tol, "lse" + at);
+          expect_close(ops::causal_attention_backward(dy, qkv, lse, D), ref.dqkv, tol, "dqkv" + at);
         }
       }
 }
@@ -73,10 +73,10 @@ TEST_P(AttentionKernel, TwoThreadsAtEveryLevel) {
   for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels()) {
     ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
     const std::string at = std::string(" at ") + cpu::simd_level_name(lvl);
-    auto [y, probs] = ops::causal_attention(qkv, D);
+    auto [y, lse] = ops::causal_attention(qkv, D);
     expect_close(y, ref.y, tol, "y" + at);
-    expect_close(probs, ref.probs, tol, "probs" + at);
-    expect_close(ops::causal_attention_backward(dy, qkv, probs, D), ref.dqkv, tol, "dqkv" + at);
+    expect_close(lse, ref.lse, tol, "lse" + at);
+    expect_close(ops::causal_attention_backward(dy, qkv, lse, D), ref.dqkv, tol, "dqkv" + at);
   }
 }
 
@@ -85,7 +85,9 @@ TEST_P(AttentionKernel, TwoThreadsAtEveryLevel) {
 // threads (the groups split over the threads, a group's heads on one).
 TEST_P(AttentionKernel, GroupedKeyValueHeadsAtEveryLevelAndTwoThreads) {
   const DType dt = GetParam();
-  const double tol = dt == DType::f64 ? 1e-10 : 2e-5;
+  // f32: dk and dv sum twice the rows (two query heads) of probabilities recomputed from
+  // the log-sum-exp, so their small elements carry twice the rounding of the others'
+  const double tol = dt == DType::f64 ? 1e-10 : 4e-5;
   LevelGuard guard;
   const int64_t B = 3;
   uint64_t seed = 40;
@@ -103,10 +105,10 @@ TEST_P(AttentionKernel, GroupedKeyValueHeadsAtEveryLevelAndTwoThreads) {
             const std::string at = " at T " + std::to_string(T) + ", head_dim " + std::to_string(D) + ", " +
                                    std::to_string(H) + " / " + std::to_string(Hkv) + " heads, " +
                                    std::to_string(threads) + " threads, " + cpu::simd_level_name(lvl);
-            auto [y, probs] = ops::causal_attention(qkv, D, Hkv);
+            auto [y, lse] = ops::causal_attention(qkv, D, Hkv);
             expect_close(y, ref.y, tol, "y" + at);
-            expect_close(probs, ref.probs, tol, "probs" + at);
-            expect_close(ops::causal_attention_backward(dy, qkv, probs, D, Hkv), ref.dqkv, tol, "dqkv" + at);
+            expect_close(lse, ref.lse, tol, "lse" + at);
+            expect_close(ops::causal_attention_backward(dy, qkv, lse, D, Hkv), ref.dqkv, tol, "dqkv" + at);
           }
         }
   }

@@ -38,14 +38,14 @@ void check_against_naive(DType dt, int64_t T) {
   for (int threads : {1, 2}) {
     ThreadsGuard tg(threads);
     const std::string at = " at T=" + std::to_string(T) + ", " + std::to_string(threads) + " threads";
-    auto [y, probs] = ops::causal_attention(qkv, D);
+    auto [y, lse] = ops::causal_attention(qkv, D);
     EXPECT_EQ(y.shape(), (Shape{B, T, H * D}));
-    EXPECT_EQ(probs.shape(), (Shape{B, H, T, T}));
+    EXPECT_EQ(lse.shape(), (Shape{B, H, T}));  // the rows' log-sum-exp, not the probabilities
     expect_close(y, ref.y, tol, "y" + at);
-    expect_close(probs, ref.probs, tol, "probs" + at);
-    expect_close(ops::causal_attention_backward(dy, qkv, probs, D), ref.dqkv, tol, "dqkv" + at);
+    expect_close(lse, ref.lse, tol, "lse" + at);
+    expect_close(ops::causal_attention_backward(dy, qkv, lse, D), ref.dqkv, tol, "dqkv" + at);
 
-    Tensor cy = ops::empty(y.shape(), dt), cp = ops::empty(probs.shape(), dt), cd = ops::empty(qkv.shape(), dt);
+    Tensor cy = ops::empty(y.shape(), dt), cp = ops::empty({B, H, T, T}, dt), cd = ops::empty(qkv.shape(), dt);
     ops::detail::composed_causal_attention(qkv, cy, cp, D);
     ops::detail::composed_causal_attention_backward(dy, qkv, cp, cd, D);
     expect_close(cy, ref.y, tol, "composed y" + at);
@@ -66,21 +66,24 @@ TEST(CausalAttentionOp, StridedInputsOneTokenAndErrors) {
   const Tensor qkv = ops::transpose(base, 1, 2), dy = ops::transpose(gbase, 1, 2);
   ASSERT_FALSE(qkv.is_contiguous());
   const AttentionRef ref = attention_reference(qkv.to_vector<double>(), dy.to_vector<double>(), B, T, H, D);
-  auto [y, probs] = ops::causal_attention(qkv, D);
+  auto [y, lse] = ops::causal_attention(qkv, D);
   expect_close(y, ref.y, 2e-5, "y");
-  expect_close(ops::causal_attention_backward(dy, qkv, probs, D), ref.dqkv, 2e-5, "dqkv");
+  expect_close(ops::causal_attention_backward(dy, qkv, lse, D), ref.dqkv, 2e-5, "dqkv");
 
   // T = 1: each position attends only to itself, so y is v and the grads of q, k vanish
   const Tensor one = rnd({2, 1, 3 * H * D}, DType::f32, 5);
   auto [y1, p1] = ops::causal_attention(one, D);
   expect_close(y1, ops::narrow(one, 2, 2 * H * D, H * D).to_vector<double>(), 1e-7, "T=1 y");
-  expect_close(p1, Vec(size_t(2 * H), 1.0), 1e-7, "T=1 probs");
+  // and each row's log-sum-exp is its one score, q.k / sqrt(D)
+  const AttentionRef ref1 = attention_reference(one.to_vector<double>(), Vec(size_t(2 * H * D), 0.0), 2, 1, H, D);
+  expect_close(p1, ref1.lse, 1e-6, "T=1 lse");
 
   EXPECT_THROW(ops::causal_attention(rnd({2, 4, 10}, DType::f32, 6), 2), Error);  // 10 is not 3*H*2
   EXPECT_THROW(ops::causal_attention(rnd({2, 4, 8}, DType::f32, 6), 2, 2), Error);   // 4 heads: none left for q
   EXPECT_THROW(ops::causal_attention(rnd({2, 4, 14}, DType::f32, 6), 2, 2), Error);  // 3 q heads over 2 kv
   EXPECT_THROW(ops::causal_attention(rnd({4, 18}, DType::f32, 7), 3), Error);     // not (B, T, W)
-  EXPECT_THROW(ops::causal_attention_backward(rnd({B, T, H * D + 1}, DType::f32, 8), qkv, probs, D), Error);
+  EXPECT_THROW(ops::causal_attention_backward(rnd({B, T, H * D + 1}, DType::f32, 8), qkv, lse, D), Error);
+  EXPECT_THROW(ops::causal_attention_backward(dy, qkv, ops::zeros({B, H, T, T}), D), Error);  // not the lse
 }
 
 // Grouped key/value heads on the paths without a grouped kernel (16 bits on the CPU, as
