@@ -30,6 +30,15 @@ using strata::testing::AttentionRef;
 using LevelGuard = strata::testing::SimdLevelGuard;
 
 class AttentionKernel : public ::testing::TestWithParam<DType> {};
+
+// The op's y, log-sum-exp and d(q|k|v) against the reference, within tol.
+void expect_matches(const Tensor& qkv, const Tensor& dy, const AttentionRef& ref, int64_t D, int64_t kv_heads,
+                    double tol, const std::string& at) {
+  auto [y, lse] = ops::causal_attention(qkv, D, kv_heads);
+  expect_close(y, ref.y, tol, "y" + at);
+  expect_close(lse, ref.lse, tol, "lse" + at);
+  expect_close(ops::causal_attention_backward(dy, qkv, lse, D, kv_heads), ref.dqkv, tol, "dqkv" + at);
+}
 INSTANTIATE_TEST_SUITE_P(Float, AttentionKernel, ::testing::Values(DType::f32, DType::f64),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
@@ -52,10 +61,7 @@ TEST_P(AttentionKernel, OddSizesAgainstAnF64LoopAtEveryLevel) {
           ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
           const std::string at = " at T " + std::to_string(T) + ", head_dim " + std::to_string(D) + ", " +
                                  std::to_string(H) + " heads, " + cpu::simd_level_name(lvl);
-          auto [y, lse] = ops::causal_attention(qkv, D);
-          expect_close(y, ref.y, tol, "y" + at);
-          expect_close(lse, ref.lse, tol, "lse" + at);
-          expect_close(ops::causal_attention_backward(dy, qkv, lse, D), ref.dqkv, tol, "dqkv" + at);
+          expect_matches(qkv, dy, ref, D, 0, tol, at);
         }
       }
 }
@@ -73,10 +79,7 @@ TEST_P(AttentionKernel, TwoThreadsAtEveryLevel) {
   for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels()) {
     ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
     const std::string at = std::string(" at ") + cpu::simd_level_name(lvl);
-    auto [y, lse] = ops::causal_attention(qkv, D);
-    expect_close(y, ref.y, tol, "y" + at);
-    expect_close(lse, ref.lse, tol, "lse" + at);
-    expect_close(ops::causal_attention_backward(dy, qkv, lse, D), ref.dqkv, tol, "dqkv" + at);
+    expect_matches(qkv, dy, ref, D, 0, tol, at);
   }
 }
 
@@ -105,10 +108,7 @@ TEST_P(AttentionKernel, GroupedKeyValueHeadsAtEveryLevelAndTwoThreads) {
             const std::string at = " at T " + std::to_string(T) + ", head_dim " + std::to_string(D) + ", " +
                                    std::to_string(H) + " / " + std::to_string(Hkv) + " heads, " +
                                    std::to_string(threads) + " threads, " + cpu::simd_level_name(lvl);
-            auto [y, lse] = ops::causal_attention(qkv, D, Hkv);
-            expect_close(y, ref.y, tol, "y" + at);
-            expect_close(lse, ref.lse, tol, "lse" + at);
-            expect_close(ops::causal_attention_backward(dy, qkv, lse, D, Hkv), ref.dqkv, tol, "dqkv" + at);
+            expect_matches(qkv, dy, ref, D, Hkv, tol, at);
           }
         }
   }
