@@ -1,5 +1,7 @@
 // Differentiable matmul and linear. Backward GEMMs read transposed views, so no
 // operand is ever copied to be transposed.
+#include <algorithm>
+
 #include <strata/autograd/autocast.h>
 #include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
@@ -101,17 +103,16 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 namespace {
 // Whether the fused linear_gelu / linear_residual run: f32 or f64 tensors on one device
-// (CPU or CUDA: tensor/cuda/bias_act.cu), outside autocast. With 16-bit tensors the unfused path rounds y + b to 16
-// bits before the GELU (or the residual add), and the 16-bit training tests' bounds are
-// set on that path.
-bool fuses_linear(const Tensor& x, const Tensor& w, const Tensor& b, std::initializer_list<Tensor> more = {}) {
-  const Device d = x.device();
+// (CPU or CUDA: tensor/cuda/bias_act.cu), outside autocast. With 16-bit tensors the
+// unfused path rounds y + b to 16 bits before the GELU (or the residual add), and the
+// 16-bit training tests' bounds are set on that path. `more`: further inputs (the residual).
+bool fuses_linear(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<Tensor>& more = {}) {
   if (!(x.dtype() == DType::f32 || x.dtype() == DType::f64)) return false;
-  const auto same = [&](const Tensor& t) { return t.device() == d && t.dtype() == x.dtype(); };
-  if (!same(w) || (b.defined() && !same(b))) return false;
-  for (const Tensor& t : more)
-    if (!same(t)) return false;
-  return !autocast::wants_low_precision({x, w, b});
+  std::vector<Tensor> all{x, w, b};
+  all.insert(all.end(), more.begin(), more.end());
+  for (const Tensor& t : all)
+    if (t.defined() && (t.device() != x.device() || t.dtype() != x.dtype())) return false;
+  return !autocast::wants_low_precision(all);
 }
 }  // namespace
 
@@ -174,10 +175,11 @@ Tensor linear_packed(const Tensor& x, const std::vector<Tensor>& ws) {
   Shape out_shape = x.shape();
   out_shape.back() = total;
   const Tensor out = ops::view(y, out_shape);
-  bool any_w = false;
-  for (const Tensor& w : ws) any_w = any_w || w.requires_grad();
-  if (!x.requires_grad() && !any_w) return out;
   const bool need_x = x.requires_grad();
+  std::vector<bool> need_w;
+  for (const Tensor& w : ws) need_w.push_back(w.requires_grad());
+  const bool any_w = std::find(need_w.begin(), need_w.end(), true) != need_w.end();
+  if (!need_x && !any_w) return out;
   SavedTensor sx(any_w ? x2 : Tensor());
   std::vector<SavedTensor> sw;
   std::vector<Tensor> leaves;
@@ -186,8 +188,6 @@ Tensor linear_packed(const Tensor& x, const std::vector<Tensor>& ws) {
     leaves.push_back(leaf_weight(w));
   }
   const Shape xs = x.shape();
-  std::vector<bool> need_w;
-  for (const Tensor& w : ws) need_w.push_back(w.requires_grad());
   return record_fn("LinearPackedBackward", out, inputs, [=](const Tensor& g) {
     const Tensor g2 = ops::reshape(g, {-1, total});  // (M, total)
     std::vector<Tensor> grads(1 + ws.size());
@@ -207,8 +207,7 @@ Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const 
   if (!out_shape.empty()) out_shape.back() = w.dim() == 2 ? w.size(0) : -1;
   // as linear_gelu, the residual exactly the Linear's output shape (no broadcast);
   // otherwise the unfused ops, which give the same values
-  const bool fused = fuses_linear(x, w, b, {residual}) && residual.shape() == out_shape &&
-                     !autocast::wants_low_precision({residual});
+  const bool fused = fuses_linear(x, w, b, {residual}) && residual.shape() == out_shape;
   if (!fused) return add(residual, linear(x, w, b));
   STRATA_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), "[linear_residual] input ", shape_str(x.shape()),
                " does not match weight ", shape_str(w.shape()), " (out, in)");

@@ -66,20 +66,30 @@ Tensor LlamaAttention::forward(const Tensor& x) {
     return std::pair{wq / hd, wk / hd};
   };
   // Selective recomputation keeps the projections' outputs (q|k|v side by side) and
-  // recomputes the rest in backward: rotary and the attention core (with its (B, H, T, T)
-  // probabilities; the replaced core also repeats the key/value heads).
-  const Linear *lq = plain_linear(child("wq")), *lk = plain_linear(child("wk")), *lv = plain_linear(child("wv"));
-  if (lq && lk && lv && !attention_fn_) {
-    // Plain projections: their three GEMMs write q|k|v side by side into one buffer
-    // (B, T, (H + 2 Hkv) hd), rotary turns its q and k heads in one pass, and the fused op
-    // reads the key/value groups in place.
-    const auto [h, hkv] = check_heads(lq->out_features(), lk->out_features(), lv->out_features());
-    const Tensor raw = linear_packed(x, {lq->weight(), lk->weight(), lv->weight()});
-    const auto core_fn = [this, h, hkv](const Tensor& r) { return packed_core(r, h, hkv); };
+  // recomputes the rest in backward: rotary and the attention core (a replaced core also
+  // repeats the key/value heads).
+  if (!attention_fn_) {
+    // The fused op: q|k|v packed (B, T, (H + 2 Hkv) hd), rotary turning its q and k heads
+    // in one pass, the key/value groups read in place. Plain projections' three GEMMs
+    // write that buffer side by side; otherwise (column-parallel projections, a forward
+    // hook) the modules run and their outputs are concatenated.
+    const Linear *lq = plain_linear(child("wq")), *lk = plain_linear(child("wk")), *lv = plain_linear(child("wv"));
+    std::pair<int64_t, int64_t> heads;
+    Tensor raw;
+    if (lq && lk && lv) {
+      heads = check_heads(lq->out_features(), lk->out_features(), lv->out_features());
+      raw = linear_packed(x, {lq->weight(), lk->weight(), lv->weight()});
+    } else {
+      // x may be a sequence shard (B, T/tp, C): column-parallel projections gather it
+      const Tensor q = (*child("wq"))(x), k = (*child("wk"))(x), v = (*child("wv"))(x);
+      heads = check_heads(q.size(2), k.size(2), v.size(2));
+      raw = cat({q, k, v}, -1);
+    }
+    const auto core_fn = [this, heads](const Tensor& r) { return packed_core(r, heads.first, heads.second); };
     return (*child("wo"))(selective_ ? recompute_in_backward(core_fn, raw, {}) : core_fn(raw));
   }
-  // x may be a sequence shard (B, T/tp, C): column-parallel projections gather it, so q,
-  // k and v span this rank's whole T (T/cp under context parallelism).
+  // A replaced core (context parallelism's ring attention): q, k, v spanning this rank's
+  // T/cp, under tensor parallelism its heads.
   Tensor q = (*child("wq"))(x);  // (B, T, H*hd), H this rank's query heads
   Tensor k = (*child("wk"))(x);  // (B, T, Hkv*hd)
   Tensor v = (*child("wv"))(x);
@@ -111,13 +121,10 @@ Tensor LlamaAttention::core(const Tensor& q_in, const Tensor& k_in, const Tensor
   const Tensor pos = rotary_->at(t);
   const Tensor q = rotary(reshape(q_in, {b, t, h, hd}), pos, rotary_->inv_freq);
   const Tensor k = rotary(reshape(k_in, {b, t, hkv, hd}), pos, rotary_->inv_freq);
-  // Grouped-query attention: query head j reads key/value head j / (H/Hkv). The fused op
-  // takes the Hkv heads as they are (q|k|v of H + 2 Hkv heads); a replaced attention core
-  // (ring attention) sees plain multi-head q|k|v, each k, v head repeated H/Hkv times
-  // ((B, T, Hkv, hd) -> (B, T, H, hd), Hugging Face's repeat_kv), which costs the expanded
-  // K and V: 2 B T (H - Hkv) hd more elements per block.
-  if (!attention_fn_)
-    return causal_attention(cat({reshape(q, {b, t, h * hd}), reshape(k, {b, t, hkv * hd}), v}, -1), hd, hkv);
+  // Grouped-query attention: query head j reads key/value head j / (H/Hkv). The replaced
+  // core (ring attention) takes plain multi-head q|k|v, so each k, v head is repeated H/Hkv
+  // times ((B, T, Hkv, hd) -> (B, T, H, hd), Hugging Face's repeat_kv), which costs the
+  // expanded K and V: 2 B T (H - Hkv) hd more elements per block.
   const int64_t rep = h / hkv;
   auto repeat = [&](const Tensor& kv) {
     const Tensor heads = reshape(kv, {b, t, hkv, 1, hd});

@@ -69,7 +69,7 @@ class LlamaAttention : public Module, public ReplaceableAttention {
 
  private:
   /// q (B, T, H*hd), k, v (B, T, Hkv*hd) as projected -> y (B, T, H*hd): rotary, repeated
-  /// key/value heads and the attention core (the replaced one if set).
+  /// key/value heads and the replaced attention core.
   Tensor core(const Tensor& q, const Tensor& k, const Tensor& v, int64_t h, int64_t hkv);
   /// The same from q|k|v packed as projected (B, T, (H + 2 Hkv)*hd), into the fused op.
   Tensor packed_core(const Tensor& raw, int64_t h, int64_t hkv);

@@ -454,9 +454,7 @@ std::array<Tensor, 3> attention_heads(const Tensor& qkv, int64_t head_dim) {
   const auto [q, k, v] = attention_head_views(qkv, head_dim);
   return {contiguous(q), contiguous(k), contiguous(v)};
 }
-}  // namespace
 
-namespace {
 // Grouped q|k|v (B, T, (H + 2 Hkv) hd) -> plain (B, T, 3 H hd): each key/value head
 // repeated H/Hkv times, for the paths that take H heads of each.
 Tensor repeat_kv_heads(const Tensor& qkv, int64_t hd, int64_t H, int64_t Hkv) {
@@ -504,20 +502,20 @@ void composed_causal_attention_backward(const Tensor& dy, const Tensor& qkv, con
 }  // namespace detail
 
 namespace {
-// What the forward saves for the backward: the rows' log-sum-exp (B, H, T), from which the
-// fused kernels (tensor/cpu/attention.cpp, tensor/cuda/attention.cu) recompute the
-// probabilities; the probabilities (B, H, T, T) where 16-bit tensors on the CPU run the
-// composition.
-bool saves_lse(Device d, DType dt) { return !(d.is_cpu() && is_16bit(dt)); }
+// 16-bit tensors on the CPU run the composition (detail::composed_causal_attention, whose
+// matmuls and softmax widen inside their kernels; the fused CPU kernel is f32/f64) and
+// keep the probabilities (B, H, T, T), in 16 bits. Everything else runs a fused kernel
+// (tensor/cpu/attention.cpp, tensor/cuda/attention.cu), which saves the rows' log-sum-exp
+// (B, H, T) and recomputes the probabilities from it.
+bool runs_composed(Device d, DType dt) { return d.is_cpu() && is_16bit(dt); }
 Shape attention_stats_shape(Device d, DType dt, int64_t B, int64_t H, int64_t T) {
-  return saves_lse(d, dt) ? Shape{B, H, T} : Shape{B, H, T, T};
+  return runs_composed(d, dt) ? Shape{B, H, T, T} : Shape{B, H, T};
 }
-DType attention_stats_dtype(Device d, DType dt) { return saves_lse(d, dt) ? stat_dtype(dt) : dt; }
-}  // namespace
-
-// Grouped key/value heads go to the CPU's f32/f64 kernel as they are; the other paths take
+DType attention_stats_dtype(Device d, DType dt) { return runs_composed(d, dt) ? dt : stat_dtype(dt); }
+// Grouped key/value heads go to the CPU's fused kernel as they are; the other paths take
 // them repeated to H heads (and sum the gradient back).
-bool runs_grouped(const Tensor& qkv) { return qkv.device().is_cpu() && !is_16bit(qkv.dtype()); }
+bool runs_grouped(const Tensor& qkv) { return qkv.device().is_cpu() && !runs_composed(qkv.device(), qkv.dtype()); }
+}  // namespace
 
 std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim, int64_t kv_heads) {
   const auto [H, Hkv] = attention_heads(qkv, head_dim, kv_heads, "causal_attention");
@@ -526,9 +524,7 @@ std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim, 
   const Device d = qkv.device();
   Tensor y = empty({B, T, H * head_dim}, qkv.dtype(), d);
   Tensor probs = empty(attention_stats_shape(d, qkv.dtype(), B, H, T), attention_stats_dtype(d, qkv.dtype()), d);
-  // 16-bit on the CPU: the composition, whose matmuls and softmax widen inside their
-  // kernels (the fused kernel is f32/f64); probabilities are kept in 16 bits
-  if (is_16bit(qkv.dtype()) && d.is_cpu())
+  if (runs_composed(d, qkv.dtype()))
     detail::composed_causal_attention(contiguous(qkv), y, probs, head_dim);
   else
     kAttention(d)(contiguous(qkv), y, probs, head_dim, Hkv);
@@ -551,9 +547,9 @@ Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tens
   STRATA_CHECK(probs.shape() == want && probs.dtype() == attention_stats_dtype(d, qkv.dtype()),
                "[causal_attention_backward] saved statistics ", probs.str(), " do not match ", shape_str(want), " ",
                dtype_name(attention_stats_dtype(d, qkv.dtype())),
-               saves_lse(d, qkv.dtype()) ? " (log-sum-exp)" : " (probabilities)");
+               runs_composed(d, qkv.dtype()) ? " (probabilities)" : " (log-sum-exp)");
   Tensor dqkv = empty(qkv.shape(), qkv.dtype(), d);
-  if (is_16bit(qkv.dtype()) && d.is_cpu())
+  if (runs_composed(d, qkv.dtype()))
     detail::composed_causal_attention_backward(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
   else
     kAttentionBwd(d)(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim, Hkv);
