@@ -169,7 +169,7 @@ inline void pack_rows(const T* src, int64_t ld, int64_t rows, int64_t cols, T* d
 
 template <class T>
 struct FwdPair {
-  const T* q;  // (T, hd) each, row stride ld; k = q + C, v = q + 2C
+  const T* q;  // (T, hd) each, row stride ld: the query head and its key/value head
   const T* k;
   const T* v;
   int64_t ld;
@@ -178,7 +178,8 @@ struct FwdPair {
   T* lse;  // (T): the rows' log-sum-exp
   int64_t n, hd;
   T scale;
-  T* ws;  // fwd_scratch(n, hd) elements, 64-byte aligned
+  T* ws;         // fwd_scratch(n, hd) elements, 64-byte aligned
+  bool kv_held;  // ws already holds k and v packed (the previous pair had the same ones)
 };
 
 template <class T>
@@ -193,8 +194,10 @@ inline void forward_pair(const FwdPair<T>& a) {
   T* kt = a.ws;           // (hd, tp): scale * k^T
   T* vp = kt + hd * tp;   // (n, hdp): v
   T* s = vp + n * hdp;    // (kR, tp): the row block's scores, then probabilities
-  pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
-  pack_rows<L::kBytes>(a.v, a.ld, n, hd, vp, hdp);
+  if (!a.kv_held) {
+    pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
+    pack_rows<L::kBytes>(a.v, a.ld, n, hd, vp, hdp);
+  }
   for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;  // columns [0, m): to the diagonal
@@ -222,7 +225,8 @@ struct BwdPair {
   int64_t n, hd;
   T scale;
   T* ws;        // bwd_scratch(n, hd) elements, 64-byte aligned
-  bool add_kv;  // dk and dv += this head's part (a later query head of the group)
+  bool add_kv;  // a later query head of the group: ws already holds k and v packed, and
+                // dk and dv += this head's part
 };
 
 template <class T>
@@ -241,9 +245,11 @@ inline void backward_pair(const BwdPair<T>& a) {
   T* gp = qp + n * hdp;
   T* pp = gp + n * hdp;  // (n, tp): P; row i valid on [0, m(i)) (zero from i + 1)
   T* ds = pp + n * tp;   // (n, tp): dP, then scale * dS
-  pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
-  pack_transposed<L::kBytes>(a.v, a.ld, n, hd, T(1), vt, tp);
-  pack_rows<L::kBytes>(a.k, a.ld, n, hd, kp, hdp);
+  if (!a.add_kv) {
+    pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
+    pack_transposed<L::kBytes>(a.v, a.ld, n, hd, T(1), vt, tp);
+    pack_rows<L::kBytes>(a.k, a.ld, n, hd, kp, hdp);
+  }
   pack_rows<L::kBytes>(a.q, a.ld, n, hd, qp, hdp);
   pack_rows<L::kBytes>(a.g, a.ldg, n, hd, gp, hdp);
   for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
@@ -356,15 +362,18 @@ void forward_impl(const T* qkv, T* y, T* lse, const Dims& d) {
     T* ws = scratch.at(tid);
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / d.H, h = bh % d.H, g = h / d.rep();
-      if (bh + 1 < bh1) {  // the next pair's q, k, v and output rows
+      if (bh + 1 < bh1) {  // the next pair's q and output rows, and k, v when they change
         const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H, ng = nh / d.rep();
         prefetch_rows(qkv + d.q_at(nb, nh), d.W, d.T, d.hd);
-        prefetch_rows(qkv + d.k_at(nb, ng), d.W, d.T, d.hd);
-        prefetch_rows(qkv + d.v_at(nb, ng), d.W, d.T, d.hd);
+        if (nh % d.rep() == 0) {
+          prefetch_rows(qkv + d.k_at(nb, ng), d.W, d.T, d.hd);
+          prefetch_rows(qkv + d.v_at(nb, ng), d.W, d.T, d.hd);
+        }
         prefetch_rows<true>(y + nb * d.T * d.C + nh * d.hd, d.C, d.T, d.hd);
       }
+      const bool kv_held = bh > bh0 && h % d.rep() != 0;  // this thread packed the group's k, v last
       fn(FwdPair<T>{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, y + b * d.T * d.C + h * d.hd,
-                    d.C, lse + bh * d.T, d.T, d.hd, scale, ws});
+                    d.C, lse + bh * d.T, d.T, d.hd, scale, ws, kv_held});
     }
   });
 }
@@ -384,11 +393,12 @@ void backward_impl(const T* dy, const T* qkv, const T* lse, T* dqkv, const Dims&
     const int64_t bh0 = bg0 * rep, bh1 = bg1 * rep;  // the groups' pairs (b, h) are consecutive
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / d.H, h = bh % d.H, g = h / rep;
-      if (bh + 1 < bh1) {  // the next pair's q, k, v, dy and gradient rows
+      if (bh + 1 < bh1) {  // the next pair's q, dy and gradient rows, and k, v when they change
         const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H, ng = nh / rep;
-        for (const int64_t at : {d.q_at(nb, nh), d.k_at(nb, ng), d.v_at(nb, ng)}) {
-          prefetch_rows(qkv + at, d.W, d.T, d.hd);
-          prefetch_rows<true>(dqkv + at, d.W, d.T, d.hd);
+        const int64_t ats[] = {d.q_at(nb, nh), d.k_at(nb, ng), d.v_at(nb, ng)};
+        for (int part = 0; part < (nh % rep == 0 ? 3 : 1); ++part) {
+          prefetch_rows(qkv + ats[part], d.W, d.T, d.hd);
+          prefetch_rows<true>(dqkv + ats[part], d.W, d.T, d.hd);
         }
         prefetch_rows(dy + nb * d.T * d.C + nh * d.hd, d.C, d.T, d.hd);
       }
