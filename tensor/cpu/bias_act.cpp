@@ -29,8 +29,8 @@ template <bool Tanh, class A>
   else return gelu_erf_grad_of(h);
 }
 
-// The f32 tanh form's gradient at x86-64-v4 runs the intrinsics rows (gelu_avx512.h): no
-// division.
+// The f32 tanh form at x86-64-v4 runs the intrinsics rows (gelu_avx512.h), forward and
+// backward.
 template <class T, bool Tanh>
 bool use_avx512() {
   return kHaveGeluAvx512 && std::is_same_v<T, float> && Tanh && simd_level() == SimdLevel::v4;
@@ -38,6 +38,14 @@ bool use_avx512() {
 
 template <class T, bool Tanh, class A = acc_t<T>>
 void forward_impl(const T* y, const T* b, T* out, int64_t rows, int64_t n) {
+  if constexpr (std::is_same_v<T, float> && Tanh) {
+    if (use_avx512<T, Tanh>()) {
+      parallel_for(rows, std::max<int64_t>(1, 16384 / n), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) gelu_tanh_row_avx512(y + r * n, b, out + r * n, n);
+      });
+      return;
+    }
+  }
   parallel_for_simd(rows, std::max<int64_t>(1, 16384 / n), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* yr = y + r * n;

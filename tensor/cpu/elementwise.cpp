@@ -278,9 +278,9 @@ void compare_scalar_kernel(CompareOp op, Tensor& out, const Tensor& a, double s)
 }
 
 namespace {
-// The f32 tanh GELU's gradient at x86-64-v4 on contiguous operands: the AVX-512 rows
-// without a division (gelu_avx512.h), as the fused bias_gelu_backward uses, so the fused
-// and unfused GPT MLPs compute the same gradients.
+// The f32 tanh GELU and its gradient at x86-64-v4 on contiguous operands: the AVX-512 rows
+// (gelu_avx512.h) that the fused bias_gelu and bias_gelu_backward use, so the fused and
+// unfused GPT MLPs compute the same activations and gradients.
 bool gelu_avx512_applies(const Tensor& out, const std::vector<const Tensor*>& in) {
   if (!kHaveGeluAvx512 || out.dtype() != DType::f32 || simd_level() != SimdLevel::v4 || !out.is_contiguous())
     return false;
@@ -291,6 +291,12 @@ bool gelu_avx512_applies(const Tensor& out, const std::vector<const Tensor*>& in
 }  // namespace
 
 void unary_kernel(UnaryOp op, Tensor& out, const Tensor& a) {
+  if (op == UnaryOp::gelu_tanh && gelu_avx512_applies(out, {&a})) {
+    const float* x = a.data<float>();
+    float* y = out.data<float>();
+    parallel_for(out.numel(), 16384, [&](int64_t b, int64_t e) { gelu_tanh_row_avx512(x + b, nullptr, y + b, e - b); });
+    return;
+  }
   STRATA_DISPATCH_FLOAT16(out.dtype(), "unary", [&] {
     with_unary<acc_t<scalar_t>>(op, [&](auto f) { map1<scalar_t, scalar_t>(out, a, f); });
   });

@@ -38,11 +38,16 @@ STRATA_AVX512 inline __m512 exp_clamped(__m512 z) {
   return _mm512_scalef_ps(p, n);
 }
 
-// 1 / (d 2^-8) for d in [1, inf): vrcp14ps (2^-14) and one Newton step. The 2^-8 keeps
-// the reciprocal of d up to 2^128 a normal float.
-STRATA_AVX512 inline __m512 recip_scaled(__m512 ds) {
-  const __m512 r = _mm512_rcp14_ps(ds);
-  return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(ds, r, _mm512_set1_ps(1.0f)), r);
+// -2u = -2 sqrt(2/pi) (h + 0.044715 h^3), from h and h^2.
+STRATA_AVX512 inline __m512 minus_two_u(__m512 h, __m512 h2) {
+  return _mm512_mul_ps(h, _mm512_fmadd_ps(h2, _mm512_set1_ps(-2 * kK * kCubic), _mm512_set1_ps(-2 * kK)));
+}
+
+// gelu_tanh(h) = h sigmoid(2u) = h / (1 + exp(-2u)). exp(-2u) = inf (h < -10) gives
+// h / inf = -0, as the scalar form does.
+STRATA_AVX512 inline __m512 gelu(__m512 h) {
+  const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_clamped(minus_two_u(h, _mm512_mul_ps(h, h))));
+  return _mm512_div_ps(h, d);
 }
 
 // gelu_tanh'(h) = s + h s (1 - s) 2 du/dh, s = 1 / (1 + exp(-2u)); h clamped to +-30
@@ -50,14 +55,8 @@ STRATA_AVX512 inline __m512 recip_scaled(__m512 ds) {
 STRATA_AVX512 inline __m512 gelu_grad(__m512 h) {
   h = _mm512_min_ps(_mm512_set1_ps(30.0f), _mm512_max_ps(_mm512_set1_ps(-30.0f), h));
   const __m512 h2 = _mm512_mul_ps(h, h);
-  const __m512 z = _mm512_mul_ps(h, _mm512_fmadd_ps(h2, _mm512_set1_ps(-2 * kK * kCubic), _mm512_set1_ps(-2 * kK)));
-  const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_clamped(z));
-  const __m512 ds = _mm512_mul_ps(d, _mm512_set1_ps(0x1p-8f));
-  __m512 r = recip_scaled(ds);
-  r = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(ds, r, _mm512_set1_ps(1.0f)), r);  // second Newton step: ~0.5 ulp
-  __m512 s = _mm512_mul_ps(r, _mm512_set1_ps(0x1p-8f));
-  s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(d, _mm512_set1_ps(__builtin_inff()), _CMP_EQ_OQ),
-                         _mm512_setzero_ps());  // 1 / inf
+  const __m512 s =
+      _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), exp_clamped(minus_two_u(h, h2))));
   const __m512 du2 = _mm512_fmadd_ps(h2, _mm512_set1_ps(2 * kK * 3 * kCubic), _mm512_set1_ps(2 * kK));
   const __m512 t = _mm512_mul_ps(_mm512_mul_ps(h, s), _mm512_sub_ps(_mm512_set1_ps(1.0f), s));
   return _mm512_fmadd_ps(t, du2, s);
@@ -83,6 +82,16 @@ STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, con
   }
 }
 
+STRATA_AVX512 void gelu_tanh_row_avx512(const float* y, const float* b, float* out, int64_t n) {
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+    _mm_prefetch(reinterpret_cast<const char*>(y + j + kPrefetchAhead), _MM_HINT_T0);
+    __m512 h = load(y + j, m);
+    if (b) h = _mm512_add_ps(h, load(b + j, m));
+    _mm512_mask_storeu_ps(out + j, m, gelu(h));
+  }
+}
+
 }  // namespace strata::cpu
 
 #else
@@ -90,6 +99,9 @@ STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, con
 namespace strata::cpu {
 void gelu_tanh_grad_row_avx512(const float*, const float*, const float*, float*, float*, int64_t) {
   STRATA_THROW(Error, "[gelu_tanh_grad_row_avx512] not built for this target (kHaveGeluAvx512 is false)");
+}
+void gelu_tanh_row_avx512(const float*, const float*, float*, int64_t) {
+  STRATA_THROW(Error, "[gelu_tanh_row_avx512] not built for this target (kHaveGeluAvx512 is false)");
 }
 }  // namespace strata::cpu
 
