@@ -83,12 +83,11 @@ void check_float(const Tensor& t, const char* op, const char* what) {
 
 bool is_16bit(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
 
-// check_float, plus f16/bf16 on the CPU (whose kernels widen them to f32 inside).
+// check_float, plus f16/bf16 (the CPU and CUDA kernels widen them to f32 inside).
 void check_float16(const Tensor& t, const char* op, const char* what) {
   STRATA_CHECK(t.defined(), "[", op, "] ", what, " is undefined");
-  if (is_16bit(t.dtype()) && t.device().is_cpu()) return;
-  STRATA_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, "[", op, "] ", what, " must be f32 or f64",
-               (t.device().is_cpu() ? " (or bf16/f16)" : " on this device"), ", got ", t.str());
+  STRATA_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64 || is_16bit(t.dtype()), "[", op, "] ", what,
+               " must be f32, f64, bf16 or f16, got ", t.str());
 }
 
 // The dtype statistics and losses of x are kept in: f32 for 16-bit x, else x's.
@@ -422,9 +421,9 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& probs, const Te
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& probs, const Tensor& target, int64_t ignore_index,
                               DType gdt) {
   check_float(probs, "cross_entropy_backward", "probs");
-  STRATA_CHECK(gdt == probs.dtype() || (is_16bit(gdt) && probs.dtype() == DType::f32 && probs.device().is_cpu()),
+  STRATA_CHECK(gdt == probs.dtype() || (is_16bit(gdt) && probs.dtype() == DType::f32),
                "[cross_entropy_backward] a ", dtype_name(gdt), " gradient needs ", dtype_name(gdt),
-               " probs, or f32 probs for bf16/f16 on the cpu; got ", probs.str());
+               " probs, or f32 probs for bf16/f16; got ", probs.str());
   STRATA_CHECK(dloss.numel() == 1, "[cross_entropy_backward] dloss must have one element, got ",
                shape_str(dloss.shape()));
   STRATA_CHECK(probs.dim() == 2 && target.dim() == 1 && target.size(0) == probs.size(0),

@@ -3,11 +3,14 @@
 // needed and never stored. The GELU and its derivative are op_math.h's (those of the
 // unfused unary and activation-gradient kernels). The backward's bias gradient is the
 // column sum of dh by the deterministic sum kernel (reduce.cu): a second read of dh, where
-// the CPU adds it up in the same pass. f32 and f64 (linear_gelu and linear_residual fuse
-// only those).
+// the CPU adds it up in the same pass. f32, f64 (what linear_gelu and linear_residual fuse)
+// and f16/bf16 as the CPU kernels: y + b and the GELU in f32, each output rounded once
+// (widen.h); the 16-bit bias gradient sums the rounded dh (the CPU sums it before
+// rounding: they differ by rounding noise, not in expectation).
 #include <strata/tensor/cuda/kernels.h>
 #include <strata/tensor/cuda/launch.h>
 #include <strata/tensor/cuda/op_math.h>
+#include <strata/tensor/cuda/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cuda {
@@ -24,30 +27,31 @@ RowGrid row_grid(int64_t rows, int64_t n) {
   return {dim3(bx, by), dim3(kThreads)};
 }
 
-template <class T>
-__global__ void bias_gelu_k(int64_t rows, int64_t n, const T* y, const T* b, T* out, ops::UnaryOp op) {
+// S: the storage type; math in A = acc_t<S>.
+template <class S, class A = acc_t<S>>
+__global__ void bias_gelu_k(int64_t rows, int64_t n, const S* y, const S* b, S* out, ops::UnaryOp op) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
     for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
       const int64_t i = r * n + j;
-      out[i] = apply_unary(op, b ? T(y[i] + b[j]) : y[i]);
+      out[i] = st<S>(apply_unary(op, b ? A(ld(y[i]) + ld(b[j])) : ld(y[i])));
     }
 }
 
-template <class T>
-__global__ void bias_gelu_bwd_k(int64_t rows, int64_t n, const T* g, const T* y, const T* b, T* dh, ActKind kind) {
+template <class S, class A = acc_t<S>>
+__global__ void bias_gelu_bwd_k(int64_t rows, int64_t n, const S* g, const S* y, const S* b, S* dh, ActKind kind) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
     for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
       const int64_t i = r * n + j;
-      dh[i] = apply_act_grad(kind, g[i], b ? T(y[i] + b[j]) : y[i]);
+      dh[i] = st<S>(apply_act_grad(kind, ld(g[i]), b ? A(ld(y[i]) + ld(b[j])) : ld(y[i])));
     }
 }
 
-template <class T>
-__global__ void bias_residual_k(int64_t rows, int64_t n, T* y, const T* b, const T* res) {
+template <class S, class A = acc_t<S>>
+__global__ void bias_residual_k(int64_t rows, int64_t n, S* y, const S* b, const S* res) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
     for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
       const int64_t i = r * n + j;
-      y[i] = res[i] + (b ? T(y[i] + b[j]) : y[i]);
+      y[i] = st<S>(ld(res[i]) + (b ? A(ld(y[i]) + ld(b[j])) : ld(y[i])));
     }
 }
 
@@ -64,7 +68,7 @@ void bias_gelu_kernel(const Tensor& y, const Tensor& b, Tensor& out, bool tanh_a
   OpContext ctx(out);
   const RowGrid g = row_grid(rows, n);
   const ops::UnaryOp op = tanh_approx ? ops::UnaryOp::gelu_tanh : ops::UnaryOp::gelu;
-  STRATA_DISPATCH_FLOAT(y.dtype(), "bias_gelu", [&] {
+  STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_gelu", [&] {
     bias_gelu_k<<<g.grid, g.block, 0, ctx.stream>>>(rows, n, dptr<scalar_t>(y), ptr_or_null<scalar_t>(b),
                                                    dptr<scalar_t>(out), op);
   });
@@ -79,7 +83,7 @@ void bias_gelu_backward_kernel(const Tensor& dout, const Tensor& y, const Tensor
     OpContext ctx(dh);
     const RowGrid g = row_grid(rows, n);
     const ActKind kind = tanh_approx ? ActKind::gelu_tanh : ActKind::gelu;
-    STRATA_DISPATCH_FLOAT(y.dtype(), "bias_gelu_backward", [&] {
+    STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_gelu_backward", [&] {
       bias_gelu_bwd_k<<<g.grid, g.block, 0, ctx.stream>>>(rows, n, dptr<scalar_t>(dout), dptr<scalar_t>(y),
                                                          ptr_or_null<scalar_t>(b), dptr<scalar_t>(dh), kind);
     });
@@ -95,7 +99,7 @@ void bias_residual_kernel(Tensor& y, const Tensor& b, const Tensor& r) {
   if (rows == 0 || n == 0) return;
   OpContext ctx(y);
   const RowGrid g = row_grid(rows, n);
-  STRATA_DISPATCH_FLOAT(y.dtype(), "bias_residual_", [&] {
+  STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_residual_", [&] {
     bias_residual_k<<<g.grid, g.block, 0, ctx.stream>>>(rows, n, dptr<scalar_t>(y), ptr_or_null<scalar_t>(b),
                                                        dptr<scalar_t>(r));
   });

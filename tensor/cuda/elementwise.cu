@@ -1,10 +1,13 @@
 // CUDA elementwise kernels: one grid-stride kernel per (operand count, dtype), the op a
 // runtime argument evaluated by the formulas in tensor/cuda/op_math.h, operands
 // addressed through a coalesced OffsetCalc (contiguous tensors take the flat path).
+// f16/bf16 tensors are widened to f32 per element and rounded once on store (widen.h),
+// as the CPU's kernels.
 #include <strata/tensor/cuda/indexing.h>
 #include <strata/tensor/cuda/kernels.h>
 #include <strata/tensor/cuda/launch.h>
 #include <strata/tensor/cuda/op_math.h>
+#include <strata/tensor/cuda/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cuda {
@@ -18,51 +21,53 @@ std::vector<int64_t> bstrides(const Tensor& t, const Shape& shape) {
   return broadcast_strides(t.shape(), t.strides(), shape);
 }
 
-template <class T>
-__global__ void binary_k(int64_t n, OffsetCalc<3> oc, BinaryOp op, T* o, const T* a, const T* b) {
+// S: the storage type; the op is evaluated in acc_t<S> (f32 for f16/bf16).
+template <class S>
+__global__ void binary_k(int64_t n, OffsetCalc<3> oc, BinaryOp op, S* o, const S* a, const S* b) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
     int64_t off[3];
     oc.get(i, off);
-    o[off[0]] = apply_binary(op, a[off[1]], b[off[2]]);
+    o[off[0]] = st<S>(apply_binary(op, ld(a[off[1]]), ld(b[off[2]])));
   }
 }
 
-template <class T>
-__global__ void binary_scalar_k(int64_t n, OffsetCalc<2> oc, ScalarOp<T> f, T* o, const T* a) {
+template <class S>
+__global__ void binary_scalar_k(int64_t n, OffsetCalc<2> oc, ScalarOp<acc_t<S>> f, S* o, const S* a) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
     int64_t off[2];
     oc.get(i, off);
-    o[off[0]] = f(a[off[1]]);
+    o[off[0]] = st<S>(f(ld(a[off[1]])));
   }
 }
 
-template <class T>
-__global__ void compare_k(int64_t n, OffsetCalc<3> oc, CompareOp op, uint8_t* o, const T* a, const T* b) {
+template <class S>
+__global__ void compare_k(int64_t n, OffsetCalc<3> oc, CompareOp op, uint8_t* o, const S* a, const S* b) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
     int64_t off[3];
     oc.get(i, off);
-    o[off[0]] = apply_compare(op, a[off[1]], b[off[2]]);
+    o[off[0]] = apply_compare(op, ld(a[off[1]]), ld(b[off[2]]));
   }
 }
 
-template <class T>
-__global__ void compare_scalar_k(int64_t n, OffsetCalc<2> oc, CompareOp op, uint8_t* o, const T* a, double s) {
+template <class S>
+__global__ void compare_scalar_k(int64_t n, OffsetCalc<2> oc, CompareOp op, uint8_t* o, const S* a, double s) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
     int64_t off[2];
     oc.get(i, off);
-    o[off[0]] = apply_compare_scalar(op, a[off[1]], s);
+    o[off[0]] = apply_compare_scalar(op, ld(a[off[1]]), s);
   }
 }
 
-template <class T>
-__global__ void unary_k(int64_t n, OffsetCalc<2> oc, UnaryOp op, T* o, const T* a) {
+template <class S>
+__global__ void unary_k(int64_t n, OffsetCalc<2> oc, UnaryOp op, S* o, const S* a) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
     int64_t off[2];
     oc.get(i, off);
-    o[off[0]] = apply_unary(op, a[off[1]]);
+    o[off[0]] = st<S>(apply_unary(op, ld(a[off[1]])));
   }
 }
 
+// Selections copy elements (16-bit ones bit for bit).
 template <class T>
 __global__ void where_k(int64_t n, OffsetCalc<4> oc, T* o, const uint8_t* c, const T* a, const T* b) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
@@ -81,31 +86,32 @@ __global__ void masked_fill_k(int64_t n, OffsetCalc<3> oc, T* o, const T* t, con
   }
 }
 
-template <class T>
-__global__ void act_grad_k(int64_t n, OffsetCalc<3> oc, ActKind kind, T* o, const T* g, const T* x) {
+template <class S>
+__global__ void act_grad_k(int64_t n, OffsetCalc<3> oc, ActKind kind, S* o, const S* g, const S* x) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
     int64_t off[3];
     oc.get(i, off);
-    o[off[0]] = apply_act_grad(kind, g[off[1]], x[off[2]]);
+    o[off[0]] = st<S>(apply_act_grad(kind, ld(g[off[1]]), ld(x[off[2]])));
   }
 }
 
-// dst += alpha * src (alpha == 1: dst += src, as the CPU's contiguous path)
-template <class T>
-__global__ void add_k(int64_t n, OffsetCalc<2> oc, T* d, const T* s, T alpha, bool unit) {
+// dst += alpha * src (alpha == 1: dst += src, as the CPU's contiguous path), in acc_t<S>
+template <class S, class A = acc_t<S>>
+__global__ void add_k(int64_t n, OffsetCalc<2> oc, S* d, const S* s, A alpha, bool unit) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
     int64_t off[2];
     oc.get(i, off);
-    d[off[0]] = unit ? T(d[off[0]] + s[off[1]]) : T(d[off[0]] + alpha * s[off[1]]);
+    const A dv = ld(d[off[0]]), sv = ld(s[off[1]]);
+    d[off[0]] = st<S>(unit ? A(dv + sv) : A(dv + alpha * sv));
   }
 }
 
-template <class T>
-__global__ void scale_k(int64_t n, OffsetCalc<1> oc, T* t, T s) {
+template <class S, class A = acc_t<S>>
+__global__ void scale_k(int64_t n, OffsetCalc<1> oc, S* t, A s) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
     int64_t off[1];
     oc.get(i, off);
-    t[off[0]] = T(t[off[0]] * s);
+    t[off[0]] = st<S>(A(ld(t[off[0]]) * s));
   }
 }
 
@@ -115,7 +121,8 @@ static_assert(int(cpu::ActGrad::gelu) == int(ActKind::gelu) && int(cpu::ActGrad:
               "ActKind must mirror cpu::ActGrad");
 
 void check_float_op(BinaryOp op, DType dt) {
-  if ((op == BinaryOp::div || op == BinaryOp::pow) && !(dt == DType::f32 || dt == DType::f64))
+  if ((op == BinaryOp::div || op == BinaryOp::pow) &&
+      !(dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16))
     STRATA_THROW(Error, "[binary] div and pow need a floating dtype, got ", dtype_name(dt));
 }
 
@@ -128,7 +135,7 @@ void binary_kernel(BinaryOp op, Tensor& out, const Tensor& a, const Tensor& b) {
   OpContext ctx(out);
   const Shape& s = out.shape();
   const auto oc = make_offset_calc<3>(s, {out.strides(), bstrides(a, s), bstrides(b, s)}, "binary");
-  STRATA_DISPATCH_ALL(out.dtype(), "binary", [&] {
+  STRATA_DISPATCH_ALL16(out.dtype(), "binary", [&] {
     binary_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, oc, op, dptr<scalar_t>(out), dptr<scalar_t>(a),
                                                                   dptr<scalar_t>(b));
   });
@@ -141,9 +148,9 @@ void binary_scalar_kernel(BinaryOp op, Tensor& out, const Tensor& a, double s, b
   if (n == 0) return;
   OpContext ctx(out);
   const auto oc = make_offset_calc<2>(out.shape(), {out.strides(), bstrides(a, out.shape())}, "binary_scalar");
-  STRATA_DISPATCH_ALL(out.dtype(), "binary_scalar", [&] {
+  STRATA_DISPATCH_ALL16(out.dtype(), "binary_scalar", [&] {
     binary_scalar_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(
-        n, oc, make_scalar_op<scalar_t>(op, s, scalar_first), dptr<scalar_t>(out), dptr<scalar_t>(a));
+        n, oc, make_scalar_op<acc_t<scalar_t>>(op, s, scalar_first), dptr<scalar_t>(out), dptr<scalar_t>(a));
   });
   STRATA_CUDA_CHECK_LAUNCH("binary_scalar");
 }
@@ -154,7 +161,7 @@ void compare_kernel(CompareOp op, Tensor& out, const Tensor& a, const Tensor& b)
   OpContext ctx(out);
   const Shape& s = out.shape();
   const auto oc = make_offset_calc<3>(s, {out.strides(), bstrides(a, s), bstrides(b, s)}, "compare");
-  STRATA_DISPATCH_ALL(a.dtype(), "compare", [&] {
+  STRATA_DISPATCH_ALL16(a.dtype(), "compare", [&] {
     compare_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, oc, op, dptr<uint8_t>(out), dptr<scalar_t>(a),
                                                                    dptr<scalar_t>(b));
   });
@@ -166,7 +173,7 @@ void compare_scalar_kernel(CompareOp op, Tensor& out, const Tensor& a, double s)
   if (n == 0) return;
   OpContext ctx(out);
   const auto oc = make_offset_calc<2>(out.shape(), {out.strides(), bstrides(a, out.shape())}, "compare_scalar");
-  STRATA_DISPATCH_ALL(a.dtype(), "compare_scalar", [&] {
+  STRATA_DISPATCH_ALL16(a.dtype(), "compare_scalar", [&] {
     compare_scalar_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, oc, op, dptr<uint8_t>(out),
                                                                           dptr<scalar_t>(a), s);
   });
@@ -178,7 +185,7 @@ void unary_kernel(UnaryOp op, Tensor& out, const Tensor& a) {
   if (n == 0) return;
   OpContext ctx(out);
   const auto oc = make_offset_calc<2>(out.shape(), {out.strides(), bstrides(a, out.shape())}, "unary");
-  STRATA_DISPATCH_FLOAT(out.dtype(), "unary", [&] {
+  STRATA_DISPATCH_FLOAT16(out.dtype(), "unary", [&] {
     unary_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, oc, op, dptr<scalar_t>(out), dptr<scalar_t>(a));
   });
   STRATA_CUDA_CHECK_LAUNCH("unary");
@@ -190,7 +197,7 @@ void where_kernel(Tensor& out, const Tensor& cond, const Tensor& a, const Tensor
   OpContext ctx(out);
   const Shape& s = out.shape();
   const auto oc = make_offset_calc<4>(s, {out.strides(), bstrides(cond, s), bstrides(a, s), bstrides(b, s)}, "where");
-  STRATA_DISPATCH_ALL(out.dtype(), "where", [&] {
+  STRATA_DISPATCH_ALL16(out.dtype(), "where", [&] {
     where_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, oc, dptr<scalar_t>(out), dptr<uint8_t>(cond),
                                                                  dptr<scalar_t>(a), dptr<scalar_t>(b));
   });
@@ -203,9 +210,10 @@ void masked_fill_kernel(Tensor& out, const Tensor& t, const Tensor& mask, double
   OpContext ctx(out);
   const Shape& s = out.shape();
   const auto oc = make_offset_calc<3>(s, {out.strides(), bstrides(t, s), bstrides(mask, s)}, "masked_fill");
-  STRATA_DISPATCH_ALL(out.dtype(), "masked_fill", [&] {
-    masked_fill_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(
-        n, oc, dptr<scalar_t>(out), dptr<scalar_t>(t), dptr<uint8_t>(mask), static_cast<scalar_t>(value));
+  STRATA_DISPATCH_ALL16(out.dtype(), "masked_fill", [&] {
+    const scalar_t v = st<scalar_t>(static_cast<acc_t<scalar_t>>(value));  // the CPU's A(value), rounded
+    masked_fill_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, oc, dptr<scalar_t>(out), dptr<scalar_t>(t),
+                                                                        dptr<uint8_t>(mask), v);
   });
   STRATA_CUDA_CHECK_LAUNCH("masked_fill");
 }
@@ -216,7 +224,7 @@ void act_grad_kernel(cpu::ActGrad kind, Tensor& out, const Tensor& grad, const T
   OpContext ctx(out);
   const Shape& s = out.shape();
   const auto oc = make_offset_calc<3>(s, {out.strides(), bstrides(grad, s), bstrides(x, s)}, "activation_backward");
-  STRATA_DISPATCH_FLOAT(out.dtype(), "activation_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(out.dtype(), "activation_backward", [&] {
     act_grad_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, oc, ActKind(int(kind)), dptr<scalar_t>(out),
                                                                     dptr<scalar_t>(grad), dptr<scalar_t>(x));
   });
@@ -228,9 +236,9 @@ void add_kernel(Tensor& dst, const Tensor& src, double alpha) {
   if (n == 0) return;
   OpContext ctx(dst);
   const auto oc = make_offset_calc<2>(dst.shape(), {dst.strides(), bstrides(src, dst.shape())}, "add_");
-  STRATA_DISPATCH_ALL(dst.dtype(), "add_", [&] {
+  STRATA_DISPATCH_ALL16(dst.dtype(), "add_", [&] {
     add_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, oc, dptr<scalar_t>(dst), dptr<scalar_t>(src),
-                                                               static_cast<scalar_t>(alpha), alpha == 1.0);
+                                                               static_cast<acc_t<scalar_t>>(alpha), alpha == 1.0);
   });
   STRATA_CUDA_CHECK_LAUNCH("add_");
 }
@@ -240,8 +248,9 @@ void scale_kernel(Tensor& t, double s) {
   if (n == 0) return;
   OpContext ctx(t);
   const auto oc = make_offset_calc<1>(t.shape(), {t.strides()}, "mul_");
-  STRATA_DISPATCH_ALL(t.dtype(), "mul_", [&] {
-    scale_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, oc, dptr<scalar_t>(t), static_cast<scalar_t>(s));
+  STRATA_DISPATCH_ALL16(t.dtype(), "mul_", [&] {
+    scale_k<scalar_t><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, oc, dptr<scalar_t>(t),
+                                                                 static_cast<acc_t<scalar_t>>(s));
   });
   STRATA_CUDA_CHECK_LAUNCH("mul_");
 }

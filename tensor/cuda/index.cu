@@ -1,5 +1,6 @@
 // CUDA index kernels: index_select / gather (pure moves, by element size), index_add /
-// scatter_add (atomic adds), embedding forward / backward, and the device-side index
+// scatter_add (atomic adds), embedding forward / backward (f16/bf16 gradients summed in
+// an f32 scratch and rounded once), and the device-side index
 // range check every one of them runs first (validate.h). As on the CPU the indexed
 // operand's stride along `dim` is zeroed in the OffsetCalc and index * stride is added
 // per element; the index operand itself is laid "along" dim (stride 0 elsewhere).
@@ -10,6 +11,7 @@
 #include <strata/tensor/cuda/kernels.h>
 #include <strata/tensor/cuda/launch.h>
 #include <strata/tensor/cuda/validate.h>
+#include <strata/tensor/cuda/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cuda {
@@ -74,11 +76,12 @@ __global__ void embedding_k(int64_t n, int64_t D, const W* w, const I* idx, W* o
   }
 }
 
-template <class T, class I>
-__global__ void embedding_bwd_k(int64_t n, int64_t D, const T* dy, const I* idx, T* dw) {
+// dw[idx[r]] += dy[r] in A (the dw dtype, or an f32 scratch for f16/bf16 dy: S widened).
+template <class S, class I, class A>
+__global__ void embedding_bwd_k(int64_t n, int64_t D, const S* dy, const I* idx, A* dw) {
   for (int64_t i = global_index(); i < n * D; i += grid_stride()) {
     const int64_t r = i / D, c = i % D;
-    atomic_add(dw + int64_t(idx[r]) * D + c, dy[i]);
+    atomic_add(dw + int64_t(idx[r]) * D + c, A(ld(dy[i])));
   }
 }
 
@@ -246,13 +249,19 @@ void embedding_backward_kernel(const Tensor& dy, const Tensor& idx, Tensor& dw) 
     check_embedding(idx, V);
     if (V * D == 0) return;
     OpContext ctx(dw);
-    STRATA_CUDA_CHECK(cudaMemsetAsync(dw.raw_data(), 0, size_t(dw.nbytes()), ctx.stream), "embedding_backward");
-    if (n * D == 0) return;
-    STRATA_DISPATCH_FLOAT(dw.dtype(), "embedding_backward", [&] {
-      embedding_bwd_k<scalar_t, I><<<grid_for(n * D), kThreads, 0, ctx.stream>>>(n, D, dptr<scalar_t>(dy),
-                                                                                 dptr<I>(idx), dptr<scalar_t>(dw));
+    STRATA_DISPATCH_FLOAT16(dw.dtype(), "embedding_backward", [&] {
+      using A = acc_t<scalar_t>;
+      // f16/bf16: the rows are summed in an f32 scratch of dw's shape and rounded into dw
+      // once (the CPU sums each column block in f32 and rounds once too)
+      Tensor acc = kIs16<scalar_t> ? Tensor::empty({V, D}, DType::f32, dw.device()) : dw;
+      STRATA_CUDA_CHECK(cudaMemsetAsync(acc.raw_data(), 0, size_t(acc.nbytes()), ctx.stream), "embedding_backward");
+      if (n * D > 0) {
+        embedding_bwd_k<scalar_t, I, A><<<grid_for(n * D), kThreads, 0, ctx.stream>>>(n, D, dptr<scalar_t>(dy),
+                                                                                      dptr<I>(idx), dptr<A>(acc));
+        STRATA_CUDA_CHECK_LAUNCH("embedding_backward");
+      }
+      if constexpr (kIs16<scalar_t>) copy_kernel(dw, acc);  // round to nearest even
     });
-    STRATA_CUDA_CHECK_LAUNCH("embedding_backward");
   });
 }
 

@@ -88,7 +88,7 @@ void avg_pool2d_backward_kernel(const Tensor& dy, Tensor& dx, const ops::Pool2dP
 void dropout_kernel(const Tensor& x, Tensor& y, Tensor& mask, double p, const Generator& gen, uint64_t base);
 void dropout_backward_kernel(const Tensor& dy, const Tensor& mask, Tensor& dx, double p);
 
-// bias_act.cu: bias + GELU forward and backward, bias + residual (f32, f64)
+// bias_act.cu: bias + GELU forward and backward, bias + residual (f32, f64, bf16, f16)
 void bias_gelu_kernel(const Tensor& y, const Tensor& b, Tensor& out, bool tanh_approx);
 void bias_gelu_backward_kernel(const Tensor& dout, const Tensor& y, const Tensor& b, Tensor& dh, Tensor& db,
                                bool tanh_approx);
@@ -96,6 +96,11 @@ void bias_residual_kernel(Tensor& y, const Tensor& b, const Tensor& r);
 // optim.cu
 void adam_kernel(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ops::AdamParams& p);
 void sgd_kernel(Tensor& param, const Tensor& grad, Tensor& buf, const ops::SgdParams& p);
+// The 16-bit model states' fused steps (tensor/half_ops.h): f32 master and state, grad
+// bf16/f16/f32, param16 bf16/f16 receiving the rounded master.
+void adam_mixed_kernel(Tensor& master, Tensor& param16, const Tensor& grad, Tensor& m, Tensor& v,
+                       const ops::AdamParams& p);
+void sgd_mixed_kernel(Tensor& master, Tensor& param16, const Tensor& grad, Tensor& buf, const ops::SgdParams& p);
 // attention.cu: fused causal attention (FlashAttention-2's algorithm). qkv (B, T, 3*H*hd)
 // -> y (B, T, H*hd) and the rows' log-sum-exp (B, H, T) (f32; f64 for f64), as the CPU
 // kernel; f32, f64, bf16, f16; hd <= attention_max_head_dim().
@@ -104,7 +109,8 @@ int64_t attention_max_head_dim();
 void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t head_dim, int64_t kv_heads);
 void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& lse, Tensor& dqkv,
                                       int64_t head_dim, int64_t kv_heads);
-// norm.cu / llama_ops.cu: the Llama family's RMSNorm, rotary embedding and SwiGLU (f32, f64)
+// norm.cu / llama_ops.cu: the Llama family's RMSNorm, rotary embedding and SwiGLU (f32, f64,
+// bf16, f16; RMSNorm's rstd in f32 for 16-bit x, as the CPU's)
 void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, int64_t rows, int64_t C, double eps);
 void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,
                               Tensor& dw, int64_t rows, int64_t C);

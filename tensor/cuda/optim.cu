@@ -2,13 +2,18 @@
 // are folded on the host in double exactly as there, one thread per element. Also the
 // multi-tensor forms (ops::adam_step_multi_, sgd_step_multi_, sum_squares_multi,
 // mul_multi_): a whole parameter list in a few launches (tensor/multi_tensor_plan.h),
-// each element updated by the same device function as the single-tensor kernel.
+// each element updated by the same device function as the single-tensor kernel. The
+// 16-bit model states' mixed steps (ops::adam_step_mixed_, sgd_step_mixed_) update the f32
+// master and state with that function on the widened gradient and write the new master,
+// rounded to nearest even, into the 16-bit parameter in the same pass; sum_squares_multi
+// and mul_multi_ widen f16/bf16 gradients (widen.h).
 #include <cmath>
 #include <map>
 
 #include <strata/tensor/cuda/kernels.h>
 #include <strata/tensor/cuda/launch.h>
 #include <strata/tensor/cuda/op_math.h>
+#include <strata/tensor/cuda/widen.h>
 #include <strata/tensor/dispatch.h>
 #include <strata/tensor/multi_tensor_plan.h>
 
@@ -58,6 +63,24 @@ __global__ void sgd_k(int64_t n, T* w, const T* g, T* buf, SgdScalars<T> s) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) sgd_update(w[i], g[i], buf ? buf + i : nullptr, s);
 }
 
+// Mixed precision: f32 master w and state, gradient G (bf16/f16 widened, or f32), and the
+// 16-bit parameter P = the new master rounded to nearest even.
+template <class G, class P>
+__global__ void adam_mixed_k(int64_t n, float* w, const G* g, float* m, float* v, P* out, AdamScalars<float> s) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    adam_update(w[i], float(ld(g[i])), m[i], v[i], s);
+    out[i] = st<P>(w[i]);
+  }
+}
+
+template <class G, class P>
+__global__ void sgd_mixed_k(int64_t n, float* w, const G* g, float* buf, P* out, SgdScalars<float> s) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    sgd_update(w[i], float(ld(g[i])), buf ? buf + i : nullptr, s);
+    out[i] = st<P>(w[i]);
+  }
+}
+
 // ---- multi-tensor launches. The argument block carries the launch's tensor addresses
 // (Depth lists of them) and each block's (slot, chunk): at most kMultiMaxBlocks blocks
 // and kMultiMaxTensors<Depth> tensors, under the 4 KiB kernel parameter limit of older
@@ -105,21 +128,25 @@ __global__ void sgd_multi_k(TensorListArgs<Depth> a, SgdScalars<T> s) {
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sgd_update(w[i], g[i], buf ? buf + i : nullptr, s);
 }
 
-template <class T>
-__global__ void scale_multi_k(TensorListArgs<1> a, T f) {
+// S: the storage type (f16/bf16 scaled in f32 and rounded once, as mul_).
+template <class S, class A = acc_t<S>>
+__global__ void scale_multi_k(TensorListArgs<1> a, A f) {
   int64_t n;
-  T* x = chunk_of<T>(a, 0, &n);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] = T(x[i] * f);
+  S* x = chunk_of<S>(a, 0, &n);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] = st<S>(A(ld(x[i]) * f));
 }
 
 // Each block's sum of squares (f64) into partial[first + blockIdx.x].
-template <class T>
+template <class S>
 __global__ void sum_squares_multi_k(TensorListArgs<1> a, double* partial, int64_t first) {
   __shared__ double smem[32];
   int64_t n;
-  const T* x = chunk_of<T>(a, 0, &n);
+  const S* x = chunk_of<S>(a, 0, &n);
   double acc = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += double(x[i]) * double(x[i]);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const double v = double(ld(x[i]));
+    acc += v * v;
+  }
   acc = block_reduce(acc, SumOp(), 0.0, smem);
   if (threadIdx.x == 0) partial[first + blockIdx.x] = acc;
 }
@@ -210,6 +237,54 @@ void sgd_kernel(Tensor& param, const Tensor& grad, Tensor& buf, const ops::SgdPa
   STRATA_CUDA_CHECK_LAUNCH("sgd_step_");
 }
 
+// Calls f(G{}, P{}) with the gradient's and the 16-bit parameter's storage types (the CPU
+// kernel's combinations: grad bf16, f16 or f32; param16 bf16 or f16).
+template <class F>
+void with_mixed_types(const Tensor& grad, const Tensor& param16, const char* op, F&& f) {
+  const auto on_param = [&](auto gtag) {
+    switch (param16.dtype()) {
+      case DType::bf16: return f(gtag, BFloat16{});
+      case DType::f16: return f(gtag, Half{});
+      default: STRATA_THROW(Error, "[", op, "] param16 must be bf16 or f16, got ", param16.str());
+    }
+  };
+  switch (grad.dtype()) {
+    case DType::bf16: return on_param(BFloat16{});
+    case DType::f16: return on_param(Half{});
+    case DType::f32: return on_param(float{});
+    default: STRATA_THROW(Error, "[", op, "] grad must be bf16, f16 or f32, got ", grad.str());
+  }
+}
+
+void adam_mixed_kernel(Tensor& master, Tensor& param16, const Tensor& grad, Tensor& m, Tensor& v,
+                       const ops::AdamParams& p) {
+  const int64_t n = master.numel();
+  if (n == 0) return;
+  OpContext ctx(master);
+  with_mixed_types(grad, param16, "adam_step_mixed_", [&](auto gtag, auto ptag) {
+    using G = decltype(gtag);
+    using P = decltype(ptag);
+    adam_mixed_k<G, P><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, dptr<float>(master), dptr<G>(grad),
+                                                                  dptr<float>(m), dptr<float>(v), dptr<P>(param16),
+                                                                  adam_scalars<float>(p));
+  });
+  STRATA_CUDA_CHECK_LAUNCH("adam_step_mixed_");
+}
+
+void sgd_mixed_kernel(Tensor& master, Tensor& param16, const Tensor& grad, Tensor& buf, const ops::SgdParams& p) {
+  const int64_t n = master.numel();
+  if (n == 0) return;
+  OpContext ctx(master);
+  with_mixed_types(grad, param16, "sgd_step_mixed_", [&](auto gtag, auto ptag) {
+    using G = decltype(gtag);
+    using P = decltype(ptag);
+    sgd_mixed_k<G, P><<<grid_for(n), kThreads, 0, ctx.stream>>>(n, dptr<float>(master), dptr<G>(grad),
+                                                                 p.momentum != 0 ? dptr<float>(buf) : nullptr,
+                                                                 dptr<P>(param16), sgd_scalars<float>(p));
+  });
+  STRATA_CUDA_CHECK_LAUNCH("sgd_step_mixed_");
+}
+
 void adam_multi_kernel(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> m,
                        std::span<Tensor> v, const ops::AdamParams& p) {
   OpContext ctx(params.front());
@@ -269,7 +344,7 @@ double sum_squares_multi_kernel(std::span<const Tensor> ts) {
   by_dtype(ts, [&](DType dt, const std::vector<size_t>& idx) {
     const std::vector<Tensor> l = pick(ts, idx);
     int64_t blocks_here = 0;
-    STRATA_DISPATCH_FLOAT(dt, "sum_squares_multi", [&] {
+    STRATA_DISPATCH_FLOAT16(dt, "sum_squares_multi", [&] {
       for_each_launch<1>({l}, [&](const TensorListArgs<1>& a, unsigned blocks, int64_t first) {
         sum_squares_multi_k<scalar_t>
             <<<blocks, kThreads, 0, ctx.stream>>>(a, dptr<double>(partial), offset + first);
@@ -288,9 +363,9 @@ void mul_multi_kernel(std::span<Tensor> ts, double f) {
   OpContext ctx(ts.front());
   by_dtype(ts, [&](DType dt, const std::vector<size_t>& idx) {
     const std::vector<Tensor> l = pick(ts, idx);
-    STRATA_DISPATCH_FLOAT(dt, "mul_multi_", [&] {
+    STRATA_DISPATCH_FLOAT16(dt, "mul_multi_", [&] {
       for_each_launch<1>({l}, [&](const TensorListArgs<1>& a, unsigned blocks, int64_t) {
-        scale_multi_k<scalar_t><<<blocks, kThreads, 0, ctx.stream>>>(a, static_cast<scalar_t>(f));
+        scale_multi_k<scalar_t><<<blocks, kThreads, 0, ctx.stream>>>(a, static_cast<acc_t<scalar_t>>(f));
         STRATA_CUDA_CHECK_LAUNCH("mul_multi_");
       });
     });

@@ -4,7 +4,8 @@
 // consecutive outputs). Long reductions with few outputs are split into a fixed
 // number of chunks whose f64 partials a second kernel adds in order, so results are
 // deterministic. Every dtype (f32, f64, and f16 / bf16 for autocast's bias and
-// broadcast gradients) accumulates in f64 and rounds once, as on the CPU.
+// broadcast gradients and for 16-bit model states) accumulates in f64 and rounds once,
+// as on the CPU; amax and sum_squares widen f16 / bf16 elements (widen.h).
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -13,6 +14,7 @@
 #include <strata/tensor/cuda/kernels.h>
 #include <strata/tensor/cuda/launch.h>
 #include <strata/tensor/cuda/op_math.h>
+#include <strata/tensor/cuda/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cuda {
@@ -114,18 +116,20 @@ __device__ __forceinline__ bool beats(T v, T best) {
   return v > best || (math::is_nan(v) && !math::is_nan(best));
 }
 
-// One warp per row of K contiguous elements.
-template <class T>
-__global__ void max_rows_k(int64_t rows, int64_t K, const T* in, T* vals, int64_t* idx) {
+// One warp per row of K contiguous elements. S: the storage type; values compare widened
+// (f16/bf16 as f32, as the CPU), and the max is stored back exactly.
+template <class S, class T = acc_t<S>>
+__global__ void max_rows_k(int64_t rows, int64_t K, const S* in, S* vals, int64_t* idx) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
-    const T* p = in + r * K;
+    const S* p = in + r * K;
     T bv = T(0);
     int64_t bi = -1;
     for (int64_t k = lane; k < K; k += 32) {
-      if (bi < 0 || beats(p[k], bv)) {
-        bv = p[k];
+      const T v = ld(p[k]);
+      if (bi < 0 || beats(v, bv)) {
+        bv = v;
         bi = k;
       }
     }
@@ -138,35 +142,38 @@ __global__ void max_rows_k(int64_t rows, int64_t K, const T* in, T* vals, int64_
       }
     }
     if (lane == 0) {
-      if (vals) vals[r] = bv;
+      if (vals) vals[r] = st<S>(bv);
       if (idx) idx[r] = bi;
     }
   }
 }
 
 // One thread per (outer, inner) output of a contiguous (outer, K, inner) input.
-template <class T>
-__global__ void max_cols_k(int64_t outer, int64_t K, int64_t inner, const T* in, T* vals, int64_t* idx) {
+template <class S, class T = acc_t<S>>
+__global__ void max_cols_k(int64_t outer, int64_t K, int64_t inner, const S* in, S* vals, int64_t* idx) {
   for (int64_t t = global_index(); t < outer * inner; t += grid_stride()) {
     const int64_t o = t / inner, i = t % inner;
-    const T* p = in + o * K * inner + i;
-    T bv = p[0];
+    const S* p = in + o * K * inner + i;
+    T bv = ld(p[0]);
     int64_t bi = 0;
     for (int64_t k = 1; k < K; ++k)
-      if (beats(p[k * inner], bv)) {
-        bv = p[k * inner];
+      if (const T v = ld(p[k * inner]); beats(v, bv)) {
+        bv = v;
         bi = k;
       }
-    if (vals) vals[t] = bv;
+    if (vals) vals[t] = st<S>(bv);
     if (idx) idx[t] = bi;
   }
 }
 
-template <class T>
-__global__ void sum_squares_k(int64_t n, const T* in, double* partial) {
+template <class S>
+__global__ void sum_squares_k(int64_t n, const S* in, double* partial) {
   __shared__ double smem[32];
   double acc = 0;
-  for (int64_t i = global_index(); i < n; i += grid_stride()) acc += double(in[i]) * double(in[i]);
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    const double v = double(ld(in[i]));
+    acc += v * v;
+  }
   acc = block_reduce(acc, SumOp(), 0.0, smem);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
@@ -239,7 +246,7 @@ void max_kernel(Tensor& values, Tensor& indices, const Tensor& in_, int64_t dim)
   for (int64_t d = dim + 1; d < in.dim(); ++d) inner *= in.shape()[size_t(d)];
   if (outer * inner == 0) return;
   OpContext ctx(in);
-  STRATA_DISPATCH_ALL(in.dtype(), "amax", [&] {
+  STRATA_DISPATCH_ALL16(in.dtype(), "amax", [&] {
     scalar_t* vp = values.defined() ? dptr<scalar_t>(values) : nullptr;
     int64_t* ip = indices.defined() ? dptr<int64_t>(indices) : nullptr;
     if (inner == 1) {
@@ -259,7 +266,7 @@ double sum_squares_kernel(const Tensor& in_) {
   const int64_t nb = std::min<int64_t>(ceil_div(n, kThreads * 4), 1024);  // fixed by n: deterministic
   Tensor partial = Tensor::empty({nb}, DType::f64, in.device());
   Tensor result = Tensor::empty({1}, DType::f64, in.device());
-  STRATA_DISPATCH_FLOAT(in.dtype(), "sum_squares", [&] {
+  STRATA_DISPATCH_FLOAT16(in.dtype(), "sum_squares", [&] {
     sum_squares_k<<<unsigned(nb), kThreads, 0, ctx.stream>>>(n, dptr<scalar_t>(in), dptr<double>(partial));
   });
   STRATA_CUDA_CHECK_LAUNCH("sum_squares");

@@ -71,6 +71,8 @@ void register_kernels() {
   // optim_ops.cpp
   register_kernel("adam_step_", kCuda, &adam_kernel);
   register_kernel("sgd_step_", kCuda, &sgd_kernel);
+  register_kernel("adam_step_mixed_", kCuda, &adam_mixed_kernel);
+  register_kernel("sgd_step_mixed_", kCuda, &sgd_mixed_kernel);
   // nn_ops.cpp: causal attention (the saved statistics are the log-sum-exp, not probabilities)
   register_kernel("bias_gelu", kCuda, &bias_gelu_kernel);
   register_kernel("bias_gelu_backward", kCuda, &bias_gelu_backward_kernel);

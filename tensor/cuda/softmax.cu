@@ -2,6 +2,9 @@
 // (outer, n, inner) tensor, and cross-entropy fused with its softmax. Rows (inner == 1)
 // get a block each with block reductions; other dims a thread per (outer, inner)
 // column. The cross-entropy loss adds f64 row losses in a fixed order (deterministic).
+// f16/bf16 tensors compute in f32 (widen.h), as the CPU: each output is rounded once (the
+// probabilities from a final pass that recomputes exp), cross-entropy keeps f32
+// probabilities and loss for 16-bit logits and writes a 16-bit logit gradient.
 #include <limits>
 
 #include <strata/tensor/cuda/convert.h>
@@ -9,6 +12,7 @@
 #include <strata/tensor/cuda/launch.h>
 #include <strata/tensor/cuda/op_math.h>
 #include <strata/tensor/cuda/validate.h>
+#include <strata/tensor/cuda/widen.h>
 #include <strata/tensor/dispatch.h>
 
 namespace strata::cuda {
@@ -21,98 +25,111 @@ constexpr T neg_inf() {
 
 // Softmax of one row of n into y (probabilities, or log-probabilities when `log`);
 // returns the row max and sum of exp(x - max). Every thread of the block calls it.
-template <class T>
-__device__ void softmax_row(const T* x, T* y, int64_t n, bool log, T* smem, T* out_max, T* out_sum) {
-  T mx = neg_inf<T>();
-  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) mx = x[k] > mx ? x[k] : mx;
-  mx = block_reduce(mx, MaxOp(), neg_inf<T>(), smem);
-  T s = 0;
-  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) s += math::exp_(x[k] - mx);
-  s = block_reduce(s, SumOp(), T(0), smem);
+// S, Y: the storage types of x and y (f16/bf16 widened / rounded once); math in A.
+template <class S, class Y, class A = acc_t<S>>
+__device__ void softmax_row(const S* x, Y* y, int64_t n, bool log, A* smem, A* out_max, A* out_sum) {
+  A mx = neg_inf<A>();
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+    const A v = ld(x[k]);
+    mx = v > mx ? v : mx;
+  }
+  mx = block_reduce(mx, MaxOp(), neg_inf<A>(), smem);
+  A s = 0;
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) s += math::exp_(ld(x[k]) - mx);
+  s = block_reduce(s, SumOp(), A(0), smem);
   if (log) {
-    const T lse = mx + math::log_(s);
-    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) y[k] = x[k] - lse;
+    const A lse = mx + math::log_(s);
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) y[k] = st<Y>(ld(x[k]) - lse);
   } else {
-    const T inv = T(1) / s;
-    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) y[k] = math::exp_(x[k] - mx) * inv;
+    const A inv = A(1) / s;
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) y[k] = st<Y>(math::exp_(ld(x[k]) - mx) * inv);
   }
   *out_max = mx;
   *out_sum = s;
 }
 
-template <class T>
-__global__ void softmax_rows_k(int64_t rows, int64_t n, const T* x, T* y, bool log) {
-  __shared__ T smem[32];
+template <class S, class A = acc_t<S>>
+__global__ void softmax_rows_k(int64_t rows, int64_t n, const S* x, S* y, bool log) {
+  __shared__ A smem[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    T mx, s;
+    A mx, s;
     softmax_row(x + r * n, y + r * n, n, log, smem, &mx, &s);
   }
 }
 
-template <class T>
-__global__ void softmax_cols_k(int64_t outer, int64_t n, int64_t inner, const T* x, T* y, bool log) {
+template <class S, class A = acc_t<S>>
+__global__ void softmax_cols_k(int64_t outer, int64_t n, int64_t inner, const S* x, S* y, bool log) {
   for (int64_t t = global_index(); t < outer * inner; t += grid_stride()) {
     const int64_t base = (t / inner) * n * inner + t % inner;
-    const T* xc = x + base;
-    T* yc = y + base;
-    T mx = neg_inf<T>();
-    for (int64_t k = 0; k < n; ++k) mx = xc[k * inner] > mx ? xc[k * inner] : mx;
-    T s = 0;
-    for (int64_t k = 0; k < n; ++k) s += math::exp_(xc[k * inner] - mx);
+    const S* xc = x + base;
+    S* yc = y + base;
+    A mx = neg_inf<A>();
+    for (int64_t k = 0; k < n; ++k) {
+      const A v = ld(xc[k * inner]);
+      mx = v > mx ? v : mx;
+    }
+    A s = 0;
+    for (int64_t k = 0; k < n; ++k) s += math::exp_(ld(xc[k * inner]) - mx);
     if (log) {
-      const T lse = mx + math::log_(s);
-      for (int64_t k = 0; k < n; ++k) yc[k * inner] = xc[k * inner] - lse;
+      const A lse = mx + math::log_(s);
+      for (int64_t k = 0; k < n; ++k) yc[k * inner] = st<S>(ld(xc[k * inner]) - lse);
     } else {
-      const T inv = T(1) / s;
-      for (int64_t k = 0; k < n; ++k) yc[k * inner] = math::exp_(xc[k * inner] - mx) * inv;
+      const A inv = A(1) / s;
+      for (int64_t k = 0; k < n; ++k) yc[k * inner] = st<S>(math::exp_(ld(xc[k * inner]) - mx) * inv);
     }
   }
 }
 
 // softmax: dx = y * (dy - sum(dy * y));  log_softmax: dx = dy - exp(y) * sum(dy)
-template <class T>
-__global__ void softmax_bwd_rows_k(int64_t rows, int64_t n, const T* dy, const T* y, T* dx, bool log) {
-  __shared__ T smem[32];
+template <class S, class A = acc_t<S>>
+__global__ void softmax_bwd_rows_k(int64_t rows, int64_t n, const S* dy, const S* y, S* dx, bool log) {
+  __shared__ A smem[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* g = dy + r * n;
-    const T* yr = y + r * n;
-    T* d = dx + r * n;
-    T s = 0;
-    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) s += log ? g[k] : g[k] * yr[k];
-    s = block_reduce(s, SumOp(), T(0), smem);
-    for (int64_t k = threadIdx.x; k < n; k += blockDim.x)
-      d[k] = log ? g[k] - math::exp_(yr[k]) * s : yr[k] * (g[k] - s);
+    const S* g = dy + r * n;
+    const S* yr = y + r * n;
+    S* d = dx + r * n;
+    A s = 0;
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) s += log ? ld(g[k]) : ld(g[k]) * ld(yr[k]);
+    s = block_reduce(s, SumOp(), A(0), smem);
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+      const A gk = ld(g[k]), yk = ld(yr[k]);
+      d[k] = st<S>(log ? gk - math::exp_(yk) * s : yk * (gk - s));
+    }
   }
 }
 
-template <class T>
-__global__ void softmax_bwd_cols_k(int64_t outer, int64_t n, int64_t inner, const T* dy, const T* y, T* dx,
+template <class S, class A = acc_t<S>>
+__global__ void softmax_bwd_cols_k(int64_t outer, int64_t n, int64_t inner, const S* dy, const S* y, S* dx,
                                    bool log) {
   for (int64_t t = global_index(); t < outer * inner; t += grid_stride()) {
     const int64_t base = (t / inner) * n * inner + t % inner;
-    T s = 0;
+    A s = 0;
     for (int64_t k = 0; k < n; ++k) {
       const int64_t o = base + k * inner;
-      s += log ? dy[o] : dy[o] * y[o];
+      s += log ? ld(dy[o]) : ld(dy[o]) * ld(y[o]);
     }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t o = base + k * inner;
-      dx[o] = log ? dy[o] - math::exp_(y[o]) * s : y[o] * (dy[o] - s);
+      const A gk = ld(dy[o]), yk = ld(y[o]);
+      dx[o] = st<S>(log ? gk - math::exp_(yk) * s : yk * (gk - s));
     }
   }
 }
 
 // Per row: probs = softmax(logits); row_loss = log(sum) + max - x[target] (0 when the
 // target is ignore_index or out of range; the host checks the range separately).
-template <class T, class I>
-__global__ void ce_rows_k(int64_t N, int64_t C, const T* x, const I* tgt, int64_t ignore, T* probs, double* row_loss) {
-  __shared__ T smem[32];
+// S: the logits' storage; probabilities in A = acc_t<S> (f32 for f16/bf16 logits).
+template <class S, class I, class A = acc_t<S>>
+__global__ void ce_rows_k(int64_t N, int64_t C, const S* x, const I* tgt, int64_t ignore, A* probs,
+                          double* row_loss) {
+  __shared__ A smem[32];
   for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
-    T mx, s;
+    A mx, s;
     softmax_row(x + r * C, probs + r * C, C, false, smem, &mx, &s);
     if (threadIdx.x == 0) {
       const int64_t t = int64_t(tgt[r]);
-      row_loss[r] = (t == ignore || t < 0 || t >= C) ? 0.0 : ::log(double(s)) + double(mx) - double(x[r * C + t]);
+      row_loss[r] =
+          (t == ignore || t < 0 || t >= C) ? 0.0 : ::log(double(s)) + double(mx) - double(ld(x[r * C + t]));
     }
   }
 }
@@ -142,21 +159,22 @@ __global__ void ce_count_k(int64_t N, const I* tgt, int64_t ignore, long long* c
   if (threadIdx.x == 0) count[0] = c;
 }
 
-// dlogits = dloss / count * (probs - onehot(target)); ignored rows are zero.
-template <class T, class I>
+// dlogits = dloss / count * (probs - onehot(target)); ignored rows are zero. Probabilities
+// in A (f32 or f64), the gradient S (= A, or f16/bf16 rounded once per element).
+template <class S, class I, class A = acc_t<S>>
 __global__ void ce_backward_k(int64_t N, int64_t C, const void* dloss, DType dloss_dtype, const long long* count,
-                              const T* probs, const I* tgt, int64_t ignore, T* dx) {
+                              const A* probs, const I* tgt, int64_t ignore, S* dx) {
   const double dl = scalar_as_double(load_scalar(dloss, 0, dloss_dtype));
   const long long cnt = count[0];
-  const T scale = T(cnt > 0 ? dl / double(cnt) : 0.0);
+  const A scale = A(cnt > 0 ? dl / double(cnt) : 0.0);
   for (int64_t i = global_index(); i < N * C; i += grid_stride()) {
     const int64_t r = i / C, c = i % C;
     const int64_t t = int64_t(tgt[r]);
     if (t == ignore) {
-      dx[i] = T(0);
+      dx[i] = st<S>(A(0));
     } else {
-      const T d = scale * probs[i];
-      dx[i] = c == t ? T(d - scale) : d;
+      const A d = scale * probs[i];
+      dx[i] = st<S>(c == t ? A(d - scale) : d);
     }
   }
 }
@@ -184,7 +202,7 @@ unsigned row_grid(int64_t rows) { return unsigned(std::clamp<int64_t>(rows, 1, k
 void softmax_kernel(const Tensor& x, Tensor& y, int64_t outer, int64_t n, int64_t inner, bool log) {
   if (x.numel() == 0) return;
   OpContext ctx(y);
-  STRATA_DISPATCH_FLOAT(x.dtype(), log ? "log_softmax" : "softmax", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), log ? "log_softmax" : "softmax", [&] {
     if (inner == 1)
       softmax_rows_k<<<row_grid(outer), pow2_threads(n, 32, 512), 0, ctx.stream>>>(outer, n, dptr<scalar_t>(x),
                                                                                   dptr<scalar_t>(y), log);
@@ -200,7 +218,7 @@ void softmax_backward_kernel(const Tensor& dy, const Tensor& y, Tensor& dx, int6
   if (y.numel() == 0) return;
   OpContext ctx(dx);
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
-  STRATA_DISPATCH_FLOAT(y.dtype(), op, [&] {
+  STRATA_DISPATCH_FLOAT16(y.dtype(), op, [&] {
     if (inner == 1)
       softmax_bwd_rows_k<<<row_grid(outer), pow2_threads(n, 32, 512), 0, ctx.stream>>>(
           outer, n, dptr<scalar_t>(dy), dptr<scalar_t>(y), dptr<scalar_t>(dx), log);
@@ -219,15 +237,15 @@ void cross_entropy_kernel(const Tensor& logits, const Tensor& target, int64_t ig
     using I = decltype(tag);
     check_targets(target, C, ignore_index);
     Tensor row_loss = Tensor::empty({std::max<int64_t>(N, 1)}, DType::f64, loss.device());
-    STRATA_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
+    STRATA_DISPATCH_FLOAT16(logits.dtype(), "cross_entropy", [&] {
+      using A = acc_t<scalar_t>;  // probs and loss: f32 for 16-bit logits
       if (N > 0 && C > 0) {
         ce_rows_k<scalar_t, I><<<row_grid(N), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
-            N, C, dptr<scalar_t>(logits), dptr<I>(target), ignore_index, dptr<scalar_t>(probs),
-            dptr<double>(row_loss));
+            N, C, dptr<scalar_t>(logits), dptr<I>(target), ignore_index, dptr<A>(probs), dptr<double>(row_loss));
         STRATA_CUDA_CHECK_LAUNCH("cross_entropy");
       }
-      ce_finish_k<scalar_t, I><<<1, 1024, 0, ctx.stream>>>(N, dptr<double>(row_loss), dptr<I>(target), ignore_index,
-                                                           dptr<scalar_t>(loss));
+      ce_finish_k<A, I><<<1, 1024, 0, ctx.stream>>>(N, dptr<double>(row_loss), dptr<I>(target), ignore_index,
+                                                    dptr<A>(loss));
       STRATA_CUDA_CHECK_LAUNCH("cross_entropy");
     });
   });
@@ -244,9 +262,12 @@ void cross_entropy_backward_kernel(const Tensor& dloss, const Tensor& probs, con
     Tensor count = Tensor::empty({1}, DType::i64, dlogits.device());
     ce_count_k<I><<<1, 1024, 0, ctx.stream>>>(N, dptr<I>(target), ignore_index, dptr<long long>(count));
     STRATA_CUDA_CHECK_LAUNCH("cross_entropy_backward");
-    STRATA_DISPATCH_FLOAT(probs.dtype(), "cross_entropy_backward", [&] {
+    STRATA_DISPATCH_FLOAT16(dlogits.dtype(), "cross_entropy_backward", [&] {
+      using A = acc_t<scalar_t>;
+      STRATA_CHECK(probs.dtype() == dtype_v<A>, "[cross_entropy_backward] a ", dtype_name(dlogits.dtype()),
+                   " gradient needs ", dtype_name(dtype_v<A>), " probs, got ", probs.str());
       ce_backward_k<scalar_t, I><<<grid_for(N * C), kThreads, 0, ctx.stream>>>(
-          N, C, dloss.raw_data(), dloss.dtype(), dptr<long long>(count), dptr<scalar_t>(probs), dptr<I>(target),
+          N, C, dloss.raw_data(), dloss.dtype(), dptr<long long>(count), dptr<A>(probs), dptr<I>(target),
           ignore_index, dptr<scalar_t>(dlogits));
     });
     STRATA_CUDA_CHECK_LAUNCH("cross_entropy_backward");
