@@ -559,10 +559,6 @@ void TrainConfig::validate() const {
   if (comm_backend == "mpi" && !dev.is_cpu())
     config_fail("comm.backend", "mpi cannot move CUDA tensors (run.device is '" + run.device +
                                     "'); use nccl, the default for a CUDA device");
-  const bool states16 = precision_state_dtype(run.precision).has_value();
-  if (states16 && !dev.is_cpu())
-    config_fail("run.precision", std::string(precision_name(run.precision)) + " runs on the CPU only: the CUDA backend has no 16-bit layer norm, "
-                                 "softmax, cross-entropy or fused 16-bit optimizer kernels yet (use autocast there)");
   // f16 steps through the GradScaler, whose found-inf flag ParallelModel::unscale_ agrees
   // over every rank (ZeRO and tp shard the gradients). The pipeline does not scale its
   // micro-batch losses, and ring attention runs in f32 only.

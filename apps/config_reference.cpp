@@ -45,11 +45,12 @@ const std::vector<ConfigKeyDoc> kDocs = {
     {"run.precision", "string", "f32",
      "`f32`, `bf16` or `f16`: forward and loss under autocast with f32 master weights; `f16` adds dynamic loss "
      "scaling. On the CPU 16-bit types are emulated (rounded, f32 arithmetic). `bf16_params`: 16-bit model "
-     "states (docs/precision.md): the model's parameters, activations and gradients are bf16 (2 bytes each, also on "
-     "the CPU), gradients are all-reduced / reduce-scattered in bf16, and the optimizer keeps f32 master weights "
-     "and f32 moments (ZeRO shards them), writing back rounded bf16 parameters. `f16_params`: the same with f16 and "
-     "dynamic loss scaling (grad_scaler: skip the step on inf/NaN, back off, grow), on one process, with DDP or "
-     "with ZeRO-1/2/3 or tensor parallelism (the skip decision agreed over the ranks)."},
+     "states (docs/precision.md): the model's parameters, activations and gradients are bf16 (2 bytes each, on "
+     "the CPU and on CUDA devices; the kernels compute in f32), gradients are all-reduced / reduce-scattered in "
+     "bf16, and the optimizer keeps f32 master weights and f32 moments (ZeRO shards them), writing back rounded "
+     "bf16 parameters in one fused pass. `f16_params`: the same with f16 and dynamic loss scaling (grad_scaler: "
+     "skip the step on inf/NaN, back off, grow), on one process, with DDP or with ZeRO-1/2/3 or tensor "
+     "parallelism (the skip decision agreed over the ranks)."},
     {"run.log_level", "string", "\"\"",
      "`trace`, `debug`, `info`, `warn`, `error`, `critical` or `off`; empty = `info` on rank 0, `warn` elsewhere. "
      "`$STRATA_LOG_LEVEL` overrides it."},

@@ -73,17 +73,9 @@ TEST(KernelRegistry, EveryFrontEndOpHasACudaKernel) {
   const std::set<std::string> have(reg.begin(), reg.end());
   // the random initialisers create CPU tensors only (ops::uniform / ops::normal take no device)
   std::set<std::string> cpu_only = {"uniform", "normal"};
-  // CPU-only so far, and refused on CUDA with a config error naming the key: 16-bit model
-  // states (run.precision: bf16_params) and context parallelism's blockwise attention
-  // (parallel.cp).
-  cpu_only.insert({"adam_step_mixed_", "sgd_step_mixed_", "attention_block_forward", "attention_block_backward",
-                   "attention_block_delta"});
-  // The fused bias + GELU of the GPT MLP: autograd's linear_gelu uses it on the CPU only and
-  // runs linear + gelu (which have CUDA kernels) on other devices.
-  cpu_only.insert({"bias_gelu", "bias_gelu_backward"});
-  // Likewise the bias + residual add after the transformer's output projections
-  // (autograd's linear_residual; residual + linear elsewhere).
-  cpu_only.insert({"bias_residual_"});
+  // CPU-only so far, and refused on CUDA with a config error naming the key: context
+  // parallelism's blockwise attention (parallel.cp).
+  cpu_only.insert({"attention_block_forward", "attention_block_backward", "attention_block_delta"});
 #ifndef STRATA_WITH_CUDNN
   cpu_only.insert({"conv2d", "conv2d_backward"});
 #endif
