@@ -1,6 +1,6 @@
 // Front ends of the fused bias + GELU and bias + residual ops (tensor/cpu/bias_act.h):
 // checks, outputs, then the kernel for the device (CPU: every float dtype; CUDA:
-// tensor/cuda/bias_act.cu, f32 and f64).
+// tensor/cuda/bias_act.cu, f32, f64, bf16 and f16).
 #include <strata/tensor/cpu/bias_act.h>
 #include <strata/tensor/dispatch.h>
 #include <strata/tensor/ops.h>

@@ -9,7 +9,7 @@ namespace strata::ops {
 /// Mixed precision: the f32 master weights `master` and f32 state m, v take the
 /// Adam/AdamW step with `grad` (param16's dtype, widened per element, or f32); param16
 /// (bf16/f16, the model's parameter) receives the new master rounded to nearest even in
-/// the same pass. All contiguous, same shape. CPU only.
+/// the same pass. All contiguous, same shape. CPU and CUDA (one fused kernel each).
 void adam_step_mixed_(Tensor& master, Tensor& param16, const Tensor& grad, Tensor& m, Tensor& v,
                       const AdamParams& p);
 /// The same for SGD (buf f32; used only when momentum != 0).

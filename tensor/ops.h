@@ -140,7 +140,7 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim);
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim);
 
 /// gelu(y + b) with b (C) broadcast over the rows of y (..., C), in one pass (a Linear's
-/// bias fused with the GELU after it); b may be undefined. CPU only.
+/// bias fused with the GELU after it); b may be undefined. CPU and CUDA.
 Tensor bias_gelu(const Tensor& y, const Tensor& b, bool tanh_approx);
 /// (dh, db) of bias_gelu: dh = dout * gelu'(y + b), db = dh summed over rows (undefined
 /// unless need_bias_grad), in one pass.
@@ -148,7 +148,7 @@ std::pair<Tensor, Tensor> bias_gelu_backward(const Tensor& dout, const Tensor& y
                                              bool need_bias_grad);
 /// y = r + (y + b) in place, one pass: a Linear's bias and the residual add after it,
 /// onto the bias-free GEMM output y (rows, C), contiguous; r has y's element count and
-/// last dim (any shape, e.g. (B, T, C)); b (C) may be undefined. CPU only.
+/// last dim (any shape, e.g. (B, T, C)); b (C) may be undefined. CPU and CUDA.
 void bias_residual_(Tensor& y, const Tensor& b, const Tensor& r);
 
 /// Over the last dim of x (..., C); weight/bias (C) may be undefined.
@@ -217,7 +217,7 @@ Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tens
 
 // ---------------------------------------------------------------- Llama kernels (llama_ops.cpp)
 /// RMSNorm over the last dim of x (..., C): y = x / sqrt(mean(x^2) + eps) * weight; weight
-/// (C) may be undefined. Returns y and rstd (rows), f32 for a 16-bit x. CPU only.
+/// (C) may be undefined. Returns y and rstd (rows), f32 for a 16-bit x. CPU and CUDA.
 std::pair<Tensor, Tensor> rms_norm(const Tensor& x, const Tensor& weight, double eps);
 /// (dx, dweight) of rms_norm (dweight undefined when weight is).
 std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rstd,
@@ -227,10 +227,10 @@ std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, c
 /// positions[t] * inv_freq[i]. positions (T) i64 (global positions: context parallelism
 /// passes its zigzag chunks'), inv_freq (hd/2) f64. `inverse` turns by the negative
 /// angle (the backward). rotated_heads >= 0: only heads h < rotated_heads turn, the others
-/// are copied (a packed q|k|v whose v heads come last). f32/f64 on CUDA.
+/// are copied (a packed q|k|v whose v heads come last). f32, f64, bf16, f16.
 Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse = false,
               int64_t rotated_heads = -1);
-/// silu(gate) * up elementwise (Llama's SwiGLU), gate and up of one shape and dtype. CPU only.
+/// silu(gate) * up elementwise (Llama's SwiGLU), gate and up of one shape and dtype. CPU and CUDA.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 /// (dgate, dup) of swiglu.
 std::pair<Tensor, Tensor> swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up);
