@@ -26,6 +26,7 @@ struct PpCase {
   int64_t layers = 8;
   double clip = 0.0;    // > 0: clip the global gradient norm every step
   std::vector<int64_t> pp_layers{};  // parallel.pp_layers; empty: balanced
+  Device device = kCPU;  // where each rank trains (pp_reference always runs on the CPU)
   int64_t batch() const { return per_mb * m * dp; }
 };
 
@@ -111,6 +112,7 @@ inline std::unique_ptr<parallel::ParallelModel> pp_parallelize(std::shared_ptr<c
                                                                const PpCase& c, std::shared_ptr<nn::GPT> model) {
   parallel::PipelinePlan plan = pp_gpt_plan(model->config());
   plan.layers = c.pp_layers;
+  if (!c.device.is_cpu()) model->to(c.device);  // before the optimizer: its state follows the parameters
   return pp_parallelize_with(std::move(world), c, std::move(model), std::move(plan));
 }
 
@@ -122,14 +124,16 @@ inline std::unique_ptr<parallel::ParallelModel> pp_parallelize_family(std::share
   Generator gen(kModelSeed);
   auto model = std::make_shared<nn::Llama>(pp_llama_config(c), gen);
   parallel::PipelinePlan plan = nn::llama_pp_plan(*model, c.pp_layers);
+  if (!c.device.is_cpu()) model->to(c.device);
   return pp_parallelize_with(std::move(world), c, std::move(model), std::move(plan));
 }
 
-/// This rank's dp share of step s's batch (rows [dp_rank * B/dp, ...)).
+/// This rank's dp share of step s's batch (rows [dp_rank * B/dp, ...)), on c.device.
 inline std::pair<Tensor, Tensor> pp_batch(const PpCase& c, int step, int dp_rank) {
   auto [x, y] = make_batch("gpt", c.batch(), step);
   const int64_t b = c.batch() / c.dp;
-  return {ops::contiguous(ops::narrow(x, 0, dp_rank * b, b)), ops::contiguous(ops::narrow(y, 0, dp_rank * b, b))};
+  return {ops::contiguous(ops::narrow(x, 0, dp_rank * b, b)).to(c.device),
+          ops::contiguous(ops::narrow(y, 0, dp_rank * b, b)).to(c.device)};
 }
 
 /// One rank of the pipeline: `c.steps` steps through pm (losses: the batch mean, the same
@@ -162,6 +166,26 @@ inline void expect_params_match(const nn::NamedTensors& mine, const nn::NamedTen
     ASSERT_NE(r, nullptr) << what << ": " << n << " is not a parameter of the whole model";
     expect_close(t, *r, tol, (what + ": " + n).c_str());
   }
+}
+
+/// Trains the model of `c` (pp_parallelize_family) on this rank of `world` and compares
+/// each step's loss and gradient norm (absolute tol, norms tol * (1 + norm)) and every
+/// parameter this rank holds (expect_params_match) with pp_reference; the parameters
+/// must be on c.device. Collective over `world`.
+inline void pp_check_on(std::shared_ptr<comm::ProcessGroup> world, const PpCase& c, double tol) {
+  const PpRun ref = pp_reference(c);
+  auto pm = pp_parallelize_family(world, c);
+  const PpRun run = pp_train(*pm, c);
+  const std::string what = c.family + " " + parallel::schedule_name(c.kind) + " rank " + std::to_string(world->rank());
+  ASSERT_EQ(run.losses.size(), ref.losses.size()) << what;
+  for (size_t s = 0; s < ref.losses.size(); ++s) EXPECT_NEAR(run.losses[s], ref.losses[s], tol) << what << " step " << s;
+  // The gradient norm before each step (AdamW hides a common gradient scale).
+  ASSERT_EQ(run.norms.size(), ref.norms.size()) << what;
+  ASSERT_EQ(ref.norms.size(), size_t(c.steps)) << what;
+  for (size_t s = 0; s < ref.norms.size(); ++s)
+    EXPECT_NEAR(run.norms[s], ref.norms[s], tol * (1 + ref.norms[s])) << what << " gradient norm, step " << s;
+  for (const auto& [n, t] : run.params) EXPECT_EQ(t.device(), c.device) << what << ": " << n;
+  expect_params_match(run.params, ref.params, tol, what);
 }
 
 }  // namespace strata::testing

@@ -31,6 +31,8 @@ struct TpCase {
   std::string load{};  // resume from this checkpoint before step `first`
   std::string save{};  // save a checkpoint here after step `save_after` (collective)
   int save_after = -1;
+  Device device = kCPU;  // where each rank trains (the reference always runs on the CPU)
+  double tol = 1e-5;     // losses, norms, eval loss and state: relative; the q/k bias: absolute
 };
 
 inline bool has(const std::string& kind, const char* part) { return kind.find(part) != std::string::npos; }
@@ -146,6 +148,7 @@ inline Run parallel_run(comm::ProcessGroup& world_ref, const TpCase& c, std::str
   const ParallelDims dims = ParallelDims{.dp = c.dp, .tp = c.tp, .zero_stage = c.stage}.resolve(world->size());
   const comm::DeviceMesh mesh(world, dims.mesh_shape());
   auto model = tp_model(c.model, st::kModelSeed + 77 * uint64_t(world->rank()));
+  if (!c.device.is_cpu()) model->to(c.device);  // before the optimizer: its state follows the parameters
   auto pm = parallelize(model, mesh,
                         {.dims = dims, .ddp = {}, .fsdp_prefetch = true, .fsdp_wrap = {}, .tp_plan = tp_plan(c.model, c.vocab, c.sp),
                          .make_optimizer = adamw});
@@ -157,7 +160,7 @@ inline Run parallel_run(comm::ProcessGroup& world_ref, const TpCase& c, std::str
   const int dr = mesh.rank("dp");
   for (int s = c.first; s < c.steps; ++s) {
     auto [x, y] = st::make_batch(data_kind(c.model), c.batch, s);
-    Tensor xr = ops::narrow(x, 0, dr * per, per), yr = ops::narrow(y, 0, dr * per, per);
+    Tensor xr = ops::narrow(x, 0, dr * per, per).to(c.device), yr = ops::narrow(y, 0, dr * per, per).to(c.device);
     Tensor loss = pm->forward_with([&] { return st::batch_loss(pm->module(), xr, yr); });
     out.losses.push_back(st::rank_mean(*mesh["dp"], loss.item<double>()));
     backward(loss);
@@ -174,11 +177,14 @@ inline Run parallel_run(comm::ProcessGroup& world_ref, const TpCase& c, std::str
   }
   // The whole model on every rank (tp shards gathered): rank 0 evaluates it alone.
   const ParallelModel::FullParams full = pm->summon_full_params();
-  for (const auto& [name, t] : pm->module().state_dict()) out.state.emplace_back(name, ops::clone(t));
+  for (const auto& [name, t] : pm->module().state_dict()) {
+    EXPECT_EQ(t.device(), c.device) << name;
+    out.state.emplace_back(name, ops::clone(t));
+  }
   if (world->rank() == 0) {
     auto [x, y] = st::make_batch(data_kind(c.model), c.batch, c.steps);
     NoGradGuard no_grad;
-    out.eval_loss = st::batch_loss(pm->module(), x, y).item<double>();
+    out.eval_loss = st::batch_loss(pm->module(), x.to(c.device), y.to(c.device)).item<double>();
   }
   return out;
 }
@@ -218,19 +224,19 @@ inline void check_on(comm::ProcessGroup& world, const TpCase& c) {
   std::vector<Tensor> got_kb;
   got.state = without_key_bias(got.state, &got_kb);
   ASSERT_EQ(got_kb.size(), want_kb.size());
-  for (size_t i = 0; i < got_kb.size(); ++i) st::expect_close(got_kb[i], want_kb[i], 1e-5, "query/key bias");
+  for (size_t i = 0; i < got_kb.size(); ++i) st::expect_close(got_kb[i], want_kb[i], c.tol, "query/key bias");
   const std::string what = c.model + (c.vocab ? " vocab" : "") + (c.sp ? " sp" : "") + ", " + described + ", rank " +
                            std::to_string(world.rank());
   std::string worst;
-  EXPECT_LT(st::max_relative_error(got.state, want.state, &worst), 1e-5) << what << " worst " << worst;
+  EXPECT_LT(st::max_relative_error(got.state, want.state, &worst), c.tol) << what << " worst " << worst;
   if (world.rank() == 0) {
-    EXPECT_NEAR(got.eval_loss, want.eval_loss, 1e-5 * std::abs(want.eval_loss)) << what;
+    EXPECT_NEAR(got.eval_loss, want.eval_loss, c.tol * std::abs(want.eval_loss)) << what;
   }
   ASSERT_EQ(got.losses.size(), size_t(c.steps - c.first));
   for (size_t i = 0; i < got.losses.size(); ++i) {
     const size_t s = i + size_t(c.first);
-    EXPECT_NEAR(got.losses[i], want.losses[s], 1e-5 * std::abs(want.losses[s])) << what << " loss " << s;
-    EXPECT_NEAR(got.norms[i], want.norms[s], 1e-5 * want.norms[s]) << what << " norm " << s;
+    EXPECT_NEAR(got.losses[i], want.losses[s], c.tol * std::abs(want.losses[s])) << what << " loss " << s;
+    EXPECT_NEAR(got.norms[i], want.norms[s], c.tol * want.norms[s]) << what << " norm " << s;
   }
 }
 

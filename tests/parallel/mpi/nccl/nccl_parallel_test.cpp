@@ -13,12 +13,11 @@
 #include <strata/comm/nccl.h>
 #include <strata/core/threads.h>
 #include <strata/tensor/cuda/runtime.h>
+#include "nccl_test_world.h"
 #include "zero_equivalence.h"
 
 namespace strata::testing {
 namespace {
-
-std::shared_ptr<comm::ProcessGroup> g_nccl;
 
 // f32 on the GPU (cuBLAS, CUDA's libm) against f32 on the CPU (OpenBLAS), 3 steps.
 constexpr double kTol = 1e-4;
