@@ -1,7 +1,7 @@
-// Blockwise causal attention ops (the front end of tensor/cpu/attention_block.*): one
-// query block against one key block at global positions, merged with the online softmax,
-// and its backward. Dispatched by device; CPU kernels only so far (CUDA: an error naming
-// the op). Used by ring attention (parallel/context_parallel).
+// Blockwise causal attention ops (the front end of tensor/cpu/attention_block.* and
+// tensor/cuda/attention_block.cu): one query block against one key block at global
+// positions, merged with the online softmax, and its backward. Dispatched by device (CPU
+// and CUDA, f32 and f64). Used by ring attention (parallel/context/context_parallel).
 #pragma once
 #include <cstdint>
 

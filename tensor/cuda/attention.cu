@@ -17,7 +17,7 @@
 // 16-bit inputs are read and written in 16 bits with f32 arithmetic (autocast's native path).
 #include <cmath>
 
-#include <strata/tensor/cuda/convert.h>
+#include <strata/tensor/cuda/attention_warp.h>
 #include <strata/tensor/cuda/kernels.h>
 #include <strata/tensor/cuda/launch.h>
 #include <strata/tensor/dispatch.h>
@@ -25,49 +25,7 @@
 namespace strata::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kMaxPerLane = 8;  // hd <= 32 * 8
-
-// Storage type S, arithmetic type A (float for f32 and 16-bit storage, double for f64).
-template <class S>
-struct Acc {
-  using type = float;
-};
-template <>
-struct Acc<double> {
-  using type = double;
-};
-struct Bf16 {
-  uint16_t bits;
-};
-struct F16 {
-  uint16_t bits;
-};
-
-template <class S, class A = typename Acc<S>::type>
-__device__ __forceinline__ A ld(const S* p, int64_t i) {
-  if constexpr (std::is_same_v<S, Bf16>) return bf16_bits_to_float(p[i].bits);
-  else if constexpr (std::is_same_v<S, F16>) return half_bits_to_float(p[i].bits);
-  else return A(p[i]);
-}
-template <class S, class A>
-__device__ __forceinline__ void st(S* p, int64_t i, A v) {
-  if constexpr (std::is_same_v<S, Bf16>) p[i].bits = float_to_bf16_bits(float(v));
-  else if constexpr (std::is_same_v<S, F16>) p[i].bits = float_to_half_bits(float(v));
-  else p[i] = S(v);
-}
-
-template <class A>
-__device__ __forceinline__ A warp_sum(A v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float exp_a(float x) { return ::expf(x); }
-__device__ __forceinline__ double exp_a(double x) { return ::exp(x); }
-__device__ __forceinline__ float log_a(float x) { return ::logf(x); }
-__device__ __forceinline__ double log_a(double x) { return ::log(x); }
+using namespace attn;  // the warp-per-row helpers (attention_warp.h)
 
 // The problem's sizes and this warp's row: r = (b * H + h) * T + i.
 struct Shape4 {
@@ -87,28 +45,6 @@ __device__ __forceinline__ bool warp_row(const Shape4& s, int64_t* b, int64_t* h
 // Element offset of part p (0 q, 1 k, 2 v) of token t of sequence b, head h, in qkv.
 __device__ __forceinline__ int64_t qkv_at(const Shape4& s, int64_t b, int64_t t, int64_t h, int p) {
   return (b * s.T + t) * 3 * s.C() + p * s.C() + h * s.hd;
-}
-
-// The lane's elements of a row: x[e] = row[lane + 32 e] for the first `hd` elements.
-template <class S, class A>
-__device__ __forceinline__ void load_row(const S* base, int64_t off, int64_t hd, A (&x)[kMaxPerLane]) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int e = 0; e < kMaxPerLane; ++e) {
-    const int64_t d = lane + 32 * e;
-    x[e] = d < hd ? ld(base, off + d) : A(0);
-  }
-}
-template <class S, class A>
-__device__ __forceinline__ A dot_row(const S* base, int64_t off, int64_t hd, const A (&x)[kMaxPerLane]) {
-  const int lane = threadIdx.x & 31;
-  A acc = 0;
-#pragma unroll
-  for (int e = 0; e < kMaxPerLane; ++e) {
-    const int64_t d = lane + 32 * e;
-    if (d < hd) acc += x[e] * ld(base, off + d);
-  }
-  return warp_sum(acc);
 }
 
 template <class S, class A = typename Acc<S>::type>
@@ -234,18 +170,6 @@ Shape4 shape_of(const Tensor& qkv, int64_t hd) {
 
 unsigned row_blocks(const Shape4& s) {
   return unsigned((s.B * s.H * s.T + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
-
-// Calls f.template operator()<S>() with S the kernels' storage type of dt.
-template <class F>
-void dispatch_storage(DType dt, const char* op, F&& f) {
-  switch (dt) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::f64: return f.template operator()<double>();
-    case DType::bf16: return f.template operator()<Bf16>();
-    case DType::f16: return f.template operator()<F16>();
-    default: STRATA_THROW(Error, "[", op, "] unsupported dtype ", dtype_name(dt), " on cuda");
-  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include <strata/core/rng.h>
+#include <strata/tensor/attention_block.h>
 #include <strata/tensor/cpu/elementwise.h>
 #include <strata/tensor/cpu/gemm.h>
 #include <strata/tensor/ops.h>
@@ -109,6 +110,14 @@ int64_t attention_max_head_dim();
 void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t head_dim, int64_t kv_heads);
 void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& lse, Tensor& dqkv,
                                       int64_t head_dim, int64_t kv_heads);
+// attention_block.cu: blockwise causal attention (ring attention's blocks), exactly
+// cpu::attention_block_forward / _delta / _backward (tensor/cpu/attention_block.h); f32, f64.
+bool attention_block_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos, int64_t k_pos,
+                                    int64_t head_dim, Tensor& out, Tensor& lse, const AttentionDropout& drop);
+void attention_block_delta_kernel(const Tensor& dout, const Tensor& out, int64_t head_dim, Tensor& delta);
+bool attention_block_backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                                     const Tensor& lse, const Tensor& delta, int64_t q_pos, int64_t k_pos,
+                                     int64_t head_dim, Tensor& dq, Tensor& dk, Tensor& dv, const AttentionDropout& drop);
 // norm.cu / llama_ops.cu: the Llama family's RMSNorm, rotary embedding and SwiGLU (f32, f64,
 // bf16, f16; RMSNorm's rstd in f32 for 16-bit x, as the CPU's)
 void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, int64_t rows, int64_t C, double eps);

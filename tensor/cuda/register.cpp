@@ -80,6 +80,10 @@ void register_kernels() {
 
   register_kernel("causal_attention", kCuda, &causal_attention_kernel);
   register_kernel("causal_attention_backward", kCuda, &causal_attention_backward_kernel);
+  // attention_block_ops.cpp: ring attention's blocks
+  register_kernel("attention_block_forward", kCuda, &attention_block_forward_kernel);
+  register_kernel("attention_block_delta", kCuda, &attention_block_delta_kernel);
+  register_kernel("attention_block_backward", kCuda, &attention_block_backward_kernel);
   // llama_ops.cpp
   register_kernel("rms_norm", kCuda, &rms_norm_kernel);
   register_kernel("rms_norm_backward", kCuda, &rms_norm_backward_kernel);

@@ -73,9 +73,6 @@ TEST(KernelRegistry, EveryFrontEndOpHasACudaKernel) {
   const std::set<std::string> have(reg.begin(), reg.end());
   // the random initialisers create CPU tensors only (ops::uniform / ops::normal take no device)
   std::set<std::string> cpu_only = {"uniform", "normal"};
-  // CPU-only so far, and refused on CUDA with a config error naming the key: context
-  // parallelism's blockwise attention (parallel.cp).
-  cpu_only.insert({"attention_block_forward", "attention_block_backward", "attention_block_delta"});
 #ifndef STRATA_WITH_CUDNN
   cpu_only.insert({"conv2d", "conv2d_backward"});
 #endif
