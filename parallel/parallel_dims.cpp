@@ -117,7 +117,6 @@ void ParallelDims::validate(const LayoutChecks& c) const {
     if (c.precision != Precision::f32)
       config_fail("run.precision", detail::str_cat("is ", precision_name(c.precision),
                                                    " but ring attention (parallel.cp > 1) runs in f32 only"));
-    if (c.cuda) config_fail("run.device", "is a CUDA device but ring attention (parallel.cp > 1) has no CUDA kernel yet");
     if (c.sequence_parallel && tp > 1)
       config_fail("parallel.sequence_parallel", "is true but does not compose with parallel.cp > 1 in this version");
   }

@@ -25,7 +25,7 @@ struct LayoutChecks {
   std::optional<int64_t> global_batch{};  ///< train.batch_size: divisible by dp, per dp rank by the micro-batches
   int grad_accum_steps = 1;               ///< train.grad_accum_steps: 1 under pp (the micro-batches accumulate)
   Precision precision = Precision::f32;   ///< run.precision: no f16 under pp, f32 only under cp
-  bool cuda = false;                      ///< run.device is a GPU: cp and MoE have no CUDA kernel
+  bool cuda = false;                      ///< run.device is a GPU: MoE has no CUDA path
   bool sequence_parallel = false;         ///< parallel.sequence_parallel (at tp > 1)
   int microbatches = 1;                   ///< parallel.microbatches
   int virtual_stages = 1;                 ///< parallel.pp_virtual

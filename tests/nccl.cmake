@@ -41,3 +41,14 @@ if(TARGET strata_parallel)
                          SKIP_REGULAR_EXPRESSION "SKIPPED: needs one GPU per rank")
   endforeach()
 endif()
+
+# Context parallelism on CUDA: ring attention on each rank's GPU, its K/V and dK/dV blocks
+# over nccl, and the GPT at cp 2 equal to the single-process CPU run (2 GPUs).
+if(TARGET strata_parallel)
+  add_executable(strata_test_cp_nccl ${CMAKE_CURRENT_SOURCE_DIR}/parallel/mpi/nccl/nccl_cp_test.cpp)
+  target_include_directories(strata_test_cp_nccl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/parallel)
+  target_link_libraries(strata_test_cp_nccl PRIVATE strata_parallel strata_comm strata_warnings GTest::gtest)
+  add_test(NAME parallel_nccl_cp_np2 COMMAND ${_nccl_mpirun} -np 2 $<TARGET_FILE:strata_test_cp_nccl>)
+  set_tests_properties(parallel_nccl_cp_np2 PROPERTIES LABELS "cuda;dist" TIMEOUT 300 ENVIRONMENT "${_nccl_env}"
+                       SKIP_REGULAR_EXPRESSION "SKIPPED: needs one GPU per rank")
+endif()

@@ -105,9 +105,13 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
                  CpSplit split, double dropout_p = 0, Generator* gen = nullptr) {
   STRATA_CHECK(qkv_in.dim() == 3 && qkv_in.size(2) % 3 == 0 && (qkv_in.size(2) / 3) % hd == 0,
                "[ring_attention] expects qkv (B, T/cp, 3*H*hd) with head_dim ", hd, ", got ", shape_str(qkv_in.shape()));
-  STRATA_CHECK(qkv_in.device().is_cpu() && (qkv_in.dtype() == DType::f32 || qkv_in.dtype() == DType::f64),
-               "[ring_attention] runs on f32/f64 CPU tensors (context parallelism has no CUDA kernel yet), got ",
-               qkv_in.str());
+  STRATA_CHECK((qkv_in.device().is_cpu() || qkv_in.device().type == DeviceType::CUDA) &&
+                   (qkv_in.dtype() == DType::f32 || qkv_in.dtype() == DType::f64),
+               "[ring_attention] runs on f32/f64 tensors on the CPU or a CUDA device, got ", qkv_in.str());
+  STRATA_CHECK(!cp_group || cp_group->device() == qkv_in.device(), "[ring_attention] qkv is on ",
+               qkv_in.device().str(), " but the cp group '", cp_group->name(), "' (", cp_group->backend_kind(),
+               ") moves tensors on ", cp_group->device().str(),
+               ": CUDA tensors need an nccl group, CPU tensors an mpi or local one");
   auto st = std::make_shared<RingState>();
   st->cp = cp_group;
   st->n = n;
@@ -120,14 +124,15 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
   const std::vector<SeqSegment> mine = cp_segments(st->t, n, r, split), loc = local_of(mine);
   const int64_t L = loc[0].length;
   const DType dt = st->qkv.dtype();
+  const Device dev = st->qkv.device();  // every buffer, the blocks that travel included, lives here
   if (dropout_p > 0 && gen) {  // the whole (B, H, T, T) draw, as the fused module's ops::dropout
     st->drop = {.p = dropout_p, .seed = gen->seed(), .base = 0, .seq = st->t};
     st->drop.base = gen->reserve(uint64_t(B * H * st->t * st->t));
   }
   st->kv = ops::contiguous(ops::narrow(st->qkv, 2, C, 2 * C));  // (B, Tl, 2C): the block that travels
-  st->out = ops::zeros({B, tl, C}, dt);
-  st->lse = ops::full({int64_t(loc.size()), B, H, L}, -std::numeric_limits<double>::infinity(), dt);
-  Tensor cur = st->kv, spare[2] = {ops::empty({B, tl, 2 * C}, dt), ops::empty({B, tl, 2 * C}, dt)};
+  st->out = ops::zeros({B, tl, C}, dt, dev);
+  st->lse = ops::full({int64_t(loc.size()), B, H, L}, -std::numeric_limits<double>::infinity(), dt, dev);
+  Tensor cur = st->kv, spare[2] = {ops::empty({B, tl, 2 * C}, dt, dev), ops::empty({B, tl, 2 * C}, dt, dev)};
   for (int s = 0; s < n; ++s) {
     const int src = (r - s + n) % n;
     std::optional<comm::Work> w;
@@ -158,17 +163,19 @@ Tensor ring_impl(const Tensor& qkv_in, int64_t hd, const std::shared_ptr<comm::P
     const std::vector<SeqSegment> mine = cp_segments(st->t, n, r, st->split), loc = local_of(mine);
     const int64_t L = loc[0].length;
     const DType dt = st->qkv.dtype();
-    Tensor delta = ops::empty(st->lse.shape(), dt);
+    const Device dev = st->qkv.device();
+    Tensor delta = ops::empty(st->lse.shape(), dt, dev);
     for (size_t i = 0; i < mine.size(); ++i) {
       Tensor d = ops::select(delta, 0, int64_t(i));
       ops::attention_block_delta(ops::narrow(gy, 1, loc[i].start, L), ops::narrow(st->out, 1, loc[i].start, L), st->hd, d);
     }
-    Tensor dqkv = ops::zeros(st->qkv.shape(), dt);
-    Tensor cur = st->kv, kv_spare[2] = {ops::empty({B, tl, 2 * C}, dt), ops::empty({B, tl, 2 * C}, dt)};
+    Tensor dqkv = ops::zeros(st->qkv.shape(), dt, dev);
+    Tensor cur = st->kv, kv_spare[2] = {ops::empty({B, tl, 2 * C}, dt, dev), ops::empty({B, tl, 2 * C}, dt, dev)};
     // dK/dV: this step's part is computed into a free buffer while the accumulator of the
     // block in hand is still arriving from the previous rank; then added and passed on.
     // send / recv: the accumulator in flight out and in; z: this step's part (s > 0).
-    Tensor send = ops::zeros({B, tl, 2 * C}, dt), recv = ops::empty({B, tl, 2 * C}, dt), z = ops::empty({B, tl, 2 * C}, dt);
+    Tensor send = ops::zeros({B, tl, 2 * C}, dt, dev), recv = ops::empty({B, tl, 2 * C}, dt, dev),
+           z = ops::empty({B, tl, 2 * C}, dt, dev);
     std::optional<comm::Work> wacc;
     for (int s = 0; s < n; ++s) {
       const int src = (r - s + n) % n;
@@ -223,7 +230,7 @@ Tensor ring_attention(const Tensor& qkv, int64_t head_dim, const std::shared_ptr
 }
 
 Tensor cp_dropout(const Tensor& x, double p, Generator& gen, int cp, int rank, CpSplit split) {
-  STRATA_CHECK(x.dim() >= 2 && x.device().is_cpu(), "[cp_dropout] expects (B, T/cp, ...) on the CPU, got ", x.str());
+  STRATA_CHECK(x.dim() >= 2, "[cp_dropout] expects (B, T/cp, ...), got ", x.str());
   STRATA_CHECK(p >= 0 && p < 1, "[cp_dropout] p must be in [0, 1), got ", p);
   const int64_t B = x.size(0), tl = x.size(1), inner = tl > 0 && B > 0 ? x.numel() / (B * tl) : 0, T = tl * cp;
   const std::vector<int64_t> pos = cp_positions(T, cp, rank, split).to_vector<int64_t>();
@@ -247,6 +254,8 @@ Tensor cp_dropout(const Tensor& x, double p, Generator& gen, int cp, int rank, C
         row[i] = (w[e % 4] >> 8) >= threshold;
       }
     }
+  // The mask is drawn on the host (the draws of global rows) and applied on x's device.
+  if (!x.device().is_cpu()) mask = mask.to(x.device());
   // y = x * mask / (1-p): dropout's backward kernel is exactly that product.
   Tensor y = ops::dropout_backward(ops::contiguous(x.detach()), mask, p);
   if (!x.requires_grad()) return y;

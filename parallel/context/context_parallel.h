@@ -35,7 +35,9 @@ Tensor cp_shard(const Tensor& x, int cp, int rank, CpSplit split);
 /// Causal self-attention of this rank's tokens against the whole sequence, autograd-aware
 /// and collective over `cp` (every rank calls it for the same layer in the same order):
 /// qkv (B, T/cp, 3*H*hd) holds q|k|v of this rank's tokens laid out by `split` ->
-/// y (B, T/cp, H*hd), equal to those rows of full causal attention. f32/f64 on the CPU.
+/// y (B, T/cp, H*hd), equal to those rows of full causal attention. f32/f64 on the CPU
+/// (cp over an mpi or local group) or on a CUDA device (cp over an nccl group: the K/V
+/// blocks and dK/dV accumulators stay in device memory and travel by NCCL send/recv).
 /// Forward: cp-1 ring steps, each sending this rank's current K/V block (B, T/cp, 2*H*hd)
 /// to the next rank while the block in hand is computed; fully masked (query chunk,
 /// key chunk) pairs are skipped. Backward: the K/V blocks go around again with their dK/dV
@@ -51,7 +53,8 @@ Tensor ring_attention(const Tensor& qkv, int64_t head_dim, const std::shared_ptr
 /// Token-wise dropout of this rank's part of the sequences, x (B, T/cp, ...): the mask of
 /// each element is the one ops::dropout draws for the whole (B, T, ...) (one
 /// gen.reserve(B*T*...), element (b, global t, ...) of it), so dropout under cp equals
-/// one process's. Autograd-aware. Installed on the model's nn::Dropout modules by apply_cp.
+/// one process's. Autograd-aware. The mask is drawn on the host and copied to x's device
+/// (CUDA: B*T/cp*... bytes per call). Installed on the model's nn::Dropout modules by apply_cp.
 Tensor cp_dropout(const Tensor& x, double p, Generator& gen, int cp, int rank, CpSplit split);
 
 namespace detail {

@@ -216,6 +216,11 @@ TEST(Parallelize, RefusesWhatTheLayoutCannotRunWithTheKeysNamed) {
             "parallel.cp: is 2 but model.type is 'mlp': its family has no sequences to split");
   EXPECT_EQ(refusal({.cp = 2}, 2, {.precision = Precision::bf16}),
             "run.precision: is bf16 but ring attention (parallel.cp > 1) runs in f32 only");
+  // Ring attention runs on CUDA (f32 there too): a GPU run with cp validates, a 16-bit one does not.
+  EXPECT_EQ(error_of([] { ParallelDims{.cp = 2}.resolve(2).validate({.context_parallel = true, .cuda = true, .world = 2}); }),
+            "");
+  EXPECT_EQ(refusal({.cp = 2}, 2, {.precision = Precision::bf16, .cuda = true}),
+            "run.precision: is bf16 but ring attention (parallel.cp > 1) runs in f32 only");
   EXPECT_EQ(refusal({.tp = 2}, 2, {.model_type = "mlp", .sequence_parallel_ok = false, .sequence_parallel = true}),
             "parallel.sequence_parallel: is true but the model (mlp) has no sequence dimension to shard");
   EXPECT_EQ(refusal({}, 2, {.global_batch = 5}),
