@@ -66,7 +66,7 @@ struct RowDrop {
       w = philox_block(d.seed, c);
       have = c;
     }
-    return (w.w[e % 4] >> 8) >= d.threshold ? keep : T(0);
+    return (philox_word(w, e % 4) >> 8) >= d.threshold ? keep : T(0);
   }
 };
 

@@ -85,11 +85,16 @@ STRATA_HD uint64_t block_dropout_element(const BlockDropout& d, int64_t b, int64
   return (uint64_t(b * heads + h) * d.seq + uint64_t(qi)) * d.seq + uint64_t(kj);
 }
 
+/// Word k (0..3) of a Philox block, selected without indexing (a kernel's words then stay
+/// in registers).
+STRATA_HD uint32_t philox_word(const PhiloxWords& w, uint64_t k) {
+  return k == 0 ? w.w[0] : k == 1 ? w.w[1] : k == 2 ? w.w[2] : w.w[3];
+}
+
 /// Whether element e is kept: Philox word e % 4 of counter base + e / 4, (word >> 8) >=
 /// threshold (ops::dropout's mask of the whole tensor).
 STRATA_HD bool block_dropout_kept(const BlockDropout& d, uint64_t e) {
-  const PhiloxWords w = philox_block(d.seed, d.base + e / 4);
-  return (w.w[e % 4] >> 8) >= d.threshold;
+  return (philox_word(philox_block(d.seed, d.base + e / 4), e % 4) >> 8) >= d.threshold;
 }
 
 }  // namespace strata::cuda
