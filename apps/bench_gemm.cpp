@@ -42,15 +42,15 @@ long minor_faults() {
 void library_sgemm(const cpu::gemm_backends::Sgemm& g) {
   namespace gb = cpu::gemm_backends;
   const int threads = get_num_threads();
-  const gb::Backend b =
-      gb::forced().value_or(gb::choose(g.m, g.n, g.k, g.ta, g.tb, g.lda, g.ldb, g.ldc, threads));
+  const gb::Backend b = gb::forced().value_or(gb::choose(g, threads));
   if (!gb::run(b, g, threads)) gb::run(gb::Backend::openblas, g, threads);
 }
 
 // The name of the library library_sgemm calls for an (m, n, k) NN GEMM at this thread count.
 std::string library_name(int64_t m, int64_t n, int64_t k) {
   namespace gb = cpu::gemm_backends;
-  return gb::name(gb::forced().value_or(gb::choose(m, n, k, false, false, k, n, n, get_num_threads())));
+  const gb::Sgemm g{m, n, k, 1.0f, nullptr, k, false, nullptr, n, false, 0.0f, nullptr, n};
+  return gb::name(gb::forced().value_or(gb::choose(g, get_num_threads())));
 }
 
 int bench_gemm(int64_t n, int repeat, int threads) {

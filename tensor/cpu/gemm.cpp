@@ -102,10 +102,9 @@ void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, Mat
   if (dt == DType::f32) {
     namespace gb = gemm_backends;
     const int threads = get_num_threads();
-    const gb::Backend backend =
-        gb::forced().value_or(gb::choose(m, n, k, a.trans, b.trans, a.ld, b.ld, ldc, threads));
     const gb::Sgemm g{m,     n,    k,       float(alpha), static_cast<const float*>(a.data), a.ld, a.trans,
                       static_cast<const float*>(b.data), b.ld, b.trans, float(beta), static_cast<float*>(c), ldc};
+    const gb::Backend backend = gb::forced().value_or(gb::choose(g, threads));
     if (!gb::run(backend, g, threads)) gb::run(gb::Backend::openblas, g, threads);
   } else if (dt == DType::f64) {
     cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, static_cast<const double*>(a.data),

@@ -288,26 +288,35 @@ bool run(Backend b, const Sgemm& g, int threads) {
 }
 
 namespace {
-// The auto rule: the first row whose thread count and m*n*k bound the call matches picks the
-// backend; no match, or the backend missing from the build: OpenBLAS. Measured with
-// `strata bench gemm --backends all` (docs/performance.md "GEMM libraries").
+// The auto rule: the first row whose thread count, m*n*k bounds and call class match picks
+// the backend; no match, or the backend missing from the build: OpenBLAS. Measured with
+// `strata bench gemm --backends all` (docs/performance.md "GEMM libraries"): oneDNN's sgemm
+// is the fastest library on most of the models' shapes, but takes 4-20% longer on
+// A @ B^T than on A @ B of the same size, where the matmul primitive (its kernel JIT-built
+// for the exact shape and layout) does not: a linear layer's forward, x @ W^T, writing a
+// fresh output (beta 0; with beta 1 the primitive's sum post-op costs more than it saves).
 struct Rule {
   int threads;      // the thread count the row applies to
   int64_t min_mnk;  // m*n*k > min_mnk
   int64_t max_mnk;  // m*n*k <= max_mnk
+  bool nt_only;     // only calls with op(A) = A, op(B) = B^T and beta 0
   Backend backend;
 };
 constexpr int64_t kMaxMnk = INT64_MAX;
 constexpr Rule kRules[] = {
-    {1, int64_t(64) * 64 * 64, kMaxMnk, Backend::onednn_sgemm},
-    {2, int64_t(64) * 64 * 64, kMaxMnk, Backend::onednn_sgemm},
+    {1, int64_t(64) * 64 * 64, kMaxMnk, true, Backend::onednn_matmul},
+    {2, int64_t(64) * 64 * 64, kMaxMnk, true, Backend::onednn_matmul},
+    {1, int64_t(64) * 64 * 64, kMaxMnk, false, Backend::onednn_sgemm},
+    {2, int64_t(64) * 64 * 64, kMaxMnk, false, Backend::onednn_sgemm},
 };
 }  // namespace
 
-Backend choose(int64_t m, int64_t n, int64_t k, bool, bool, int64_t, int64_t, int64_t, int threads) {
-  const int64_t mnk = m * n * k;
+Backend choose(const Sgemm& g, int threads) {
+  const int64_t mnk = g.m * g.n * g.k;
+  const bool nt = !g.ta && g.tb && g.beta == 0.0f;
   for (const Rule& r : kRules)
-    if (threads == r.threads && mnk > r.min_mnk && mnk <= r.max_mnk && available(r.backend)) return r.backend;
+    if (threads == r.threads && mnk > r.min_mnk && mnk <= r.max_mnk && (nt || !r.nt_only) && available(r.backend))
+      return r.backend;
   return Backend::openblas;
 }
 
@@ -357,7 +366,9 @@ std::string describe() {
     for (const Rule& r : kRules) {
       s.append(" m*n*k > ").append(cube(r.min_mnk));
       if (r.max_mnk != kMaxMnk) s.append(" and <= ").append(cube(r.max_mnk));
-      s.append(" at ").append(std::to_string(r.threads)).append(" thread(s) -> ").append(name(r.backend));
+      s.append(" at ").append(std::to_string(r.threads)).append(" thread(s)");
+      if (r.nt_only) s.append(", A @ B^T with beta 0");
+      s.append(" -> ").append(name(r.backend));
       s.append(available(r.backend) ? ";" : " (not in this build);");
     }
     s += " otherwise openblas";

@@ -48,9 +48,9 @@ bool available(Backend b);
 bool run(Backend b, const Sgemm& g, int threads);
 
 /// The backend the auto rule gives this call: a pure function of the shape, the
-/// transposes, the leading dimensions and the thread count (docs/performance.md).
-Backend choose(int64_t m, int64_t n, int64_t k, bool ta, bool tb, int64_t lda, int64_t ldb, int64_t ldc,
-               int threads);
+/// transposes, whether beta is 0 and the thread count (docs/performance.md), so a given
+/// call at a given thread count always runs the same kernel.
+Backend choose(const Sgemm& g, int threads);
 /// The backend cpu::gemm uses: STRATA_GEMM=openblas|blis|onednn_sgemm|onednn_matmul|libxsmm
 /// forces one (read once; unavailable -> OpenBLAS), unset or "auto" -> choose().
 std::optional<Backend> forced();

@@ -141,25 +141,26 @@ INSTANTIATE_TEST_SUITE_P(All, GemmBackend, ::testing::ValuesIn(gb::kAll),
                          [](const auto& info) { return std::string(gb::name(info.param)); });
 
 // cpu::gemm through the auto rule (or STRATA_GEMM): the same bits twice at a fixed
-// thread count, and the f64 reference.
+// thread count, and the f64 reference; every transpose pair, beta 1 and beta 0 (the rule
+// routes A @ B^T with beta 0 apart).
 TEST(GemmBackendRule, SameBitsTwiceAtFixedThreads) {
   STRATA_SKIP_UNSUPPORTED_LEVEL();
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     for (const Case& s : kCases)
-      for (int t = 0; t < 4; ++t) {
-        Problem p = make(s, t & 1, t & 2, 1.0f, 1.0f);
+      for (int t = 0; t < 8; ++t) {
+        const float beta = t & 4 ? 0.0f : 1.0f;
+        Problem p = make(s, t & 1, t & 2, 1.0f, beta);
         std::vector<float> c1 = p.c0, c2 = p.c0;
         for (std::vector<float>* c : {&c1, &c2})
           cpu::gemm(DType::f32, s.m, s.n, s.k, 1.0, {p.a.data(), p.g.lda, p.g.ta}, {p.b.data(), p.g.ldb, p.g.tb},
-                    1.0, c->data(), p.ldc);
+                    beta, c->data(), p.ldc);
         EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)))
             << s.m << "x" << s.n << "x" << s.k << " threads " << threads;
         expect_matches(p, c1, "cpu::gemm");
         // The same bits from the chosen backend called directly, on operands one float off
         // their previous alignment (the choice and the result depend on the values only).
-        const gb::Backend chosen = gb::forced().value_or(
-            gb::choose(s.m, s.n, s.k, p.g.ta, p.g.tb, p.g.lda, p.g.ldb, p.ldc, threads));
+        const gb::Backend chosen = gb::forced().value_or(gb::choose(p.g, threads));
         std::vector<float> a1(p.a.size() + 1), b1(p.b.size() + 1), c3(p.c0.size() + 1);
         std::copy(p.a.begin(), p.a.end(), a1.begin() + 1);
         std::copy(p.b.begin(), p.b.end(), b1.begin() + 1);
@@ -176,14 +177,20 @@ TEST(GemmBackendRule, SameBitsTwiceAtFixedThreads) {
   set_num_threads(1);
 }
 
-// The rule is a function of its arguments only: the same answer on every call.
+// The rule is a function of its arguments only: the same answer on every call, whatever
+// the operands' addresses.
 TEST(GemmBackendRule, ChoiceIsPure) {
   for (int threads : {1, 2})
-    for (const Case& s : kCases) {
-      const gb::Backend b = gb::choose(s.m, s.n, s.k, false, true, s.k, s.k, s.n, threads);
-      EXPECT_EQ(b, gb::choose(s.m, s.n, s.k, false, true, s.k, s.k, s.n, threads));
-      EXPECT_TRUE(gb::available(b));
-    }
+    for (const Case& s : kCases)
+      for (int t = 0; t < 8; ++t) {
+        Problem p = make(s, t & 1, t & 2, 1.0f, t & 4 ? 0.0f : 1.0f);
+        const gb::Backend b = gb::choose(p.g, threads);
+        gb::Sgemm moved = p.g;
+        moved.a += 1;
+        moved.b += 1;
+        EXPECT_EQ(b, gb::choose(moved, threads));
+        EXPECT_TRUE(gb::available(b));
+      }
 }
 
 // BLIS exports cblas_sgemm too; it is opened privately, so every cblas call of the
