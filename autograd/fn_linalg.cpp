@@ -73,11 +73,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
                " does not match weight ", shape_str(w.shape()), " (out, in)");
   const int64_t in = w.size(1), outf = w.size(0);
   Tensor x2 = ops::reshape(x, {-1, in});  // (M, in)
-  Tensor y = ops::empty({x2.size(0), outf}, x.dtype(), x.device());
+  Tensor y;
   if (b.defined()) {
-    ops::copy_(y, b);  // broadcast bias rows, then accumulate the GEMM on top
-    ops::gemm_(y, x2, ops::transpose(w, 0, 1), 1.0, 1.0);
+    y = ops::addmm(b, x2, ops::transpose(w, 0, 1));
   } else {
+    y = ops::empty({x2.size(0), outf}, x.dtype(), x.device());
     ops::gemm_(y, x2, ops::transpose(w, 0, 1), 1.0, 0.0);
   }
   Shape out_shape = x.shape();

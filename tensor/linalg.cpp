@@ -9,6 +9,10 @@ namespace {
 
 using GemmFn = void(DType, int64_t, int64_t, int64_t, double, cpu::MatRef, cpu::MatRef, double, void*, int64_t);
 const KernelTable<GemmFn> kGemm{"matmul", {&cpu::gemm, nullptr}};
+// Optional: the GEMM with a bias added to every row in the library's kernel; devices
+// without one write the bias rows and accumulate kGemm onto them.
+using GemmBiasFn = void(DType, int64_t, int64_t, int64_t, cpu::MatRef, cpu::MatRef, const void*, void*, int64_t);
+const KernelTable<GemmBiasFn> kGemmBias{"addmm", {&cpu::gemm_bias, nullptr}};
 // Optional: `batch` GEMMs whose operands sit at constant element strides (cuBLAS
 // strided-batched); devices without one loop over kGemm.
 using GemmBatchedFn = void(DType, int64_t batch, int64_t m, int64_t n, int64_t k, cpu::MatRef a, int64_t stride_a,
@@ -65,6 +69,26 @@ void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double b
   kGemm(d)(out.dtype(), a.size(0), b.size(1), a.size(1), alpha, oa.ref, ob.ref, beta, out.raw_data(),
            out.is_contiguous() ? std::max<int64_t>(out.size(1), 1) : out.stride(0));
   out.bump_version();
+}
+
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
+  const Device d = common_device("addmm", bias, a, b);
+  STRATA_CHECK(a.dim() == 2 && b.dim() == 2 && bias.dim() == 1, "[addmm] expects a 1-d bias and 2-d operands, got ",
+               shape_str(bias.shape()), " + ", shape_str(a.shape()), " @ ", shape_str(b.shape()));
+  STRATA_CHECK(a.size(1) == b.size(0) && bias.size(0) == b.size(1), "[addmm] shape mismatch: ",
+               shape_str(bias.shape()), " + ", shape_str(a.shape()), " @ ", shape_str(b.shape()));
+  STRATA_CHECK(a.dtype() == b.dtype() && a.dtype() == bias.dtype(), "[addmm] dtype mismatch");
+  Tensor out = Tensor::empty({a.size(0), b.size(1)}, a.dtype(), d);
+  if (kGemmBias.find(d)) {
+    const Tensor bc = bias.is_contiguous() ? bias : contiguous(bias);
+    const MatOperand oa = mat_operand(a), ob = mat_operand(b);
+    kGemmBias(d)(out.dtype(), a.size(0), b.size(1), a.size(1), oa.ref, ob.ref, bc.raw_data(), out.raw_data(),
+       std::max<int64_t>(b.size(1), 1));
+  } else {
+    copy_(out, bias);
+    gemm_(out, a, b, 1.0, 1.0);
+  }
+  return out;
 }
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {

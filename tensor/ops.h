@@ -119,6 +119,10 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 /// out = alpha * op(a) @ op(b) + beta * out for 2-D f32/f64; out contiguous, or a block
 /// of columns of a wider matrix (rows at any stride, each row contiguous).
 void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0, double beta = 0.0);
+/// bias (n) added to every row of a (m, k) @ b (k, n), 2-D, as torch.addmm(bias, a, b): a
+/// linear layer's forward with b = W^T. On the CPU the f32 GEMM library adds the bias in its
+/// kernel where the rule routes the call to one that can (cpu::gemm_bias).
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b);
 
 // ---------------------------------------------------------------- indexing / joining
 Tensor cat(const std::vector<Tensor>& ts, int64_t dim);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -88,10 +89,34 @@ void gemm_widened(int64_t m, int64_t n, int64_t k, float alpha, MatRef a, MatRef
 
 void set_gemm_observer(GemmObserver observer) { g_observer.store(observer); }
 
-void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, MatRef b, double beta, void* c,
-          int64_t ldc) {
+namespace {
+
+// C = bias rows (each row of C a copy of the n elements at bias): what a bias GEMM
+// accumulates onto where the library cannot add the bias itself.
+void bias_rows(DType dt, int64_t m, int64_t n, const void* bias, void* c, int64_t ldc) {
+  const size_t es = element_size(dt);
+  for (int64_t r = 0; r < m; ++r)
+    std::memcpy(static_cast<char*>(c) + size_t(r * ldc) * es, bias, size_t(n) * es);
+}
+
+void run_gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, MatRef b, double beta, void* c,
+              int64_t ldc, const void* bias) {
   (void)kHookInstalled;
   if (m == 0 || n == 0) return;
+  namespace gb = gemm_backends;
+  const int threads = get_num_threads();
+  gb::Sgemm g{m,     n,    k,       float(alpha), static_cast<const float*>(a.data), a.ld, a.trans,
+              static_cast<const float*>(b.data), b.ld, b.trans, float(beta), static_cast<float*>(c), ldc,
+              dt == DType::f32 ? static_cast<const float*>(bias) : nullptr};
+  gb::Backend backend = gb::Backend::openblas;
+  if (dt == DType::f32) backend = gb::forced().value_or(gb::choose(g, threads));
+  if (bias && (dt != DType::f32 || backend != gb::Backend::onednn_matmul)) {  // bias rows, then C += op(A) op(B)
+    bias_rows(dt, m, n, bias, c, ldc);
+    beta = 1.0;
+    g.beta = 1.0f;
+    g.bias = nullptr;
+    if (dt == DType::f32) backend = gb::forced().value_or(gb::choose(g, threads));
+  }
   if (GemmObserver obs = g_observer.load(std::memory_order_relaxed)) obs(dt, m, n, k, a, b, beta);
   op_profile::Scope prof;
   if (op_profile::enabled())
@@ -100,12 +125,13 @@ void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, Mat
   const auto ta = a.trans ? CblasTrans : CblasNoTrans;
   const auto tb = b.trans ? CblasTrans : CblasNoTrans;
   if (dt == DType::f32) {
-    namespace gb = gemm_backends;
-    const int threads = get_num_threads();
-    const gb::Sgemm g{m,     n,    k,       float(alpha), static_cast<const float*>(a.data), a.ld, a.trans,
-                      static_cast<const float*>(b.data), b.ld, b.trans, float(beta), static_cast<float*>(c), ldc};
-    const gb::Backend backend = gb::forced().value_or(gb::choose(g, threads));
-    if (!gb::run(backend, g, threads)) gb::run(gb::Backend::openblas, g, threads);
+    if (gb::run(backend, g, threads)) return;
+    if (g.bias) {  // the primitive declined: the bias rows and OpenBLAS
+      bias_rows(dt, m, n, bias, c, ldc);
+      g.beta = 1.0f;
+      g.bias = nullptr;
+    }
+    gb::run(gb::Backend::openblas, g, threads);
   } else if (dt == DType::f64) {
     cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, static_cast<const double*>(a.data),
                 int(a.ld), static_cast<const double*>(b.data), int(b.ld), beta, static_cast<double*>(c),
@@ -117,6 +143,18 @@ void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, Mat
   } else {
     STRATA_THROW(Error, "[gemm] unsupported dtype ", dtype_name(dt), " on cpu (expected f32, f64, bf16 or f16)");
   }
+}
+
+}  // namespace
+
+void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, MatRef b, double beta, void* c,
+          int64_t ldc) {
+  run_gemm(dt, m, n, k, alpha, a, b, beta, c, ldc, nullptr);
+}
+
+void gemm_bias(DType dt, int64_t m, int64_t n, int64_t k, MatRef a, MatRef b, const void* bias, void* c,
+               int64_t ldc) {
+  run_gemm(dt, m, n, k, 1.0, a, b, 0.0, c, ldc, bias);
 }
 
 const char* blas_info() {

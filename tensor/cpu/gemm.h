@@ -20,6 +20,12 @@ struct MatRef {
 /// thread count, so results are bit-stable per thread count), OpenBLAS where it declines.
 void gemm(DType dt, int64_t m, int64_t n, int64_t k, double alpha, MatRef a, MatRef b, double beta, void* c,
           int64_t ldc);
+/// C(m,n) = op(A)(m,k) @ op(B)(k,n) + bias, the n elements at `bias` added to every row
+/// (a linear layer's forward, torch.addmm). Where the rule gives the f32 call to oneDNN's
+/// matmul primitive, the bias is added in its kernel; elsewhere C is first filled with the
+/// bias rows and the GEMM accumulated onto them (beta 1).
+void gemm_bias(DType dt, int64_t m, int64_t n, int64_t k, MatRef a, MatRef b, const void* bias, void* c,
+               int64_t ldc);
 /// Called with every CPU GEMM's arguments before it runs (null: none, the default). For
 /// `strata bench gemm --shapes model`, which records the GEMMs of a training step; the
 /// observer must be thread-safe (the conv and attention kernels call gemm from a team).

@@ -113,10 +113,10 @@ bool run_onednn_sgemm(const Sgemm& g, int threads) {
 // One matmul primitive per (shape, transposes, leading dimensions, alpha, beta, threads):
 // oneDNN picks and JITs its kernel for exactly that. Null: only a reference
 // implementation exists (slower than any BLAS), so the call goes to OpenBLAS.
-using MatmulKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, float, int>;
+using MatmulKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, float, bool, int>;
 struct Matmul {
   dnnl::matmul prim;
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, bias;  // bias: zero-sized without one
 };
 
 const dnnl::engine& engine() {
@@ -135,6 +135,7 @@ std::shared_ptr<const Matmul> make_matmul(const Sgemm& g) {
   m->a = g.ta ? desc(g.k, g.m, g.lda, true) : desc(g.m, g.k, g.lda, false);
   m->b = g.tb ? desc(g.n, g.k, g.ldb, true) : desc(g.k, g.n, g.ldb, false);
   m->c = desc(g.m, g.n, g.ldc, false);
+  if (g.bias) m->bias = memory::desc({1, g.n}, memory::data_type::f32, memory::dims{g.n, 1});
   dnnl::primitive_attr attr;
   if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
   if (g.beta != 0.0f) {
@@ -143,7 +144,8 @@ std::shared_ptr<const Matmul> make_matmul(const Sgemm& g) {
     attr.set_post_ops(po);
   }
   try {
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m->a, m->b, m->c), attr, engine());
+    const dnnl::matmul::primitive_desc pd(
+        g.bias ? dnnl::matmul::desc(m->a, m->b, m->bias, m->c) : dnnl::matmul::desc(m->a, m->b, m->c), attr, engine());
     if (std::strstr(pd.impl_info_str(), "ref")) return nullptr;
     m->prim = dnnl::matmul(pd);
   } catch (const dnnl::error&) {
@@ -154,7 +156,8 @@ std::shared_ptr<const Matmul> make_matmul(const Sgemm& g) {
 
 bool run_onednn_matmul(const Sgemm& g, int threads) {
   const OmpThreads omp(threads);
-  const MatmulKey key{g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.ta, g.tb, g.alpha, g.beta, call_threads(threads)};
+  const MatmulKey key{g.m,  g.n,    g.k,    g.lda, g.ldb, g.ldc, g.ta, g.tb, g.alpha,
+                      g.beta, g.bias != nullptr, call_threads(threads)};
   // Per thread first (no lock on the hot path), then the shared table.
   thread_local std::map<MatmulKey, std::shared_ptr<const Matmul>> local;
   auto it = local.find(key);
@@ -170,9 +173,11 @@ bool run_onednn_matmul(const Sgemm& g, int threads) {
   if (!mm) return false;
   thread_local dnnl::stream stream(engine());
   const dnnl::engine& e = engine();
-  mm->prim.execute(stream, {{DNNL_ARG_SRC, dnnl::memory(mm->a, e, const_cast<float*>(g.a))},
-                            {DNNL_ARG_WEIGHTS, dnnl::memory(mm->b, e, const_cast<float*>(g.b))},
-                            {DNNL_ARG_DST, dnnl::memory(mm->c, e, g.c)}});
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(mm->a, e, const_cast<float*>(g.a))},
+                                             {DNNL_ARG_WEIGHTS, dnnl::memory(mm->b, e, const_cast<float*>(g.b))},
+                                             {DNNL_ARG_DST, dnnl::memory(mm->c, e, g.c)}};
+  if (g.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(mm->bias, e, const_cast<float*>(g.bias)));
+  mm->prim.execute(stream, args);
   return true;
 }
 
@@ -274,6 +279,7 @@ bool available(Backend b) {
 }
 
 bool run(Backend b, const Sgemm& g, int threads) {
+  if (g.bias && b != Backend::onednn_matmul) return false;
   switch (b) {
     case Backend::openblas:
       cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, int(g.m),

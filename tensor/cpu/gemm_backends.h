@@ -32,6 +32,9 @@ struct Sgemm {
   float beta;
   float* c;
   int64_t ldc;
+  /// (n) added to every row of C (a linear layer's bias), or null. Only the matmul
+  /// primitive takes it (in its kernel); run() on any other backend declines such a call.
+  const float* bias = nullptr;
 };
 
 /// "openblas", "blis", "onednn_sgemm", "onednn_matmul", "libxsmm".
@@ -44,7 +47,8 @@ bool available(Backend b);
 /// Runs `g` on backend `b` with `threads` threads (1 inside an OpenMP team). Returns false,
 /// touching nothing, when the backend is unavailable or cannot take this call (libxsmm:
 /// alpha != 1, beta not 0 or 1, or no kernel; oneDNN's matmul: only a reference
-/// implementation); the caller then runs OpenBLAS. Thread-safe.
+/// implementation; every backend but oneDNN's matmul: a bias); the caller then runs
+/// OpenBLAS (without the bias). Thread-safe.
 bool run(Backend b, const Sgemm& g, int threads);
 
 /// The backend the auto rule gives this call: a pure function of the shape, the

@@ -193,6 +193,52 @@ TEST(GemmBackendRule, ChoiceIsPure) {
       }
 }
 
+// C = op(A) op(B) + bias rows (cpu::gemm_bias, a linear layer's forward): against the f64
+// reference on every transpose pair at 1 and 2 threads, whichever library the rule picks
+// (the matmul primitive adds the bias in its kernel, the others accumulate onto bias rows).
+// C starts as NaN: the call must write it, not accumulate onto it.
+TEST(GemmBias, MatchesTheReferenceOnEveryPath) {
+  STRATA_SKIP_UNSUPPORTED_LEVEL();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Case& s : kCases)
+      for (int t = 0; t < 4; ++t) {
+        Problem p = make(s, t & 1, t & 2, 1.0f, 1.0f);
+        const std::vector<float> bias = operand(1, s.n, 7);
+        for (int64_t i = 0; i < s.m; ++i) std::copy(bias.begin(), bias.end(), p.c0.begin() + i * p.ldc);
+        std::vector<float> c = p.c0;
+        for (int64_t i = 0; i < s.m; ++i) std::fill_n(c.begin() + i * p.ldc, s.n, NAN);
+        cpu::gemm_bias(DType::f32, s.m, s.n, s.k, {p.a.data(), p.g.lda, p.g.ta}, {p.b.data(), p.g.ldb, p.g.tb},
+                       bias.data(), c.data(), p.ldc);
+        expect_matches(p, c, "gemm_bias " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                                 std::to_string(s.k) + " t " + std::to_string(t) + " threads " + std::to_string(threads));
+      }
+  }
+  set_num_threads(1);
+}
+
+// Only the matmul primitive takes a bias: every other library declines the call, C untouched.
+TEST(GemmBias, OtherLibrariesDeclineABias) {
+  STRATA_SKIP_UNSUPPORTED_LEVEL();
+  Problem p = make({64, 128, 128}, false, true, 1.0f, 0.0f);
+  const std::vector<float> bias = operand(1, 128, 7);
+  p.g.bias = bias.data();
+  for (gb::Backend b : gb::kAll) {
+    std::vector<float> c = p.c0;
+    p.g.c = c.data();
+    const bool ran = gb::run(b, p.g, 1);
+    if (b == gb::Backend::onednn_matmul && ran) {
+      Problem q = p;
+      for (int64_t i = 0; i < 64; ++i) std::copy(bias.begin(), bias.end(), q.c0.begin() + i * q.ldc);
+      q.g.beta = 1.0f;
+      expect_matches(q, c, "onednn_matmul with a bias");
+    } else {
+      EXPECT_FALSE(ran) << gb::name(b);
+      EXPECT_EQ(c, p.c0) << gb::name(b) << " wrote C";
+    }
+  }
+}
+
 // BLIS exports cblas_sgemm too; it is opened privately, so every cblas call of the
 // process still reaches OpenBLAS.
 TEST(GemmBackendRule, CblasStaysOpenBlas) {

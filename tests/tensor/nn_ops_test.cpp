@@ -36,6 +36,32 @@ class NnOps : public ::testing::TestWithParam<DType> {};
 INSTANTIATE_TEST_SUITE_P(Float, NnOps, ::testing::Values(DType::f32, DType::f64),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// ---------------------------------------------------------------- addmm
+
+// bias + a @ b^T (a linear layer's forward, b the (out, in) weight seen transposed) in
+// double; the bias a strided view too (every other element of a longer vector).
+TEST_P(NnOps, AddmmIsBiasPlusTheProduct) {
+  const DType dt = GetParam();
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 7}, {70, 130, 96}, {256, 128, 384}}) {
+    const Tensor a = rnd({m, k}, dt, 1), w = rnd({n, k}, dt, 2);
+    const Tensor long_bias = rnd({2 * n}, dt, 3);
+    for (const Tensor& bias : {ops::narrow(long_bias, 0, 0, n), ops::slice(long_bias, 0, 0, 2 * n, 2)}) {
+      const Vec av = a.to_vector<double>(), wv = w.to_vector<double>(), bv = bias.to_vector<double>();
+      Vec want(size_t(m * n));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double acc = bv[size_t(j)];
+          for (int64_t q = 0; q < k; ++q) acc += av[size_t(i * k + q)] * wv[size_t(j * k + q)];
+          want[size_t(i * n + j)] = acc;
+        }
+      const Tensor y = ops::addmm(bias, a, ops::transpose(w, 0, 1));
+      ASSERT_EQ(y.shape(), (Shape{m, n}));
+      expect_close(y, want, tol_for(dt) * double(k) / 8, "addmm " + std::to_string(m) + "x" + std::to_string(n));
+    }
+  }
+  EXPECT_THROW(ops::addmm(rnd({4}, dt, 1), rnd({2, 3}, dt, 1), rnd({3, 5}, dt, 1)), Error);
+}
+
 // ---------------------------------------------------------------- softmax
 
 // softmax / log_softmax of (outer, n, inner) over the middle dim, in double.
