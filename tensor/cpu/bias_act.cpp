@@ -11,7 +11,7 @@
 #include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/cpu/prefetch.h>
 #include <strata/tensor/cpu/elementwise.h>
-#include <strata/tensor/cpu/gelu_avx512.h>
+#include <strata/tensor/cpu/act_avx512.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 
@@ -29,11 +29,11 @@ template <bool Tanh, class A>
   else return gelu_erf_grad_of(h);
 }
 
-// The f32 tanh form at x86-64-v4 runs the intrinsics rows (gelu_avx512.h), forward and
+// The f32 tanh form at x86-64-v4 runs the intrinsics rows (act_avx512.h), forward and
 // backward.
 template <class T, bool Tanh>
 bool use_avx512() {
-  return kHaveGeluAvx512 && std::is_same_v<T, float> && Tanh && simd_level() == SimdLevel::v4;
+  return kHaveActAvx512 && std::is_same_v<T, float> && Tanh && simd_level() == SimdLevel::v4;
 }
 
 template <class T, bool Tanh, class A = acc_t<T>>

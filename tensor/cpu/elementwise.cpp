@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <strata/tensor/cpu/isa_dispatch.h>
-#include <strata/tensor/cpu/gelu_avx512.h>
+#include <strata/tensor/cpu/act_avx512.h>
 #include <strata/tensor/cpu/loops.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
@@ -279,10 +279,10 @@ void compare_scalar_kernel(CompareOp op, Tensor& out, const Tensor& a, double s)
 
 namespace {
 // The f32 tanh GELU and its gradient at x86-64-v4 on contiguous operands: the AVX-512 rows
-// (gelu_avx512.h) that the fused bias_gelu and bias_gelu_backward use, so the fused and
+// (act_avx512.h) that the fused bias_gelu and bias_gelu_backward use, so the fused and
 // unfused GPT MLPs compute the same activations and gradients.
 bool gelu_avx512_applies(const Tensor& out, const std::vector<const Tensor*>& in) {
-  if (!kHaveGeluAvx512 || out.dtype() != DType::f32 || simd_level() != SimdLevel::v4 || !out.is_contiguous())
+  if (!kHaveActAvx512 || out.dtype() != DType::f32 || simd_level() != SimdLevel::v4 || !out.is_contiguous())
     return false;
   for (const Tensor* t : in)
     if (t->dtype() != DType::f32 || !t->is_contiguous() || t->shape() != out.shape()) return false;

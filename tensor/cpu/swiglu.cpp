@@ -1,9 +1,12 @@
 // SwiGLU: one pass over the gate and up projections forward, one backward, each a flat
-// vectorised loop (the f32 sigmoid through the clamped polynomial exp of the GELU kernels).
+// vectorised loop (the f32 sigmoid through the clamped polynomial exp of the GELU kernels);
+// f32 at x86-64-v4 runs the AVX-512 rows of act_avx512.h.
 #include <strata/tensor/cpu/swiglu.h>
 
 #include <algorithm>
+#include <type_traits>
 
+#include <strata/tensor/cpu/act_avx512.h>
 #include <strata/tensor/cpu/elementwise.h>
 #include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/cpu/prefetch.h>
@@ -28,8 +31,19 @@ template <class F>
   for (int64_t s = b; s < e; s += kPiece) f(s, std::min(e, s + kPiece), std::min(kPiece, n - std::min(n, s + kPiece)));
 }
 
+template <class T>
+bool use_avx512() {
+  return kHaveActAvx512 && std::is_same_v<T, float> && simd_level() == SimdLevel::v4;
+}
+
 template <class T, class A = acc_t<T>>
 void swiglu_impl(const T* g, const T* u, T* y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_avx512<T>()) {
+      parallel_for(n, kGrain, [&](int64_t b, int64_t e) { swiglu_row_avx512(g + b, u + b, y + b, e - b); });
+      return;
+    }
+  }
   parallel_for_simd(n, kGrain, [&](int64_t b, int64_t e) {
     for_pieces(b, e, n, [&](int64_t s, int64_t t, int64_t next) {
       prefetch_lines(g + t, next * int64_t(sizeof(T)));
@@ -45,6 +59,14 @@ void swiglu_impl(const T* g, const T* u, T* y, int64_t n) {
 
 template <class T, class A = acc_t<T>>
 void swiglu_backward_impl(const T* dy, const T* g, const T* u, T* dg, T* du, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_avx512<T>()) {
+      parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+        swiglu_grad_row_avx512(dy + b, g + b, u + b, dg + b, du + b, e - b);
+      });
+      return;
+    }
+  }
   parallel_for_simd(n, kGrain, [&](int64_t b, int64_t e) {
     for_pieces(b, e, n, [&](int64_t s0, int64_t t, int64_t next) {
       prefetch_lines(g + t, next * int64_t(sizeof(T)));

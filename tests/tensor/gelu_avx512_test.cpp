@@ -1,6 +1,6 @@
 // The fused bias + GELU passes (ops::bias_gelu[_backward], the GPT MLP's) at every SIMD
 // level this CPU runs: at x86-64-v4 forward and backward take the AVX-512 rows
-// (cpu/gelu_avx512.h). Against the f64 formula over [-14, 14] and the special values,
+// (cpu/act_avx512.h). Against the f64 formula over [-14, 14] and the special values,
 // with the bounds of GeluAccuracy.TanhFormF32AgainstF64OverAWideRange, and the levels
 // against each other with a bias, a bias gradient and rows that are not a multiple of 16.
 #include <gtest/gtest.h>

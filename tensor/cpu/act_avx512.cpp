@@ -1,5 +1,6 @@
-// See gelu_avx512.h. Scalar twins: gelu_tanh_of / gelu_tanh_grad_of (cpu/elementwise.h).
-#include <strata/tensor/cpu/gelu_avx512.h>
+// See act_avx512.h. Scalar twins: gelu_tanh_of / gelu_tanh_grad_of (cpu/elementwise.h) and the
+// generic loops of cpu/swiglu.cpp.
+#include <strata/tensor/cpu/act_avx512.h>
 
 #include <strata/core/error.h>
 
@@ -62,14 +63,24 @@ STRATA_AVX512 inline __m512 gelu_grad(__m512 h) {
   return _mm512_fmadd_ps(t, du2, s);
 }
 
+// sigmoid(z) = 1 / (1 + exp(-z)); exp(-z) = inf (z < -89) gives 0.
+STRATA_AVX512 inline __m512 sigmoid(__m512 z) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  return _mm512_div_ps(one, _mm512_add_ps(one, exp_clamped(_mm512_sub_ps(_mm512_setzero_ps(), z))));
+}
+
 STRATA_AVX512 inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+
+STRATA_AVX512 inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+}
 
 }  // namespace
 
 STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, const float* b, float* d, float* p,
                                              int64_t n) {
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+    const __mmask16 m = tail_mask(n - j);
     // 4 KiB ahead in each input: rows are contiguous in the callers, so this reaches into
     // the next rows (a prefetch past an allocation's end does not fault)
     _mm_prefetch(reinterpret_cast<const char*>(g + j + kPrefetchAhead), _MM_HINT_T0);
@@ -84,11 +95,37 @@ STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, con
 
 STRATA_AVX512 void gelu_tanh_row_avx512(const float* y, const float* b, float* out, int64_t n) {
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+    const __mmask16 m = tail_mask(n - j);
     _mm_prefetch(reinterpret_cast<const char*>(y + j + kPrefetchAhead), _MM_HINT_T0);
     __m512 h = load(y + j, m);
     if (b) h = _mm512_add_ps(h, load(b + j, m));
     _mm512_mask_storeu_ps(out + j, m, gelu(h));
+  }
+}
+
+STRATA_AVX512 void swiglu_row_avx512(const float* g, const float* u, float* y, int64_t n) {
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = tail_mask(n - j);
+    _mm_prefetch(reinterpret_cast<const char*>(g + j + kPrefetchAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(u + j + kPrefetchAhead), _MM_HINT_T0);
+    const __m512 z = load(g + j, m);
+    _mm512_mask_storeu_ps(y + j, m, _mm512_mul_ps(_mm512_mul_ps(z, sigmoid(z)), load(u + j, m)));
+  }
+}
+
+STRATA_AVX512 void swiglu_grad_row_avx512(const float* dy, const float* g, const float* u, float* dg, float* du,
+                                          int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = tail_mask(n - j);
+    _mm_prefetch(reinterpret_cast<const char*>(dy + j + kPrefetchAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(g + j + kPrefetchAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(u + j + kPrefetchAhead), _MM_HINT_T0);
+    const __m512 z = load(g + j, m), d = load(dy + j, m), s = sigmoid(z);
+    // dg = d u s (1 + z (1 - s)), du = d z s
+    const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(d, load(u + j, m)), s);
+    _mm512_mask_storeu_ps(dg + j, m, _mm512_mul_ps(ds, _mm512_fmadd_ps(z, _mm512_sub_ps(one, s), one)));
+    _mm512_mask_storeu_ps(du + j, m, _mm512_mul_ps(_mm512_mul_ps(d, z), s));
   }
 }
 
@@ -98,10 +135,16 @@ STRATA_AVX512 void gelu_tanh_row_avx512(const float* y, const float* b, float* o
 
 namespace strata::cpu {
 void gelu_tanh_grad_row_avx512(const float*, const float*, const float*, float*, float*, int64_t) {
-  STRATA_THROW(Error, "[gelu_tanh_grad_row_avx512] not built for this target (kHaveGeluAvx512 is false)");
+  STRATA_THROW(Error, "[gelu_tanh_grad_row_avx512] not built for this target (kHaveActAvx512 is false)");
 }
 void gelu_tanh_row_avx512(const float*, const float*, float*, int64_t) {
-  STRATA_THROW(Error, "[gelu_tanh_row_avx512] not built for this target (kHaveGeluAvx512 is false)");
+  STRATA_THROW(Error, "[gelu_tanh_row_avx512] not built for this target (kHaveActAvx512 is false)");
+}
+void swiglu_row_avx512(const float*, const float*, float*, int64_t) {
+  STRATA_THROW(Error, "[swiglu_row_avx512] not built for this target (kHaveActAvx512 is false)");
+}
+void swiglu_grad_row_avx512(const float*, const float*, const float*, float*, float*, int64_t) {
+  STRATA_THROW(Error, "[swiglu_grad_row_avx512] not built for this target (kHaveActAvx512 is false)");
 }
 }  // namespace strata::cpu
 
