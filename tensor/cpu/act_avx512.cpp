@@ -12,6 +12,8 @@
 #endif
 #include <immintrin.h>
 
+#include <strata/tensor/cpu/exp_avx512.h>
+
 #define STRATA_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,fma")))
 
 namespace strata::cpu {
@@ -21,22 +23,10 @@ constexpr float kK = 0.79788456080286535588f;  // sqrt(2/pi)
 constexpr float kCubic = 0.044715f;
 constexpr int64_t kPrefetchAhead = 1024;  // floats
 
-// exp(z), z clamped to [-87, 89] (NaN -> the clamp's bound; the caller's x carries NaN):
-// z = n ln2 + r, Cephes' polynomial on r, times 2^n (n = 128: inf).
+// exp(z), z clamped to [-87, 89] (NaN -> the clamp's bound; the caller's x carries NaN;
+// 89: inf).
 STRATA_AVX512 inline __m512 exp_clamped(__m512 z) {
-  z = _mm512_min_ps(_mm512_max_ps(z, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(89.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), z);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
+  return detail::exp_reduced_avx512(_mm512_min_ps(_mm512_max_ps(z, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(89.0f)));
 }
 
 // -2u = -2 sqrt(2/pi) (h + 0.044715 h^3), from h and h^2.

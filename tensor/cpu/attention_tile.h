@@ -27,6 +27,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+#include <strata/tensor/cpu/exp_avx512.h>
 #else
 #define STRATA_ATTN_X86 0
 #endif
@@ -286,18 +287,7 @@ inline void tile(int64_t l0, int64_t l1, const T* a, int64_t ars, int64_t als, c
 /// as vrndscaleps and the scaling by 2^n as vscalefps. The same results.
 [[gnu::target("avx512f")]] inline Vec<float, 64> exp_avx512(Vec<float, 64> x) {
   const __m512 lo = _mm512_set1_ps(-86.0f), hi = _mm512_set1_ps(88.72283f);
-  const __m512 v = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), v));
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  __m512 e = _mm512_scalef_ps(p, n);
+  __m512 e = cpu::detail::exp_reduced_avx512(_mm512_min_ps(hi, _mm512_max_ps(lo, x)));
   e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
   return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(__builtin_inff()));
 }

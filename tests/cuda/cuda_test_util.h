@@ -17,6 +17,9 @@ namespace strata::test {
 
 inline constexpr Device kGpu{DeviceType::CUDA, 0};
 
+/// t moved to kGpu (an undefined tensor stays undefined).
+inline Tensor gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : t; }
+
 /// Skips the test unless a CUDA device is visible (always skips in CPU-only builds).
 #ifdef STRATA_WITH_CUDA
 #define STRATA_REQUIRE_GPU()                                                                       \

@@ -22,10 +22,7 @@
 namespace strata {
 namespace {
 
-using test::expect_close;
-using test::kGpu;
-using test::rand_cpu;
-using test::Tol;
+using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
 
 struct Case {
   int64_t B, H, hd, Lq, Lk, q_pos, k_pos;

@@ -13,10 +13,7 @@
 namespace strata {
 namespace {
 
-using test::expect_close;
-using test::kGpu;
-using test::rand_cpu;
-using test::Tol;
+using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
 
 struct Case {
   int64_t B, T, H, hd;

@@ -7,10 +7,7 @@
 namespace strata {
 namespace {
 
-using test::expect_close;
-using test::kGpu;
-using test::rand_cpu;
-using test::Tol;
+using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
 using ops::BinaryOp;
 using ops::CompareOp;
 using ops::UnaryOp;
@@ -18,7 +15,6 @@ using ops::UnaryOp;
 const DType kAll[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8};
 const DType kArith[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8};
 
-Tensor gpu(const Tensor& t) { return t.to(kGpu); }
 
 // Values every dtype holds exactly and that stay small: 0..11 with quarter steps for floats.
 Tensor small_values(const Shape& s, DType dt, uint64_t seed) {

@@ -11,12 +11,8 @@
 namespace strata {
 namespace {
 
-using test::expect_close;
-using test::kGpu;
-using test::rand_cpu;
-using test::Tol;
+using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
 
-Tensor gpu(const Tensor& t) { return t.to(kGpu); }
 
 TEST(CudaGemm, MatmulShapesAndLayouts) {
   STRATA_REQUIRE_GPU();

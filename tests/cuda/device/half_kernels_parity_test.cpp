@@ -19,10 +19,7 @@
 namespace strata {
 namespace {
 
-using test::expect_close;
-using test::kGpu;
-using test::rand_cpu;
-using test::Tol;
+using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
 using ops::BinaryOp;
 using ops::CompareOp;
 using ops::UnaryOp;
@@ -31,7 +28,6 @@ const DType k16[] = {DType::bf16, DType::f16};
 const Tol kF32{1e-5, 1e-4};
 const Tol kExact{0, 0};
 
-Tensor gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : t; }
 std::string name_of(DType dt, const std::string& what) { return std::string(dtype_name(dt)) + " " + what; }
 
 // A 16-bit result compared in its own dtype (and checked to be that dtype on both sides).

@@ -11,10 +11,7 @@
 namespace strata {
 namespace {
 
-using test::expect_close;
-using test::kGpu;
-using test::rand_cpu;
-using test::Tol;
+using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
 
 TEST(CudaLlamaOps, RmsNormRotarySwigluMatchTheCpu) {
   STRATA_REQUIRE_GPU();

@@ -16,10 +16,7 @@
 namespace strata {
 namespace {
 
-using test::expect_close;
-using test::kGpu;
-using test::expect_same_params;
-using test::Tol;
+using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
 using testing::random_tokens;
 
 void expect_same_grads(const nn::Module& gpu_m, const nn::Module& cpu_m, Tol tol) {

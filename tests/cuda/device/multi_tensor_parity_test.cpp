@@ -9,9 +9,7 @@
 namespace strata {
 namespace {
 
-using test::expect_close;
-using test::kGpu;
-using test::rand_cpu;
+using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
 
 // 150 tensors of assorted sizes (an empty one among them) and one of 21M elements.
 std::vector<Shape> shapes() {

@@ -11,12 +11,8 @@
 namespace strata {
 namespace {
 
-using test::expect_close;
-using test::kGpu;
-using test::rand_cpu;
-using test::Tol;
+using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
 
-Tensor gpu(const Tensor& t) { return t.to(kGpu); }
 
 // Sums over many elements: both sides accumulate in f64, f32 outputs round once.
 const Tol kSumTol{1e-4, 1e-5};

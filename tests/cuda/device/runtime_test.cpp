@@ -8,9 +8,7 @@
 namespace strata {
 namespace {
 
-using test::expect_close;
-using test::kGpu;
-using test::rand_cpu;
+using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
 
 TEST(CudaAllocator, FreedBlocksAreReusedWithoutCudaMalloc) {
   STRATA_REQUIRE_GPU();
