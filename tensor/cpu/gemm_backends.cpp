@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include <dnnl.hpp>
 #ifdef STRATA_HAVE_BLIS
@@ -117,6 +119,7 @@ using MatmulKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_
 struct Matmul {
   dnnl::matmul prim;
   dnnl::memory::desc a, b, c, bias;  // bias: zero-sized without one
+  dnnl::memory::desc scratchpad;     // the caller's (user mode)
 };
 
 const dnnl::engine& engine() {
@@ -137,6 +140,11 @@ std::shared_ptr<const Matmul> make_matmul(const Sgemm& g) {
   m->c = desc(g.m, g.n, g.ldc, false);
   if (g.bias) m->bias = memory::desc({1, g.n}, memory::data_type::f32, memory::dims{g.n, 1});
   dnnl::primitive_attr attr;
+  // A scratchpad of the caller's (each thread's own): in oneDNN's default (library) mode
+  // the primitives share theirs, and GEMMs run at once from a team's threads (the
+  // convolution's im2col kernel, replicas on threads) got wrong results
+  // (ConvThreads.* and TrainerDpTest.GptMatchesModeNone fail without this).
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
   if (g.beta != 0.0f) {
     dnnl::post_ops po;
@@ -148,6 +156,7 @@ std::shared_ptr<const Matmul> make_matmul(const Sgemm& g) {
         g.bias ? dnnl::matmul::desc(m->a, m->b, m->bias, m->c) : dnnl::matmul::desc(m->a, m->b, m->c), attr, engine());
     if (std::strstr(pd.impl_info_str(), "ref")) return nullptr;
     m->prim = dnnl::matmul(pd);
+    m->scratchpad = pd.scratchpad_desc();
   } catch (const dnnl::error&) {
     return nullptr;
   }
@@ -177,6 +186,11 @@ bool run_onednn_matmul(const Sgemm& g, int threads) {
                                              {DNNL_ARG_WEIGHTS, dnnl::memory(mm->b, e, const_cast<float*>(g.b))},
                                              {DNNL_ARG_DST, dnnl::memory(mm->c, e, g.c)}};
   if (g.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(mm->bias, e, const_cast<float*>(g.bias)));
+  if (const size_t bytes = mm->scratchpad.get_size()) {  // this thread's, grown to the largest
+    thread_local std::vector<std::byte> scratch;
+    if (scratch.size() < bytes) scratch.resize(bytes);
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(mm->scratchpad, e, scratch.data()));
+  }
   mm->prim.execute(stream, args);
   return true;
 }
