@@ -24,8 +24,9 @@
 
 #include <strata/core/error.h>
 #include <strata/core/threads.h>
+#include <strata/tensor/cpu/omp_threads.h>
 
-// OmpThreads below sets oneDNN's thread count through the OpenMP runtime strata uses.
+// OmpThreads (omp_threads.h) sets oneDNN's thread count through the OpenMP runtime strata uses.
 static_assert(DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP, "strata's oneDNN convolutions expect oneDNN's OpenMP runtime");
 
 namespace strata::cpu {
@@ -81,23 +82,6 @@ DnnlConvLayout layout_from_env() {
   return DnnlConvLayout::plain;
 }
 
-// oneDNN (OpenMP runtime) sizes its parallel regions by omp_get_max_threads() of the
-// calling thread, both when a primitive is created (its work split) and when it runs; this
-// sets that to strata's count for the scope of one call.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
-    if (n != saved_) omp_set_num_threads(n);
-  }
-  ~OmpThreads() {
-    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
-  }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int saved_;
-};
 
 struct Dims {
   memory::dims src, wei, bias, dst, strides, pad_l, pad_r;

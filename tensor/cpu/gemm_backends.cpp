@@ -25,12 +25,11 @@
 #include <libxsmm.h>
 #endif
 
+#include <strata/tensor/cpu/omp_threads.h>
+
 namespace strata::cpu::gemm_backends {
 namespace {
 
-// Threads a library call may use: the caller's count, or 1 inside an OpenMP team (the
-// attention and conv kernels call GEMMs from their own team).
-int call_threads(int threads) { return omp_in_parallel() ? 1 : std::max(threads, 1); }
 
 // ------------------------------------------------------------------ BLIS
 // libblis exports cblas_sgemm, sgemm_ and the rest of the BLAS under the same names as
@@ -86,25 +85,6 @@ bool run_blis(const Sgemm&, int) { return false; }
 #endif
 
 // ------------------------------------------------------------------ oneDNN
-// oneDNN's OpenMP runtime sizes its parallel regions by omp_get_max_threads() of the
-// calling thread, which is strata's count only on the thread that called set_num_threads:
-// for the call, the calling thread's count is set to `threads` and restored after.
-class OmpThreads {
- public:
-  explicit OmpThreads(int threads) : saved_(omp_get_max_threads()) {
-    const int nt = call_threads(threads);
-    if (!omp_in_parallel() && saved_ != nt) omp_set_num_threads(nt);
-    else saved_ = 0;
-  }
-  ~OmpThreads() {
-    if (saved_ > 0) omp_set_num_threads(saved_);
-  }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int saved_;
-};
 
 bool run_onednn_sgemm(const Sgemm& g, int threads) {
   const OmpThreads omp(threads);
