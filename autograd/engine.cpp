@@ -102,6 +102,13 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     pending.erase(n);
     STRATA_CHECK(!n->released(), "[backward] ", n->name(),
                  ": the graph was already freed by a previous backward; use retain_graph=true");
+    if (const int e = n->absorbs_edge(); e >= 0 && size_t(e) < n->next_edges().size()) {
+      const auto it = pending.find(n->next_edges()[size_t(e)].fn.get());
+      if (it != pending.end() && it->first) {
+        n->absorb(std::move(it->second));
+        pending.erase(it);
+      }
+    }
     std::vector<Tensor> grads = n->apply(g);
     // A leaf's AccumulateGrad is cached on the leaf and reused by every later graph;
     // it saves nothing, so it is never marked released.

@@ -1,6 +1,7 @@
 // Differentiable matmul and linear. Backward GEMMs read transposed views, so no
 // operand is ever copied to be transposed.
 #include <algorithm>
+#include <atomic>
 
 #include <strata/autograd/autocast.h>
 #include <strata/autograd/engine.h>
@@ -202,22 +203,13 @@ Tensor linear_packed(const Tensor& x, const std::vector<Tensor>& ws) {
   });
 }
 
-Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
-  Shape out_shape = x.shape();
-  if (!out_shape.empty()) out_shape.back() = w.dim() == 2 ? w.size(0) : -1;
-  // as linear_gelu, the residual exactly the Linear's output shape (no broadcast);
-  // otherwise the unfused ops, which give the same values
-  const bool fused = fuses_linear(x, w, b, {residual}) && residual.shape() == out_shape;
-  if (!fused) return add(residual, linear(x, w, b));
-  STRATA_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), "[linear_residual] input ", shape_str(x.shape()),
-               " does not match weight ", shape_str(w.shape()), " (out, in)");
-  const int64_t in = w.size(1), outf = w.size(0);
-  Tensor x2 = ops::reshape(x, {-1, in});  // (M, in)
-  Tensor y = ops::empty({x2.size(0), outf}, x.dtype(), x.device());
-  ops::gemm_(y, x2, ops::transpose(w, 0, 1), 1.0, 0.0);  // (M, out), no bias
-  ops::bias_residual_(y, b, residual);                    // y = residual + (y + b)
-  Tensor out = ops::view(y, out_shape);
+namespace {
+// Records residual + linear(x, w, b) = out, computed as y (M, out) = x2 w^T then y = residual +
+// (y + b) (node "LinearResidualBackward"). x2: x's rows (M, in).
+Tensor record_linear_residual(Tensor out, const Tensor& x, const Tensor& x2, const Tensor& w, const Tensor& b,
+                              const Tensor& residual) {
   if (!any_requires_grad(x, w, b, residual)) return out;
+  const int64_t outf = w.size(0);
   const bool need_x = x.requires_grad(), need_w = w.requires_grad();
   const bool need_b = b.defined() && b.requires_grad(), need_r = residual.requires_grad();
   SavedTensor sx(need_w ? x2 : Tensor()), sw(need_x ? w : Tensor());
@@ -235,6 +227,108 @@ Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const 
     // consumers' gradients of the residual stream as it would AddBackward's
     return std::vector{gx, gw, need_r ? g : Tensor(), gb};
   });
+}
+
+// The output shape of linear(x, w, .) (w's out features in place of x's last dim).
+Shape linear_out_shape(const Tensor& x, const Tensor& w) {
+  Shape out_shape = x.shape();
+  if (!out_shape.empty()) out_shape.back() = w.dim() == 2 ? w.size(0) : -1;
+  return out_shape;
+}
+
+// y = x2 w^T (M, out) without bias, x2 = x's rows (M, in).
+std::pair<Tensor, Tensor> bias_free_gemm(const char* op, const Tensor& x, const Tensor& w) {
+  STRATA_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), "[", op, "] input ", shape_str(x.shape()),
+               " does not match weight ", shape_str(w.shape()), " (out, in)");
+  Tensor x2 = ops::reshape(x, {-1, w.size(1)});  // (M, in)
+  Tensor y = ops::empty({x2.size(0), w.size(0)}, x.dtype(), x.device());
+  ops::gemm_(y, x2, ops::transpose(w, 0, 1), 1.0, 0.0);  // (M, out), no bias
+  return {x2, y};
+}
+
+std::atomic<ResidualNormFusion> g_residual_norm_fusion{ResidualNormFusion::automatic};
+
+bool fuses_residual_norm_on(Device d) {
+  switch (g_residual_norm_fusion.load(std::memory_order_relaxed)) {
+    case ResidualNormFusion::always: return true;
+    case ResidualNormFusion::never: return false;
+    case ResidualNormFusion::automatic: break;
+  }
+  // CUDA: the fused kernels save a global-memory pass each way. The CPU keeps the separate
+  // kernels (docs/performance.md, "Fused residual + LayerNorm").
+  return d.type == DeviceType::CUDA;
+}
+
+// The LayerNorm of linear_residual_layer_norm: z = layer_norm(s), whose backward takes over
+// the gradient already pending at s (its other consumers': the next residual add) and adds
+// it in layer_norm_backward's pass (ops::layer_norm_backward_add), in place when nothing
+// else holds it. The separate ops would write dx, and the engine read it back to add.
+class LayerNormAddNode final : public Node {
+ public:
+  LayerNormAddNode(const Tensor& s, const Tensor& w, Tensor mean, Tensor rstd, bool need_w, bool need_b)
+      : s_(s), w_(w), mean_(std::move(mean)), rstd_(std::move(rstd)), need_w_(need_w), need_b_(need_b) {
+    absorbs_edge_ = 0;
+  }
+  void absorb(Tensor pending) override { other_ = std::move(pending); }
+  std::vector<Tensor> apply(const Tensor& g) override {
+    const Tensor other = std::move(other_);
+    other_ = Tensor();
+    const Tensor& s = s_.get("LayerNormAddBackward");
+    const bool in_place = other.defined() && detail::reusable_as(other, s);
+    auto [ds, dw, db] = ops::layer_norm_backward_add(g, s, mean_, rstd_, w_.defined() ? w_.get("LayerNormAddBackward")
+                                                                                      : Tensor(),
+                                                     need_b_, other, in_place);
+    return {ds, need_w_ ? dw : Tensor(), need_b_ ? db : Tensor()};
+  }
+  std::string name() const override { return "LayerNormAddBackward"; }
+  void release_saved() override {
+    s_.reset();
+    w_.reset();
+    mean_ = rstd_ = other_ = Tensor();
+    Node::release_saved();
+  }
+
+ private:
+  SavedTensor s_, w_;
+  Tensor mean_, rstd_, other_;
+  bool need_w_, need_b_;
+};
+}  // namespace
+
+void set_residual_norm_fusion(ResidualNormFusion f) { g_residual_norm_fusion.store(f, std::memory_order_relaxed); }
+ResidualNormFusion residual_norm_fusion() { return g_residual_norm_fusion.load(std::memory_order_relaxed); }
+
+Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
+  const Shape out_shape = linear_out_shape(x, w);
+  // as linear_gelu, the residual exactly the Linear's output shape (no broadcast);
+  // otherwise the unfused ops, which give the same values
+  const bool fused = fuses_linear(x, w, b, {residual}) && residual.shape() == out_shape;
+  if (!fused) return add(residual, linear(x, w, b));
+  auto [x2, y] = bias_free_gemm("linear_residual", x, w);
+  ops::bias_residual_(y, b, residual);  // y = residual + (y + b)
+  return record_linear_residual(ops::view(y, out_shape), x, x2, w, b, residual);
+}
+
+std::pair<Tensor, Tensor> linear_residual_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b,
+                                                     const Tensor& residual, const Tensor& ln_w, const Tensor& ln_b,
+                                                     double eps) {
+  const Shape out_shape = linear_out_shape(x, w);
+  const bool fused = fuses_linear(x, w, b, {residual, ln_w, ln_b}) && residual.shape() == out_shape &&
+                     fuses_residual_norm_on(x.device());
+  if (!fused) {
+    Tensor s = linear_residual(x, w, b, residual);
+    Tensor z = layer_norm(s, ln_w, ln_b, eps);
+    return {s, z};
+  }
+  auto [x2, y] = bias_free_gemm("linear_residual_layer_norm", x, w);
+  auto [z, mean, rstd] = ops::bias_residual_layer_norm_(y, b, residual, ln_w, ln_b, eps);  // y = s, z = ln(s)
+  Tensor s = record_linear_residual(ops::view(y, out_shape), x, x2, w, b, residual);
+  Tensor out = ops::view(z, out_shape);
+  const auto needs = [](const Tensor& t) { return t.defined() && t.requires_grad(); };
+  if (!any_requires_grad(s, ln_w, ln_b)) return {s, out};
+  auto node = std::make_shared<LayerNormAddNode>(s, ln_w, mean, rstd, needs(ln_w), needs(ln_b));
+  set_history(out, node, {s, ln_w, ln_b});
+  return {s, out};
 }
 
 }  // namespace strata

@@ -45,6 +45,23 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_
 /// x and w only). residual has the Linear's output shape. For 16-bit dtypes, under
 /// autocast or with mixed dtypes: add(residual, linear(x, w, b)).
 Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual);
+/// (s, z) = (residual + linear(x, w, b), layer_norm(s, ln_w, ln_b, eps)): a pre-LN block's
+/// residual add and the LayerNorm after it. Where it fuses (as linear_residual, with ln_w /
+/// ln_b of x's dtype and device, on a device residual_norm_fusion() admits) the bias, the
+/// residual and the LayerNorm are one pass after a bias-free GEMM
+/// (ops::bias_residual_layer_norm_), and the LayerNorm's backward (node
+/// "LayerNormAddBackward") adds the gradient s received from its other consumers in its
+/// own pass (ops::layer_norm_backward_add); otherwise linear_residual then layer_norm.
+/// Same values either way, bit for bit.
+std::pair<Tensor, Tensor> linear_residual_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b,
+                                                     const Tensor& residual, const Tensor& ln_w, const Tensor& ln_b,
+                                                     double eps = 1e-5);
+/// Where linear_residual_layer_norm fuses: automatic (the default: CUDA tensors only; the CPU
+/// choice is measured in docs/performance.md), always (every device: tests compare
+/// the fused CPU kernels with the separate ones) or never. Process-wide; thread-safe.
+enum class ResidualNormFusion { automatic, always, never };
+void set_residual_norm_fusion(ResidualNormFusion f);
+ResidualNormFusion residual_norm_fusion();
 /// Bias-free linears sharing their input, their outputs side by side: (..., sum of the
 /// weights' out) = cat(linear(x, w_i)), each GEMM writing its own block of columns (no
 /// cat copy); backward accumulates dx over the blocks in the GEMMs (beta 1, no adds) and

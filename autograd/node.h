@@ -33,9 +33,17 @@ class Node {
   bool released() const { return released_; }
   /// The module whose forward created this node, while tracing (trace::intern id; 0 = none).
   uint32_t trace_label() const { return trace_label_; }
+  /// The input edge whose pending gradient this node takes over (-1: none). Before apply(),
+  /// the engine hands it, through absorb(), what that input's other consumers have sent so
+  /// far (if anything), and the node returns it added into its own gradient for that input:
+  /// a backward that adds the two in the pass computing its own saves the engine's add.
+  /// Gradients arriving later are added by the engine as usual.
+  int absorbs_edge() const { return absorbs_edge_; }
+  virtual void absorb(Tensor pending) { (void)pending; }
 
  protected:
   std::vector<Edge> next_;
+  int absorbs_edge_ = -1;
   uint64_t seq_;
   bool released_ = false;
   uint32_t trace_label_ = 0;

@@ -24,14 +24,38 @@ double resid_std(const GPTConfig& c) { return kInitStd / std::sqrt(2.0 * double(
 // the bias and the residual go into one pass after proj's bias-free GEMM
 // (linear_residual), as Megatron-LM's bias_dropout_add fusion; tensor parallelism swaps
 // proj for a RowParallelLinear and keeps the unfused ops. Same values either way.
-Tensor project_residual(Module& proj, Module& drop, const Tensor& y, const Tensor& residual) {
+// proj as a plain Linear when the residual add may be fused after its GEMM, else null.
+const Linear* fusable_proj(Module& proj, Module& drop, const Tensor& residual) {
   const auto* lin = dynamic_cast<const Linear*>(&proj);
   const auto* d = dynamic_cast<const Dropout*>(&drop);
   if (residual.defined() && lin && typeid(*lin) == typeid(Linear) && !proj.has_forward_hooks() && d &&
       typeid(*d) == typeid(Dropout) && !drop.has_forward_hooks() && (d->p() == 0 || !d->is_training()))
+    return lin;
+  return nullptr;
+}
+
+Tensor project_residual(Module& proj, Module& drop, const Tensor& y, const Tensor& residual) {
+  if (const Linear* lin = fusable_proj(proj, drop, residual))
     return proj.traced([&] { return linear_residual(y, lin->weight(), lin->bias(), residual); });
   Tensor out = drop(proj(y));
   return residual.defined() ? residual + out : out;
+}
+
+// (s, ln(s)) with s = project_residual(...): where the residual add fuses, the LayerNorm
+// joins its pass (linear_residual_layer_norm); else ln(s) is left undefined for the caller.
+std::pair<Tensor, Tensor> project_residual_norm(Module& proj, Module& drop, const Tensor& y, const Tensor& residual,
+                                                const LayerNorm& ln) {
+  if (const Linear* lin = fusable_proj(proj, drop, residual)) {
+    Tensor z;
+    Tensor s = proj.traced([&] {
+      auto [sum, normed] =
+          linear_residual_layer_norm(y, lin->weight(), lin->bias(), residual, ln.weight(), ln.bias(), ln.eps());
+      z = normed;
+      return sum;
+    });
+    return {s, z};
+  }
+  return {project_residual(proj, drop, y, residual), Tensor()};
 }
 
 // Whether a block may call m's forward_add (fusing its residual) instead of operator():
@@ -71,7 +95,16 @@ Tensor CausalSelfAttention::forward_add(const Tensor& x, const Tensor& residual)
   return forward_impl(x, residual);
 }
 
+std::pair<Tensor, Tensor> CausalSelfAttention::forward_add_norm(const Tensor& x, const Tensor& residual,
+                                                                 const LayerNorm& ln) {
+  return project_residual_norm(*child("c_proj"), *child("resid_dropout"), core_of(x), residual, ln);
+}
+
 Tensor CausalSelfAttention::forward_impl(const Tensor& x, const Tensor& residual) {
+  return project_residual(*child("c_proj"), *child("resid_dropout"), core_of(x), residual);
+}
+
+Tensor CausalSelfAttention::core_of(const Tensor& x) {
   STRATA_CHECK(x.dim() == 3, "[CausalSelfAttention] expects (B, T, C), got ", shape_str(x.shape()));
   Tensor qkv = (*child("c_attn"))(x);  // (B, T, 3*Hl*hd); x may be a sequence shard (B, T/tp, C)
   const int64_t cl = qkv.size(-1) / 3;
@@ -79,10 +112,9 @@ Tensor CausalSelfAttention::forward_impl(const Tensor& x, const Tensor& residual
                qkv.size(-1), " is not 3 * heads * head_dim (head_dim ", head_dim_, ")");
   // Selective recomputation: the core's (B, Hl, T, T) probabilities (and their dropout)
   // are not kept; qkv and y are, as c_attn's output and c_proj's input.
-  const Tensor y = selective_ ? recompute_in_backward([this](const Tensor& q) { return core(q); }, qkv,
-                                                      child("attn_dropout")->generators())
-                              : core(qkv);
-  return project_residual(*child("c_proj"), *child("resid_dropout"), y, residual);
+  return selective_ ? recompute_in_backward([this](const Tensor& q) { return core(q); }, qkv,
+                                            child("attn_dropout")->generators())
+                    : core(qkv);
 }
 
 Tensor CausalSelfAttention::core(const Tensor& qkv) {
@@ -156,15 +188,25 @@ Tensor GPTBlock::forward(const Tensor& x) {
   // x + attn(ln_1(x)), the residual added inside attn's output projection when it can be.
   // ln_1(x) is released before the MLP runs, as the temporary of `x + attn(ln_1(x))` was:
   // under autocast nothing saves the f32 tensor, and holding it raised the forward's peak.
-  Tensor h;
+  // Where attn's residual add fuses and ln_2 is a plain LayerNorm, ln_2 joins that pass too
+  // (linear_residual_layer_norm; m is then ln_2(h) already).
+  Tensor h, m;
   {
     const Tensor a = (*child("ln_1"))(x);
-    if (auto* attn = fusable<CausalSelfAttention>(child("attn"), x))
-      h = attn->traced([&] { return attn->forward_add(a, x); });
-    else
+    if (auto* attn = fusable<CausalSelfAttention>(child("attn"), x)) {
+      if (const auto* ln2 = fusable<LayerNorm>(child("ln_2"), x))
+        h = attn->traced([&] {
+          auto [sum, normed] = attn->forward_add_norm(a, x, *ln2);
+          m = normed;
+          return sum;
+        });
+      else
+        h = attn->traced([&] { return attn->forward_add(a, x); });
+    } else {
       h = x + (*child("attn"))(a);
+    }
   }
-  Tensor m = (*child("ln_2"))(h);
+  if (!m.defined()) m = (*child("ln_2"))(h);
   if (auto* mlp = fusable<GPTMLP>(child("mlp"), h)) return mlp->traced([&] { return mlp->forward_add(m, h); });
   return h + (*child("mlp"))(m);
 }

@@ -7,6 +7,7 @@
 #include <strata/nn/container.h>
 #include <strata/nn/lm_hooks.h>
 #include <strata/nn/moe.h>
+#include <strata/nn/normalization.h>
 
 namespace strata::nn {
 
@@ -37,6 +38,10 @@ class CausalSelfAttention : public Module, public ReplaceableAttention {
   /// in one pass after its GEMM (linear_residual) when c_proj is a plain Linear and
   /// resid_dropout does nothing (p = 0 or eval), neither with forward hooks.
   Tensor forward_add(const Tensor& x, const Tensor& residual);
+  /// (s, ln(s)) with s = forward_add(x, residual): where forward_add fuses the residual, the
+  /// LayerNorm ln runs in the same pass (linear_residual_layer_norm); else ln(s) is undefined
+  /// and the caller applies ln itself.
+  std::pair<Tensor, Tensor> forward_add_norm(const Tensor& x, const Tensor& residual, const LayerNorm& ln);
   std::string type_name() const override { return "CausalSelfAttention"; }
   int64_t head_dim() const { return head_dim_; }
   void set_attention_fn(AttentionFn fn) override { attention_fn_ = std::move(fn); }
@@ -44,6 +49,8 @@ class CausalSelfAttention : public Module, public ReplaceableAttention {
 
  private:
   Tensor forward_impl(const Tensor& x, const Tensor& residual);
+  /// x (B, T, C) -> the attention's output y (B, T, Hl*hd) before c_proj.
+  Tensor core_of(const Tensor& x);
   /// The attention core: qkv (B, T, 3*Hl*hd) -> y (B, T, Hl*hd), the replaced one if set.
   Tensor core(const Tensor& qkv);
   AttentionFn attention_fn_;

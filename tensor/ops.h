@@ -154,6 +154,20 @@ std::pair<Tensor, Tensor> bias_gelu_backward(const Tensor& dout, const Tensor& y
 /// onto the bias-free GEMM output y (rows, C), contiguous; r has y's element count and
 /// last dim (any shape, e.g. (B, T, C)); b (C) may be undefined. CPU and CUDA.
 void bias_residual_(Tensor& y, const Tensor& b, const Tensor& r);
+/// The residual stream's update and the LayerNorm that reads it, one pass per row: y = s =
+/// r + (y + b) in place (as bias_residual_), then z = layer_norm(s, weight, bias, eps). y
+/// (rows, C) contiguous; r has y's element count and last dim; b, weight, bias (C) may be
+/// undefined. Returns z (y's shape), mean and rstd (rows) as layer_norm; every value equals
+/// bias_residual_ then layer_norm bit for bit. CPU and CUDA.
+std::tuple<Tensor, Tensor, Tensor> bias_residual_layer_norm_(Tensor& y, const Tensor& b, const Tensor& r,
+                                                             const Tensor& weight, const Tensor& bias, double eps);
+/// (ds, dweight, dbias): layer_norm_backward(dz, s, mean, rstd, weight, has_bias) with g added
+/// to its dx in the same pass (g: the gradient s received from its other consumers, s's
+/// shape and dtype; undefined: layer_norm_backward itself). in_place: ds is written into
+/// g's bytes (g contiguous). Equals layer_norm_backward then g + dx bit for bit.
+std::tuple<Tensor, Tensor, Tensor> layer_norm_backward_add(const Tensor& dz, const Tensor& s, const Tensor& mean,
+                                                           const Tensor& rstd, const Tensor& weight, bool has_bias,
+                                                           const Tensor& g, bool in_place);
 
 /// Over the last dim of x (..., C); weight/bias (C) may be undefined.
 /// Returns y, mean (rows), rstd (rows).

@@ -94,6 +94,12 @@ void bias_gelu_kernel(const Tensor& y, const Tensor& b, Tensor& out, bool tanh_a
 void bias_gelu_backward_kernel(const Tensor& dout, const Tensor& y, const Tensor& b, Tensor& dh, Tensor& db,
                                bool tanh_approx);
 void bias_residual_kernel(Tensor& y, const Tensor& b, const Tensor& r);
+// residual_norm.cu: residual add + LayerNorm forward, LayerNorm backward + the other gradient
+void bias_residual_layer_norm_kernel(Tensor& y, const Tensor& b, const Tensor& r, const Tensor& w, const Tensor& lb,
+                                     Tensor& z, Tensor& mean, Tensor& rstd, int64_t rows, int64_t C, double eps);
+void layer_norm_backward_add_kernel(const Tensor& dz, const Tensor& s, const Tensor& mean, const Tensor& rstd,
+                                    const Tensor& w, const Tensor& g, Tensor& ds, Tensor& dw, Tensor& db,
+                                    int64_t rows, int64_t C);
 // optim.cu
 void adam_kernel(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ops::AdamParams& p);
 void sgd_kernel(Tensor& param, const Tensor& grad, Tensor& buf, const ops::SgdParams& p);

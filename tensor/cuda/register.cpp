@@ -77,6 +77,9 @@ void register_kernels() {
   register_kernel("bias_gelu", kCuda, &bias_gelu_kernel);
   register_kernel("bias_gelu_backward", kCuda, &bias_gelu_backward_kernel);
   register_kernel("bias_residual_", kCuda, &bias_residual_kernel);
+  // residual_norm.cpp
+  register_kernel("bias_residual_layer_norm_", kCuda, &bias_residual_layer_norm_kernel);
+  register_kernel("layer_norm_backward_add", kCuda, &layer_norm_backward_add_kernel);
 
   register_kernel("causal_attention", kCuda, &causal_attention_kernel);
   register_kernel("causal_attention_backward", kCuda, &causal_attention_backward_kernel);
