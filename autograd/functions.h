@@ -57,7 +57,7 @@ std::pair<Tensor, Tensor> linear_residual_layer_norm(const Tensor& x, const Tens
                                                      const Tensor& residual, const Tensor& ln_w, const Tensor& ln_b,
                                                      double eps = 1e-5);
 /// Where linear_residual_layer_norm fuses: automatic (the default: CUDA tensors only; the CPU
-/// choice is measured in docs/performance.md), always (every device: tests compare
+/// measured no faster fused, docs/performance.md), always (every device: tests compare
 /// the fused CPU kernels with the separate ones) or never. Process-wide; thread-safe.
 enum class ResidualNormFusion { automatic, always, never };
 void set_residual_norm_fusion(ResidualNormFusion f);
