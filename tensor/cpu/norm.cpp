@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/norm_rows.h>
 #include <strata/tensor/cpu/prefetch.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
@@ -25,113 +26,16 @@ T* mut_ptr_or_null(Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
-// T is the storage type, A = acc_t<T> the arithmetic and statistics type: f16/bf16 rows
-// are widened element by element in registers, mean and rstd are f32.
+// T is the storage type, A = acc_t<T> the arithmetic and statistics type (norm_rows.h).
 template <class T, class A = acc_t<T>>
 void layer_norm_impl(const T* x, const T* w, const T* b, T* y, A* mean, A* rstd, int64_t rows, int64_t C,
                      double eps) {
   parallel_for_simd(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const T* xr = x + r * C;
-      T* yr = y + r * C;
       prefetch_row_ahead(x, r, rows, C);
-      A s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < C; ++i) s += ld(xr[i]);
-      const A mu = s / A(C);
-      A v = 0;
-#pragma omp simd reduction(+ : v)
-      for (int64_t i = 0; i < C; ++i) v += (ld(xr[i]) - mu) * (ld(xr[i]) - mu);
-      const A rs = A(1) / std::sqrt(v / A(C) + A(eps));
-      mean[r] = mu;
-      rstd[r] = rs;
-      if (w && b) {
-#pragma omp simd
-        for (int64_t i = 0; i < C; ++i) yr[i] = st<T>((ld(xr[i]) - mu) * rs * ld(w[i]) + ld(b[i]));
-      } else if (w) {
-#pragma omp simd
-        for (int64_t i = 0; i < C; ++i) yr[i] = st<T>((ld(xr[i]) - mu) * rs * ld(w[i]));
-      } else {
-#pragma omp simd
-        for (int64_t i = 0; i < C; ++i) yr[i] = st<T>((ld(xr[i]) - mu) * rs + (b ? ld(b[i]) : A(0)));
-      }
+      norm_rows::layer_norm_row(x + r * C, w, b, y + r * C, mean[r], rstd[r], C, eps);
     }
   });
-}
-
-// One block of rows of the layer norm backward, in one pass per row:
-//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w,  xhat = (x - mean) * rstd
-// and, when dwp/dbp are given, this block's column sums dw += dy * xhat, db += dy (in A).
-template <class T, bool kHasW, class A = acc_t<T>>
-void layer_norm_backward_rows(const T* dy, const T* x, const A* mean, const A* rstd, const T* w, T* dx, A* dwp,
-                              A* dbp, int64_t r0, int64_t r1, int64_t C) {
-  const A inv_c = A(1) / A(C);
-  for (int64_t r = r0; r < r1; ++r) {
-    const T* gr = dy + r * C;
-    const T* xr = x + r * C;
-    T* dxr = dx + r * C;
-    prefetch_row_ahead(dy, r, r1, C);
-    prefetch_row_ahead(x, r, r1, C);
-    const A mu = mean[r], rs = rstd[r];
-    A sg = 0, sgx = 0;
-#pragma omp simd reduction(+ : sg, sgx)
-    for (int64_t i = 0; i < C; ++i) {
-      const A g = kHasW ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
-      sg += g;
-      sgx += g * ((ld(xr[i]) - mu) * rs);
-    }
-    sg *= inv_c;
-    sgx *= inv_c;
-#pragma omp simd
-    for (int64_t i = 0; i < C; ++i) {
-      const A g = kHasW ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
-      dxr[i] = st<T>(rs * (g - sg - (ld(xr[i]) - mu) * rs * sgx));
-    }
-    if (dwp) {
-#pragma omp simd
-      for (int64_t i = 0; i < C; ++i) dwp[i] += ld(gr[i]) * ((ld(xr[i]) - mu) * rs);
-    }
-    if (dbp) {
-#pragma omp simd
-      for (int64_t i = 0; i < C; ++i) dbp[i] += ld(gr[i]);
-    }
-  }
-}
-
-// Rows in blocks (in parallel) whose size depends only on the row count: at least
-// kLnMinRowBlock rows, at most kLnMaxBlocks blocks (bounding the partials' memory).
-// Each block writes its own dw/db partial sums, added up in block order afterwards, so
-// the result does not depend on the thread count and dy and x are read once.
-constexpr int64_t kLnMinRowBlock = 32, kLnMaxBlocks = 256;
-
-template <class T, class A = acc_t<T>>
-void layer_norm_backward_impl(const T* dy, const T* x, const A* mean, const A* rstd, const T* w, T* dx, T* dw,
-                              T* db, int64_t rows, int64_t C) {
-  const int64_t block = std::max(kLnMinRowBlock, (rows + kLnMaxBlocks - 1) / kLnMaxBlocks);
-  const int64_t blocks = (rows + block - 1) / block;
-  std::vector<A> part_w(dw ? size_t(blocks * C) : 0, A(0)), part_b(db ? size_t(blocks * C) : 0, A(0));
-  const int64_t grain = std::max<int64_t>(1, 8192 / (block * std::max<int64_t>(C, 1)));
-  parallel_for_simd(blocks, grain, [&](int64_t b0, int64_t b1) {
-    for (int64_t blk = b0; blk < b1; ++blk) {
-      const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
-      A* pw = dw ? part_w.data() + blk * C : nullptr;
-      A* pb = db ? part_b.data() + blk * C : nullptr;
-      if (w)
-        layer_norm_backward_rows<T, true>(dy, x, mean, rstd, w, dx, pw, pb, r0, r1, C);
-      else
-        layer_norm_backward_rows<T, false>(dy, x, mean, rstd, w, dx, pw, pb, r0, r1, C);
-    }
-  });
-  const auto reduce = [&](std::vector<A>& part, T* out) {
-    for (int64_t blk = 1; blk < blocks; ++blk) {
-      const A* p = part.data() + blk * C;
-#pragma omp simd
-      for (int64_t i = 0; i < C; ++i) part[size_t(i)] += p[i];
-    }
-    for (int64_t i = 0; i < C; ++i) out[i] = st<T>(part[size_t(i)]);
-  };
-  if (dw) reduce(part_w, dw);
-  if (db) reduce(part_b, db);
 }
 
 // Per-run reductions over one contiguous (n, c) plane of S elements, written on raw
@@ -255,8 +159,9 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
       if (dbp) std::fill(dbp, dbp + C, st<scalar_t>(0.0f));
       return;
     }
-    layer_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), mean.data<A>(), rstd.data<A>(),
-                                       ptr_or_null<scalar_t>(w), dx.data<scalar_t>(), dwp, dbp, rows, C);
+    norm_rows::layer_norm_backward<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), mean.data<A>(),
+                                             rstd.data<A>(), ptr_or_null<scalar_t>(w), dx.data<scalar_t>(), dwp, dbp,
+                                             rows, C);
   });
 }
 
