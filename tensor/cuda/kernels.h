@@ -97,6 +97,10 @@ void bias_residual_kernel(Tensor& y, const Tensor& b, const Tensor& r);
 // residual_norm.cu: residual add + LayerNorm forward, LayerNorm backward + the other gradient
 void bias_residual_layer_norm_kernel(Tensor& y, const Tensor& b, const Tensor& r, const Tensor& w, const Tensor& lb,
                                      Tensor& z, Tensor& mean, Tensor& rstd, int64_t rows, int64_t C, double eps);
+/// dw = sum over rows of dy * (x - mean) * rstd and db = sum of dy (each only when defined),
+/// the layer norm backwards' deterministic column sums (chunked f64 partials).
+void layer_norm_param_grads(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, Tensor& dw,
+                            Tensor& db, int64_t rows, int64_t C);
 void layer_norm_backward_add_kernel(const Tensor& dz, const Tensor& s, const Tensor& mean, const Tensor& rstd,
                                     const Tensor& w, const Tensor& g, Tensor& ds, Tensor& dw, Tensor& db,
                                     int64_t rows, int64_t C);

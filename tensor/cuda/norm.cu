@@ -288,13 +288,23 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     ln_bwd_dx_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
         rows, C, dptr<T>(dy), dptr<T>(x), dptr<A>(mean), dptr<A>(rstd), cptr<T>(w), dptr<T>(dx));
     STRATA_CUDA_CHECK_LAUNCH("layer_norm_backward");
-    if (!dw.defined() && !db.defined()) return;
+  });
+  layer_norm_param_grads(dy, x, mean, rstd, dw, db, rows, C);
+}
+
+void layer_norm_param_grads(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, Tensor& dw,
+                            Tensor& db, int64_t rows, int64_t C) {
+  if (C == 0 || rows == 0 || (!dw.defined() && !db.defined())) return;
+  OpContext ctx(dw.defined() ? dw : db);
+  STRATA_DISPATCH_FLOAT16(x.dtype(), "layer_norm_backward", [&] {
+    using T = scalar_t;
+    using A = acc_t<T>;
     const int64_t chunks = column_chunks(rows, C);
     const int64_t chunk_len = (rows + chunks - 1) / chunks;
     Tensor pw, pb;
     if (chunks > 1) {
-      if (dw.defined()) pw = Tensor::empty({chunks * C}, DType::f64, dx.device());
-      if (db.defined()) pb = Tensor::empty({chunks * C}, DType::f64, dx.device());
+      if (dw.defined()) pw = Tensor::empty({chunks * C}, DType::f64, x.device());
+      if (db.defined()) pb = Tensor::empty({chunks * C}, DType::f64, x.device());
     }
     const dim3 grid(grid_for(C), unsigned(chunks));
     ln_bwd_params_k<<<grid, kThreads, 0, ctx.stream>>>(rows, C, chunk_len, dptr<T>(dy), dptr<T>(x), dptr<A>(mean),

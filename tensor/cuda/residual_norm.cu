@@ -80,57 +80,12 @@ __global__ void ln_bwd_dx_add_k(int64_t rows, int64_t C, const S* dy, const S* x
   }
 }
 
-// norm.cu's ln_bwd_params_k: column sums over a chunk of rows, dw = sum dz * xhat, db = sum dz.
-template <class S, class A = acc_t<S>>
-__global__ void ln_params_k(int64_t rows, int64_t C, int64_t chunk_len, const S* dy, const S* x, const A* mean,
-                            const A* rstd, bool want_w, bool want_b, double* pw, double* pb, S* dw, S* db,
-                            int64_t chunks) {
-  const int64_t chunk = blockIdx.y;
-  const int64_t r0 = chunk * chunk_len, r1 = min(rows, r0 + chunk_len);
-  for (int64_t c = global_index(); c < C; c += grid_stride()) {
-    double aw = 0, ab = 0;
-    for (int64_t r = r0; r < r1; ++r) {
-      const A gi = ld(dy[r * C + c]);
-      if (want_w) aw += double(gi * (ld(x[r * C + c]) - mean[r]) * rstd[r]);
-      if (want_b) ab += double(gi);
-    }
-    if (chunks == 1) {
-      if (want_w) dw[c] = st<S>(aw);
-      if (want_b) db[c] = st<S>(ab);
-    } else {
-      if (want_w) pw[chunk * C + c] = aw;
-      if (want_b) pb[chunk * C + c] = ab;
-    }
-  }
-}
-
-template <class S>
-__global__ void column_finish_k(int64_t C, int64_t chunks, const double* p, S* out) {
-  for (int64_t c = global_index(); c < C; c += grid_stride()) {
-    double s = 0;
-    for (int64_t k = 0; k < chunks; ++k) s += p[k * C + c];
-    out[c] = st<S>(s);
-  }
-}
-
 template <class T>
 const T* cptr(const Tensor& t) {
   return t.defined() ? dptr<T>(t) : nullptr;
 }
-template <class T>
-T* mptr(Tensor& t) {
-  return t.defined() ? dptr<T>(t) : nullptr;
-}
-
 unsigned block_grid(int64_t n) { return unsigned(std::clamp<int64_t>(n, 1, kMaxBlocks)); }
 
-// norm.cu's row chunks for the column sums (enough blocks to fill the GPU when C is small).
-int64_t column_chunks(int64_t rows, int64_t C) {
-  const int64_t bx = (C + kThreads - 1) / kThreads;
-  int64_t chunks = 1;
-  if (bx < 128) chunks = std::min<int64_t>({(rows + 63) / 64, (256 + bx - 1) / bx, 65535});
-  return std::max<int64_t>(chunks, 1);
-}
 
 }  // namespace
 
@@ -163,25 +118,8 @@ void layer_norm_backward_add_kernel(const Tensor& dz, const Tensor& s, const Ten
     ln_bwd_dx_add_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
         rows, C, dptr<T>(dz), dptr<T>(s), dptr<A>(mean), dptr<A>(rstd), cptr<T>(w), dptr<T>(g), dptr<T>(ds));
     STRATA_CUDA_CHECK_LAUNCH("layer_norm_backward_add");
-    if (!dw.defined() && !db.defined()) return;
-    const int64_t chunks = column_chunks(rows, C);
-    const int64_t chunk_len = (rows + chunks - 1) / chunks;
-    Tensor pw, pb;
-    if (chunks > 1) {
-      if (dw.defined()) pw = Tensor::empty({chunks * C}, DType::f64, ds.device());
-      if (db.defined()) pb = Tensor::empty({chunks * C}, DType::f64, ds.device());
-    }
-    const dim3 grid(grid_for(C), unsigned(chunks));
-    ln_params_k<<<grid, kThreads, 0, ctx.stream>>>(rows, C, chunk_len, dptr<T>(dz), dptr<T>(s), dptr<A>(mean),
-                                                   dptr<A>(rstd), dw.defined(), db.defined(), mptr<double>(pw),
-                                                   mptr<double>(pb), mptr<T>(dw), mptr<T>(db), chunks);
-    STRATA_CUDA_CHECK_LAUNCH("layer_norm_backward_add");
-    if (chunks > 1) {
-      if (dw.defined()) column_finish_k<<<grid_for(C), kThreads, 0, ctx.stream>>>(C, chunks, dptr<double>(pw), dptr<T>(dw));
-      if (db.defined()) column_finish_k<<<grid_for(C), kThreads, 0, ctx.stream>>>(C, chunks, dptr<double>(pb), dptr<T>(db));
-      STRATA_CUDA_CHECK_LAUNCH("layer_norm_backward_add");
-    }
   });
+  layer_norm_param_grads(dz, s, mean, rstd, dw, db, rows, C);  // norm.cu's column sums
 }
 
 }  // namespace strata::cuda
