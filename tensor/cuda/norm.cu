@@ -5,6 +5,7 @@
 // tensor/cpu/rms_norm.cpp, f16/bf16 included (f32 arithmetic, widen.h).
 #include <strata/tensor/cuda/kernels.h>
 #include <strata/tensor/cuda/launch.h>
+#include <strata/tensor/cuda/norm_rows.h>
 #include <strata/tensor/cuda/op_math.h>
 #include <strata/tensor/cuda/widen.h>
 #include <strata/tensor/dispatch.h>
@@ -21,22 +22,9 @@ __global__ void ln_fwd_k(int64_t rows, int64_t C, const S* x, const S* w, const 
   __shared__ A smem[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const S* xr = x + r * C;
-    S* yr = y + r * C;
     A s = 0;
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) s += ld(xr[i]);
-    const A mu = block_reduce(s, SumOp(), A(0), smem) / A(C);
-    A v = 0;
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) v += (ld(xr[i]) - mu) * (ld(xr[i]) - mu);
-    v = block_reduce(v, SumOp(), A(0), smem);
-    const A rs = A(1) / math::sqrt_(v / A(C) + A(eps));
-    if (threadIdx.x == 0) {
-      mean[r] = mu;
-      rstd[r] = rs;
-    }
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-      const A xh = (ld(xr[i]) - mu) * rs;
-      yr[i] = st<S>(w ? (b ? xh * ld(w[i]) + ld(b[i]) : xh * ld(w[i])) : xh + (b ? ld(b[i]) : A(0)));
-    }
+    norm_rows::layer_norm_row(s, xr, w, b, y + r * C, mean, rstd, r, C, eps, smem);
   }
 }
 

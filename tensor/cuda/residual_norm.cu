@@ -9,6 +9,7 @@
 // (f32 arithmetic, widen.h).
 #include <strata/tensor/cuda/kernels.h>
 #include <strata/tensor/cuda/launch.h>
+#include <strata/tensor/cuda/norm_rows.h>
 #include <strata/tensor/cuda/op_math.h>
 #include <strata/tensor/cuda/widen.h>
 #include <strata/tensor/dispatch.h>
@@ -35,20 +36,8 @@ __global__ void residual_ln_fwd_k(int64_t rows, int64_t C, S* y, const S* b, con
       xr[i] = v;
       s += ld(v);
     }
-    // ln_fwd_k on s; each thread reads back only the elements it wrote
-    const A mu = block_reduce(s, SumOp(), A(0), smem) / A(C);
-    A v = 0;
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) v += (ld(xr[i]) - mu) * (ld(xr[i]) - mu);
-    v = block_reduce(v, SumOp(), A(0), smem);
-    const A rs = A(1) / math::sqrt_(v / A(C) + A(eps));
-    if (threadIdx.x == 0) {
-      mean[r] = mu;
-      rstd[r] = rs;
-    }
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-      const A xh = (ld(xr[i]) - mu) * rs;
-      zr[i] = st<S>(w ? (lb ? xh * ld(w[i]) + ld(lb[i]) : xh * ld(w[i])) : xh + (lb ? ld(lb[i]) : A(0)));
-    }
+    // ln_fwd_k's row on s; each thread reads back only the elements it wrote
+    norm_rows::layer_norm_row(s, static_cast<const S*>(xr), w, lb, zr, mean, rstd, r, C, eps, smem);
   }
 }
 
