@@ -81,6 +81,11 @@ class Tensor {
                  dtype_name(dtype_v<T>));
     return static_cast<T*>(raw_data());
   }
+  /// data<T>(), or null for an undefined tensor (an optional weight, bias or gradient).
+  template <class T>
+  T* data_or_null() const {
+    return defined() ? data<T>() : nullptr;
+  }
   void* raw_data() const;
 
   /// Value of a one-element tensor as T (any dtype converts).

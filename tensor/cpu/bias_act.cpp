@@ -145,10 +145,6 @@ void residual_impl(T* y, const T* b, const T* r, int64_t rows, int64_t n) {
   });
 }
 
-template <class T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
 
 }  // namespace
 
@@ -156,7 +152,7 @@ void bias_gelu_kernel(const Tensor& y, const Tensor& b, Tensor& out, bool tanh_a
   const int64_t n = y.size(-1), rows = n > 0 ? y.numel() / n : 0;
   if (rows == 0 || n == 0) return;
   STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_gelu", [&] {
-    const scalar_t* bp = ptr_or_null<scalar_t>(b);
+    const scalar_t* bp = b.data_or_null<scalar_t>();
     if (tanh_approx) forward_impl<scalar_t, true>(y.data<scalar_t>(), bp, out.data<scalar_t>(), rows, n);
     else forward_impl<scalar_t, false>(y.data<scalar_t>(), bp, out.data<scalar_t>(), rows, n);
   });
@@ -166,13 +162,13 @@ void bias_gelu_backward_kernel(const Tensor& dout, const Tensor& y, const Tensor
                                bool tanh_approx) {
   const int64_t n = y.size(-1), rows = n > 0 ? y.numel() / n : 0;
   STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_gelu_backward", [&] {
-    scalar_t* dbp = db.defined() ? db.data<scalar_t>() : nullptr;
+    scalar_t* dbp = db.data_or_null<scalar_t>();
     if (n == 0) return;
     if (tanh_approx)
-      backward_impl<scalar_t, true>(dout.data<scalar_t>(), y.data<scalar_t>(), ptr_or_null<scalar_t>(b),
+      backward_impl<scalar_t, true>(dout.data<scalar_t>(), y.data<scalar_t>(), b.data_or_null<scalar_t>(),
                                     dh.data<scalar_t>(), dbp, rows, n);
     else
-      backward_impl<scalar_t, false>(dout.data<scalar_t>(), y.data<scalar_t>(), ptr_or_null<scalar_t>(b),
+      backward_impl<scalar_t, false>(dout.data<scalar_t>(), y.data<scalar_t>(), b.data_or_null<scalar_t>(),
                                      dh.data<scalar_t>(), dbp, rows, n);
   });
 }
@@ -181,7 +177,7 @@ void bias_residual_kernel(Tensor& y, const Tensor& b, const Tensor& r) {
   const int64_t n = y.size(-1), rows = n > 0 ? y.numel() / n : 0;
   if (rows == 0 || n == 0) return;
   STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_residual", [&] {
-    residual_impl<scalar_t>(y.data<scalar_t>(), ptr_or_null<scalar_t>(b), r.data<scalar_t>(), rows, n);
+    residual_impl<scalar_t>(y.data<scalar_t>(), b.data_or_null<scalar_t>(), r.data<scalar_t>(), rows, n);
   });
 }
 

@@ -293,7 +293,7 @@ void conv2d_im2col(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
   const Geom g = make_geom(x, w, p);
   if (y.numel() == 0) return;
   STRATA_DISPATCH_FLOAT16(x.dtype(), "conv2d", [&] {
-    conv_forward<scalar_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.defined() ? b.data<scalar_t>() : nullptr,
+    conv_forward<scalar_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.data_or_null<scalar_t>(),
                            y.data<scalar_t>(), g, x.dtype());
   });
 }
@@ -303,8 +303,8 @@ void conv2d_backward_im2col(const Tensor& dy, const Tensor& x, const Tensor& w, 
   const Geom g = make_geom(x, w, p);
   STRATA_DISPATCH_FLOAT16(x.dtype(), "conv2d_backward", [&] {
     conv_backward<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data<scalar_t>(),
-                            dx.defined() ? dx.data<scalar_t>() : nullptr, dw.data<scalar_t>(),
-                            db.defined() ? db.data<scalar_t>() : nullptr, g, x.dtype());
+                            dx.data_or_null<scalar_t>(), dw.data<scalar_t>(),
+                            db.data_or_null<scalar_t>(), g, x.dtype());
   });
 }
 

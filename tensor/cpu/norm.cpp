@@ -17,14 +17,6 @@
 namespace strata::cpu {
 namespace {
 
-template <class T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-template <class T>
-T* mut_ptr_or_null(Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
 
 // T is the storage type, A = acc_t<T> the arithmetic and statistics type (norm_rows.h).
 template <class T, class A = acc_t<T>>
@@ -142,7 +134,7 @@ void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
   if (rows == 0 || C == 0) return;
   STRATA_DISPATCH_FLOAT16(x.dtype(), "layer_norm", [&] {
     using A = acc_t<scalar_t>;
-    layer_norm_impl<scalar_t>(x.data<scalar_t>(), ptr_or_null<scalar_t>(w), ptr_or_null<scalar_t>(b),
+    layer_norm_impl<scalar_t>(x.data<scalar_t>(), w.data_or_null<scalar_t>(), b.data_or_null<scalar_t>(),
                               y.data<scalar_t>(), mean.data<A>(), rstd.data<A>(), rows, C, eps);
   });
 }
@@ -152,15 +144,15 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
   if (C == 0) return;
   STRATA_DISPATCH_FLOAT16(x.dtype(), "layer_norm_backward", [&] {
     using A = acc_t<scalar_t>;
-    scalar_t* dwp = mut_ptr_or_null<scalar_t>(dw);
-    scalar_t* dbp = mut_ptr_or_null<scalar_t>(db);
+    scalar_t* dwp = dw.data_or_null<scalar_t>();
+    scalar_t* dbp = db.data_or_null<scalar_t>();
     if (rows == 0) {
       if (dwp) std::fill(dwp, dwp + C, st<scalar_t>(0.0f));
       if (dbp) std::fill(dbp, dbp + C, st<scalar_t>(0.0f));
       return;
     }
     norm_rows::layer_norm_backward<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), mean.data<A>(),
-                                             rstd.data<A>(), ptr_or_null<scalar_t>(w), dx.data<scalar_t>(), dwp, dbp,
+                                             rstd.data<A>(), w.data_or_null<scalar_t>(), dx.data<scalar_t>(), dwp, dbp,
                                              rows, C);
   });
 }
@@ -169,8 +161,8 @@ void batch_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
                        Tensor& running_var, Tensor& y, Tensor& save_mean, Tensor& save_invstd, int64_t N,
                        int64_t C, int64_t S, bool training, double momentum, double eps) {
   STRATA_DISPATCH_FLOAT16(x.dtype(), "batch_norm", [&] {
-    batch_norm_impl<scalar_t>(x.data<scalar_t>(), ptr_or_null<scalar_t>(w), ptr_or_null<scalar_t>(b),
-                              mut_ptr_or_null<scalar_t>(running_mean), mut_ptr_or_null<scalar_t>(running_var),
+    batch_norm_impl<scalar_t>(x.data<scalar_t>(), w.data_or_null<scalar_t>(), b.data_or_null<scalar_t>(),
+                              running_mean.data_or_null<scalar_t>(), running_var.data_or_null<scalar_t>(),
                               y.data<scalar_t>(), save_mean.data<scalar_t>(), save_invstd.data<scalar_t>(), N, C,
                               S, training, momentum, eps);
   });
@@ -180,7 +172,7 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
                                 const Tensor& save_invstd, Tensor& dx, Tensor& dw, Tensor& db, int64_t N,
                                 int64_t C, int64_t S, bool training) {
   STRATA_DISPATCH_FLOAT16(x.dtype(), "batch_norm_backward", [&] {
-    batch_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), ptr_or_null<scalar_t>(w),
+    batch_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data_or_null<scalar_t>(),
                                        save_mean.data<scalar_t>(), save_invstd.data<scalar_t>(), dx.data<scalar_t>(),
                                        dw.data<scalar_t>(), db.data<scalar_t>(), N, C, S, training);
   });

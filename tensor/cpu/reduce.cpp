@@ -196,7 +196,7 @@ void max_typed(Tensor& values, Tensor& indices, const Tensor& in_, int64_t dim) 
     tmp.resize(size_t(outer * inner));
     vo = tmp.data();
   }
-  int64_t* io = indices.defined() ? indices.data<int64_t>() : nullptr;
+  int64_t* io = indices.data_or_null<int64_t>();
   const T* src = in.data<T>();
   parallel_for_simd(outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(K * inner, 1)), [&](int64_t b, int64_t e) {
     for (int64_t o = b; o < e; ++o) {

@@ -19,14 +19,6 @@
 namespace strata::cpu {
 namespace {
 
-template <class T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-template <class T>
-T* mut_ptr_or_null(Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
 
 // T storage, A = acc_t<T> arithmetic (f16/bf16 widened in registers, statistics in f32).
 template <class T, class A = acc_t<T>>
@@ -60,8 +52,8 @@ void bias_residual_layer_norm_kernel(Tensor& y, const Tensor& b, const Tensor& r
   if (rows == 0 || C == 0) return;
   STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_residual_layer_norm_", [&] {
     using A = acc_t<scalar_t>;
-    forward_impl<scalar_t>(y.data<scalar_t>(), ptr_or_null<scalar_t>(b), r.data<scalar_t>(),
-                           ptr_or_null<scalar_t>(w), ptr_or_null<scalar_t>(lb), z.data<scalar_t>(), mean.data<A>(),
+    forward_impl<scalar_t>(y.data<scalar_t>(), b.data_or_null<scalar_t>(), r.data<scalar_t>(),
+                           w.data_or_null<scalar_t>(), lb.data_or_null<scalar_t>(), z.data<scalar_t>(), mean.data<A>(),
                            rstd.data<A>(), rows, C, eps);
   });
 }
@@ -72,15 +64,15 @@ void layer_norm_backward_add_kernel(const Tensor& dz, const Tensor& s, const Ten
   if (C == 0) return;
   STRATA_DISPATCH_FLOAT16(s.dtype(), "layer_norm_backward_add", [&] {
     using A = acc_t<scalar_t>;
-    scalar_t* dwp = mut_ptr_or_null<scalar_t>(dw);
-    scalar_t* dbp = mut_ptr_or_null<scalar_t>(db);
+    scalar_t* dwp = dw.data_or_null<scalar_t>();
+    scalar_t* dbp = db.data_or_null<scalar_t>();
     if (rows == 0) {
       if (dwp) std::fill(dwp, dwp + C, st<scalar_t>(0.0f));
       if (dbp) std::fill(dbp, dbp + C, st<scalar_t>(0.0f));
       return;
     }
     norm_rows::layer_norm_backward<scalar_t>(dz.data<scalar_t>(), s.data<scalar_t>(), mean.data<A>(),
-                                             rstd.data<A>(), ptr_or_null<scalar_t>(w), ds.data<scalar_t>(), dwp, dbp,
+                                             rstd.data<A>(), w.data_or_null<scalar_t>(), ds.data<scalar_t>(), dwp, dbp,
                                              rows, C, g.data<scalar_t>());
   });
 }

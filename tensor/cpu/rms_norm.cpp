@@ -108,7 +108,7 @@ void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, 
   if (rows == 0 || C == 0) return;
   STRATA_DISPATCH_FLOAT16(x.dtype(), "rms_norm", [&] {
     using A = acc_t<scalar_t>;
-    rms_norm_impl<scalar_t>(x.data<scalar_t>(), w.defined() ? w.data<scalar_t>() : nullptr, y.data<scalar_t>(),
+    rms_norm_impl<scalar_t>(x.data<scalar_t>(), w.data_or_null<scalar_t>(), y.data<scalar_t>(),
                             rstd.data<A>(), rows, C, eps);
   });
 }
@@ -118,13 +118,13 @@ void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& r
   if (C == 0) return;
   STRATA_DISPATCH_FLOAT16(x.dtype(), "rms_norm_backward", [&] {
     using A = acc_t<scalar_t>;
-    scalar_t* dwp = dw.defined() ? dw.data<scalar_t>() : nullptr;
+    scalar_t* dwp = dw.data_or_null<scalar_t>();
     if (rows == 0) {
       if (dwp) std::fill(dwp, dwp + C, st<scalar_t>(0.0f));
       return;
     }
     rms_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), rstd.data<A>(),
-                                     w.defined() ? w.data<scalar_t>() : nullptr, dx.data<scalar_t>(), dwp, rows, C);
+                                     w.data_or_null<scalar_t>(), dx.data<scalar_t>(), dwp, rows, C);
   });
 }
 

@@ -55,10 +55,6 @@ __global__ void bias_residual_k(int64_t rows, int64_t n, S* y, const S* b, const
     }
 }
 
-template <class T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? dptr<T>(t) : nullptr;
-}
 
 }  // namespace
 
@@ -69,7 +65,7 @@ void bias_gelu_kernel(const Tensor& y, const Tensor& b, Tensor& out, bool tanh_a
   const RowGrid g = row_grid(rows, n);
   const ops::UnaryOp op = tanh_approx ? ops::UnaryOp::gelu_tanh : ops::UnaryOp::gelu;
   STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_gelu", [&] {
-    bias_gelu_k<<<g.grid, g.block, 0, ctx.stream>>>(rows, n, dptr<scalar_t>(y), ptr_or_null<scalar_t>(b),
+    bias_gelu_k<<<g.grid, g.block, 0, ctx.stream>>>(rows, n, dptr<scalar_t>(y), dptr_or_null<scalar_t>(b),
                                                    dptr<scalar_t>(out), op);
   });
   STRATA_CUDA_CHECK_LAUNCH("bias_gelu");
@@ -85,7 +81,7 @@ void bias_gelu_backward_kernel(const Tensor& dout, const Tensor& y, const Tensor
     const ActKind kind = tanh_approx ? ActKind::gelu_tanh : ActKind::gelu;
     STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_gelu_backward", [&] {
       bias_gelu_bwd_k<<<g.grid, g.block, 0, ctx.stream>>>(rows, n, dptr<scalar_t>(dout), dptr<scalar_t>(y),
-                                                         ptr_or_null<scalar_t>(b), dptr<scalar_t>(dh), kind);
+                                                         dptr_or_null<scalar_t>(b), dptr<scalar_t>(dh), kind);
     });
     STRATA_CUDA_CHECK_LAUNCH("bias_gelu_backward");
   }
@@ -100,7 +96,7 @@ void bias_residual_kernel(Tensor& y, const Tensor& b, const Tensor& r) {
   OpContext ctx(y);
   const RowGrid g = row_grid(rows, n);
   STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_residual_", [&] {
-    bias_residual_k<<<g.grid, g.block, 0, ctx.stream>>>(rows, n, dptr<scalar_t>(y), ptr_or_null<scalar_t>(b),
+    bias_residual_k<<<g.grid, g.block, 0, ctx.stream>>>(rows, n, dptr<scalar_t>(y), dptr_or_null<scalar_t>(b),
                                                        dptr<scalar_t>(r));
   });
   STRATA_CUDA_CHECK_LAUNCH("bias_residual_");

@@ -26,6 +26,14 @@ template <class T>
 T* dptr(const Tensor& t) {
   return static_cast<T*>(t.raw_data());
 }
+/// dptr, or null for an undefined tensor (an optional weight, bias or gradient).
+template <class T>
+T* dptr_or_null(const Tensor& t) {
+  return t.defined() ? dptr<T>(t) : nullptr;
+}
+
+/// One block per row: rows blocks, at least 1, at most kMaxBlocks (the kernels stride).
+inline unsigned block_grid(int64_t rows) { return unsigned(std::clamp<int64_t>(rows, 1, kMaxBlocks)); }
 
 /// The device guard and stream every kernel entry point opens for its output tensor.
 struct OpContext {

@@ -80,31 +80,6 @@ __global__ void rms_bwd_w_k(int64_t rows, int64_t C, int64_t chunk_len, const S*
   }
 }
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w
-template <class S, class A = acc_t<S>>
-__global__ void ln_bwd_dx_k(int64_t rows, int64_t C, const S* dy, const S* x, const A* mean, const A* rstd,
-                            const S* w, S* dx) {
-  __shared__ A smem[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const S* gr = dy + r * C;
-    const S* xr = x + r * C;
-    S* dr = dx + r * C;
-    const A mu = mean[r], rs = rstd[r];
-    A sg = 0, sgx = 0;
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-      const A g = w ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
-      sg += g;
-      sgx += g * (ld(xr[i]) - mu) * rs;
-    }
-    sg = block_reduce(sg, SumOp(), A(0), smem) / A(C);
-    sgx = block_reduce(sgx, SumOp(), A(0), smem) / A(C);
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-      const A g = w ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
-      dr[i] = st<S>(rs * (g - sg - (ld(xr[i]) - mu) * rs * sgx));
-    }
-  }
-}
-
 // Column sums over a chunk of rows: dw = sum dy * xhat, db = sum dy (each when wanted).
 template <class S, class A = acc_t<S>>
 __global__ void ln_bwd_params_k(int64_t rows, int64_t C, int64_t chunk_len, const S* dy, const S* x, const A* mean,
@@ -226,17 +201,6 @@ __global__ void bn_bwd_dx_k(int64_t n, int64_t C, int64_t S_, const S* dy, const
   }
 }
 
-template <class T>
-const T* cptr(const Tensor& t) {
-  return t.defined() ? dptr<T>(t) : nullptr;
-}
-template <class T>
-T* mptr(Tensor& t) {
-  return t.defined() ? dptr<T>(t) : nullptr;
-}
-
-unsigned block_grid(int64_t n) { return unsigned(std::clamp<int64_t>(n, 1, kMaxBlocks)); }
-
 // Row chunks for a column sum over `rows` rows of C columns (enough blocks to fill the GPU
 // when C is small), as the layer norm's parameter gradients use.
 int64_t column_chunks(int64_t rows, int64_t C) {
@@ -255,7 +219,7 @@ void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
   STRATA_DISPATCH_FLOAT16(x.dtype(), "layer_norm", [&] {
     using A = acc_t<scalar_t>;
     ln_fwd_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
-        rows, C, dptr<scalar_t>(x), cptr<scalar_t>(w), cptr<scalar_t>(b), dptr<scalar_t>(y), dptr<A>(mean),
+        rows, C, dptr<scalar_t>(x), dptr_or_null<scalar_t>(w), dptr_or_null<scalar_t>(b), dptr<scalar_t>(y), dptr<A>(mean),
         dptr<A>(rstd), eps);
   });
   STRATA_CUDA_CHECK_LAUNCH("layer_norm");
@@ -273,8 +237,8 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
         if (t->defined()) fill_kernel(*t, 0.0);
       return;
     }
-    ln_bwd_dx_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
-        rows, C, dptr<T>(dy), dptr<T>(x), dptr<A>(mean), dptr<A>(rstd), cptr<T>(w), dptr<T>(dx));
+    norm_rows::ln_bwd_dx_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
+        rows, C, dptr<T>(dy), dptr<T>(x), dptr<A>(mean), dptr<A>(rstd), dptr_or_null<T>(w), static_cast<const T*>(nullptr), dptr<T>(dx));
     STRATA_CUDA_CHECK_LAUNCH("layer_norm_backward");
   });
   layer_norm_param_grads(dy, x, mean, rstd, dw, db, rows, C);
@@ -296,8 +260,8 @@ void layer_norm_param_grads(const Tensor& dy, const Tensor& x, const Tensor& mea
     }
     const dim3 grid(grid_for(C), unsigned(chunks));
     ln_bwd_params_k<<<grid, kThreads, 0, ctx.stream>>>(rows, C, chunk_len, dptr<T>(dy), dptr<T>(x), dptr<A>(mean),
-                                                       dptr<A>(rstd), dw.defined(), db.defined(), mptr<double>(pw),
-                                                       mptr<double>(pb), mptr<T>(dw), mptr<T>(db), chunks);
+                                                       dptr<A>(rstd), dw.defined(), db.defined(), dptr_or_null<double>(pw),
+                                                       dptr_or_null<double>(pb), dptr_or_null<T>(dw), dptr_or_null<T>(db), chunks);
     STRATA_CUDA_CHECK_LAUNCH("layer_norm_backward");
     if (chunks > 1) {
       if (dw.defined()) column_finish_k<<<grid_for(C), kThreads, 0, ctx.stream>>>(C, chunks, dptr<double>(pw), dptr<T>(dw));
@@ -313,7 +277,7 @@ void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, 
   OpContext ctx(y);
   STRATA_DISPATCH_FLOAT16(x.dtype(), "rms_norm", [&] {
     rms_fwd_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
-        rows, C, dptr<scalar_t>(x), cptr<scalar_t>(w), dptr<scalar_t>(y), dptr<acc_t<scalar_t>>(rstd), eps);
+        rows, C, dptr<scalar_t>(x), dptr_or_null<scalar_t>(w), dptr<scalar_t>(y), dptr<acc_t<scalar_t>>(rstd), eps);
   });
   STRATA_CUDA_CHECK_LAUNCH("rms_norm");
 }
@@ -330,13 +294,13 @@ void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& r
       return;
     }
     rms_bwd_dx_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
-        rows, C, dptr<T>(dy), dptr<T>(x), dptr<A>(rstd), cptr<T>(w), dptr<T>(dx));
+        rows, C, dptr<T>(dy), dptr<T>(x), dptr<A>(rstd), dptr_or_null<T>(w), dptr<T>(dx));
     STRATA_CUDA_CHECK_LAUNCH("rms_norm_backward");
     if (!dw.defined()) return;
     const int64_t chunks = column_chunks(rows, C), chunk_len = (rows + chunks - 1) / chunks;
     Tensor pw = chunks > 1 ? Tensor::empty({chunks * C}, DType::f64, dx.device()) : Tensor();
     rms_bwd_w_k<<<dim3(grid_for(C), unsigned(chunks)), kThreads, 0, ctx.stream>>>(
-        rows, C, chunk_len, dptr<T>(dy), dptr<T>(x), dptr<A>(rstd), mptr<double>(pw), dptr<T>(dw), chunks);
+        rows, C, chunk_len, dptr<T>(dy), dptr<T>(x), dptr<A>(rstd), dptr_or_null<double>(pw), dptr<T>(dw), chunks);
     STRATA_CUDA_CHECK_LAUNCH("rms_norm_backward");
     if (chunks > 1) {
       column_finish_k<<<grid_for(C), kThreads, 0, ctx.stream>>>(C, chunks, dptr<double>(pw), dptr<T>(dw));
@@ -354,8 +318,8 @@ void batch_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
     using T = scalar_t;
     using A = acc_t<T>;
     Tensor coef = Tensor::empty({2 * C}, dtype_v<A>, x.device());
-    bn_stats_k<<<block_grid(C), kThreads, 0, ctx.stream>>>(N, C, S, dptr<T>(x), cptr<T>(w), cptr<T>(b),
-                                                           mptr<T>(running_mean), mptr<T>(running_var),
+    bn_stats_k<<<block_grid(C), kThreads, 0, ctx.stream>>>(N, C, S, dptr<T>(x), dptr_or_null<T>(w), dptr_or_null<T>(b),
+                                                           dptr_or_null<T>(running_mean), dptr_or_null<T>(running_var),
                                                            dptr<T>(save_mean), dptr<T>(save_invstd), dptr<A>(coef),
                                                            training, momentum, eps);
     STRATA_CUDA_CHECK_LAUNCH("batch_norm");
@@ -375,7 +339,7 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     using T = scalar_t;
     using A = acc_t<T>;
     Tensor coef = Tensor::empty({3 * C}, dtype_v<A>, x.device());
-    bn_bwd_stats_k<<<block_grid(C), kThreads, 0, ctx.stream>>>(N, C, S, dptr<T>(dy), dptr<T>(x), cptr<T>(w),
+    bn_bwd_stats_k<<<block_grid(C), kThreads, 0, ctx.stream>>>(N, C, S, dptr<T>(dy), dptr<T>(x), dptr_or_null<T>(w),
                                                                dptr<T>(save_mean), dptr<T>(save_invstd), dptr<T>(dw),
                                                                dptr<T>(db), dptr<A>(coef));
     STRATA_CUDA_CHECK_LAUNCH("batch_norm_backward");

@@ -247,8 +247,8 @@ void max_kernel(Tensor& values, Tensor& indices, const Tensor& in_, int64_t dim)
   if (outer * inner == 0) return;
   OpContext ctx(in);
   STRATA_DISPATCH_ALL16(in.dtype(), "amax", [&] {
-    scalar_t* vp = values.defined() ? dptr<scalar_t>(values) : nullptr;
-    int64_t* ip = indices.defined() ? dptr<int64_t>(indices) : nullptr;
+    scalar_t* vp = dptr_or_null<scalar_t>(values);
+    int64_t* ip = dptr_or_null<int64_t>(indices);
     if (inner == 1) {
       max_rows_k<<<grid_for(outer * 32), kThreads, 0, ctx.stream>>>(outer, K, dptr<scalar_t>(in), vp, ip);
     } else {

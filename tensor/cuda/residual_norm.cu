@@ -17,10 +17,6 @@
 namespace strata::cuda {
 namespace {
 
-// a + b rounded once, never contracted with the multiply that produced either operand.
-__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
-
 // S storage, A = acc_t<S> arithmetic and statistics. y (rows, C): y in, s out.
 template <class S, class A = acc_t<S>>
 __global__ void residual_ln_fwd_k(int64_t rows, int64_t C, S* y, const S* b, const S* res, const S* w, const S* lb,
@@ -41,39 +37,6 @@ __global__ void residual_ln_fwd_k(int64_t rows, int64_t C, S* y, const S* b, con
   }
 }
 
-// ds = g + rstd * (gw - mean(gw) - xhat * mean(gw * xhat)),  gw = dz * w (ln_bwd_dx_k's dx,
-// rounded to S, then the add). ds may be g (each thread reads g[i] before writing ds[i]).
-template <class S, class A = acc_t<S>>
-__global__ void ln_bwd_dx_add_k(int64_t rows, int64_t C, const S* dy, const S* x, const A* mean, const A* rstd,
-                                const S* w, const S* g, S* ds) {
-  __shared__ A smem[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const S* gr = dy + r * C;
-    const S* xr = x + r * C;
-    const S* orr = g + r * C;
-    S* dr = ds + r * C;
-    const A mu = mean[r], rs = rstd[r];
-    A sg = 0, sgx = 0;
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-      const A gi = w ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
-      sg += gi;
-      sgx += gi * (ld(xr[i]) - mu) * rs;
-    }
-    sg = block_reduce(sg, SumOp(), A(0), smem) / A(C);
-    sgx = block_reduce(sgx, SumOp(), A(0), smem) / A(C);
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-      const A gi = w ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
-      const S dx = st<S>(rs * (gi - sg - (ld(xr[i]) - mu) * rs * sgx));
-      dr[i] = st<S>(add_rn(ld(orr[i]), ld(dx)));
-    }
-  }
-}
-
-template <class T>
-const T* cptr(const Tensor& t) {
-  return t.defined() ? dptr<T>(t) : nullptr;
-}
-unsigned block_grid(int64_t n) { return unsigned(std::clamp<int64_t>(n, 1, kMaxBlocks)); }
 
 
 }  // namespace
@@ -85,7 +48,7 @@ void bias_residual_layer_norm_kernel(Tensor& y, const Tensor& b, const Tensor& r
   STRATA_DISPATCH_FLOAT16(y.dtype(), "bias_residual_layer_norm_", [&] {
     using A = acc_t<scalar_t>;
     residual_ln_fwd_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
-        rows, C, dptr<scalar_t>(y), cptr<scalar_t>(b), dptr<scalar_t>(r), cptr<scalar_t>(w), cptr<scalar_t>(lb),
+        rows, C, dptr<scalar_t>(y), dptr_or_null<scalar_t>(b), dptr<scalar_t>(r), dptr_or_null<scalar_t>(w), dptr_or_null<scalar_t>(lb),
         dptr<scalar_t>(z), dptr<A>(mean), dptr<A>(rstd), eps);
   });
   STRATA_CUDA_CHECK_LAUNCH("bias_residual_layer_norm_");
@@ -104,8 +67,8 @@ void layer_norm_backward_add_kernel(const Tensor& dz, const Tensor& s, const Ten
         if (t->defined()) fill_kernel(*t, 0.0);
       return;
     }
-    ln_bwd_dx_add_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
-        rows, C, dptr<T>(dz), dptr<T>(s), dptr<A>(mean), dptr<A>(rstd), cptr<T>(w), dptr<T>(g), dptr<T>(ds));
+    norm_rows::ln_bwd_dx_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
+        rows, C, dptr<T>(dz), dptr<T>(s), dptr<A>(mean), dptr<A>(rstd), dptr_or_null<T>(w), dptr<T>(g), dptr<T>(ds));
     STRATA_CUDA_CHECK_LAUNCH("layer_norm_backward_add");
   });
   layer_norm_param_grads(dz, s, mean, rstd, dw, db, rows, C);  // norm.cu's column sums
