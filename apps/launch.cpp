@@ -261,7 +261,7 @@ JobEnd run_job(const std::vector<std::string>& argv, double grace_s, OutputScan&
 }
 
 // Each host runs `mpirun --host H:1 -np 1 true` through the job's own mpirun options (its
-// rsh agent, its networks), all at once; true for those that answer within timeout_s.
+// remote shell, its networks), all at once; true for those that answer within timeout_s.
 std::vector<bool> probe_hosts(const std::string& mpirun, const std::vector<std::string>& mpirun_args,
                               const std::vector<Host>& hosts, double timeout_s) {
   std::vector<std::unique_ptr<Child>> probes;
