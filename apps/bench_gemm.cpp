@@ -280,7 +280,7 @@ int bench_gemm_model(const std::vector<int>& thread_counts, int samples) {
 
 namespace gb = cpu::gemm_backends;
 
-// Shape classes of the table in docs/performance.md, by m*n*k.
+// Shape classes of the table in docs/gemm.md, by m*n*k.
 constexpr int64_t kClassBounds[] = {int64_t(32) * 32 * 32, int64_t(64) * 64 * 64, int64_t(128) * 128 * 128,
                                     int64_t(256) * 256 * 256};
 constexpr const char* kClassNames[] = {"mnk <= 32^3", "<= 64^3", "<= 128^3", "<= 256^3", "> 256^3"};

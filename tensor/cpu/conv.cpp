@@ -320,7 +320,7 @@ ConvPath conv_path() {
 void set_conv_path(ConvPath path) { g_conv_path.store(int(path)); }
 
 // Measured on the Fashion-MNIST CNN's two layers, 3x3 stride 1 pad 1 (`strata bench conv`,
-// docs/performance.md "Convolutions"): oneDNN's blocked kernels beat the im2col kernel by
+// docs/convolutions.md): oneDNN's blocked kernels beat the im2col kernel by
 // 2.2-2.5x per pass on the 32->64 layer and 1.5-2.1x on the 1-channel first layer's
 // weight gradient, at 1 and 2 threads; that layer's forward was slower on oneDNN in three
 // of the four measurements (its output reorder). The rule keeps to what was measured:

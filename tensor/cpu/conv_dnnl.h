@@ -15,8 +15,8 @@ namespace strata::cpu {
 enum class DnnlConvLayout { plain, blocked };
 
 /// The layout the dnnl conv functions use: STRATA_CONV_DNNL_LAYOUT=plain|blocked, else
-/// blocked (the faster on the CNN's shapes, reorders included: docs/performance.md,
-/// "Convolutions"). set_dnnl_conv_layout overrides it (benchmarks; call it between ops).
+/// blocked (the faster on the CNN's shapes, reorders included: docs/convolutions.md).
+/// set_dnnl_conv_layout overrides it (benchmarks; call it between ops).
 DnnlConvLayout dnnl_conv_layout();
 void set_dnnl_conv_layout(DnnlConvLayout layout);
 

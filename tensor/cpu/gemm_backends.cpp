@@ -290,7 +290,7 @@ bool run(Backend b, const Sgemm& g, int threads) {
 namespace {
 // The auto rule: the first row whose thread count, m*n*k bounds and call class match picks
 // the backend; no match, or the backend missing from the build: OpenBLAS. Measured with
-// `strata bench gemm --backends all` (docs/performance.md "GEMM libraries"): oneDNN's sgemm
+// `strata bench gemm --backends all` (docs/gemm.md): oneDNN's sgemm
 // is the fastest library on most of the models' shapes, but takes 4-20% longer on
 // A @ B^T than on A @ B of the same size, where the matmul primitive (its kernel JIT-built
 // for the exact shape and layout) does not: a linear layer's forward, x @ W^T, writing a

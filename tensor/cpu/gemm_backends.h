@@ -1,5 +1,5 @@
 // The f32 GEMM libraries cpu::gemm can call (OpenBLAS, BLIS, oneDNN, libxsmm) behind one
-// call, and the fixed rule that picks one per call (docs/performance.md "GEMM libraries").
+// call, and the fixed rule that picks one per call (docs/gemm.md).
 // f64 and the 16-bit GEMMs stay on OpenBLAS.
 #pragma once
 #include <cstdint>
@@ -52,7 +52,7 @@ bool available(Backend b);
 bool run(Backend b, const Sgemm& g, int threads);
 
 /// The backend the auto rule gives this call: a pure function of the shape, the
-/// transposes, whether beta is 0 and the thread count (docs/performance.md), so a given
+/// transposes, whether beta is 0 and the thread count (docs/gemm.md), so a given
 /// call at a given thread count always runs the same kernel.
 Backend choose(const Sgemm& g, int threads);
 /// The backend cpu::gemm uses: STRATA_GEMM=openblas|blis|onednn_sgemm|onednn_matmul|libxsmm
