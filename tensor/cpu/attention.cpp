@@ -167,6 +167,21 @@ inline void pack_rows(const T* src, int64_t ld, int64_t rows, int64_t cols, T* d
   for (int64_t r = 0; r < rows; ++r) attn::copy_pad<T, kBytes>(src + r * ld, cols, dst + r * ldd, ldd);
 }
 
+// Prefetches `rows` rows of `cols` elements at row stride ld into the cache. A head's
+// q, k, v (and dy) are T rows of hd elements spread over the packed (B, T, 3C) tensor at a
+// row stride of 3C: a stride the hardware prefetcher does not follow across pages, so
+// without this each (batch, head) pair starts with ~T * 6 cold cache misses
+// (docs/performance.md, "Prefetching the attention's strided rows"). Issued for the next
+// pair while the current one computes, a row block at a time: a burst of the whole pair's
+// ~6 T lines at once mostly misses its chance (the core tracks a few dozen misses).
+// kWrite: rows about to be written (the next pair's output rows).
+template <bool kWrite = false, class T>
+inline void prefetch_rows(const T* p, int64_t ld, int64_t rows, int64_t cols) {
+  constexpr int64_t kLine = 64 / int64_t(sizeof(T));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; c += kLine) __builtin_prefetch(p + r * ld + c, kWrite ? 1 : 0, 3);
+}
+
 template <class T>
 struct FwdPair {
   const T* q;  // (T, hd) each, row stride ld: the query head and its key/value head
@@ -180,6 +195,12 @@ struct FwdPair {
   T scale;
   T* ws;         // fwd_scratch(n, hd) elements, 64-byte aligned
   bool kv_held;  // ws already holds k and v packed (the previous pair had the same ones)
+  // The next pair's rows (null: none), prefetched a row block at a time while this pair
+  // computes: q, k, v at row stride ld (k, v null when they are this pair's), y at ldy
+  const T* next_q = nullptr;
+  const T* next_k = nullptr;
+  const T* next_v = nullptr;
+  T* next_y = nullptr;
 };
 
 template <class T>
@@ -207,6 +228,12 @@ inline void forward_pair(const FwdPair<T>& a) {
     else
       attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.lse + i0);
     product<L>(rows, TileArgs<T>{0, last, s, tp, 1, vp, hdp, a.y + i0 * a.ldy, a.ldy, hd});  // y = P v
+    if (a.next_q) {
+      prefetch_rows(a.next_q + i0 * a.ld, a.ld, rows, hd);
+      if (a.next_k) prefetch_rows(a.next_k + i0 * a.ld, a.ld, rows, hd);
+      if (a.next_v) prefetch_rows(a.next_v + i0 * a.ld, a.ld, rows, hd);
+      prefetch_rows<true>(a.next_y + i0 * a.ldy, a.ldy, rows, hd);
+    }
   }
 }
 
@@ -227,6 +254,16 @@ struct BwdPair {
   T* ws;        // bwd_scratch(n, hd) elements, 64-byte aligned
   bool add_kv;  // a later query head of the group: ws already holds k and v packed, and
                 // dk and dv += this head's part
+  // The next pair's rows (null: none), prefetched a row block at a time as in the
+  // forward: q, k, v and their gradients' rows at stride ld (k, v null when they are this
+  // pair's), dy at ldg
+  const T* next_q = nullptr;
+  const T* next_k = nullptr;
+  const T* next_v = nullptr;
+  const T* next_g = nullptr;
+  T* next_dq = nullptr;
+  T* next_dk = nullptr;
+  T* next_dv = nullptr;
 };
 
 template <class T>
@@ -267,6 +304,18 @@ inline void backward_pair(const BwdPair<T>& a) {
       attn::softmax_grad_rows<T, L::kBytes, L::kR>(p, d, tp, rows, m, a.scale);
     }
     product<L>(rows, TileArgs<T>{0, last, d, tp, 1, kp, hdp, a.dq + i0 * a.ld, a.ld, hd});  // dq
+    if (a.next_q) {
+      const int64_t at = i0 * a.ld;
+      prefetch_rows(a.next_q + at, a.ld, rows, hd);
+      prefetch_rows<true>(a.next_dq + at, a.ld, rows, hd);
+      if (a.next_k) {
+        prefetch_rows(a.next_k + at, a.ld, rows, hd);
+        prefetch_rows(a.next_v + at, a.ld, rows, hd);
+        prefetch_rows<true>(a.next_dk + at, a.ld, rows, hd);
+        prefetch_rows<true>(a.next_dv + at, a.ld, rows, hd);
+      }
+      prefetch_rows(a.next_g + i0 * a.ldg, a.ldg, rows, hd);
+    }
   }
   // dk = (scale dS)^T q and dv = P^T dy over the rows i >= j of each column block; the
   // blocks line up with the row blocks above, so row i >= j0 is valid at columns < j0 + kR
@@ -338,20 +387,6 @@ class Scratch {
   std::vector<T> buf_;
 };
 
-// Prefetches `rows` rows of `cols` elements at row stride ld into the cache. A head's
-// q, k, v (and dy) are T rows of hd elements spread over the packed (B, T, 3C) tensor at a
-// row stride of 3C: a stride the hardware prefetcher does not follow across pages, so
-// without this each (batch, head) pair starts with ~T * 6 cold cache misses
-// (docs/performance.md, "Prefetching the attention's strided rows"). Issued for the next
-// pair while the current one computes. kWrite: rows about to be written (the next pair's
-// output rows, same stride).
-template <bool kWrite = false, class T>
-inline void prefetch_rows(const T* p, int64_t ld, int64_t rows, int64_t cols) {
-  constexpr int64_t kLine = 64 / int64_t(sizeof(T));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; c += kLine) __builtin_prefetch(p + r * ld + c, kWrite ? 1 : 0, 3);
-}
-
 template <class T>
 void forward_impl(const T* qkv, T* y, T* lse, const Dims& d) {
   const T scale = T(1.0 / std::sqrt(double(d.hd)));
@@ -362,18 +397,19 @@ void forward_impl(const T* qkv, T* y, T* lse, const Dims& d) {
     T* ws = scratch.at(tid);
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / d.H, h = bh % d.H, g = h / d.rep();
+      const bool kv_held = bh > bh0 && h % d.rep() != 0;  // this thread packed the group's k, v last
+      FwdPair<T> p{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, y + b * d.T * d.C + h * d.hd,
+                   d.C, lse + bh * d.T, d.T, d.hd, scale, ws, kv_held};
       if (bh + 1 < bh1) {  // the next pair's q and output rows, and k, v when they change
         const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H, ng = nh / d.rep();
-        prefetch_rows(qkv + d.q_at(nb, nh), d.W, d.T, d.hd);
+        p.next_q = qkv + d.q_at(nb, nh);
         if (nh % d.rep() == 0) {
-          prefetch_rows(qkv + d.k_at(nb, ng), d.W, d.T, d.hd);
-          prefetch_rows(qkv + d.v_at(nb, ng), d.W, d.T, d.hd);
+          p.next_k = qkv + d.k_at(nb, ng);
+          p.next_v = qkv + d.v_at(nb, ng);
         }
-        prefetch_rows<true>(y + nb * d.T * d.C + nh * d.hd, d.C, d.T, d.hd);
+        p.next_y = y + nb * d.T * d.C + nh * d.hd;
       }
-      const bool kv_held = bh > bh0 && h % d.rep() != 0;  // this thread packed the group's k, v last
-      fn(FwdPair<T>{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, y + b * d.T * d.C + h * d.hd,
-                    d.C, lse + bh * d.T, d.T, d.hd, scale, ws, kv_held});
+      fn(p);
     }
   });
 }
@@ -393,18 +429,22 @@ void backward_impl(const T* dy, const T* qkv, const T* lse, T* dqkv, const Dims&
     const int64_t bh0 = bg0 * rep, bh1 = bg1 * rep;  // the groups' pairs (b, h) are consecutive
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / d.H, h = bh % d.H, g = h / rep;
+      BwdPair<T> p{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, dy + b * d.T * d.C + h * d.hd,
+                   d.C, lse + bh * d.T, dqkv + d.q_at(b, h), dqkv + d.k_at(b, g),
+                   dqkv + d.v_at(b, g), d.T, d.hd, scale, ws, h % rep != 0};
       if (bh + 1 < bh1) {  // the next pair's q, dy and gradient rows, and k, v when they change
         const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H, ng = nh / rep;
-        const int64_t ats[] = {d.q_at(nb, nh), d.k_at(nb, ng), d.v_at(nb, ng)};
-        for (int part = 0; part < (nh % rep == 0 ? 3 : 1); ++part) {
-          prefetch_rows(qkv + ats[part], d.W, d.T, d.hd);
-          prefetch_rows<true>(dqkv + ats[part], d.W, d.T, d.hd);
+        p.next_q = qkv + d.q_at(nb, nh);
+        p.next_dq = dqkv + d.q_at(nb, nh);
+        if (nh % rep == 0) {
+          p.next_k = qkv + d.k_at(nb, ng);
+          p.next_v = qkv + d.v_at(nb, ng);
+          p.next_dk = dqkv + d.k_at(nb, ng);
+          p.next_dv = dqkv + d.v_at(nb, ng);
         }
-        prefetch_rows(dy + nb * d.T * d.C + nh * d.hd, d.C, d.T, d.hd);
+        p.next_g = dy + nb * d.T * d.C + nh * d.hd;
       }
-      fn(BwdPair<T>{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, dy + b * d.T * d.C + h * d.hd,
-                    d.C, lse + bh * d.T, dqkv + d.q_at(b, h), dqkv + d.k_at(b, g),
-                    dqkv + d.v_at(b, g), d.T, d.hd, scale, ws, h % rep != 0});
+      fn(p);
     }
   });
 }
