@@ -71,13 +71,15 @@ STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, con
                                              int64_t n) {
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 m = tail_mask(n - j);
-    // 4 KiB ahead in each input: rows are contiguous in the callers, so this reaches into
-    // the next rows (a prefetch past an allocation's end does not fault)
+    // 4 KiB ahead in each input and output (cpu/prefetch.h): rows are contiguous in the
+    // callers, so this reaches into the next rows (a prefetch past an allocation's end
+    // does not fault)
     _mm_prefetch(reinterpret_cast<const char*>(g + j + kPrefetchAhead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(y + j + kPrefetchAhead), _MM_HINT_T0);
     __m512 h = load(y + j, m);
     if (b) h = _mm512_add_ps(h, load(b + j, m));
     const __m512 v = _mm512_mul_ps(load(g + j, m), gelu_grad(h));
+    __builtin_prefetch(d + j + kPrefetchAhead, 1, 3);
     _mm512_mask_storeu_ps(d + j, m, v);
     if (p) _mm512_mask_storeu_ps(p + j, m, _mm512_add_ps(load(p + j, m), v));
   }
@@ -89,6 +91,7 @@ STRATA_AVX512 void gelu_tanh_row_avx512(const float* y, const float* b, float* o
     _mm_prefetch(reinterpret_cast<const char*>(y + j + kPrefetchAhead), _MM_HINT_T0);
     __m512 h = load(y + j, m);
     if (b) h = _mm512_add_ps(h, load(b + j, m));
+    __builtin_prefetch(out + j + kPrefetchAhead, 1, 3);
     _mm512_mask_storeu_ps(out + j, m, gelu(h));
   }
 }
@@ -98,6 +101,7 @@ STRATA_AVX512 void swiglu_row_avx512(const float* g, const float* u, float* y, i
     const __mmask16 m = tail_mask(n - j);
     _mm_prefetch(reinterpret_cast<const char*>(g + j + kPrefetchAhead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(u + j + kPrefetchAhead), _MM_HINT_T0);
+    __builtin_prefetch(y + j + kPrefetchAhead, 1, 3);
     const __m512 z = load(g + j, m);
     _mm512_mask_storeu_ps(y + j, m, _mm512_mul_ps(_mm512_mul_ps(z, sigmoid(z)), load(u + j, m)));
   }
@@ -111,6 +115,8 @@ STRATA_AVX512 void swiglu_grad_row_avx512(const float* dy, const float* g, const
     _mm_prefetch(reinterpret_cast<const char*>(dy + j + kPrefetchAhead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(g + j + kPrefetchAhead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(u + j + kPrefetchAhead), _MM_HINT_T0);
+    __builtin_prefetch(dg + j + kPrefetchAhead, 1, 3);
+    __builtin_prefetch(du + j + kPrefetchAhead, 1, 3);
     const __m512 z = load(g + j, m), d = load(dy + j, m), s = sigmoid(z);
     // dg = d u s (1 + z (1 - s)), du = d z s
     const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(d, load(u + j, m)), s);

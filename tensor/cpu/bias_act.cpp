@@ -51,6 +51,7 @@ void forward_impl(const T* y, const T* b, T* out, int64_t rows, int64_t n) {
       const T* yr = y + r * n;
       T* o = out + r * n;
       prefetch_row_ahead(y, r, rows, n);
+      prefetch_row_ahead<true>(out, r, rows, n);
       if (b) {
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) o[j] = st<T>(gelu_fn<Tanh>(A(ld(yr[j]) + ld(b[j]))));
@@ -107,6 +108,7 @@ void backward_impl(const T* g, const T* y, const T* b, T* dh, T* db, int64_t row
         T* d = dh + r * n;
         prefetch_row_ahead(g, r, rows, n);
         prefetch_row_ahead(y, r, rows, n);
+        prefetch_row_ahead<true>(dh, r, rows, n);
         if (b && p) {
 #pragma omp simd
           for (int64_t j = 0; j < n; ++j) {

@@ -25,6 +25,7 @@ void layer_norm_impl(const T* x, const T* w, const T* b, T* y, A* mean, A* rstd,
   parallel_for_simd(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       prefetch_row_ahead(x, r, rows, C);
+      prefetch_row_ahead<true>(y, r, rows, C);
       norm_rows::layer_norm_row(x + r * C, w, b, y + r * C, mean[r], rstd[r], C, eps);
     }
   });

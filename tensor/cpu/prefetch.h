@@ -13,10 +13,15 @@ namespace strata::cpu {
 /// Rows ahead that the row loops prefetch (a row is 0.5-2 KiB in the models' widths).
 inline constexpr int64_t kPrefetchRows = 2;
 
-/// Prefetches the cache lines of [p, p + bytes) into all cache levels.
+/// Prefetches the cache lines of [p, p + bytes) into all cache levels; kWrite: lines about
+/// to be written. Outputs need it as much as inputs: a kernel's output is a block the
+/// caching allocator last handed out a step earlier, so its lines are in DRAM too, and each
+/// store waits for its line to be read in (bias + GELU forward in a GPT step: 1.38 -> 0.99
+/// ms with its output prefetched as well).
+template <bool kWrite = false>
 inline void prefetch_lines(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, kWrite ? 1 : 0, 3);
 }
 
 /// Bytes ahead that the row loops reach at least: narrow rows (the models' 128-wide layer
@@ -24,12 +29,12 @@ inline void prefetch_lines(const void* p, int64_t bytes) {
 inline constexpr int64_t kPrefetchBytes = 4096;
 
 /// Prefetches row r + max(kPrefetchRows, kPrefetchBytes / row bytes) of a (rows, n) matrix
-/// when it exists.
-template <class T>
+/// when it exists; kWrite: an output's row.
+template <bool kWrite = false, class T>
 inline void prefetch_row_ahead(const T* base, int64_t r, int64_t rows, int64_t n) {
   const int64_t bytes = n * int64_t(sizeof(T));
   const int64_t ahead = bytes > 0 ? std::max(kPrefetchRows, kPrefetchBytes / bytes) : kPrefetchRows;
-  if (base && r + ahead < rows) prefetch_lines(base + (r + ahead) * n, bytes);
+  if (base && r + ahead < rows) prefetch_lines<kWrite>(base + (r + ahead) * n, bytes);
 }
 
 }  // namespace strata::cpu

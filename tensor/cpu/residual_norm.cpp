@@ -31,6 +31,7 @@ void forward_impl(T* y, const T* b, const T* r, const T* w, const T* lb, T* z, A
       T* zr = z + i * C;
       prefetch_row_ahead(y, i, rows, C);
       prefetch_row_ahead(r, i, rows, C);
+      prefetch_row_ahead<true>(z, i, rows, C);
       // s = r + (y + b), rounded to T (bias_act.cpp's residual_impl)
       if (b) {
 #pragma omp simd

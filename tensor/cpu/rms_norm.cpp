@@ -22,6 +22,7 @@ void rms_norm_impl(const T* x, const T* w, T* y, A* rstd, int64_t rows, int64_t 
       const T* xr = x + r * C;
       T* yr = y + r * C;
       prefetch_row_ahead(x, r, rows, C);
+      prefetch_row_ahead<true>(y, r, rows, C);
       A ss = 0;
 #pragma omp simd reduction(+ : ss)
       for (int64_t i = 0; i < C; ++i) ss += ld(xr[i]) * ld(xr[i]);
@@ -51,6 +52,7 @@ void rms_norm_backward_rows(const T* dy, const T* x, const A* rstd, const T* w, 
     T* dxr = dx + r * C;
     prefetch_row_ahead(dy, r, r1, C);
     prefetch_row_ahead(x, r, r1, C);
+    prefetch_row_ahead<true>(dx, r, r1, C);
     const A rs = rstd[r];
     A sgx = 0;
 #pragma omp simd reduction(+ : sgx)

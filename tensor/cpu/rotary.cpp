@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/prefetch.h>
 #include <strata/tensor/cpu/widen.h>
 
 namespace strata::cpu {
@@ -28,6 +29,8 @@ void rotary_impl(const T* x, const int64_t* pos, const double* inv_freq, T* y, i
   const int64_t row = H * hd;  // one (b, t)
   parallel_for_simd(B * T_, std::max<int64_t>(1, 8192 / row), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
+      prefetch_row_ahead(x, r, r1, row);
+      prefetch_row_ahead<true>(y, r, r1, row);
       const A* c = cos_t.data() + (r % T_) * half;
       const A* s = sin_t.data() + (r % T_) * half;
       for (int64_t h = 0; h < rotated; ++h) {

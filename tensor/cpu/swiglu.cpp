@@ -23,7 +23,7 @@ template <class A>
 }
 
 // Chunks are walked in pieces of kPiece elements, each prefetching the next piece of the
-// inputs (cpu/prefetch.h).
+// inputs and outputs (cpu/prefetch.h).
 constexpr int64_t kPiece = 1024;
 
 template <class F>
@@ -48,6 +48,7 @@ void swiglu_impl(const T* g, const T* u, T* y, int64_t n) {
     for_pieces(b, e, n, [&](int64_t s, int64_t t, int64_t next) {
       prefetch_lines(g + t, next * int64_t(sizeof(T)));
       prefetch_lines(u + t, next * int64_t(sizeof(T)));
+      prefetch_lines<true>(y + t, next * int64_t(sizeof(T)));
 #pragma omp simd
       for (int64_t i = s; i < t; ++i) {
         const A z = ld(g[i]);
@@ -72,6 +73,8 @@ void swiglu_backward_impl(const T* dy, const T* g, const T* u, T* dg, T* du, int
       prefetch_lines(g + t, next * int64_t(sizeof(T)));
       prefetch_lines(u + t, next * int64_t(sizeof(T)));
       prefetch_lines(dy + t, next * int64_t(sizeof(T)));
+      prefetch_lines<true>(dg + t, next * int64_t(sizeof(T)));
+      prefetch_lines<true>(du + t, next * int64_t(sizeof(T)));
 #pragma omp simd
       for (int64_t i = s0; i < t; ++i) {
         const A z = ld(g[i]), d = ld(dy[i]), s = sigmoid_a(z);
