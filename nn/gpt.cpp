@@ -13,6 +13,7 @@
 #include <strata/nn/linear.h>
 #include <strata/nn/normalization.h>
 #include <strata/nn/recompute.h>
+#include <strata/nn/residual_fusion.h>
 
 namespace strata::nn {
 namespace {
@@ -58,16 +59,6 @@ std::pair<Tensor, Tensor> project_residual_norm(Module& proj, Module& drop, cons
   return {project_residual(proj, drop, y, residual), Tensor()};
 }
 
-// Whether a block may call m's forward_add (fusing its residual) instead of operator():
-// only where linear_residual fuses (f32/f64 on the CPU or CUDA, no autocast). Elsewhere
-// the add stays outside m, after m's locals are gone, so the forward's peak memory is
-// unchanged (CudaAutocast.GptForwardHoldsLessActivationMemoryInBf16).
-template <class M>
-M* fusable(const std::shared_ptr<Module>& m, const Tensor& x) {
-  auto* p = dynamic_cast<M*>(m.get());
-  const bool fuses_here = (x.dtype() == DType::f32 || x.dtype() == DType::f64) && !autocast_dtype();
-  return p && fuses_here && typeid(*p) == typeid(M) && !p->has_forward_hooks() ? p : nullptr;
-}
 }  // namespace
 
 // ---------------------------------------------------------------- attention
@@ -193,8 +184,8 @@ Tensor GPTBlock::forward(const Tensor& x) {
   Tensor h, m;
   {
     const Tensor a = (*child("ln_1"))(x);
-    if (auto* attn = fusable<CausalSelfAttention>(child("attn"), x)) {
-      if (const auto* ln2 = fusable<LayerNorm>(child("ln_2"), x))
+    if (auto* attn = residual_fusable<CausalSelfAttention>(child("attn"), x)) {
+      if (const auto* ln2 = residual_fusable<LayerNorm>(child("ln_2"), x))
         h = attn->traced([&] {
           auto [sum, normed] = attn->forward_add_norm(a, x, *ln2);
           m = normed;
@@ -207,7 +198,7 @@ Tensor GPTBlock::forward(const Tensor& x) {
     }
   }
   if (!m.defined()) m = (*child("ln_2"))(h);
-  if (auto* mlp = fusable<GPTMLP>(child("mlp"), h)) return mlp->traced([&] { return mlp->forward_add(m, h); });
+  if (auto* mlp = residual_fusable<GPTMLP>(child("mlp"), h)) return mlp->traced([&] { return mlp->forward_add(m, h); });
   return h + (*child("mlp"))(m);
 }
 

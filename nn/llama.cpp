@@ -8,6 +8,7 @@
 #include <strata/nn/linear.h>
 #include <strata/nn/normalization.h>
 #include <strata/nn/recompute.h>
+#include <strata/nn/residual_fusion.h>
 
 namespace strata::nn {
 namespace {
@@ -19,6 +20,16 @@ double resid_std(const LlamaConfig& c) { return kInitStd / std::sqrt(2.0 * doubl
 const Linear* plain_linear(const std::shared_ptr<Module>& m) {
   const auto* l = dynamic_cast<const Linear*>(m.get());
   return l && typeid(*l) == typeid(Linear) && !l->has_bias() && !m->has_forward_hooks() ? l : nullptr;
+}
+
+// residual + proj(y) (residual undefined: proj(y)). When proj is a plain bias-free Linear
+// the residual is added in one pass after its GEMM, in place (linear_residual), instead of
+// a separate add into a fresh tensor; same values either way.
+Tensor project_residual(const std::shared_ptr<Module>& proj, const Tensor& y, const Tensor& residual) {
+  if (const Linear* lin = plain_linear(proj); lin && residual.defined())
+    return proj->traced([&] { return linear_residual(y, lin->weight(), Tensor(), residual); });
+  Tensor out = (*proj)(y);
+  return residual.defined() ? residual + out : out;
 }
 }  // namespace
 
@@ -55,7 +66,10 @@ LlamaAttention::LlamaAttention(const LlamaConfig& cfg, Generator& gen, std::shar
   register_module("wo", std::make_shared<Linear>(cfg.n_head * hd, c, gen, false, resid_std(cfg)));
 }
 
-Tensor LlamaAttention::forward(const Tensor& x) {
+Tensor LlamaAttention::forward(const Tensor& x) { return forward_impl(x, Tensor()); }
+Tensor LlamaAttention::forward_add(const Tensor& x, const Tensor& residual) { return forward_impl(x, residual); }
+
+Tensor LlamaAttention::forward_impl(const Tensor& x, const Tensor& residual) {
   STRATA_CHECK(x.dim() == 3, "[LlamaAttention] expects (B, T, C), got ", shape_str(x.shape()));
   const int64_t hd = head_dim_;
   const auto check_heads = [hd](int64_t wq, int64_t wk, int64_t wv) {
@@ -86,7 +100,8 @@ Tensor LlamaAttention::forward(const Tensor& x) {
       raw = cat({q, k, v}, -1);
     }
     const auto core_fn = [this, heads](const Tensor& r) { return packed_core(r, heads.first, heads.second); };
-    return (*child("wo"))(selective_ ? recompute_in_backward(core_fn, raw, {}) : core_fn(raw));
+    return project_residual(child("wo"), selective_ ? recompute_in_backward(core_fn, raw, {}) : core_fn(raw),
+                            residual);
   }
   // A replaced core (context parallelism's ring attention): q, k, v spanning this rank's
   // T/cp, under tensor parallelism its heads.
@@ -96,15 +111,17 @@ Tensor LlamaAttention::forward(const Tensor& x) {
   const auto [h, hkv] = check_heads(q.size(2), k.size(2), v.size(2));
   if (selective_) {
     const Tensor raw = cat({q, k, v}, -1);  // (B, T, (H + 2 Hkv) hd)
-    return (*child("wo"))(recompute_in_backward(
-        [this, h, hkv](const Tensor& r) {
-          const int64_t hd = head_dim_;
-          auto parts = split(r, {h * hd, hkv * hd, hkv * hd}, -1);
-          return core(parts[0], parts[1], parts[2], h, hkv);
-        },
-        raw, {}));
+    return project_residual(child("wo"),
+                            recompute_in_backward(
+                                [this, h, hkv](const Tensor& r) {
+                                  const int64_t hd = head_dim_;
+                                  auto parts = split(r, {h * hd, hkv * hd, hkv * hd}, -1);
+                                  return core(parts[0], parts[1], parts[2], h, hkv);
+                                },
+                                raw, {}),
+                            residual);
   }
-  return (*child("wo"))(core(q, k, v, h, hkv));
+  return project_residual(child("wo"), core(q, k, v, h, hkv), residual);
 }
 
 Tensor LlamaAttention::packed_core(const Tensor& raw, int64_t h, int64_t hkv) {
@@ -142,9 +159,11 @@ LlamaFeedForward::LlamaFeedForward(const LlamaConfig& cfg, Generator& gen) {
   register_module("w3", std::make_shared<Linear>(c, f, gen, false, kInitStd));
 }
 
-Tensor LlamaFeedForward::forward(const Tensor& x) {
+Tensor LlamaFeedForward::forward(const Tensor& x) { return forward_add(x, Tensor()); }
+
+Tensor LlamaFeedForward::forward_add(const Tensor& x, const Tensor& residual) {
   const Tensor gate = (*child("w1"))(x), up = (*child("w3"))(x);  // (B, T, F) each
-  return (*child("w2"))(swiglu(gate, up));                         // (B, T, C)
+  return project_residual(child("w2"), swiglu(gate, up), residual);  // (B, T, C)
 }
 
 // ---------------------------------------------------------------- block
@@ -162,12 +181,19 @@ LlamaBlock::LlamaBlock(const LlamaConfig& cfg, Generator& gen, std::shared_ptr<c
 }
 
 Tensor LlamaBlock::forward(const Tensor& x) {
+  // The residual adds join wo's and w2's GEMMs where they can (residual_fusion.h).
   Tensor h;
   {
     const Tensor a = (*child("attention_norm"))(x);  // released before the MLP runs
-    h = x + (*child("attention"))(a);
+    if (auto* attn = residual_fusable<LlamaAttention>(child("attention"), x))
+      h = attn->traced([&] { return attn->forward_add(a, x); });
+    else
+      h = x + (*child("attention"))(a);
   }
-  return h + (*child("feed_forward"))((*child("ffn_norm"))(h));
+  const Tensor m = (*child("ffn_norm"))(h);
+  if (auto* ff = residual_fusable<LlamaFeedForward>(child("feed_forward"), h))
+    return ff->traced([&] { return ff->forward_add(m, h); });
+  return h + (*child("feed_forward"))(m);
 }
 
 // ---------------------------------------------------------------- model

@@ -62,12 +62,16 @@ class LlamaAttention : public Module, public ReplaceableAttention {
   LlamaAttention(const LlamaConfig& cfg, Generator& gen, std::shared_ptr<const RotaryPositions> rotary);
   /// x (B, T, C) -> (B, T, C)
   Tensor forward(const Tensor& x) override;
+  /// residual + forward(x), residual (B, T, C): the residual is added in one pass after wo's
+  /// GEMM (linear_residual) when wo is a plain bias-free Linear without forward hooks.
+  Tensor forward_add(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return "LlamaAttention"; }
   int64_t head_dim() const { return head_dim_; }
   void set_attention_fn(AttentionFn fn) override { attention_fn_ = std::move(fn); }
   double attention_dropout() const override { return 0.0; }
 
  private:
+  Tensor forward_impl(const Tensor& x, const Tensor& residual);
   /// q (B, T, H*hd), k, v (B, T, Hkv*hd) as projected -> y (B, T, H*hd): rotary, repeated
   /// key/value heads and the replaced attention core.
   Tensor core(const Tensor& q, const Tensor& k, const Tensor& v, int64_t h, int64_t hkv);
@@ -85,6 +89,9 @@ class LlamaFeedForward : public Module {
  public:
   LlamaFeedForward(const LlamaConfig& cfg, Generator& gen);
   Tensor forward(const Tensor& x) override;
+  /// residual + forward(x), with the residual added after w2's GEMM as
+  /// LlamaAttention::forward_add.
+  Tensor forward_add(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return "LlamaFeedForward"; }
 };
 

@@ -9,22 +9,13 @@
 #include <strata/autograd/node.h>
 #include <strata/nn/gpt.h>
 #include <strata/tensor/ops.h>
+#include "test_util.h"
 
 using namespace strata;
 
 namespace {
 
-bool graph_has(const Tensor& y, const std::string& name) {
-  std::vector<std::shared_ptr<Node>> todo{y.grad_fn()};
-  while (!todo.empty()) {
-    auto n = todo.back();
-    todo.pop_back();
-    if (!n) continue;
-    if (n->name() == name) return true;
-    for (const auto& e : n->next_edges()) todo.push_back(e.fn);
-  }
-  return false;
-}
+using strata::testing::graph_has;
 
 // One block of width 8, two heads, context 8, vocabulary 11.
 nn::GPTConfig tiny_config() {

@@ -150,6 +150,24 @@ TEST(Llama, PackedProjectionsEqualTheSeparateOnes) {
     }
 }
 
+TEST(Llama, ResidualAddsJoinTheOutputProjectionsWithTheSameValues) {
+  Generator g1(21), g2(21);
+  const auto fused = std::make_shared<Llama>(small(), g1), unfused = std::make_shared<Llama>(small(), g2);
+  int calls = 0;  // hooks on wo and w2 keep their residual adds separate
+  for (const auto& [name, m] : unfused->named_modules())
+    if (name.size() > 3 && (name.substr(name.size() - 3) == ".wo" || name.substr(name.size() - 3) == ".w2"))
+      m->register_forward_hooks([&](Module&) { ++calls; }, nullptr);
+  const Tensor x = tokens(2, 8, 22), y = tokens(2, 8, 23);
+  EXPECT_TRUE(testing::graph_has(fused->loss(x, y), "LinearResidualBackward"));
+  EXPECT_FALSE(testing::graph_has(unfused->loss(x, y), "LinearResidualBackward"));
+  EXPECT_EQ(calls, 4);  // two blocks, wo and w2 each
+  EXPECT_EQ(backward_loss(*fused, x, y), backward_loss(*unfused, x, y));
+  const NamedTensors pa = fused->named_parameters(), pb = unfused->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pa[i].second.grad().to_vector<float>(), pb[i].second.grad().to_vector<float>()) << pa[i].first;
+}
+
 TEST(Llama, TrainingLowersTheLoss) {
   Generator gen(10);
   Llama m(small(), gen);
