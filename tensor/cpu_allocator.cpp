@@ -14,6 +14,13 @@
 #include <strata/tensor/size_class.h>
 #include <strata/tensor/storage.h>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#define STRATA_HUGE_ARENA 1
+#else
+#define STRATA_HUGE_ARENA 0
+#endif
+
 // Under AddressSanitizer (STRATA_SANITIZE=address) a cached block is poisoned while it
 // waits in its free list, and a live block past the tensor's own bytes, so a read or
 // write of a freed tensor, or past a tensor's end into its size class's rounding, is
@@ -42,6 +49,60 @@ using detail::size_class_index;
 constexpr auto kRelaxed = std::memory_order_relaxed;
 constexpr size_t kNumBins = size_class_index(kCpuCacheMaxBlock, kCpuAlignment);  // classes below the max
 constexpr size_t kDefaultLimit = size_t(4) << 30;
+
+#if STRATA_HUGE_ARENA && !defined(STRATA_ASAN)
+constexpr bool kHugeArena = true;
+#else
+constexpr bool kHugeArena = false;  // under AddressSanitizer every block comes from malloc
+#endif
+constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kHugeChunk = size_t(64) << 20;
+
+// Large blocks (kHugeMinBlock and up) are carved from 2 MiB-aligned anonymous mappings
+// advised as transparent huge pages (MADV_HUGEPAGE: the default THP mode "madvise" backs
+// only advised ranges with 2 MiB pages). A training step's activations and gradients are
+// such blocks; with 4 KiB pages, the GEMMs' panel reads and the attention's strided rows
+// over ~100 MiB of them miss the TLB (docs/performance.md, "Caching host allocator"). Blocks are cut one after another from 64 MiB chunks (a block over a
+// chunk gets a mapping of its own) and returned with munmap of exactly their pages; the
+// cache above keeps them, so that happens only on empty_cache, past the cache limit or for
+// uncacheable sizes. Without THP the advice is ignored and the mappings are plain pages.
+class HugeArena {
+ public:
+  // nullptr when the OS refuses the mapping.
+  void* allocate(size_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size > left_) {
+      if (size >= kHugeChunk) return map(size);
+      if (left_ > 0) munmap(cur_, left_);  // the old chunk's unused tail
+      cur_ = static_cast<char*>(map(kHugeChunk));
+      left_ = cur_ ? kHugeChunk : 0;
+      if (!cur_) return nullptr;
+    }
+    void* p = cur_;
+    cur_ += size;
+    left_ -= size;
+    return p;
+  }
+  static void deallocate(void* p, size_t size) noexcept { munmap(p, size); }
+
+ private:
+  // A kHugePage-aligned mapping of `size` (a multiple of 4 KiB) bytes, advised as huge pages.
+  static void* map(size_t size) {
+    const size_t span = size + kHugePage;
+    void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    char* base = static_cast<char*>(raw);
+    char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1));
+    if (p > base) munmap(base, size_t(p - base));
+    if (char* end = base + span; end > p + size) munmap(p + size, size_t(end - (p + size)));
+    madvise(p, size, MADV_HUGEPAGE);  // advice only: without THP the pages stay 4 KiB
+    return p;
+  }
+
+  std::mutex mu_;
+  char* cur_ = nullptr;
+  size_t left_ = 0;
+};
 
 bool env_set(const char* name) {
   const char* v = std::getenv(name);
@@ -91,10 +152,10 @@ class CachingCpuAllocator final : public Allocator {
     if (p) {
       cached_bytes_.fetch_sub(int64_t(size), kRelaxed);
     } else {
-      p = std::aligned_alloc(kCpuAlignment, size);
+      p = os_alloc(size);
       if (!p) {  // the cache may hold what the OS cannot give: return it and retry once
         empty_cache();
-        p = std::aligned_alloc(kCpuAlignment, size);
+        p = os_alloc(size);
       }
       if (!p) throw std::bad_alloc();
       os_allocs_.fetch_add(1, kRelaxed);
@@ -210,14 +271,24 @@ class CachingCpuAllocator final : public Allocator {
     return true;
   }
 
+  // Whether blocks of `size` come from the huge-page arena: a function of the size alone
+  // (and the mode, fixed at construction), so os_free knows which way to return one.
+  bool huge(size_t size) const { return kHugeArena && !exact_ && size >= kHugeMinBlock; }
+
+  void* os_alloc(size_t size) { return huge(size) ? huge_.allocate(size) : std::aligned_alloc(kCpuAlignment, size); }
+
   void os_free(void* p, size_t size) noexcept {
     STRATA_UNPOISON(p, size);
-    std::free(p);
+    if (huge(size))
+      HugeArena::deallocate(p, size);
+    else
+      std::free(p);
     os_frees_.fetch_add(1, kRelaxed);
     reserved_.fetch_sub(int64_t(size), kRelaxed);
   }
 
-  const bool exact_;  // STRATA_NO_CACHING_ALLOCATOR: exact sizes, never cached
+  const bool exact_;  // STRATA_NO_CACHING_ALLOCATOR: exact sizes, never cached, from malloc
+  HugeArena huge_;
   std::atomic<bool> enabled_;
   std::atomic<size_t> limit_;
   std::array<Bin, kNumBins> bins_;

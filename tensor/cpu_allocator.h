@@ -14,18 +14,21 @@ class Allocator;
 /// Counters of the CPU caching allocator (process-wide).
 struct CpuAllocatorStats {
   int64_t allocated_bytes = 0;      ///< in live blocks, rounded up to their size class
-  int64_t reserved_bytes = 0;       ///< obtained from the OS (aligned_alloc) and not yet returned
+  int64_t reserved_bytes = 0;       ///< obtained from the OS (aligned_alloc, mmap) and not yet returned
   int64_t peak_reserved_bytes = 0;  ///< high-water mark of reserved_bytes
   int64_t cached_bytes = 0;         ///< reserved but free, waiting for reuse
   int64_t cached_blocks = 0;
   int64_t requests = 0;    ///< allocate() calls with nbytes > 0
   int64_t cache_hits = 0;  ///< requests served from the cache
-  int64_t os_allocs = 0;   ///< aligned_alloc calls
-  int64_t os_frees = 0;    ///< free calls
+  int64_t os_allocs = 0;   ///< blocks obtained from the OS (aligned_alloc, or cut from a mapping)
+  int64_t os_frees = 0;    ///< blocks returned (free, munmap)
 };
 
-/// Blocks of this size and above bypass the cache (aligned_alloc / free per tensor).
+/// Blocks of this size and above bypass the cache (an OS allocation and release per tensor).
 inline constexpr size_t kCpuCacheMaxBlock = size_t(64) << 20;
+/// Blocks of this size and above come from 2 MiB-aligned mappings advised as transparent
+/// huge pages (Linux; not with STRATA_NO_CACHING_ALLOCATOR or AddressSanitizer).
+inline constexpr size_t kHugeMinBlock = size_t(256) << 10;
 /// Alignment of every CPU block, and the smallest size class.
 inline constexpr size_t kCpuAlignment = 64;
 

@@ -4,7 +4,10 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -165,6 +168,51 @@ TEST_F(CpuAllocator, OffLimitAndHugeBlocksGoStraightToTheOs) {
   EXPECT_EQ(cpu_allocator_stats().cached_bytes, 0);
   EXPECT_EQ(cpu_allocator_stats().os_frees, frees + 1);
 }
+
+#if defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
+// The VmFlags line of the mapping of /proc/self/smaps that holds p ("" if none does).
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+TEST_F(CpuAllocator, LargeBlocksAreAdvisedAsHugePagesAndReturnOnlyTheirOwnPages) {
+  // three large blocks cut one after another, each filled; the middle one returned to the
+  // OS (caching off) leaves its neighbours' bytes and pages alone
+  const size_t sizes[] = {kHugeMinBlock, size_t(3) << 20, size_t(1) << 20};
+  std::vector<std::unique_ptr<Storage>> live;
+  for (size_t i = 0; i < 3; ++i) {
+    live.push_back(block(sizes[i]));
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(live[i]->data()) % 4096, 0u) << i;
+    std::memset(live[i]->data(), int(i + 1), sizes[i]);
+    EXPECT_NE(vm_flags_of(live[i]->data()).find(" hg"), std::string::npos) << vm_flags_of(live[i]->data());
+  }
+  EXPECT_EQ(vm_flags_of(block(4096)->data()).find(" hg"), std::string::npos);  // small blocks: malloc's
+  set_cpu_caching(false);
+  const int64_t frees = cpu_allocator_stats().os_frees;
+  live[1].reset();
+  EXPECT_EQ(cpu_allocator_stats().os_frees, frees + 1);
+  for (size_t i : {size_t(0), size_t(2)}) {
+    const auto* b = static_cast<const unsigned char*>(live[i]->data());
+    for (size_t j = 0; j < sizes[i]; j += 4093) ASSERT_EQ(b[j], i + 1) << i;
+    std::memset(live[i]->data(), 7, sizes[i]);
+  }
+  // a block over a whole 64 MiB chunk gets a mapping of its own, uncached
+  auto big = block(kCpuCacheMaxBlock + 4096);
+  std::memset(big->data(), 1, kCpuCacheMaxBlock + 4096);
+  EXPECT_NE(vm_flags_of(big->data()).find(" hg"), std::string::npos);
+}
+#endif
 
 TEST_F(CpuAllocator, BlocksFreedOnAnotherThreadAreReused) {
   auto s = block(50000);
