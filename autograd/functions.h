@@ -56,9 +56,9 @@ Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& b, const 
 std::pair<Tensor, Tensor> linear_residual_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b,
                                                      const Tensor& residual, const Tensor& ln_w, const Tensor& ln_b,
                                                      double eps = 1e-5);
-/// Where linear_residual_layer_norm fuses: automatic (the default: CUDA tensors only; the CPU
-/// measured no faster fused, docs/performance.md), always (every device: tests compare
-/// the fused CPU kernels with the separate ones) or never. Process-wide; thread-safe.
+/// Where linear_residual_layer_norm fuses: automatic (the default: every device, CPU and
+/// CUDA, docs/performance.md), always (the same today) or never (the separate ops: tests
+/// compare the two). Process-wide; thread-safe.
 enum class ResidualNormFusion { automatic, always, never };
 void set_residual_norm_fusion(ResidualNormFusion f);
 ResidualNormFusion residual_norm_fusion();

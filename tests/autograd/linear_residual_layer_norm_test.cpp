@@ -122,9 +122,14 @@ TEST(LinearResidualLayerNorm, ZAloneAndSAloneGetTheirGradients) {
   }
 }
 
-TEST(LinearResidualLayerNorm, AutomaticKeepsCpuTensorsOnTheSeparateOps) {
-  FusionGuard fg(ResidualNormFusion::automatic);
+TEST(LinearResidualLayerNorm, AutomaticFusesCpuTensorsAndNeverKeepsTheSeparateOps) {
   Tensor x = leaf64({2, 4}, 1), w = leaf64({3, 4}, 2), r = leaf64({2, 3}, 3);
+  {
+    FusionGuard fg(ResidualNormFusion::automatic);
+    auto [s, z] = linear_residual_layer_norm(x, w, Tensor(), r, Tensor(), Tensor(), 1e-5);
+    EXPECT_TRUE(graph_has(z, "LayerNormAddBackward"));
+  }
+  FusionGuard fg(ResidualNormFusion::never);
   auto [s, z] = linear_residual_layer_norm(x, w, Tensor(), r, Tensor(), Tensor(), 1e-5);
   EXPECT_TRUE(graph_has(z, "LinearResidualBackward"));
   EXPECT_FALSE(graph_has(z, "LayerNormAddBackward"));

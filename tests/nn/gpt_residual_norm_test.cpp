@@ -80,6 +80,12 @@ TEST(GptResidualNorm, SameLossAndGradientsWithAndWithoutTheFusion) {
     }
 }
 
+TEST(GptResidualNorm, TheDefaultFusesOnTheCpu) {
+  bool fused = false;
+  (void)loss_and_grads(ResidualNormFusion::automatic, DType::f32, false, fused);
+  EXPECT_TRUE(fused);
+}
+
 TEST(GptResidualNorm, AHookOnLn2KeepsItsCall) {
   FusionGuard fg(ResidualNormFusion::always);
   nn::GPTConfig cfg = small_config(false);
