@@ -168,11 +168,12 @@ Tensor linear_packed(const Tensor& x, const std::vector<Tensor>& ws) {
   int64_t total = 0;
   for (const Tensor& w : ws) total += outs.emplace_back(w.size(0));
   Tensor x2 = ops::reshape(x, {-1, in});  // (M, in)
+  // One GEMM against the weights stacked (total, in): a copy of the weights (their (out, in)
+  // rows stacked, a few hundred KiB) buys one wide GEMM instead of narrow ones (the Llama's
+  // 2048 x 64 x 128 key and value projections ran at 0.84 of their rate alone in the step).
+  const Tensor w_cat = ws.size() == 1 ? ws[0] : ops::cat(ws, 0);
   Tensor y = ops::empty({x2.size(0), total}, x.dtype(), x.device());
-  for (size_t i = 0, off = 0; i < ws.size(); off += size_t(outs[i]), ++i) {
-    Tensor block = ops::narrow(y, 1, int64_t(off), outs[i]);
-    ops::gemm_(block, x2, ops::transpose(ws[i], 0, 1));  // (M, out_i), its rows at y's stride
-  }
+  ops::gemm_(y, x2, ops::transpose(w_cat, 0, 1));  // (M, total)
   Shape out_shape = x.shape();
   out_shape.back() = total;
   const Tensor out = ops::view(y, out_shape);

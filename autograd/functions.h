@@ -63,8 +63,8 @@ enum class ResidualNormFusion { automatic, always, never };
 void set_residual_norm_fusion(ResidualNormFusion f);
 ResidualNormFusion residual_norm_fusion();
 /// Bias-free linears sharing their input, their outputs side by side: (..., sum of the
-/// weights' out) = cat(linear(x, w_i)), each GEMM writing its own block of columns (no
-/// cat copy); backward accumulates dx over the blocks in the GEMMs (beta 1, no adds) and
+/// weights' out) = cat(linear(x, w_i)), one GEMM against the weights stacked (a copy of the
+/// weights, not of the outputs); backward accumulates dx over the blocks in the GEMMs (beta 1, no adds) and
 /// takes each weight's gradient from its block (node "LinearPackedBackward"). Saves x and
 /// the weights. Under autocast or with mixed dtypes: cat of the separate linears.
 Tensor linear_packed(const Tensor& x, const std::vector<Tensor>& ws);
