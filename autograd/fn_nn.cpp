@@ -144,6 +144,24 @@ Tensor causal_attention(const Tensor& qkv, int64_t head_dim, int64_t kv_heads) {
   });
 }
 
+Tensor causal_attention_rotary(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq, int64_t head_dim,
+                               int64_t kv_heads) {
+  if (!ops::fuses_rotary_attention(qkv) || autocast::wants_low_precision({qkv})) {
+    const int64_t b = qkv.size(0), t = qkv.size(1), heads = qkv.size(2) / head_dim;
+    const int64_t kv = kv_heads > 0 ? kv_heads : heads / 3, h = heads - 2 * kv;
+    const Tensor turned = rotary(reshape(qkv, {b, t, heads, head_dim}), positions, inv_freq, h + kv);
+    return causal_attention(reshape(turned, {b, t, heads * head_dim}), head_dim, kv_heads);
+  }
+  auto [y, lse] = ops::causal_attention_rotary(qkv, positions, inv_freq, head_dim, kv_heads);
+  if (!any_requires_grad(qkv)) return y;
+  SavedTensor sq(qkv);
+  return record_fn("CausalAttentionRotaryBackward", y, {qkv},
+                   [sq, positions, inv_freq, head_dim, kv_heads, lse = lse](const Tensor& g) {
+                     return std::vector{ops::causal_attention_rotary_backward(
+                         g, sq.get("CausalAttentionRotaryBackward"), positions, inv_freq, lse, head_dim, kv_heads)};
+                   });
+}
+
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0) return x;
   auto [y, mask] = ops::dropout(x, p, gen);

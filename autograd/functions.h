@@ -148,6 +148,13 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 /// probabilities (B, H, T, T) for 16-bit tensors on the CPU). kv_heads > 0: grouped-query
 /// attention over qkv (B, T, (H + 2*kv_heads)*hd), as ops::causal_attention.
 Tensor causal_attention(const Tensor& qkv, int64_t head_dim, int64_t kv_heads = 0);
+/// causal_attention of qkv (B, T, (H + 2 Hkv)*hd) after the rotary embedding of its q and k
+/// heads (rotary(..., H + Hkv) at positions (T) i64 with inv_freq (hd/2) f64): on CPU f32/f64
+/// tensors outside autocast one kernel turns q and k as it packs them (ops::
+/// causal_attention_rotary, node "CausalAttentionRotaryBackward", which saves qkv as given
+/// and no turned copy); elsewhere the two ops. Same values either way, bit for bit.
+Tensor causal_attention_rotary(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq, int64_t head_dim,
+                               int64_t kv_heads = 0);
 
 // ---------------------------------------------------------------- activation checkpointing (checkpoint.cpp)
 /// Runs fn(inputs) without recording; in backward re-runs it with grad and

@@ -99,7 +99,7 @@ Tensor LlamaAttention::forward_impl(const Tensor& x, const Tensor& residual) {
       heads = check_heads(q.size(2), k.size(2), v.size(2));
       raw = cat({q, k, v}, -1);
     }
-    const auto core_fn = [this, heads](const Tensor& r) { return packed_core(r, heads.first, heads.second); };
+    const auto core_fn = [this, heads](const Tensor& r) { return packed_core(r, heads.second); };
     return project_residual(child("wo"), selective_ ? recompute_in_backward(core_fn, raw, {}) : core_fn(raw),
                             residual);
   }
@@ -124,11 +124,10 @@ Tensor LlamaAttention::forward_impl(const Tensor& x, const Tensor& residual) {
   return project_residual(child("wo"), core(q, k, v, h, hkv), residual);
 }
 
-Tensor LlamaAttention::packed_core(const Tensor& raw, int64_t h, int64_t hkv) {
-  const int64_t hd = head_dim_, b = raw.size(0), t = raw.size(1), heads = h + 2 * hkv;
-  // rotary on the q and k heads (the first h + hkv) at the tokens' global positions, v copied
-  const Tensor qkv = rotary(reshape(raw, {b, t, heads, hd}), rotary_->at(t), rotary_->inv_freq, h + hkv);
-  return causal_attention(reshape(qkv, {b, t, heads * hd}), hd, hkv);  // (B, T, H*hd)
+Tensor LlamaAttention::packed_core(const Tensor& raw, int64_t hkv) {
+  // rotary on the q and k heads (the first h + hkv) at the tokens' global positions, inside
+  // the attention kernel where it can be (causal_attention_rotary)
+  return causal_attention_rotary(raw, rotary_->at(raw.size(1)), rotary_->inv_freq, head_dim_, hkv);  // (B, T, H*hd)
 }
 
 Tensor LlamaAttention::core(const Tensor& q_in, const Tensor& k_in, const Tensor& v, int64_t h, int64_t hkv) {

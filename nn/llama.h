@@ -76,7 +76,7 @@ class LlamaAttention : public Module, public ReplaceableAttention {
   /// key/value heads and the replaced attention core.
   Tensor core(const Tensor& q, const Tensor& k, const Tensor& v, int64_t h, int64_t hkv);
   /// The same from q|k|v packed as projected (B, T, (H + 2 Hkv)*hd), into the fused op.
-  Tensor packed_core(const Tensor& raw, int64_t h, int64_t hkv);
+  Tensor packed_core(const Tensor& raw, int64_t hkv);
   int64_t head_dim_;
   bool selective_;
   std::shared_ptr<const RotaryPositions> rotary_;

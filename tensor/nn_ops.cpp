@@ -44,6 +44,9 @@ using DropoutFn = void(const Tensor&, Tensor&, Tensor&, double, const Generator&
 using DropoutBwdFn = void(const Tensor&, const Tensor&, Tensor&, double);
 using AttentionFn = void(const Tensor&, Tensor&, Tensor&, int64_t, int64_t);
 using AttentionBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, int64_t, int64_t);
+using AttentionRotaryFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t, int64_t);
+using AttentionRotaryBwdFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
+                                  int64_t, int64_t);
 
 const KernelTable<SoftmaxFn> kSoftmax{"softmax", {&cpu::softmax_kernel, nullptr}};
 const KernelTable<SoftmaxBwdFn> kSoftmaxBwd{"softmax_backward", {&cpu::softmax_backward_kernel, nullptr}};
@@ -67,6 +70,10 @@ const KernelTable<DropoutBwdFn> kDropoutBwd{"dropout_backward", {&cpu::dropout_b
 const KernelTable<AttentionFn> kAttention{"causal_attention", {&cpu::causal_attention_kernel, nullptr}};
 const KernelTable<AttentionBwdFn> kAttentionBwd{"causal_attention_backward",
                                                 {&cpu::causal_attention_backward_kernel, nullptr}};
+const KernelTable<AttentionRotaryFn> kAttentionRotary{"causal_attention_rotary",
+                                                      {&cpu::causal_attention_rotary_kernel, nullptr}};
+const KernelTable<AttentionRotaryBwdFn> kAttentionRotaryBwd{"causal_attention_rotary_backward",
+                                                            {&cpu::causal_attention_rotary_backward_kernel, nullptr}};
 
 int64_t wrap_dim(int64_t d, int64_t ndim, const char* op) {
   const int64_t n = std::max<int64_t>(ndim, 1);
@@ -552,6 +559,57 @@ Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tens
     detail::composed_causal_attention_backward(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
   else
     kAttentionBwd(d)(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim, Hkv);
+  return dqkv;
+}
+
+bool fuses_rotary_attention(const Tensor& qkv) {
+  return qkv.defined() && qkv.device().is_cpu() && (qkv.dtype() == DType::f32 || qkv.dtype() == DType::f64);
+}
+
+namespace {
+// Checks causal_attention_rotary's inputs; returns the key/value heads.
+int64_t check_rotary_attention(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq, int64_t head_dim,
+                               int64_t kv_heads, const char* op) {
+  const auto [H, Hkv] = attention_heads(qkv, head_dim, kv_heads, op);
+  (void)H;
+  STRATA_CHECK(fuses_rotary_attention(qkv), "[", op, "] runs on CPU f32/f64 tensors, got ", qkv.str());
+  STRATA_CHECK(head_dim % 2 == 0, "[", op, "] head_dim ", head_dim, " must be even (rotary pairs)");
+  STRATA_CHECK(positions.defined() && positions.dtype() == DType::i64 && positions.shape() == Shape{qkv.size(1)} &&
+                   positions.device().is_cpu(),
+               "[", op, "] positions must be (", qkv.size(1), ") i64 on the CPU, got ",
+               positions.defined() ? positions.str() : "undefined");
+  STRATA_CHECK(inv_freq.defined() && inv_freq.dtype() == DType::f64 && inv_freq.shape() == Shape{head_dim / 2} &&
+                   inv_freq.device().is_cpu(),
+               "[", op, "] inv_freq must be (", head_dim / 2, ") f64 on the CPU, got ",
+               inv_freq.defined() ? inv_freq.str() : "undefined");
+  return Hkv;
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> causal_attention_rotary(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                                                  int64_t head_dim, int64_t kv_heads) {
+  const int64_t Hkv = check_rotary_attention(qkv, positions, inv_freq, head_dim, kv_heads, "causal_attention_rotary");
+  const int64_t B = qkv.size(0), T = qkv.size(1), H = qkv.size(2) / head_dim - 2 * Hkv;
+  Tensor y = empty({B, T, H * head_dim}, qkv.dtype(), kCPU);
+  Tensor lse = empty({B, H, T}, qkv.dtype(), kCPU);
+  kAttentionRotary(kCPU)(contiguous(qkv), contiguous(positions), contiguous(inv_freq), y, lse, head_dim, Hkv);
+  return {y, lse};
+}
+
+Tensor causal_attention_rotary_backward(const Tensor& dy, const Tensor& qkv, const Tensor& positions,
+                                        const Tensor& inv_freq, const Tensor& lse, int64_t head_dim,
+                                        int64_t kv_heads) {
+  const char* op = "causal_attention_rotary_backward";
+  const int64_t Hkv = check_rotary_attention(qkv, positions, inv_freq, head_dim, kv_heads, op);
+  const int64_t B = qkv.size(0), T = qkv.size(1), H = qkv.size(2) / head_dim - 2 * Hkv;
+  STRATA_CHECK(dy.shape() == (Shape{B, T, H * head_dim}) && dy.dtype() == qkv.dtype() && dy.device().is_cpu(), "[",
+               op, "] grad ", dy.str(), " does not match the output (", B, ", ", T, ", ", H * head_dim, ") of qkv ",
+               qkv.str());
+  STRATA_CHECK(lse.shape() == (Shape{B, H, T}) && lse.dtype() == qkv.dtype() && lse.device().is_cpu(), "[", op,
+               "] saved log-sum-exp ", lse.str(), " does not match (", B, ", ", H, ", ", T, ")");
+  Tensor dqkv = empty(qkv.shape(), qkv.dtype(), kCPU);
+  kAttentionRotaryBwd(kCPU)(contiguous(dy), contiguous(qkv), contiguous(positions), contiguous(inv_freq),
+                            contiguous(lse), dqkv, head_dim, Hkv);
   return dqkv;
 }
 

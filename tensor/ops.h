@@ -232,6 +232,18 @@ std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim, 
 /// d qkv (the shape of qkv) from dy (B, T, H*hd), the forward's qkv and saved statistics.
 Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, int64_t head_dim,
                                  int64_t kv_heads = 0);
+/// Whether causal_attention_rotary runs for qkv: the CPU's fused f32/f64 kernel.
+bool fuses_rotary_attention(const Tensor& qkv);
+/// causal_attention of qkv with its q and k heads turned by the rotary embedding first, in
+/// the attention kernel as it packs each pair's rows: bit for bit causal_attention(rotary(
+/// qkv as (B, T, H + 2 Hkv, hd), positions, inv_freq, false, H + Hkv)) without the turned
+/// tensor. positions (T) i64, inv_freq (hd/2) f64. Where fuses_rotary_attention(qkv) only.
+std::pair<Tensor, Tensor> causal_attention_rotary(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                                                  int64_t head_dim, int64_t kv_heads);
+/// d qkv (as given, not turned) of causal_attention_rotary.
+Tensor causal_attention_rotary_backward(const Tensor& dy, const Tensor& qkv, const Tensor& positions,
+                                        const Tensor& inv_freq, const Tensor& lse, int64_t head_dim,
+                                        int64_t kv_heads);
 
 // ---------------------------------------------------------------- Llama kernels (llama_ops.cpp)
 /// RMSNorm over the last dim of x (..., C): y = x / sqrt(mean(x^2) + eps) * weight; weight

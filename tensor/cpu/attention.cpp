@@ -25,6 +25,7 @@
 #include <strata/core/threads.h>
 #include <strata/tensor/cpu/attention_tile.h>
 #include <strata/tensor/cpu/blocks.h>
+#include <strata/tensor/cpu/rotary.h>
 #include <strata/tensor/dispatch.h>
 
 // The vector helpers of attention_tile.h are instantiated at the end of this file, outside
@@ -182,6 +183,43 @@ inline void prefetch_rows(const T* p, int64_t ld, int64_t rows, int64_t cols) {
     for (int64_t c = 0; c < cols; c += kLine) __builtin_prefetch(p + r * ld + c, kWrite ? 1 : 0, 3);
 }
 
+// dst (rows x ldd) = the rows of src (row stride ld) turned by the rotary embedding of their
+// positions (table rows c, s: (rows, hd/2), RopeTable), as cpu::rotary_kernel computes them
+// (rope_turn); columns [hd, ldd) zero.
+template <class T>
+inline void rope_rows(const T* src, int64_t ld, int64_t rows, int64_t hd, const T* c, const T* s, T* dst,
+                      int64_t ldd) {
+  const int64_t half = hd / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* x = src + r * ld;
+    T* y = dst + r * ldd;
+    const T* cr = c + r * half;
+    const T* sr = s + r * half;
+#pragma omp simd
+    for (int64_t i = 0; i < half; ++i) {
+      rope_turn(x[i], x[i + half], cr[i], sr[i], y[i], y[i + half]);
+    }
+    std::fill(y + hd, y + ldd, T(0));
+  }
+}
+
+// The rows of p (row stride ld) turned back in place: the inverse rotation, with the sines
+// negated as rotary_kernel's inverse table holds them.
+template <class T>
+inline void unrope_rows(T* p, int64_t ld, int64_t rows, int64_t hd, const T* c, const T* s) {
+  const int64_t half = hd / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    T* y = p + r * ld;
+    const T* cr = c + r * half;
+    const T* sr = s + r * half;
+#pragma omp simd
+    for (int64_t i = 0; i < half; ++i) {
+      const T a = y[i], b = y[i + half];
+      rope_turn(a, b, cr[i], -sr[i], y[i], y[i + half]);
+    }
+  }
+}
+
 template <class T>
 struct FwdPair {
   const T* q;  // (T, hd) each, row stride ld: the query head and its key/value head
@@ -195,6 +233,9 @@ struct FwdPair {
   T scale;
   T* ws;         // fwd_scratch(n, hd) elements, 64-byte aligned
   bool kv_held;  // ws already holds k and v packed (the previous pair had the same ones)
+  // The rotary embedding's table (cos, sin (n, hd/2)) when q and k turn here; null: none
+  const T* rope_cos = nullptr;
+  const T* rope_sin = nullptr;
   // The next pair's rows (null: none), prefetched a row block at a time while this pair
   // computes: q, k, v at row stride ld (k, v null when they are this pair's), y at ldy
   const T* next_q = nullptr;
@@ -205,7 +246,7 @@ struct FwdPair {
 
 template <class T>
 int64_t fwd_scratch(int64_t n, int64_t hd, int rows) {
-  return hd * padded<T>(n) + n * padded<T>(hd) + rows * padded<T>(n);
+  return hd * padded<T>(n) + 3 * n * padded<T>(hd) + rows * padded<T>(n);
 }
 
 template <class L, class T>
@@ -214,15 +255,29 @@ inline void forward_pair(const FwdPair<T>& a) {
   const int64_t n = a.n, hd = a.hd, tp = padded<T>(n), hdp = padded<T>(hd);
   T* kt = a.ws;           // (hd, tp): scale * k^T
   T* vp = kt + hd * tp;   // (n, hdp): v
-  T* s = vp + n * hdp;    // (kR, tp): the row block's scores, then probabilities
+  T* qr = vp + n * hdp;   // (n, hdp): q turned, with the rotary embedding
+  T* kr = qr + n * hdp;   // (n, hdp): k turned
+  T* s = kr + n * hdp;    // (kR, tp): the row block's scores, then probabilities
   if (!a.kv_held) {
-    pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
+    if (a.rope_cos) {
+      rope_rows(a.k, a.ld, n, hd, a.rope_cos, a.rope_sin, kr, hdp);
+      pack_transposed<L::kBytes>(static_cast<const T*>(kr), hdp, n, hd, a.scale, kt, tp);
+    } else {
+      pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
+    }
     pack_rows<L::kBytes>(a.v, a.ld, n, hd, vp, hdp);
+  }
+  const T* q = a.q;
+  int64_t ldq = a.ld;
+  if (a.rope_cos) {
+    rope_rows(a.q, a.ld, n, hd, a.rope_cos, a.rope_sin, qr, hdp);
+    q = qr;
+    ldq = hdp;
   }
   for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;  // columns [0, m): to the diagonal
-    product<L>(rows, TileArgs<T>{0, hd, a.q + i0 * a.ld, a.ld, 1, kt, tp, s, tp, m});
+    product<L>(rows, TileArgs<T>{0, hd, q + i0 * ldq, ldq, 1, kt, tp, s, tp, m});
     if (rows == L::kR)  // a constant row count: the rows' accumulators stay in registers
       attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, L::kR, i0, m, a.lse + i0);
     else
@@ -254,6 +309,11 @@ struct BwdPair {
   T* ws;        // bwd_scratch(n, hd) elements, 64-byte aligned
   bool add_kv;  // a later query head of the group: ws already holds k and v packed, and
                 // dk and dv += this head's part
+  bool last_of_group = true;  // the group's last query head: dk is complete after it
+  // The rotary embedding's table (cos, sin (n, hd/2)) when q and k turn here (dq and dk
+  // then turn back); null: none
+  const T* rope_cos = nullptr;
+  const T* rope_sin = nullptr;
   // The next pair's rows (null: none), prefetched a row block at a time as in the
   // forward: q, k, v and their gradients' rows at stride ld (k, v null when they are this
   // pair's), dy at ldg
@@ -283,11 +343,19 @@ inline void backward_pair(const BwdPair<T>& a) {
   T* pp = gp + n * hdp;  // (n, tp): P; row i valid on [0, m(i)) (zero from i + 1)
   T* ds = pp + n * tp;   // (n, tp): dP, then scale * dS
   if (!a.add_kv) {
-    pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
+    if (a.rope_cos) {  // k turned into kp, k^T from it
+      rope_rows(a.k, a.ld, n, hd, a.rope_cos, a.rope_sin, kp, hdp);
+      pack_transposed<L::kBytes>(static_cast<const T*>(kp), hdp, n, hd, a.scale, kt, tp);
+    } else {
+      pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
+      pack_rows<L::kBytes>(a.k, a.ld, n, hd, kp, hdp);
+    }
     pack_transposed<L::kBytes>(a.v, a.ld, n, hd, T(1), vt, tp);
-    pack_rows<L::kBytes>(a.k, a.ld, n, hd, kp, hdp);
   }
-  pack_rows<L::kBytes>(a.q, a.ld, n, hd, qp, hdp);
+  if (a.rope_cos)
+    rope_rows(a.q, a.ld, n, hd, a.rope_cos, a.rope_sin, qp, hdp);
+  else
+    pack_rows<L::kBytes>(a.q, a.ld, n, hd, qp, hdp);
   pack_rows<L::kBytes>(a.g, a.ldg, n, hd, gp, hdp);
   for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
     const int rows = int(std::min<int64_t>(L::kR, n - i0));
@@ -323,6 +391,10 @@ inline void backward_pair(const BwdPair<T>& a) {
     const int rows = int(std::min<int64_t>(L::kR, n - j0));
     product<L>(rows, TileArgs<T>{j0, n, ds + j0, 1, tp, qp, hdp, a.dk + j0 * a.ld, a.ld, hd, a.add_kv});
     product<L>(rows, TileArgs<T>{j0, n, pp + j0, 1, tp, gp, hdp, a.dv + j0 * a.ld, a.ld, hd, a.add_kv});
+  }
+  if (a.rope_cos) {  // the gradients of the turned q and k, turned back
+    unrope_rows(a.dq, a.ld, n, hd, a.rope_cos, a.rope_sin);
+    if (a.last_of_group) unrope_rows(a.dk, a.ld, n, hd, a.rope_cos, a.rope_sin);
   }
 }
 
@@ -387,8 +459,15 @@ class Scratch {
   std::vector<T> buf_;
 };
 
+// The rotary embedding's (T, hd/2) table where q and k turn in the kernel; null: they do not.
 template <class T>
-void forward_impl(const T* qkv, T* y, T* lse, const Dims& d) {
+struct Rope {
+  const T* cos = nullptr;
+  const T* sin = nullptr;
+};
+
+template <class T>
+void forward_impl(const T* qkv, T* y, T* lse, const Dims& d, Rope<T> rope = {}) {
   const T scale = T(1.0 / std::sqrt(double(d.hd)));
   const int nt = block_threads(d.B * d.H);
   Scratch<T> scratch(nt, fwd_scratch<T>(d.T, d.hd, 4));
@@ -400,6 +479,8 @@ void forward_impl(const T* qkv, T* y, T* lse, const Dims& d) {
       const bool kv_held = bh > bh0 && h % d.rep() != 0;  // this thread packed the group's k, v last
       FwdPair<T> p{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, y + b * d.T * d.C + h * d.hd,
                    d.C, lse + bh * d.T, d.T, d.hd, scale, ws, kv_held};
+      p.rope_cos = rope.cos;
+      p.rope_sin = rope.sin;
       if (bh + 1 < bh1) {  // the next pair's q and output rows, and k, v when they change
         const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H, ng = nh / d.rep();
         p.next_q = qkv + d.q_at(nb, nh);
@@ -418,7 +499,7 @@ void forward_impl(const T* qkv, T* y, T* lse, const Dims& d) {
 // in order on one thread, the first writing dk and dv and the others adding to them, so
 // the sums do not depend on the thread count.
 template <class T>
-void backward_impl(const T* dy, const T* qkv, const T* lse, T* dqkv, const Dims& d) {
+void backward_impl(const T* dy, const T* qkv, const T* lse, T* dqkv, const Dims& d, Rope<T> rope = {}) {
   const T scale = T(1.0 / std::sqrt(double(d.hd)));
   const int64_t rep = d.rep(), groups = d.B * d.Hkv;
   const int nt = block_threads(groups);
@@ -432,6 +513,9 @@ void backward_impl(const T* dy, const T* qkv, const T* lse, T* dqkv, const Dims&
       BwdPair<T> p{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, dy + b * d.T * d.C + h * d.hd,
                    d.C, lse + bh * d.T, dqkv + d.q_at(b, h), dqkv + d.k_at(b, g),
                    dqkv + d.v_at(b, g), d.T, d.hd, scale, ws, h % rep != 0};
+      p.last_of_group = h % rep == rep - 1;
+      p.rope_cos = rope.cos;
+      p.rope_sin = rope.sin;
       if (bh + 1 < bh1) {  // the next pair's q, dy and gradient rows, and k, v when they change
         const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H, ng = nh / rep;
         p.next_q = qkv + d.q_at(nb, nh);
@@ -465,6 +549,29 @@ void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const
   const Dims d = dims_of(qkv, head_dim, kv_heads);
   STRATA_DISPATCH_FLOAT(qkv.dtype(), "causal_attention_backward", [&] {
     backward_impl(dy.data<scalar_t>(), qkv.data<scalar_t>(), lse.data<scalar_t>(), dqkv.data<scalar_t>(), d);
+  });
+}
+
+void causal_attention_rotary_kernel(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq, Tensor& y,
+                                    Tensor& lse, int64_t head_dim, int64_t kv_heads) {
+  if (qkv.numel() == 0) return;
+  const Dims d = dims_of(qkv, head_dim, kv_heads);
+  STRATA_DISPATCH_FLOAT(qkv.dtype(), "causal_attention_rotary", [&] {
+    const RopeTable<scalar_t>& table = rope_table<scalar_t>(positions.data<int64_t>(), inv_freq.data<double>(), d.T, d.hd / 2);
+    forward_impl(qkv.data<scalar_t>(), y.data<scalar_t>(), lse.data<scalar_t>(), d,
+                 Rope<scalar_t>{table.cos.data(), table.sin.data()});
+  });
+}
+
+void causal_attention_rotary_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& positions,
+                                             const Tensor& inv_freq, const Tensor& lse, Tensor& dqkv,
+                                             int64_t head_dim, int64_t kv_heads) {
+  if (qkv.numel() == 0) return;
+  const Dims d = dims_of(qkv, head_dim, kv_heads);
+  STRATA_DISPATCH_FLOAT(qkv.dtype(), "causal_attention_rotary_backward", [&] {
+    const RopeTable<scalar_t>& table = rope_table<scalar_t>(positions.data<int64_t>(), inv_freq.data<double>(), d.T, d.hd / 2);
+    backward_impl(dy.data<scalar_t>(), qkv.data<scalar_t>(), lse.data<scalar_t>(), dqkv.data<scalar_t>(), d,
+                  Rope<scalar_t>{table.cos.data(), table.sin.data()});
   });
 }
 

@@ -19,4 +19,16 @@ void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t 
 void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& lse, Tensor& dqkv,
                                       int64_t head_dim, int64_t kv_heads);
 
+/// As causal_attention_kernel on q and k turned by the rotary embedding (rotary_kernel's
+/// rotate-half form at positions (T) i64 with inv_freq (hd/2) f64), turned while each pair's
+/// rows are packed: bit for bit causal_attention_kernel of rotary_kernel's output (q and k
+/// heads turned, v as it is), without that tensor.
+void causal_attention_rotary_kernel(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq, Tensor& y,
+                                    Tensor& lse, int64_t head_dim, int64_t kv_heads);
+/// Its backward: d(qkv as given), the q and k parts turned back (bit for bit rotary_kernel's
+/// inverse of causal_attention_backward_kernel's gradient of the turned qkv).
+void causal_attention_rotary_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& positions,
+                                             const Tensor& inv_freq, const Tensor& lse, Tensor& dqkv,
+                                             int64_t head_dim, int64_t kv_heads);
+
 }  // namespace strata::cpu

@@ -8,8 +8,10 @@
 #include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
 #include <strata/autograd/gradcheck.h>
+#include <strata/core/threads.h>
 #include <strata/nn/rotary.h>
 #include "../simd_levels.h"
+#include "test_util.h"
 
 namespace strata {
 namespace {
@@ -101,6 +103,51 @@ TEST(LlamaOps, RotaryMatchesF64ReferenceAtEverySimdLevel) {
     expect_near_all(ops::narrow(part, 2, r, h - r).to_vector<double>(),
                     ops::narrow(x, 2, r, h - r).to_vector<double>(), 0, "copied heads after " + std::to_string(r));
   }
+}
+
+// The attention kernel turning q and k itself (causal_attention_rotary) gives the bits of
+// the rotary kernel then the attention kernel, forward and backward, at every SIMD level,
+// in f32 and f64, with grouped and plain key/value heads, any positions, 1 and 2 threads.
+TEST(LlamaOps, RotaryInsideTheAttentionKernelEqualsTheTwoKernelsBitForBit) {
+  testing::SimdLevelGuard guard;
+  const int saved_threads = get_num_threads();
+  const int64_t b = 3, t = 21, hd = 10;
+  const std::vector<int64_t> pos{3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 900};
+  const Tensor p = ops::from_vector(pos, {t});
+  const Tensor f = nn::rope_inv_freq(hd, 10000.0);
+  for (const DType dt : {DType::f32, DType::f64})
+    for (const int64_t kv : {int64_t(0), int64_t(2)}) {
+      const int64_t h = 4, hkv = kv > 0 ? kv : h, heads = h + 2 * hkv;
+      const Tensor qkv = rnd({b, t, heads * hd}, 7, dt), dy = rnd({b, t, h * hd}, 8, dt);
+      for (const cpu::SimdLevel lvl : testing::runnable_simd_levels())
+        for (const int threads : {1, 2}) {
+          ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+          set_num_threads(threads);
+          const std::string at = std::string(dtype_name(dt)) + " kv " + std::to_string(kv) + " level " +
+                                 std::to_string(int(lvl)) + " threads " + std::to_string(threads);
+          const Tensor turned =
+              ops::reshape(ops::rotary(ops::reshape(qkv, {b, t, heads, hd}), p, f, false, h + hkv), {b, t, heads * hd});
+          const auto [y_want, lse_want] = ops::causal_attention(turned, hd, kv);
+          const auto [y, lse] = ops::causal_attention_rotary(qkv, p, f, hd, kv);
+          EXPECT_EQ(y.to_vector<double>(), y_want.to_vector<double>()) << at;
+          EXPECT_EQ(lse.to_vector<double>(), lse_want.to_vector<double>()) << at;
+          const Tensor d_turned = ops::causal_attention_backward(dy, turned, lse_want, hd, kv);
+          const Tensor d_want = ops::rotary(ops::reshape(d_turned, {b, t, heads, hd}), p, f, true, h + hkv);
+          const Tensor d = ops::causal_attention_rotary_backward(dy, qkv, p, f, lse, hd, kv);
+          EXPECT_EQ(d.to_vector<double>(), d_want.to_vector<double>()) << at;
+        }
+    }
+  set_num_threads(saved_threads);
+  // the autograd node: the same loss and gradient as the two differentiable ops
+  Tensor x = rnd({2, 6, 8 * 4}, 9, DType::f64);  // 4 query heads and 2 key/value heads of 4
+  x.set_requires_grad(true);
+  const Tensor p6 = ops::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 40}, {6});
+  const Tensor f4 = nn::rope_inv_freq(4, 10000.0);
+  EXPECT_TRUE(testing::graph_has(causal_attention_rotary(x, p6, f4, 4, 2), "CausalAttentionRotaryBackward"));
+  const GradcheckResult r =
+      gradcheck([&](const std::vector<Tensor>& in) { return causal_attention_rotary(in[0], p6, f4, 4, 2); }, {x});
+  EXPECT_TRUE(r.ok) << r.message;
+  EXPECT_THROW((void)ops::causal_attention_rotary(x, p6, nn::rope_inv_freq(6, 10000.0), 4, 2), Error);  // hd/2 != 3
 }
 
 // Forward and backward in f32 at every SIMD level (x86-64-v4 runs the AVX-512 rows of
