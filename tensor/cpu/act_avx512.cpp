@@ -67,61 +67,121 @@ STRATA_AVX512 inline __mmask16 tail_mask(int64_t left) {
 
 }  // namespace
 
+// Each row walks two vectors at a time (a step of 32), their exp chains independent, then
+// the tail one masked vector at a time: one vector per step left the FP pipes waiting on
+// the chain's latency (the GELU rows 1.2-1.4x slower alone).
 STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, const float* b, float* d, float* p,
                                              int64_t n) {
-  for (int64_t j = 0; j < n; j += 16) {
+  // 4 KiB ahead in each input and output (cpu/prefetch.h): rows are contiguous in the
+  // callers, so this reaches into the next rows (a prefetch past an allocation's end
+  // does not fault)
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    for (int64_t o = 0; o < 32; o += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(g + j + o + kPrefetchAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(y + j + o + kPrefetchAhead), _MM_HINT_T0);
+      __builtin_prefetch(d + j + o + kPrefetchAhead, 1, 3);
+    }
+    __m512 h0 = _mm512_loadu_ps(y + j), h1 = _mm512_loadu_ps(y + j + 16);
+    if (b) {
+      h0 = _mm512_add_ps(h0, _mm512_loadu_ps(b + j));
+      h1 = _mm512_add_ps(h1, _mm512_loadu_ps(b + j + 16));
+    }
+    const __m512 v0 = _mm512_mul_ps(_mm512_loadu_ps(g + j), gelu_grad(h0));
+    const __m512 v1 = _mm512_mul_ps(_mm512_loadu_ps(g + j + 16), gelu_grad(h1));
+    _mm512_storeu_ps(d + j, v0);
+    _mm512_storeu_ps(d + j + 16, v1);
+    if (p) {
+      _mm512_storeu_ps(p + j, _mm512_add_ps(_mm512_loadu_ps(p + j), v0));
+      _mm512_storeu_ps(p + j + 16, _mm512_add_ps(_mm512_loadu_ps(p + j + 16), v1));
+    }
+  }
+  for (; j < n; j += 16) {
     const __mmask16 m = tail_mask(n - j);
-    // 4 KiB ahead in each input and output (cpu/prefetch.h): rows are contiguous in the
-    // callers, so this reaches into the next rows (a prefetch past an allocation's end
-    // does not fault)
-    _mm_prefetch(reinterpret_cast<const char*>(g + j + kPrefetchAhead), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(y + j + kPrefetchAhead), _MM_HINT_T0);
     __m512 h = load(y + j, m);
     if (b) h = _mm512_add_ps(h, load(b + j, m));
     const __m512 v = _mm512_mul_ps(load(g + j, m), gelu_grad(h));
-    __builtin_prefetch(d + j + kPrefetchAhead, 1, 3);
     _mm512_mask_storeu_ps(d + j, m, v);
     if (p) _mm512_mask_storeu_ps(p + j, m, _mm512_add_ps(load(p + j, m), v));
   }
 }
 
 STRATA_AVX512 void gelu_tanh_row_avx512(const float* y, const float* b, float* out, int64_t n) {
-  for (int64_t j = 0; j < n; j += 16) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    for (int64_t o = 0; o < 32; o += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(y + j + o + kPrefetchAhead), _MM_HINT_T0);
+      __builtin_prefetch(out + j + o + kPrefetchAhead, 1, 3);
+    }
+    __m512 h0 = _mm512_loadu_ps(y + j), h1 = _mm512_loadu_ps(y + j + 16);
+    if (b) {
+      h0 = _mm512_add_ps(h0, _mm512_loadu_ps(b + j));
+      h1 = _mm512_add_ps(h1, _mm512_loadu_ps(b + j + 16));
+    }
+    _mm512_storeu_ps(out + j, gelu(h0));
+    _mm512_storeu_ps(out + j + 16, gelu(h1));
+  }
+  for (; j < n; j += 16) {
     const __mmask16 m = tail_mask(n - j);
-    _mm_prefetch(reinterpret_cast<const char*>(y + j + kPrefetchAhead), _MM_HINT_T0);
     __m512 h = load(y + j, m);
     if (b) h = _mm512_add_ps(h, load(b + j, m));
-    __builtin_prefetch(out + j + kPrefetchAhead, 1, 3);
     _mm512_mask_storeu_ps(out + j, m, gelu(h));
   }
 }
 
 STRATA_AVX512 void swiglu_row_avx512(const float* g, const float* u, float* y, int64_t n) {
-  for (int64_t j = 0; j < n; j += 16) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {  // two vectors a step, as the GELU rows
+    for (int64_t o = 0; o < 32; o += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(g + j + o + kPrefetchAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(u + j + o + kPrefetchAhead), _MM_HINT_T0);
+      __builtin_prefetch(y + j + o + kPrefetchAhead, 1, 3);
+    }
+    const __m512 z0 = _mm512_loadu_ps(g + j), z1 = _mm512_loadu_ps(g + j + 16);
+    const __m512 s0 = sigmoid(z0), s1 = sigmoid(z1);
+    _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_mul_ps(z0, s0), _mm512_loadu_ps(u + j)));
+    _mm512_storeu_ps(y + j + 16, _mm512_mul_ps(_mm512_mul_ps(z1, s1), _mm512_loadu_ps(u + j + 16)));
+  }
+  for (; j < n; j += 16) {
     const __mmask16 m = tail_mask(n - j);
-    _mm_prefetch(reinterpret_cast<const char*>(g + j + kPrefetchAhead), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(u + j + kPrefetchAhead), _MM_HINT_T0);
-    __builtin_prefetch(y + j + kPrefetchAhead, 1, 3);
     const __m512 z = load(g + j, m);
     _mm512_mask_storeu_ps(y + j, m, _mm512_mul_ps(_mm512_mul_ps(z, sigmoid(z)), load(u + j, m)));
   }
 }
 
+// dg = d u s (1 + z (1 - s)), du = d z s
+STRATA_AVX512 inline void swiglu_grad(__m512 z, __m512 d, __m512 uu, __m512& dg, __m512& du) {
+  const __m512 one = _mm512_set1_ps(1.0f), s = sigmoid(z);
+  const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(d, uu), s);
+  dg = _mm512_mul_ps(ds, _mm512_fmadd_ps(z, _mm512_sub_ps(one, s), one));
+  du = _mm512_mul_ps(_mm512_mul_ps(d, z), s);
+}
+
 STRATA_AVX512 void swiglu_grad_row_avx512(const float* dy, const float* g, const float* u, float* dg, float* du,
                                           int64_t n) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  for (int64_t j = 0; j < n; j += 16) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    for (int64_t o = 0; o < 32; o += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(dy + j + o + kPrefetchAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(g + j + o + kPrefetchAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(u + j + o + kPrefetchAhead), _MM_HINT_T0);
+      __builtin_prefetch(dg + j + o + kPrefetchAhead, 1, 3);
+      __builtin_prefetch(du + j + o + kPrefetchAhead, 1, 3);
+    }
+    __m512 a0, b0, a1, b1;
+    swiglu_grad(_mm512_loadu_ps(g + j), _mm512_loadu_ps(dy + j), _mm512_loadu_ps(u + j), a0, b0);
+    swiglu_grad(_mm512_loadu_ps(g + j + 16), _mm512_loadu_ps(dy + j + 16), _mm512_loadu_ps(u + j + 16), a1, b1);
+    _mm512_storeu_ps(dg + j, a0);
+    _mm512_storeu_ps(du + j, b0);
+    _mm512_storeu_ps(dg + j + 16, a1);
+    _mm512_storeu_ps(du + j + 16, b1);
+  }
+  for (; j < n; j += 16) {
     const __mmask16 m = tail_mask(n - j);
-    _mm_prefetch(reinterpret_cast<const char*>(dy + j + kPrefetchAhead), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(g + j + kPrefetchAhead), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(u + j + kPrefetchAhead), _MM_HINT_T0);
-    __builtin_prefetch(dg + j + kPrefetchAhead, 1, 3);
-    __builtin_prefetch(du + j + kPrefetchAhead, 1, 3);
-    const __m512 z = load(g + j, m), d = load(dy + j, m), s = sigmoid(z);
-    // dg = d u s (1 + z (1 - s)), du = d z s
-    const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(d, load(u + j, m)), s);
-    _mm512_mask_storeu_ps(dg + j, m, _mm512_mul_ps(ds, _mm512_fmadd_ps(z, _mm512_sub_ps(one, s), one)));
-    _mm512_mask_storeu_ps(du + j, m, _mm512_mul_ps(_mm512_mul_ps(d, z), s));
+    __m512 a, c;
+    swiglu_grad(load(g + j, m), load(dy + j, m), load(u + j, m), a, c);
+    _mm512_mask_storeu_ps(dg + j, m, a);
+    _mm512_mask_storeu_ps(du + j, m, c);
   }
 }
 
