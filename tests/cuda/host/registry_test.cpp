@@ -76,6 +76,9 @@ TEST(KernelRegistry, EveryFrontEndOpHasACudaKernel) {
   // The GEMM that adds a bias in the library's kernel (ops::addmm): devices without one
   // write the bias rows and accumulate their GEMM onto them.
   cpu_only.insert("addmm");
+  // The rotary embedding inside the CPU attention kernel (ops::causal_attention_rotary):
+  // other devices run rotary then causal_attention (autograd's causal_attention_rotary).
+  cpu_only.insert({"causal_attention_rotary", "causal_attention_rotary_backward"});
 #ifndef STRATA_WITH_CUDNN
   cpu_only.insert({"conv2d", "conv2d_backward"});
 #endif
