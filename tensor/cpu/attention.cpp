@@ -246,7 +246,7 @@ struct FwdPair {
 
 template <class T>
 int64_t fwd_scratch(int64_t n, int64_t hd, int rows) {
-  return hd * padded<T>(n) + 3 * n * padded<T>(hd) + rows * padded<T>(n);
+  return hd * padded<T>(n) + 3 * n * padded<T>(hd) + rows * padded<T>(n) + padded<T>(n);
 }
 
 template <class L, class T>
@@ -258,6 +258,7 @@ inline void forward_pair(const FwdPair<T>& a) {
   T* qr = vp + n * hdp;   // (n, hdp): q turned, with the rotary embedding
   T* kr = qr + n * hdp;   // (n, hdp): k turned
   T* s = kr + n * hdp;    // (kR, tp): the row block's scores, then probabilities
+  T* mx = s + L::kR * tp;  // (n): the rows' maxima, until lse_rows
   if (!a.kv_held) {
     if (a.rope_cos) {
       rope_rows(a.k, a.ld, n, hd, a.rope_cos, a.rope_sin, kr, hdp);
@@ -279,9 +280,9 @@ inline void forward_pair(const FwdPair<T>& a) {
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;  // columns [0, m): to the diagonal
     product<L>(rows, TileArgs<T>{0, hd, q + i0 * ldq, ldq, 1, kt, tp, s, tp, m});
     if (rows == L::kR)  // a constant row count: the rows' accumulators stay in registers
-      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, L::kR, i0, m, a.lse + i0);
+      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, L::kR, i0, m, a.lse + i0, mx + i0);
     else
-      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.lse + i0);
+      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.lse + i0, mx + i0);
     product<L>(rows, TileArgs<T>{0, last, s, tp, 1, vp, hdp, a.y + i0 * a.ldy, a.ldy, hd});  // y = P v
     if (a.next_q) {
       prefetch_rows(a.next_q + i0 * a.ld, a.ld, rows, hd);
@@ -290,6 +291,7 @@ inline void forward_pair(const FwdPair<T>& a) {
       prefetch_rows<true>(a.next_y + i0 * a.ldy, a.ldy, rows, hd);
     }
   }
+  attn::lse_rows<T, L::kBytes>(a.lse, mx, n);
 }
 
 template <class T>

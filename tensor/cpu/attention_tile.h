@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define STRATA_ATTN_X86 1
@@ -348,7 +349,7 @@ inline void copy_pad(const T* src, int64_t c, T* dst, int64_t len) {
 /// together (independent chains through the horizontal max, the sum and the division).
 /// lse[r] = the row's log-sum-exp (max + log sum), what the backward recomputes them from.
 template <class T, int kBytes, int R>
-inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* lse) {
+inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* lse, T* mx_out) {
   using V = Vec<T, kBytes>;
   constexpr int64_t kLanes = kBytes / int64_t(sizeof(T));
   for (int r = 0; r < rows; ++r)
@@ -380,12 +381,31 @@ inline void softmax_rows(T* s, int64_t lds, int rows, int64_t i0, int64_t m, T* 
   for (int r = 0; r < R; ++r)
     if (r < rows) {
       const T sum = hsum(sv[r]);
-      lse[r] = mx[r] + std::log(sum);
+      lse[r] = sum;  // the log-sum-exp mx + log(sum) once the pair's rows are done (lse_rows)
+      mx_out[r] = mx[r];
       sv[r] = splat<V>(T(1) / sum);
     }
   for (int64_t j = 0; j < m; j += kLanes)
     for (int r = 0; r < R; ++r)
       if (r < rows) store(s + r * lds + j, load<V>(s + r * lds + j) * sv[r]);
+}
+
+/// lse[i] = mx[i] + log(lse[i]) for i < n: the log-sum-exp of rows whose softmax_rows left
+/// their sums in lse and their maxima in mx. 16 f32 lanes at a time at AVX-512
+/// (detail::log_avx512, a few ulp from std::log), std::log otherwise.
+#if STRATA_ATTN_X86
+[[gnu::target("avx512f")]] inline void lse16(float* lse, const float* mx) {
+  _mm512_storeu_ps(lse, _mm512_add_ps(_mm512_loadu_ps(mx), detail::log_avx512(_mm512_loadu_ps(lse))));
+}
+#endif
+template <class T, int kBytes>
+inline void lse_rows(T* lse, const T* mx, int64_t n) {
+  int64_t i = 0;
+#if STRATA_ATTN_X86
+  if constexpr (std::is_same_v<T, float> && kBytes == 64)
+    for (; i + 16 <= n; i += 16) lse16(lse + i, mx + i);
+#endif
+  for (; i < n; ++i) lse[i] = mx[i] + std::log(lse[i]);
 }
 
 /// The rows i0 + r (r < rows <= R) of a block of scores s (row stride lds, columns [0, m))

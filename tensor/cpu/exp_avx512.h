@@ -1,5 +1,6 @@
 // exp on 16 f32 lanes with AVX-512: the core shared by the activation rows (act_avx512.cpp)
-// and the attention softmax (attention_tile.h), which clamp its argument each their own way.
+// and the attention softmax (attention_tile.h), which clamp its argument each their own way;
+// and the log of the attention's row sums.
 // Cephes' reduction and polynomial (exp_poly.h's scalar steps): v = n ln2 + r, n rounded
 // by vrndscaleps, ln2 in two parts, and 2^n applied by vscalefps.
 #pragma once
@@ -30,6 +31,32 @@ namespace strata::cpu::detail {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
+}
+
+/// log(x) for finite x > 0 (the attention's row sums, in [1, T]): x = m 2^e with m in
+/// [sqrt(1/2), sqrt(2)) (vgetexpps / vgetmantps), log m = 2 atanh(s), s = (m - 1) / (m + 1),
+/// |s| < 0.172, as its odd series to s^11 (truncation < 2e-11), e ln2 in two parts. Within a
+/// few ulp of std::log.
+[[gnu::target("avx512f")]] inline __m512 log_avx512(__m512 x) {
+  // the zero-masked forms: GCC 12's plain ones start from _mm512_undefined_ps(), which
+  // -Wuninitialized reports where they inline
+  const __mmask16 all = 0xFFFF;
+  __m512 e = _mm512_maskz_getexp_ps(all, x);
+  __m512 m = _mm512_maskz_getmant_ps(all, x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_src);  // [1, 2)
+  const __mmask16 big = _mm512_cmp_ps_mask(m, _mm512_set1_ps(1.41421356237f), _CMP_GT_OQ);
+  m = _mm512_mask_mul_ps(m, big, m, _mm512_set1_ps(0.5f));
+  e = _mm512_mask_add_ps(e, big, e, _mm512_set1_ps(1.0f));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 sv = _mm512_div_ps(_mm512_sub_ps(m, one), _mm512_add_ps(m, one));
+  const __m512 s2 = _mm512_mul_ps(sv, sv);
+  __m512 p = _mm512_set1_ps(2.0f / 11);
+  p = _mm512_fmadd_ps(p, s2, _mm512_set1_ps(2.0f / 9));
+  p = _mm512_fmadd_ps(p, s2, _mm512_set1_ps(2.0f / 7));
+  p = _mm512_fmadd_ps(p, s2, _mm512_set1_ps(2.0f / 5));
+  p = _mm512_fmadd_ps(p, s2, _mm512_set1_ps(2.0f / 3));
+  const __m512 logm = _mm512_fmadd_ps(_mm512_mul_ps(p, s2), sv, _mm512_add_ps(sv, sv));  // 2s + s^3 p
+  // e ln2 = e * 0.693359375 (exact in f32 for |e| < 2^15) - e * 2.12194440e-4
+  return _mm512_fmadd_ps(e, _mm512_set1_ps(0.693359375f), _mm512_fnmadd_ps(e, _mm512_set1_ps(2.12194440e-4f), logm));
 }
 
 }  // namespace strata::cpu::detail
