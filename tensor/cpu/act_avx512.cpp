@@ -23,6 +23,15 @@ constexpr float kK = 0.79788456080286535588f;  // sqrt(2/pi)
 constexpr float kCubic = 0.044715f;
 constexpr int64_t kPrefetchAhead = 1024;  // floats
 
+// Prefetches the lines kPrefetchAhead past the two vectors at p + j: 4 KiB ahead in each
+// input and (kWrite) output, as cpu/prefetch.h's row loops. Rows are contiguous in the
+// callers, so this reaches into the next rows (a prefetch past an allocation's end does
+// not fault).
+template <bool kWrite = false>
+inline void prefetch_pair(const float* p, int64_t j) {
+  for (int64_t o = 0; o < 32; o += 16) __builtin_prefetch(p + j + o + kPrefetchAhead, kWrite ? 1 : 0, 3);
+}
+
 // exp(z), z clamped to [-87, 89] (NaN -> the clamp's bound; the caller's x carries NaN;
 // 89: inf).
 STRATA_AVX512 inline __m512 exp_clamped(__m512 z) {
@@ -61,6 +70,16 @@ STRATA_AVX512 inline __m512 sigmoid(__m512 z) {
 
 STRATA_AVX512 inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 
+// h = y + b (b null: y) of the two vectors at j.
+STRATA_AVX512 inline void pre_activation_pair(const float* y, const float* b, int64_t j, __m512& h0, __m512& h1) {
+  h0 = _mm512_loadu_ps(y + j);
+  h1 = _mm512_loadu_ps(y + j + 16);
+  if (b) {
+    h0 = _mm512_add_ps(h0, _mm512_loadu_ps(b + j));
+    h1 = _mm512_add_ps(h1, _mm512_loadu_ps(b + j + 16));
+  }
+}
+
 STRATA_AVX512 inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
 }
@@ -72,21 +91,13 @@ STRATA_AVX512 inline __mmask16 tail_mask(int64_t left) {
 // the chain's latency (the GELU rows 1.2-1.4x slower alone).
 STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, const float* b, float* d, float* p,
                                              int64_t n) {
-  // 4 KiB ahead in each input and output (cpu/prefetch.h): rows are contiguous in the
-  // callers, so this reaches into the next rows (a prefetch past an allocation's end
-  // does not fault)
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
-    for (int64_t o = 0; o < 32; o += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(g + j + o + kPrefetchAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(y + j + o + kPrefetchAhead), _MM_HINT_T0);
-      __builtin_prefetch(d + j + o + kPrefetchAhead, 1, 3);
-    }
-    __m512 h0 = _mm512_loadu_ps(y + j), h1 = _mm512_loadu_ps(y + j + 16);
-    if (b) {
-      h0 = _mm512_add_ps(h0, _mm512_loadu_ps(b + j));
-      h1 = _mm512_add_ps(h1, _mm512_loadu_ps(b + j + 16));
-    }
+    prefetch_pair(g, j);
+    prefetch_pair(y, j);
+    prefetch_pair<true>(d, j);
+    __m512 h0, h1;
+    pre_activation_pair(y, b, j, h0, h1);
     const __m512 v0 = _mm512_mul_ps(_mm512_loadu_ps(g + j), gelu_grad(h0));
     const __m512 v1 = _mm512_mul_ps(_mm512_loadu_ps(g + j + 16), gelu_grad(h1));
     _mm512_storeu_ps(d + j, v0);
@@ -109,15 +120,10 @@ STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, con
 STRATA_AVX512 void gelu_tanh_row_avx512(const float* y, const float* b, float* out, int64_t n) {
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
-    for (int64_t o = 0; o < 32; o += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(y + j + o + kPrefetchAhead), _MM_HINT_T0);
-      __builtin_prefetch(out + j + o + kPrefetchAhead, 1, 3);
-    }
-    __m512 h0 = _mm512_loadu_ps(y + j), h1 = _mm512_loadu_ps(y + j + 16);
-    if (b) {
-      h0 = _mm512_add_ps(h0, _mm512_loadu_ps(b + j));
-      h1 = _mm512_add_ps(h1, _mm512_loadu_ps(b + j + 16));
-    }
+    prefetch_pair(y, j);
+    prefetch_pair<true>(out, j);
+    __m512 h0, h1;
+    pre_activation_pair(y, b, j, h0, h1);
     _mm512_storeu_ps(out + j, gelu(h0));
     _mm512_storeu_ps(out + j + 16, gelu(h1));
   }
@@ -132,11 +138,9 @@ STRATA_AVX512 void gelu_tanh_row_avx512(const float* y, const float* b, float* o
 STRATA_AVX512 void swiglu_row_avx512(const float* g, const float* u, float* y, int64_t n) {
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {  // two vectors a step, as the GELU rows
-    for (int64_t o = 0; o < 32; o += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(g + j + o + kPrefetchAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(u + j + o + kPrefetchAhead), _MM_HINT_T0);
-      __builtin_prefetch(y + j + o + kPrefetchAhead, 1, 3);
-    }
+    prefetch_pair(g, j);
+    prefetch_pair(u, j);
+    prefetch_pair<true>(y, j);
     const __m512 z0 = _mm512_loadu_ps(g + j), z1 = _mm512_loadu_ps(g + j + 16);
     const __m512 s0 = sigmoid(z0), s1 = sigmoid(z1);
     _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_mul_ps(z0, s0), _mm512_loadu_ps(u + j)));
@@ -161,13 +165,11 @@ STRATA_AVX512 void swiglu_grad_row_avx512(const float* dy, const float* g, const
                                           int64_t n) {
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
-    for (int64_t o = 0; o < 32; o += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(dy + j + o + kPrefetchAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(g + j + o + kPrefetchAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(u + j + o + kPrefetchAhead), _MM_HINT_T0);
-      __builtin_prefetch(dg + j + o + kPrefetchAhead, 1, 3);
-      __builtin_prefetch(du + j + o + kPrefetchAhead, 1, 3);
-    }
+    prefetch_pair(dy, j);
+    prefetch_pair(g, j);
+    prefetch_pair(u, j);
+    prefetch_pair<true>(dg, j);
+    prefetch_pair<true>(du, j);
     __m512 a0, b0, a1, b1;
     swiglu_grad(_mm512_loadu_ps(g + j), _mm512_loadu_ps(dy + j), _mm512_loadu_ps(u + j), a0, b0);
     swiglu_grad(_mm512_loadu_ps(g + j + 16), _mm512_loadu_ps(dy + j + 16), _mm512_loadu_ps(u + j + 16), a1, b1);

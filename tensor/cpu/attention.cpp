@@ -220,6 +220,22 @@ inline void unrope_rows(T* p, int64_t ld, int64_t rows, int64_t hd, const T* c, 
   }
 }
 
+// The rotary embedding's (T, hd/2) table where q and k turn in the kernel; null: they do not.
+template <class T>
+struct Rope {
+  const T* cos = nullptr;
+  const T* sin = nullptr;
+};
+
+// The next pair's q, k, v rows (null: none; k, v null when they are this pair's), which a
+// pair prefetches a row block at a time while it computes.
+template <class T>
+struct NextRows {
+  const T* q = nullptr;
+  const T* k = nullptr;
+  const T* v = nullptr;
+};
+
 template <class T>
 struct FwdPair {
   const T* q;  // (T, hd) each, row stride ld: the query head and its key/value head
@@ -233,15 +249,9 @@ struct FwdPair {
   T scale;
   T* ws;         // fwd_scratch(n, hd) elements, 64-byte aligned
   bool kv_held;  // ws already holds k and v packed (the previous pair had the same ones)
-  // The rotary embedding's table (cos, sin (n, hd/2)) when q and k turn here; null: none
-  const T* rope_cos = nullptr;
-  const T* rope_sin = nullptr;
-  // The next pair's rows (null: none), prefetched a row block at a time while this pair
-  // computes: q, k, v at row stride ld (k, v null when they are this pair's), y at ldy
-  const T* next_q = nullptr;
-  const T* next_k = nullptr;
-  const T* next_v = nullptr;
-  T* next_y = nullptr;
+  Rope<T> rope;          // q and k turn here where rope.cos is set
+  NextRows<T> next;      // at row stride ld
+  T* next_y = nullptr;   // the next pair's output rows, at ldy
 };
 
 template <class T>
@@ -260,8 +270,8 @@ inline void forward_pair(const FwdPair<T>& a) {
   T* s = kr + n * hdp;    // (kR, tp): the row block's scores, then probabilities
   T* mx = s + L::kR * tp;  // (n): the rows' maxima, until lse_rows
   if (!a.kv_held) {
-    if (a.rope_cos) {
-      rope_rows(a.k, a.ld, n, hd, a.rope_cos, a.rope_sin, kr, hdp);
+    if (a.rope.cos) {
+      rope_rows(a.k, a.ld, n, hd, a.rope.cos, a.rope.sin, kr, hdp);
       pack_transposed<L::kBytes>(static_cast<const T*>(kr), hdp, n, hd, a.scale, kt, tp);
     } else {
       pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
@@ -270,8 +280,8 @@ inline void forward_pair(const FwdPair<T>& a) {
   }
   const T* q = a.q;
   int64_t ldq = a.ld;
-  if (a.rope_cos) {
-    rope_rows(a.q, a.ld, n, hd, a.rope_cos, a.rope_sin, qr, hdp);
+  if (a.rope.cos) {
+    rope_rows(a.q, a.ld, n, hd, a.rope.cos, a.rope.sin, qr, hdp);
     q = qr;
     ldq = hdp;
   }
@@ -284,10 +294,10 @@ inline void forward_pair(const FwdPair<T>& a) {
     else
       attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.lse + i0, mx + i0);
     product<L>(rows, TileArgs<T>{0, last, s, tp, 1, vp, hdp, a.y + i0 * a.ldy, a.ldy, hd});  // y = P v
-    if (a.next_q) {
-      prefetch_rows(a.next_q + i0 * a.ld, a.ld, rows, hd);
-      if (a.next_k) prefetch_rows(a.next_k + i0 * a.ld, a.ld, rows, hd);
-      if (a.next_v) prefetch_rows(a.next_v + i0 * a.ld, a.ld, rows, hd);
+    if (a.next.q) {
+      prefetch_rows(a.next.q + i0 * a.ld, a.ld, rows, hd);
+      if (a.next.k) prefetch_rows(a.next.k + i0 * a.ld, a.ld, rows, hd);
+      if (a.next.v) prefetch_rows(a.next.v + i0 * a.ld, a.ld, rows, hd);
       prefetch_rows<true>(a.next_y + i0 * a.ldy, a.ldy, rows, hd);
     }
   }
@@ -312,17 +322,9 @@ struct BwdPair {
   bool add_kv;  // a later query head of the group: ws already holds k and v packed, and
                 // dk and dv += this head's part
   bool last_of_group = true;  // the group's last query head: dk is complete after it
-  // The rotary embedding's table (cos, sin (n, hd/2)) when q and k turn here (dq and dk
-  // then turn back); null: none
-  const T* rope_cos = nullptr;
-  const T* rope_sin = nullptr;
-  // The next pair's rows (null: none), prefetched a row block at a time as in the
-  // forward: q, k, v and their gradients' rows at stride ld (k, v null when they are this
-  // pair's), dy at ldg
-  const T* next_q = nullptr;
-  const T* next_k = nullptr;
-  const T* next_v = nullptr;
-  const T* next_g = nullptr;
+  Rope<T> rope;          // q and k turn here, dq and dk back, where rope.cos is set
+  NextRows<T> next;      // at row stride ld, and their gradients' rows:
+  const T* next_g = nullptr;  // dy's at ldg
   T* next_dq = nullptr;
   T* next_dk = nullptr;
   T* next_dv = nullptr;
@@ -345,8 +347,8 @@ inline void backward_pair(const BwdPair<T>& a) {
   T* pp = gp + n * hdp;  // (n, tp): P; row i valid on [0, m(i)) (zero from i + 1)
   T* ds = pp + n * tp;   // (n, tp): dP, then scale * dS
   if (!a.add_kv) {
-    if (a.rope_cos) {  // k turned into kp, k^T from it
-      rope_rows(a.k, a.ld, n, hd, a.rope_cos, a.rope_sin, kp, hdp);
+    if (a.rope.cos) {  // k turned into kp, k^T from it
+      rope_rows(a.k, a.ld, n, hd, a.rope.cos, a.rope.sin, kp, hdp);
       pack_transposed<L::kBytes>(static_cast<const T*>(kp), hdp, n, hd, a.scale, kt, tp);
     } else {
       pack_transposed<L::kBytes>(a.k, a.ld, n, hd, a.scale, kt, tp);
@@ -354,8 +356,8 @@ inline void backward_pair(const BwdPair<T>& a) {
     }
     pack_transposed<L::kBytes>(a.v, a.ld, n, hd, T(1), vt, tp);
   }
-  if (a.rope_cos)
-    rope_rows(a.q, a.ld, n, hd, a.rope_cos, a.rope_sin, qp, hdp);
+  if (a.rope.cos)
+    rope_rows(a.q, a.ld, n, hd, a.rope.cos, a.rope.sin, qp, hdp);
   else
     pack_rows<L::kBytes>(a.q, a.ld, n, hd, qp, hdp);
   pack_rows<L::kBytes>(a.g, a.ldg, n, hd, gp, hdp);
@@ -374,13 +376,13 @@ inline void backward_pair(const BwdPair<T>& a) {
       attn::softmax_grad_rows<T, L::kBytes, L::kR>(p, d, tp, rows, m, a.scale);
     }
     product<L>(rows, TileArgs<T>{0, last, d, tp, 1, kp, hdp, a.dq + i0 * a.ld, a.ld, hd});  // dq
-    if (a.next_q) {
+    if (a.next.q) {
       const int64_t at = i0 * a.ld;
-      prefetch_rows(a.next_q + at, a.ld, rows, hd);
+      prefetch_rows(a.next.q + at, a.ld, rows, hd);
       prefetch_rows<true>(a.next_dq + at, a.ld, rows, hd);
-      if (a.next_k) {
-        prefetch_rows(a.next_k + at, a.ld, rows, hd);
-        prefetch_rows(a.next_v + at, a.ld, rows, hd);
+      if (a.next.k) {
+        prefetch_rows(a.next.k + at, a.ld, rows, hd);
+        prefetch_rows(a.next.v + at, a.ld, rows, hd);
         prefetch_rows<true>(a.next_dk + at, a.ld, rows, hd);
         prefetch_rows<true>(a.next_dv + at, a.ld, rows, hd);
       }
@@ -394,9 +396,9 @@ inline void backward_pair(const BwdPair<T>& a) {
     product<L>(rows, TileArgs<T>{j0, n, ds + j0, 1, tp, qp, hdp, a.dk + j0 * a.ld, a.ld, hd, a.add_kv});
     product<L>(rows, TileArgs<T>{j0, n, pp + j0, 1, tp, gp, hdp, a.dv + j0 * a.ld, a.ld, hd, a.add_kv});
   }
-  if (a.rope_cos) {  // the gradients of the turned q and k, turned back
-    unrope_rows(a.dq, a.ld, n, hd, a.rope_cos, a.rope_sin);
-    if (a.last_of_group) unrope_rows(a.dk, a.ld, n, hd, a.rope_cos, a.rope_sin);
+  if (a.rope.cos) {  // the gradients of the turned q and k, turned back
+    unrope_rows(a.dq, a.ld, n, hd, a.rope.cos, a.rope.sin);
+    if (a.last_of_group) unrope_rows(a.dk, a.ld, n, hd, a.rope.cos, a.rope.sin);
   }
 }
 
@@ -461,13 +463,6 @@ class Scratch {
   std::vector<T> buf_;
 };
 
-// The rotary embedding's (T, hd/2) table where q and k turn in the kernel; null: they do not.
-template <class T>
-struct Rope {
-  const T* cos = nullptr;
-  const T* sin = nullptr;
-};
-
 template <class T>
 void forward_impl(const T* qkv, T* y, T* lse, const Dims& d, Rope<T> rope = {}) {
   const T scale = T(1.0 / std::sqrt(double(d.hd)));
@@ -480,15 +475,13 @@ void forward_impl(const T* qkv, T* y, T* lse, const Dims& d, Rope<T> rope = {}) 
       const int64_t b = bh / d.H, h = bh % d.H, g = h / d.rep();
       const bool kv_held = bh > bh0 && h % d.rep() != 0;  // this thread packed the group's k, v last
       FwdPair<T> p{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, y + b * d.T * d.C + h * d.hd,
-                   d.C, lse + bh * d.T, d.T, d.hd, scale, ws, kv_held};
-      p.rope_cos = rope.cos;
-      p.rope_sin = rope.sin;
+                   d.C, lse + bh * d.T, d.T, d.hd, scale, ws, kv_held, rope, NextRows<T>{}};
       if (bh + 1 < bh1) {  // the next pair's q and output rows, and k, v when they change
         const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H, ng = nh / d.rep();
-        p.next_q = qkv + d.q_at(nb, nh);
+        p.next.q = qkv + d.q_at(nb, nh);
         if (nh % d.rep() == 0) {
-          p.next_k = qkv + d.k_at(nb, ng);
-          p.next_v = qkv + d.v_at(nb, ng);
+          p.next.k = qkv + d.k_at(nb, ng);
+          p.next.v = qkv + d.v_at(nb, ng);
         }
         p.next_y = y + nb * d.T * d.C + nh * d.hd;
       }
@@ -514,17 +507,15 @@ void backward_impl(const T* dy, const T* qkv, const T* lse, T* dqkv, const Dims&
       const int64_t b = bh / d.H, h = bh % d.H, g = h / rep;
       BwdPair<T> p{qkv + d.q_at(b, h), qkv + d.k_at(b, g), qkv + d.v_at(b, g), d.W, dy + b * d.T * d.C + h * d.hd,
                    d.C, lse + bh * d.T, dqkv + d.q_at(b, h), dqkv + d.k_at(b, g),
-                   dqkv + d.v_at(b, g), d.T, d.hd, scale, ws, h % rep != 0};
-      p.last_of_group = h % rep == rep - 1;
-      p.rope_cos = rope.cos;
-      p.rope_sin = rope.sin;
+                   dqkv + d.v_at(b, g), d.T, d.hd, scale, ws, h % rep != 0, h % rep == rep - 1, rope,
+                   NextRows<T>{}};
       if (bh + 1 < bh1) {  // the next pair's q, dy and gradient rows, and k, v when they change
         const int64_t nb = (bh + 1) / d.H, nh = (bh + 1) % d.H, ng = nh / rep;
-        p.next_q = qkv + d.q_at(nb, nh);
+        p.next.q = qkv + d.q_at(nb, nh);
         p.next_dq = dqkv + d.q_at(nb, nh);
         if (nh % rep == 0) {
-          p.next_k = qkv + d.k_at(nb, ng);
-          p.next_v = qkv + d.v_at(nb, ng);
+          p.next.k = qkv + d.k_at(nb, ng);
+          p.next.v = qkv + d.v_at(nb, ng);
           p.next_dk = dqkv + d.k_at(nb, ng);
           p.next_dv = dqkv + d.v_at(nb, ng);
         }

@@ -12,6 +12,7 @@
 #include <strata/autograd/gradcheck.h>
 #include <strata/autograd/node.h>
 #include <strata/tensor/ops.h>
+#include "tests/graph_has.h"
 #include "tests/test_tensors.h"
 #include "tests/threads_guard.h"
 
@@ -27,17 +28,7 @@ struct FusionGuard {
   ~FusionGuard() { set_residual_norm_fusion(saved); }
 };
 
-bool graph_has(const Tensor& y, const std::string& name) {
-  std::vector<std::shared_ptr<Node>> todo{y.grad_fn()};
-  while (!todo.empty()) {
-    auto n = todo.back();
-    todo.pop_back();
-    if (!n) continue;
-    if (n->name() == name) return true;
-    for (const auto& e : n->next_edges()) todo.push_back(e.fn);
-  }
-  return false;
-}
+using strata::testing::graph_has;
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <strata/autograd/node.h>
 #include <strata/nn/gpt.h>
 #include <strata/tensor/ops.h>
+#include "tests/graph_has.h"
 #include "tests/test_tensors.h"
 
 #include <set>
@@ -23,18 +24,7 @@ struct FusionGuard {
   ~FusionGuard() { set_residual_norm_fusion(saved); }
 };
 
-bool graph_has(const Tensor& y, const std::string& name) {
-  std::vector<std::shared_ptr<Node>> todo{y.grad_fn()};
-  std::set<Node*> seen;
-  while (!todo.empty()) {
-    auto n = todo.back();
-    todo.pop_back();
-    if (!n || !seen.insert(n.get()).second) continue;
-    if (n->name() == name) return true;
-    for (const auto& e : n->next_edges()) todo.push_back(e.fn);
-  }
-  return false;
-}
+using strata::testing::graph_has;
 
 nn::GPTConfig small_config(bool checkpoint) {
   nn::GPTConfig cfg;

@@ -1,15 +1,13 @@
-// Small helpers shared by the nn tests: random inputs, element-wise comparison, and
-// whether an autograd graph holds a node.
+// Small helpers shared by the nn tests: random inputs and element-wise comparison (and,
+// through tests/graph_has.h, whether an autograd graph holds a node).
 #pragma once
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <memory>
-#include <string>
 #include <vector>
 
-#include <strata/autograd/node.h>
 #include <strata/tensor/ops.h>
+#include "tests/graph_has.h"
 
 namespace strata::testing {
 
@@ -28,19 +26,6 @@ inline void expect_close(const std::vector<float>& a, const std::vector<float>& 
 inline void expect_close(const Tensor& a, const Tensor& b, double tol, const char* what = "") {
   ASSERT_EQ(a.shape(), b.shape()) << what;
   expect_close(a.to_vector<float>(), b.to_vector<float>(), tol, what);
-}
-
-/// Whether y's backward graph holds a node named `name` ("LinearResidualBackward").
-inline bool graph_has(const Tensor& y, const std::string& name) {
-  std::vector<std::shared_ptr<Node>> todo{y.grad_fn()};
-  while (!todo.empty()) {
-    auto n = todo.back();
-    todo.pop_back();
-    if (!n) continue;
-    if (n->name() == name) return true;
-    for (const auto& e : n->next_edges()) todo.push_back(e.fn);
-  }
-  return false;
 }
 
 }  // namespace strata::testing
