@@ -147,8 +147,15 @@ GPTMLP::GPTMLP(const GPTConfig& cfg, Generator& gen) {
 
 Tensor GPTMLP::forward(const Tensor& x) { return forward_impl(x, Tensor()); }
 Tensor GPTMLP::forward_add(const Tensor& x, const Tensor& residual) { return forward_impl(x, residual); }
+std::pair<Tensor, Tensor> GPTMLP::forward_add_norm(const Tensor& x, const Tensor& residual, const LayerNorm& ln) {
+  return project_residual_norm(*child("c_proj"), *child("dropout"), activation(x), residual, ln);
+}
 
 Tensor GPTMLP::forward_impl(const Tensor& x, const Tensor& residual) {
+  return project_residual(*child("c_proj"), *child("dropout"), activation(x), residual);  // (B, T, C)
+}
+
+Tensor GPTMLP::activation(const Tensor& x) {
   // c_fc's bias and the GELU run as one pass after a bias-free GEMM (linear_gelu), unless
   // c_fc was swapped for another layer (tensor parallelism) or either child has forward
   // hooks (ZeRO-3 gathers), which must then see their own calls. Same values either way.
@@ -160,7 +167,7 @@ Tensor GPTMLP::forward_impl(const Tensor& x, const Tensor& residual) {
     h = linear_gelu(x, fc->weight(), fc->bias(), act->tanh_approx());  // (B, T, 4C)
   else
     h = (*child("gelu"))((*child("c_fc"))(x));
-  return project_residual(*child("c_proj"), *child("dropout"), h, residual);  // (B, T, C)
+  return h;
 }
 
 // ---------------------------------------------------------------- block
@@ -175,7 +182,9 @@ GPTBlock::GPTBlock(const GPTConfig& cfg, Generator& gen, int64_t index) {
     register_module("mlp", std::make_shared<GPTMLP>(cfg, gen));
 }
 
-Tensor GPTBlock::forward(const Tensor& x) {
+Tensor GPTBlock::forward(const Tensor& x) { return forward_norm_next(x, Tensor(), nullptr).first; }
+
+std::pair<Tensor, Tensor> GPTBlock::forward_norm_next(const Tensor& x, const Tensor& ln_1_x, const LayerNorm* next) {
   // x + attn(ln_1(x)), the residual added inside attn's output projection when it can be.
   // ln_1(x) is released before the MLP runs, as the temporary of `x + attn(ln_1(x))` was:
   // under autocast nothing saves the f32 tensor, and holding it raised the forward's peak.
@@ -183,7 +192,7 @@ Tensor GPTBlock::forward(const Tensor& x) {
   // (linear_residual_layer_norm; m is then ln_2(h) already).
   Tensor h, m;
   {
-    const Tensor a = (*child("ln_1"))(x);
+    const Tensor a = ln_1_x.defined() ? ln_1_x : (*child("ln_1"))(x);
     if (auto* attn = residual_fusable<CausalSelfAttention>(child("attn"), x)) {
       if (const auto* ln2 = residual_fusable<LayerNorm>(child("ln_2"), x))
         h = attn->traced([&] {
@@ -198,8 +207,18 @@ Tensor GPTBlock::forward(const Tensor& x) {
     }
   }
   if (!m.defined()) m = (*child("ln_2"))(h);
-  if (auto* mlp = residual_fusable<GPTMLP>(child("mlp"), h)) return mlp->traced([&] { return mlp->forward_add(m, h); });
-  return h + (*child("mlp"))(m);
+  // h + mlp(m), and with `next` its LayerNorm in the same pass where the residual fuses
+  if (auto* mlp = residual_fusable<GPTMLP>(child("mlp"), h)) {
+    if (!next) return {mlp->traced([&] { return mlp->forward_add(m, h); }), Tensor()};
+    Tensor z;
+    Tensor out = mlp->traced([&] {
+      auto [sum, normed] = mlp->forward_add_norm(m, h, *next);
+      z = normed;
+      return sum;
+    });
+    return {out, z};
+  }
+  return {h + (*child("mlp"))(m), Tensor()};
 }
 
 // ---------------------------------------------------------------- model
@@ -243,9 +262,44 @@ Tensor GPT::features(const Tensor& full_idx) {
   x = (*child("drop"))(x);
   // In the order registered, whatever the blocks are named (h.0, h.1, ... in a full model).
   const std::shared_ptr<ModuleList> h = blocks();
-  for (const auto& [name, blk] : h->named_children()) x = run_block(blk, x);
-  x = (*child("ln_f"))(x);
+  x = run_blocks(*h, x);
   return hooks_.leave_blocks ? hooks_.leave_blocks(x) : x;
+}
+
+// The blocks, then ln_f. Where every block is a plain GPTBlock and every LayerNorm after a
+// block (the next block's ln_1, ln_f) a plain LayerNorm, and blocks are not recomputed in
+// backward, each block's MLP residual add and the LayerNorm after it run as one pass
+// (GPTBlock::forward_norm_next, linear_residual_layer_norm), as attn's residual and ln_2
+// do inside a block: the next block starts from that normed input. Same values either way.
+Tensor GPT::run_blocks(const ModuleList& h, Tensor x) {
+  const auto& children = h.named_children();
+  bool chain = !(cfg_.checkpoint && grad_enabled()) && residual_fusable<LayerNorm>(child("ln_f"), x);
+  std::vector<GPTBlock*> blks;
+  std::vector<LayerNorm*> ln_1s;
+  for (const auto& [name, blk] : children) {
+    auto* b = chain ? residual_fusable<GPTBlock>(blk, x) : nullptr;
+    auto* ln = b ? residual_fusable<LayerNorm>(b->child("ln_1"), x) : nullptr;
+    chain = chain && ln;
+    blks.push_back(b);
+    ln_1s.push_back(ln);
+  }
+  if (!chain || children.empty()) {
+    for (const auto& [name, blk] : children) x = run_block(blk, x);
+    return (*child("ln_f"))(x);
+  }
+  const auto& ln_f = static_cast<const LayerNorm&>(*child("ln_f"));
+  Tensor normed;  // the next block's ln_1(x) where the previous block made it
+  for (size_t i = 0; i < blks.size(); ++i) {
+    const LayerNorm& next = i + 1 < blks.size() ? *ln_1s[i + 1] : ln_f;
+    Tensor z;
+    x = blks[i]->traced([&] {
+      auto [out, nz] = blks[i]->forward_norm_next(x, normed, &next);
+      z = nz;
+      return out;
+    });
+    normed = z;
+  }
+  return normed.defined() ? normed : (*child("ln_f"))(x);
 }
 
 Tensor GPT::forward(const Tensor& idx) {

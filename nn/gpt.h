@@ -69,10 +69,15 @@ class GPTMLP : public Module {
   /// residual + forward(x), with c_proj's bias and the residual in one pass, as
   /// CausalSelfAttention::forward_add.
   Tensor forward_add(const Tensor& x, const Tensor& residual);
+  /// (s, ln(s)) with s = forward_add(x, residual), ln in the same pass where the residual
+  /// fuses (as CausalSelfAttention::forward_add_norm); else ln(s) undefined.
+  std::pair<Tensor, Tensor> forward_add_norm(const Tensor& x, const Tensor& residual, const LayerNorm& ln);
   std::string type_name() const override { return "GPTMLP"; }
 
  private:
   Tensor forward_impl(const Tensor& x, const Tensor& residual);
+  /// gelu(c_fc(x)), fused where the children are plain (linear_gelu).
+  Tensor activation(const Tensor& x);
 };
 
 /// Pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(x)). Children ln_1, attn, ln_2, mlp
@@ -81,6 +86,11 @@ class GPTBlock : public Module {
  public:
   GPTBlock(const GPTConfig& cfg, Generator& gen, int64_t index = 0);
   Tensor forward(const Tensor& x) override;
+  /// (out, next(out)) with out = forward(x): ln_1(x) taken as given when ln_1_x is defined
+  /// (the previous block made it), and with `next` (the LayerNorm after this block) applied
+  /// in the MLP's residual pass where it fuses (linear_residual_layer_norm); next(out) is
+  /// undefined where it does not, or without `next`.
+  std::pair<Tensor, Tensor> forward_norm_next(const Tensor& x, const Tensor& ln_1_x, const LayerNorm* next);
   std::string type_name() const override { return "GPTBlock"; }
 };
 
@@ -130,6 +140,9 @@ class GPT : public Module, public LanguageModel {
   Tensor features(const Tensor& idx);
   /// One block's forward, recomputed in backward when cfg_.checkpoint is on.
   Tensor run_block(const std::shared_ptr<Module>& blk, const Tensor& x);
+  /// The blocks of h then ln_f, each block's MLP residual fused with the next LayerNorm where
+  /// they are all plain (GPT::features).
+  Tensor run_blocks(const ModuleList& h, Tensor x);
   GPTConfig cfg_;
   LmHooks hooks_;
 };

@@ -70,6 +70,41 @@ TEST(GptResidualNorm, SameLossAndGradientsWithAndWithoutTheFusion) {
     }
 }
 
+// The nodes named `name` in y's backward graph.
+int count_nodes(const Tensor& y, const std::string& name) {
+  std::vector<std::shared_ptr<Node>> todo{y.grad_fn()};
+  std::set<Node*> seen;
+  int n = 0;
+  while (!todo.empty()) {
+    auto node = todo.back();
+    todo.pop_back();
+    if (!node || !seen.insert(node.get()).second) continue;
+    n += node->name() == name;
+    for (const auto& e : node->next_edges()) todo.push_back(e.fn);
+  }
+  return n;
+}
+
+// Each block's MLP residual joins the LayerNorm after it (the next block's ln_1, or ln_f)
+// as its attention residual joins ln_2: 2 fused sites per block. A hook on a block's ln_1
+// keeps that LayerNorm's own call (its hook sees it) and the values do not change.
+TEST(GptResidualNorm, TheMlpResidualJoinsTheNextBlocksLayerNorm) {
+  Generator gen(5);
+  nn::GPT model(small_config(false), gen);
+  const Tensor idx = strata::testing::random_tokens({3, 16}, 23, 6), tgt = strata::testing::random_tokens({3, 16}, 23, 7);
+  const Tensor fused = model.loss(idx, tgt);
+  EXPECT_EQ(count_nodes(fused, "LayerNormAddBackward"), 4);  // 2 blocks
+  int calls = 0;
+  auto ln1 = model.blocks()->child("1")->child("ln_1");
+  const int id = ln1->register_forward_hooks([&](nn::Module&) { ++calls; }, nullptr);
+  const Tensor hooked = model.loss(idx, tgt);
+  EXPECT_EQ(calls, 1);
+  // the chain across blocks runs only where every LayerNorm is plain: attn's + ln_2 remain
+  EXPECT_EQ(count_nodes(hooked, "LayerNormAddBackward"), 2);
+  EXPECT_EQ(hooked.item<double>(), fused.item<double>());
+  ln1->remove_forward_hooks(id);
+}
+
 TEST(GptResidualNorm, TheDefaultFusesOnTheCpu) {
   bool fused = false;
   (void)loss_and_grads(ResidualNormFusion::automatic, DType::f32, false, fused);
