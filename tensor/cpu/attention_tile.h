@@ -7,9 +7,9 @@
 // again from that log-sum-exp, and the softmax gradient of a block of rows. Written with GCC vector extensions, so one source gives 16
 // f32 lanes (AVX-512), 8 (AVX2) or 4 (SSE2, any other target) depending on the vector size
 // the caller instantiates it with; FMA, broadcast, gather, transposes and horizontal
-// reductions go through intrinsics where the ISA has them (strata builds with -std=c++20,
-// which leaves -ffp-contract off, and GCC 12 builds some of these poorly from the generic
-// forms). Internal to tensor/cpu.
+// reductions go through intrinsics where the ISA has them (an explicit FMA does not depend
+// on where GCC chooses to contract a multiply and an add, which it does in C++20 mode too,
+// and GCC 12 builds some of these poorly from the generic forms). Internal to tensor/cpu.
 #pragma once
 #include <cmath>
 #include <cstdint>
