@@ -55,6 +55,7 @@ constexpr bool kHugeArena = true;
 #else
 constexpr bool kHugeArena = false;  // under AddressSanitizer every block comes from malloc
 #endif
+constexpr size_t kPage = 4096;
 constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kHugeChunk = size_t(64) << 20;
 
@@ -83,11 +84,13 @@ class HugeArena {
     left_ -= size;
     return p;
   }
-  static void deallocate(void* p, size_t size) noexcept { munmap(p, size); }
+  static void deallocate(void* p, size_t size) noexcept { munmap(p, size); }  // the length rounds up to pages
 
  private:
-  // A kHugePage-aligned mapping of `size` (a multiple of 4 KiB) bytes, advised as huge pages.
+  // A kHugePage-aligned mapping of `size` bytes (whole 4 KiB pages: an uncacheable block's
+  // size is only 64-byte aligned), advised as huge pages.
   static void* map(size_t size) {
+    size = (size + kPage - 1) & ~(kPage - 1);
     const size_t span = size + kHugePage;
     void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) return nullptr;

@@ -207,10 +207,18 @@ TEST_F(CpuAllocator, LargeBlocksAreAdvisedAsHugePagesAndReturnOnlyTheirOwnPages)
     for (size_t j = 0; j < sizes[i]; j += 4093) ASSERT_EQ(b[j], i + 1) << i;
     std::memset(live[i]->data(), 7, sizes[i]);
   }
-  // a block over a whole 64 MiB chunk gets a mapping of its own, uncached
-  auto big = block(kCpuCacheMaxBlock + 4096);
-  std::memset(big->data(), 1, kCpuCacheMaxBlock + 4096);
+  // a block over a whole 64 MiB chunk gets a mapping of its own (its size need not be whole
+  // pages), uncached: released, its pages are gone
+  const size_t big_size = kCpuCacheMaxBlock + 100;
+  auto big = block(big_size);
+  std::memset(big->data(), 1, big_size);
   EXPECT_NE(vm_flags_of(big->data()).find(" hg"), std::string::npos);
+  const char* last = static_cast<const char*>(big->data()) + big_size - 1;
+  const char* past = static_cast<const char*>(big->data()) + (big_size + 4095) / 4096 * 4096;
+  EXPECT_NE(vm_flags_of(last).find(" hg"), std::string::npos);
+  big.reset();
+  EXPECT_EQ(vm_flags_of(last), "");
+  EXPECT_EQ(vm_flags_of(past), "");  // nothing of the over-allocated mapping is left behind
 }
 #endif
 
