@@ -142,8 +142,14 @@ void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
 
 void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db, int64_t rows, int64_t C) {
+  layer_norm_backward_into("layer_norm_backward", dy, x, mean, rstd, w, Tensor(), dx, dw, db, rows, C);
+}
+
+void layer_norm_backward_into(const char* op, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& w, const Tensor& pending, Tensor& dx, Tensor& dw,
+                              Tensor& db, int64_t rows, int64_t C) {
   if (C == 0) return;
-  STRATA_DISPATCH_FLOAT16(x.dtype(), "layer_norm_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), op, [&] {
     using A = acc_t<scalar_t>;
     scalar_t* dwp = dw.data_or_null<scalar_t>();
     scalar_t* dbp = db.data_or_null<scalar_t>();
@@ -154,7 +160,7 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     }
     norm_rows::layer_norm_backward<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), mean.data<A>(),
                                              rstd.data<A>(), w.data_or_null<scalar_t>(), dx.data<scalar_t>(), dwp, dbp,
-                                             rows, C);
+                                             rows, C, pending.data_or_null<scalar_t>());
   });
 }
 

@@ -14,6 +14,12 @@ void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
 /// dx (always), dw and db (each only when defined, shape (C)).
 void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db, int64_t rows, int64_t C);
+/// The body of layer_norm_backward_kernel and of layer_norm_backward_add_kernel
+/// (residual_norm.h): with `pending` (rows, C) defined, dx = pending + the LayerNorm's dx in
+/// the same pass (norm_rows::layer_norm_backward). `op` names the kernel in a dtype error.
+void layer_norm_backward_into(const char* op, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& w, const Tensor& pending, Tensor& dx, Tensor& dw,
+                              Tensor& db, int64_t rows, int64_t C);
 
 /// Training: batch statistics; updates running_mean/var in place when defined
 /// (r = (1 - momentum) * r + momentum * stat, unbiased var). Eval: running statistics.

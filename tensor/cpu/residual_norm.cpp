@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/norm.h>
 #include <strata/tensor/cpu/norm_rows.h>
 #include <strata/tensor/cpu/prefetch.h>
 #include <strata/tensor/cpu/widen.h>
@@ -62,20 +63,7 @@ void bias_residual_layer_norm_kernel(Tensor& y, const Tensor& b, const Tensor& r
 void layer_norm_backward_add_kernel(const Tensor& dz, const Tensor& s, const Tensor& mean, const Tensor& rstd,
                                     const Tensor& w, const Tensor& g, Tensor& ds, Tensor& dw, Tensor& db,
                                     int64_t rows, int64_t C) {
-  if (C == 0) return;
-  STRATA_DISPATCH_FLOAT16(s.dtype(), "layer_norm_backward_add", [&] {
-    using A = acc_t<scalar_t>;
-    scalar_t* dwp = dw.data_or_null<scalar_t>();
-    scalar_t* dbp = db.data_or_null<scalar_t>();
-    if (rows == 0) {
-      if (dwp) std::fill(dwp, dwp + C, st<scalar_t>(0.0f));
-      if (dbp) std::fill(dbp, dbp + C, st<scalar_t>(0.0f));
-      return;
-    }
-    norm_rows::layer_norm_backward<scalar_t>(dz.data<scalar_t>(), s.data<scalar_t>(), mean.data<A>(),
-                                             rstd.data<A>(), w.data_or_null<scalar_t>(), ds.data<scalar_t>(), dwp, dbp,
-                                             rows, C, g.data<scalar_t>());
-  });
+  layer_norm_backward_into("layer_norm_backward_add", dz, s, mean, rstd, w, g, ds, dw, db, rows, C);
 }
 
 }  // namespace strata::cpu

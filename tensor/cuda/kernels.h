@@ -101,6 +101,12 @@ void bias_residual_layer_norm_kernel(Tensor& y, const Tensor& b, const Tensor& r
 /// the layer norm backwards' deterministic column sums (chunked f64 partials).
 void layer_norm_param_grads(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, Tensor& dw,
                             Tensor& db, int64_t rows, int64_t C);
+/// The body of layer_norm_backward_kernel and layer_norm_backward_add_kernel: with `pending`
+/// defined, dx = pending + the LayerNorm's dx in the dx kernel (norm_rows::ln_bwd_dx_k), then
+/// layer_norm_param_grads. `op` names the kernel in errors.
+void layer_norm_backward_into(const char* op, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& w, const Tensor& pending, Tensor& dx, Tensor& dw,
+                              Tensor& db, int64_t rows, int64_t C);
 void layer_norm_backward_add_kernel(const Tensor& dz, const Tensor& s, const Tensor& mean, const Tensor& rstd,
                                     const Tensor& w, const Tensor& g, Tensor& ds, Tensor& dw, Tensor& db,
                                     int64_t rows, int64_t C);

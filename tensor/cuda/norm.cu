@@ -227,9 +227,15 @@ void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
 
 void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db, int64_t rows, int64_t C) {
+  layer_norm_backward_into("layer_norm_backward", dy, x, mean, rstd, w, Tensor(), dx, dw, db, rows, C);
+}
+
+void layer_norm_backward_into(const char* op, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& w, const Tensor& pending, Tensor& dx, Tensor& dw,
+                              Tensor& db, int64_t rows, int64_t C) {
   if (C == 0) return;
   OpContext ctx(dx);
-  STRATA_DISPATCH_FLOAT16(x.dtype(), "layer_norm_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), op, [&] {
     using T = scalar_t;
     using A = acc_t<T>;
     if (rows == 0) {
@@ -238,8 +244,9 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
       return;
     }
     norm_rows::ln_bwd_dx_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
-        rows, C, dptr<T>(dy), dptr<T>(x), dptr<A>(mean), dptr<A>(rstd), dptr_or_null<T>(w), static_cast<const T*>(nullptr), dptr<T>(dx));
-    STRATA_CUDA_CHECK_LAUNCH("layer_norm_backward");
+        rows, C, dptr<T>(dy), dptr<T>(x), dptr<A>(mean), dptr<A>(rstd), dptr_or_null<T>(w),
+        static_cast<const T*>(dptr_or_null<T>(pending)), dptr<T>(dx));
+    STRATA_CUDA_CHECK_LAUNCH(op);
   });
   layer_norm_param_grads(dy, x, mean, rstd, dw, db, rows, C);
 }

@@ -57,21 +57,7 @@ void bias_residual_layer_norm_kernel(Tensor& y, const Tensor& b, const Tensor& r
 void layer_norm_backward_add_kernel(const Tensor& dz, const Tensor& s, const Tensor& mean, const Tensor& rstd,
                                     const Tensor& w, const Tensor& g, Tensor& ds, Tensor& dw, Tensor& db,
                                     int64_t rows, int64_t C) {
-  if (C == 0) return;
-  OpContext ctx(ds);
-  STRATA_DISPATCH_FLOAT16(s.dtype(), "layer_norm_backward_add", [&] {
-    using T = scalar_t;
-    using A = acc_t<T>;
-    if (rows == 0) {
-      for (Tensor* t : {&dw, &db})
-        if (t->defined()) fill_kernel(*t, 0.0);
-      return;
-    }
-    norm_rows::ln_bwd_dx_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
-        rows, C, dptr<T>(dz), dptr<T>(s), dptr<A>(mean), dptr<A>(rstd), dptr_or_null<T>(w), dptr<T>(g), dptr<T>(ds));
-    STRATA_CUDA_CHECK_LAUNCH("layer_norm_backward_add");
-  });
-  layer_norm_param_grads(dz, s, mean, rstd, dw, db, rows, C);  // norm.cu's column sums
+  layer_norm_backward_into("layer_norm_backward_add", dz, s, mean, rstd, w, g, ds, dw, db, rows, C);  // norm.cu
 }
 
 }  // namespace strata::cuda
