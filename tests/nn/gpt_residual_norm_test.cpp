@@ -24,6 +24,7 @@ struct FusionGuard {
   ~FusionGuard() { set_residual_norm_fusion(saved); }
 };
 
+using strata::testing::count_nodes;
 using strata::testing::graph_has;
 
 nn::GPTConfig small_config(bool checkpoint) {
@@ -68,21 +69,6 @@ TEST(GptResidualNorm, SameLossAndGradientsWithAndWithoutTheFusion) {
       for (size_t k = 0; k < a.size(); ++k)
         ASSERT_EQ(a[k], b[k]) << "tensor " << k << " (0: loss) in " << dtype_name(dt) << " checkpoint " << checkpoint;
     }
-}
-
-// The nodes named `name` in y's backward graph.
-int count_nodes(const Tensor& y, const std::string& name) {
-  std::vector<std::shared_ptr<Node>> todo{y.grad_fn()};
-  std::set<Node*> seen;
-  int n = 0;
-  while (!todo.empty()) {
-    auto node = todo.back();
-    todo.pop_back();
-    if (!node || !seen.insert(node.get()).second) continue;
-    n += node->name() == name;
-    for (const auto& e : node->next_edges()) todo.push_back(e.fn);
-  }
-  return n;
 }
 
 // Each block's MLP residual joins the LayerNorm after it (the next block's ln_1, or ln_f)
