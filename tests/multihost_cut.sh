@@ -16,9 +16,9 @@ now() { date +%s.%N; }
 flags=$(bash "$hosts" up 2) || fail "netns_hosts.sh up 2 failed"
 teardown=$(bash "$src/scripts/mpi_fault_flags.sh" $timeout_s)
 echo "mpirun flags: $flags $teardown"
-# OpenMPI 4.1's mpirun itself sometimes dies at start-up, before any rank runs, with a
-# segfault in hwloc's topology discovery (2 of about 10 launches of this test on a loaded
-# host): that launch is retried, at most twice; any other early end fails.
+# A launch that dies in hwloc before any rank runs (Open MPI 4.1's daemons writing their
+# topology to shared memory; netns_hosts.sh's flags turn that off) is retried, at most
+# twice; any other early end fails.
 for attempt in 1 2 3; do
   rm -rf "$work/run"
   # shellcheck disable=SC2086 # the flags are words

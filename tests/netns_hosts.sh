@@ -29,7 +29,11 @@ case "${1:-}" in
       ip netns exec "$h" ip link set lo up
     done
     hosts=$(seq -s, -f "$pre%g:1" 1 "$n")
-    echo "--mca plm_rsh_agent $here/ns_rsh.sh --mca btl tcp,self --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24 --host $hosts"
+    # rtc_hwloc_vmhole none: the remote daemons keep their hwloc topology to themselves.
+    # Otherwise each orted writes it into shared memory mapped at the biggest hole of its
+    # address space, and where that hole borders the stack (an unlimited stack rlimit
+    # lays the address space out bottom-up) hwloc_shmem_topology_write segfaults.
+    echo "--mca rtc_hwloc_vmhole none --mca plm_rsh_agent $here/ns_rsh.sh --mca btl tcp,self --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24 --host $hosts"
     ;;
   down)
     for h in $(ip netns list | awk -v p="$pre" 'index($1, p) == 1 {print $1}'); do ip netns del "$h"; done
