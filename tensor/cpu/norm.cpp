@@ -22,7 +22,11 @@ namespace {
 template <class T, class A = acc_t<T>>
 void layer_norm_impl(const T* x, const T* w, const T* b, T* y, A* mean, A* rstd, int64_t rows, int64_t C,
                      double eps) {
+  const bool avx512 = norm_rows::use_avx512<T>();
   parallel_for_simd(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (avx512) return layer_norm_rows_avx512(x + r0 * C, w, b, y + r0 * C, mean + r0, rstd + r0, r1 - r0, C, float(eps));
+    }
     for (int64_t r = r0; r < r1; ++r) {
       prefetch_row_ahead(x, r, rows, C);
       prefetch_row_ahead<true>(y, r, rows, C);

@@ -2,7 +2,9 @@
 // it (residual_norm.cpp), so that both give the same bits. T is the storage type, A =
 // acc_t<T> the arithmetic and statistics type: f16/bf16 rows are widened element by element
 // in registers, mean and rstd are f32. Called inside parallel_for_simd's chunks (compiled
-// for every SIMD level there).
+// for every SIMD level there). f32 rows at x86-64-v4 run the AVX-512 twins of the row loops
+// (norm_avx512.h) instead, chosen once per call (use_avx512) so that every caller of a row
+// loop takes the same one and the fused and separate ops keep equal bits.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -10,10 +12,21 @@
 #include <vector>
 
 #include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/norm_avx512.h>
 #include <strata/tensor/cpu/prefetch.h>
+#include <strata/tensor/cpu/simd_level.h>
 #include <strata/tensor/cpu/widen.h>
 
 namespace strata::cpu::norm_rows {
+
+/// Whether T's rows run the AVX-512 row loops (f32 at SIMD level x86-64-v4).
+template <class T>
+bool use_avx512() {
+  if constexpr (std::is_same_v<T, float>)
+    return kHaveNormAvx512 && simd_level() == SimdLevel::v4;
+  else
+    return false;
+}
 
 /// yr = layer_norm(xr) over C elements, its mean and rstd returned.
 template <class T, class A = acc_t<T>>
@@ -108,7 +121,18 @@ void layer_norm_backward(const T* dy, const T* x, const A* mean, const A* rstd, 
   const int64_t blocks = (rows + block - 1) / block;
   std::vector<A> part_w(dw ? size_t(blocks * C) : 0, A(0)), part_b(db ? size_t(blocks * C) : 0, A(0));
   const int64_t grain = std::max<int64_t>(1, 8192 / (block * std::max<int64_t>(C, 1)));
+  const bool avx512 = use_avx512<T>();
   parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (avx512) {
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
+          layer_norm_backward_rows_avx512(dy, x, mean, rstd, w, dx, dw ? part_w.data() + blk * C : nullptr,
+                                          db ? part_b.data() + blk * C : nullptr, r0, r1, C, pending);
+        }
+        return;
+      }
+    }
     std::vector<T> tmp(pending ? size_t(C) : 0);  // this chunk's row scratch (L1)
     const auto run = [&](int64_t c0, int64_t c1) {
       for (int64_t blk = c0; blk < c1; ++blk) {

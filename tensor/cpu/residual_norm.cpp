@@ -25,6 +25,7 @@ namespace {
 template <class T, class A = acc_t<T>>
 void forward_impl(T* y, const T* b, const T* r, const T* w, const T* lb, T* z, A* mean, A* rstd, int64_t rows,
                   int64_t C, double eps) {
+  const bool avx512 = norm_rows::use_avx512<T>();
   parallel_for_simd(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0; i < r1; ++i) {
       T* xr = y + i * C;  // (C): y in, s out
@@ -41,7 +42,13 @@ void forward_impl(T* y, const T* b, const T* r, const T* w, const T* lb, T* z, A
 #pragma omp simd
         for (int64_t j = 0; j < C; ++j) xr[j] = st<T>(ld(rr[j]) + ld(xr[j]));
       }
-      // layer_norm(s) on the row just written (norm.cpp's row loop)
+      // layer_norm(s) on the row just written (norm.cpp's row loops)
+      if constexpr (std::is_same_v<T, float>) {
+        if (avx512) {
+          layer_norm_rows_avx512(xr, w, lb, zr, mean + i, rstd + i, 1, C, float(eps));
+          continue;
+        }
+      }
       norm_rows::layer_norm_row(static_cast<const T*>(xr), w, lb, zr, mean[i], rstd[i], C, eps);
     }
   });

@@ -85,7 +85,9 @@ void expect_near(const Tensor& t, const std::vector<double>& ref, double tol, co
 TEST(ResidualNormLevels, ForwardAndBackwardAgainstF64AndTheSeparateOps) {
   strata::testing::SimdLevelGuard guard;
   constexpr double eps = 1e-5;
-  for (int64_t C : {37, 128}) {
+  // widths for every chunk pattern of the AVX-512 rows: the tail alone (5), pairs of whole
+  // 16-lane chunks and a tail (37), pairs only (128), an odd chunk after the pairs (208)
+  for (int64_t C : {5, 37, 128, 208}) {
     const Inputs in = make(70, C, 11 + uint64_t(C));
     const Ref ref = reference(in, eps);
     for (cpu::SimdLevel lvl : strata::testing::runnable_simd_levels()) {

@@ -1,0 +1,34 @@
+// LayerNorm rows in f32 with AVX-512 intrinsics, at SIMD level x86-64-v4: the forward row
+// (layer_norm and the residual add fused with it) and the backward's row blocks
+// (layer_norm_backward and its pending-adding form). The generic loops (norm_rows.h) reduce
+// each row through one accumulator chain per `omp simd` reduction and walk the row five
+// times in the backward; these keep two or four independent chains and two passes, and
+// ran 2-3x faster per element on rows held in L1 (docs/performance.md).
+#pragma once
+#include <cstdint>
+
+namespace strata::cpu {
+
+/// Whether this build has the AVX-512 LayerNorm rows (GCC or clang on x86-64). Call them only
+/// when simd_level() == SimdLevel::v4.
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+inline constexpr bool kHaveNormAvx512 = true;
+#else
+inline constexpr bool kHaveNormAvx512 = false;
+#endif
+
+/// y = layer_norm(x) for n rows of C elements (row i at x + i C, y + i C), w / b null for
+/// none; each row's mean and rstd written to mean[i], rstd[i]. Rows two at a time, the next
+/// rows prefetched.
+void layer_norm_rows_avx512(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                            int64_t n, int64_t C, float eps);
+
+/// Rows [r0, r1) of the layer norm backward, norm_rows::layer_norm_backward_rows' contract:
+/// dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w (w null: dy); dwp += dy xhat and
+/// dbp += dy when not null; with pending, dx = pending + that dx (rounded first, then added:
+/// the same bits as without pending followed by the add; dx may be pending).
+void layer_norm_backward_rows_avx512(const float* dy, const float* x, const float* mean, const float* rstd,
+                                     const float* w, float* dx, float* dwp, float* dbp, int64_t r0, int64_t r1,
+                                     int64_t C, const float* pending);
+
+}  // namespace strata::cpu
