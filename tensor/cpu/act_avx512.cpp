@@ -5,12 +5,16 @@
 #include <strata/core/error.h>
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-// GCC 12's avx512fintrin.h starts masked intrinsics from _mm512_undefined_ps(), which
-// -Wmaybe-uninitialized reports inside the headers (GCC bug 105593)
+// GCC 12's avx512fintrin.h starts masked intrinsics and the lane reductions from
+// _mm512_undefined_ps(), which -W(maybe-)uninitialized reports inside the headers (GCC bug
+// 105593)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
+
+#include <limits>
 
 #include <strata/tensor/cpu/exp_avx512.h>
 
@@ -202,6 +206,54 @@ STRATA_AVX512 void swiglu_grad_row_avx512(const float* dy, const float* g, const
   }
 }
 
+STRATA_AVX512 void softmax_row_avx512(const float* x, float* p, int64_t n, float* mx_out, float* sum_out) {
+  const int64_t full = n & ~int64_t(15);
+  const __mmask16 tm = tail_mask(n - full);
+  // the max in two chains (whole chunks plain; the tail masked, its lanes -inf)
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 m0 = ninf, m1 = ninf;
+  int64_t j = 0;
+  for (; j + 32 <= full; j += 32) {
+    m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + j));
+    m1 = _mm512_max_ps(m1, _mm512_loadu_ps(x + j + 16));
+  }
+  if (j < full) m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + j));
+  if (full < n) m1 = _mm512_max_ps(m1, _mm512_mask_loadu_ps(ninf, tm, x + full));
+  const float mx = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+  const __m512 mv = _mm512_set1_ps(mx);
+  // e = exp(x - max): 0 below -86 (as vexp), NaN where x - max is NaN
+  const auto expv = [mv](__m512 v) STRATA_AVX512 {
+    const __m512 z = _mm512_sub_ps(v, mv);
+    __m512 e = exp_clamped(z);
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(z, _mm512_set1_ps(-86.0f), _CMP_LT_OQ), _mm512_setzero_ps());
+    return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(z, z, _CMP_UNORD_Q), z);
+  };
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+  for (j = 0; j + 32 <= full; j += 32) {
+    const __m512 e0 = expv(_mm512_loadu_ps(x + j)), e1 = expv(_mm512_loadu_ps(x + j + 16));
+    _mm512_storeu_ps(p + j, e0);
+    _mm512_storeu_ps(p + j + 16, e1);
+    s0 = _mm512_add_ps(s0, e0);
+    s1 = _mm512_add_ps(s1, e1);
+  }
+  if (j < full) {
+    const __m512 e = expv(_mm512_loadu_ps(x + j));
+    _mm512_storeu_ps(p + j, e);
+    s0 = _mm512_add_ps(s0, e);
+  }
+  if (full < n) {
+    const __m512 e = _mm512_maskz_mov_ps(tm, expv(_mm512_maskz_loadu_ps(tm, x + full)));
+    _mm512_mask_storeu_ps(p + full, tm, e);
+    s1 = _mm512_add_ps(s1, e);
+  }
+  const float sum = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  const __m512 inv = _mm512_set1_ps(1.0f / sum);
+  for (j = 0; j < full; j += 16) _mm512_storeu_ps(p + j, _mm512_mul_ps(_mm512_loadu_ps(p + j), inv));
+  if (full < n) _mm512_mask_storeu_ps(p + full, tm, _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, p + full), inv));
+  *mx_out = mx;
+  *sum_out = sum;
+}
+
 }  // namespace strata::cpu
 
 #else
@@ -218,6 +270,9 @@ void swiglu_row_avx512(const float*, const float*, float*, int64_t) {
 }
 void swiglu_grad_row_avx512(const float*, const float*, const float*, float*, float*, int64_t) {
   STRATA_THROW(Error, "[swiglu_grad_row_avx512] not built for this target (kHaveActAvx512 is false)");
+}
+void softmax_row_avx512(const float*, float*, int64_t, float*, float*) {
+  STRATA_THROW(Error, "[softmax_row_avx512] not built for this target (kHaveActAvx512 is false)");
 }
 }  // namespace strata::cpu
 

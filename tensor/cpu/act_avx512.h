@@ -35,4 +35,8 @@ void swiglu_row_avx512(const float* g, const float* u, float* y, int64_t n);
 /// dg[j] = dy[j] u[j] silu'(g[j]) and du[j] = dy[j] silu(g[j]) for j < n.
 void swiglu_grad_row_avx512(const float* dy, const float* g, const float* u, float* dg, float* du, int64_t n);
 
+/// p[j] = softmax(x)[j] for j < n (n >= 1), returning the row max in *mx and the sum of
+/// exp(x - max) in *sum: softmax.h's softmax_row for f32 (exp 0 below -86, NaN kept).
+void softmax_row_avx512(const float* x, float* p, int64_t n, float* mx, float* sum);
+
 }  // namespace strata::cpu

@@ -8,7 +8,10 @@
 #include <limits>
 #include <vector>
 
+#include <strata/tensor/cpu/act_avx512.h>
 #include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/prefetch.h>
+#include <strata/tensor/cpu/simd_level.h>
 #include <strata/tensor/cpu/softmax.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
@@ -41,6 +44,23 @@ std::vector<int64_t> read_targets(const Tensor& target, int64_t C, int64_t ignor
 template <class T, class A = acc_t<T>>
 double cross_entropy_impl(const T* xp, const int64_t* t, A* pp, int64_t N, int64_t C, int64_t ignore_index) {
   std::vector<double> row_loss(size_t(N), 0.0);
+  if constexpr (std::is_same_v<T, float>) {
+    // f32 at x86-64-v4: the softmax rows in AVX-512 intrinsics (act_avx512.h)
+    if (kHaveActAvx512 && simd_level() == SimdLevel::v4 && C > 0) {
+      parallel_for(N, std::max<int64_t>(1, 16384 / C), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          prefetch_row_ahead(xp, r, e, C);
+          prefetch_row_ahead<true>(pp, r, e, C);
+          float mx, s;
+          softmax_row_avx512(xp + r * C, pp + r * C, C, &mx, &s);
+          if (t[r] != ignore_index) row_loss[size_t(r)] = std::log(double(s)) + double(mx) - double(xp[r * C + t[r]]);
+        }
+      });
+      double total = 0;
+      for (double l : row_loss) total += l;
+      return total;
+    }
+  }
   parallel_for_simd(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* x = xp + r * C;
