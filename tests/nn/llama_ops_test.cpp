@@ -75,6 +75,39 @@ TEST(LlamaOps, RmsNormMatchesF64ReferenceAtEverySimdLevel) {
   }
 }
 
+TEST(LlamaOps, RmsNormBackwardMatchesF64ReferenceAtEverySimdLevel) {
+  testing::SimdLevelGuard guard;
+  // widths for every chunk pattern of the AVX-512 rows: the tail alone, pairs of 16-lane
+  // chunks with an odd one and a tail, pairs only
+  for (const int64_t c : {5, 67, 128}) {
+    const int64_t rows = 70;  // three row blocks of the weight-gradient partials
+    const Tensor x = rnd({rows, c}, 3), w = rnd({c}, 4), dy = rnd({rows, c}, 5);
+    const auto xv = x.to_vector<double>(), wv = w.to_vector<double>(), gv = dy.to_vector<double>();
+    std::vector<double> dx(xv.size()), dw(size_t(c), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0, sgx = 0;
+      for (int64_t i = 0; i < c; ++i) ss += xv[size_t(r * c + i)] * xv[size_t(r * c + i)];
+      const double rs = 1.0 / std::sqrt(ss / double(c) + 1e-5);
+      for (int64_t i = 0; i < c; ++i) sgx += gv[size_t(r * c + i)] * wv[size_t(i)] * xv[size_t(r * c + i)] * rs;
+      for (int64_t i = 0; i < c; ++i) {
+        const double xh = xv[size_t(r * c + i)] * rs;
+        dx[size_t(r * c + i)] = rs * (gv[size_t(r * c + i)] * wv[size_t(i)] - xh * sgx / double(c));
+        dw[size_t(i)] += gv[size_t(r * c + i)] * xh;
+      }
+    }
+    for (const cpu::SimdLevel lvl : testing::runnable_simd_levels()) {
+      ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+      const std::string at = std::string(cpu::simd_level_name(lvl)) + ", c " + std::to_string(c);
+      const auto [y, rstd] = ops::rms_norm(x, w, 1e-5);
+      const auto [gx, gw] = ops::rms_norm_backward(dy, x, rstd, w);
+      expect_near_all(gx.to_vector<double>(), dx, 2e-6, "dx at " + at);
+      expect_near_all(gw.to_vector<double>(), dw, 2e-5, "dw at " + at);
+      const auto [gx0, gw0] = ops::rms_norm_backward(dy, x, rstd, Tensor());
+      EXPECT_FALSE(gw0.defined());
+    }
+  }
+}
+
 TEST(LlamaOps, RotaryMatchesF64ReferenceAtEverySimdLevel) {
   testing::SimdLevelGuard guard;
   const int64_t b = 2, t = 5, h = 3, hd = 10;
