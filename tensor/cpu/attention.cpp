@@ -100,19 +100,25 @@ template <class T, int R, int NV>
   attn::tile<T, kBaseBytes, R, NV>(t.l0, t.l1, t.a, t.ars, t.als, t.b, t.ldb, t.out, t.ldo, t.ncols, t.add);
 }
 
+// kRCols: the rows of the tiles of dk and dv (column blocks of P and dS, outputs hd wide),
+// 8 at v4, in 8 x 2 accumulators (the GPT T64 backward alone 700 -> 665-683 us, in its
+// step 3.12 -> 3.06 ms). Only where a vector holds at least 8 lanes: a column block of 8
+// must lie within the rows' valid columns, which end on whole vectors after blocks of kR
+// rows. (Row blocks of 8 throughout, kR = 8 x kNV = 2, ran the pair alone faster, forward
+// 366 -> 331 us, but slower in the step, backward 3.1 -> 3.4 ms.)
 struct LevelBase {
-  static constexpr int kBytes = kBaseBytes, kR = 4, kNV = kBaseBytes == 64 ? 4 : 2;
+  static constexpr int kBytes = kBaseBytes, kR = 4, kNV = kBaseBytes == 64 ? 4 : 2, kRCols = 4;
   template <class T, int R, int NV>
   static void tile(const TileArgs<T>& t) { tile_base<T, R, NV>(t); }
 };
 #if STRATA_CPU_DISPATCH
 struct LevelV4 {
-  static constexpr int kBytes = 64, kR = 4, kNV = 4;
+  static constexpr int kBytes = 64, kR = 4, kNV = 4, kRCols = 8;
   template <class T, int R, int NV>
   static void tile(const TileArgs<T>& t) { tile_v4<T, R, NV>(t); }
 };
 struct LevelV3 {
-  static constexpr int kBytes = 32, kR = 4, kNV = 2;
+  static constexpr int kBytes = 32, kR = 4, kNV = 2, kRCols = 4;
   template <class T, int R, int NV>
   static void tile(const TileArgs<T>& t) { tile_v3<T, R, NV>(t); }
 };
@@ -129,16 +135,17 @@ inline void tile_n(int rows, int nv, const TileArgs<T>& t) {
   L::template tile<T, R, NV>(t);
 }
 
-// out (rows x ncols, rows <= kR) = A (rows x [l0, l1)) B, in column chunks of kNV vectors.
-template <class L, class T>
+// out (rows x ncols, rows <= R) = A (rows x [l0, l1)) B, in column chunks of NV vectors
+// (R x NV accumulators; by default the level's kR x kNV).
+template <class L, class T, int R = L::kR, int NV = L::kNV>
 inline void product(int rows, const TileArgs<T>& t) {
-  constexpr int64_t lanes = L::kBytes / int64_t(sizeof(T)), chunk = L::kNV * lanes;
+  constexpr int64_t lanes = L::kBytes / int64_t(sizeof(T)), chunk = NV * lanes;
   for (int64_t c0 = 0; c0 < t.ncols; c0 += chunk) {
     TileArgs<T> c = t;
     c.b += c0;
     c.out += c0;
     c.ncols = std::min(chunk, t.ncols - c0);
-    tile_n<L, T, L::kR, L::kNV>(rows, int((c.ncols + lanes - 1) / lanes), c);
+    tile_n<L, T, R, NV>(rows, int((c.ncols + lanes - 1) / lanes), c);
   }
 }
 
@@ -391,10 +398,12 @@ inline void backward_pair(const BwdPair<T>& a) {
   }
   // dk = (scale dS)^T q and dv = P^T dy over the rows i >= j of each column block; the
   // blocks line up with the row blocks above, so row i >= j0 is valid at columns < j0 + kR
-  for (int64_t j0 = 0; j0 < n; j0 += L::kR) {
-    const int rows = int(std::min<int64_t>(L::kR, n - j0));
-    product<L>(rows, TileArgs<T>{j0, n, ds + j0, 1, tp, qp, hdp, a.dk + j0 * a.ld, a.ld, hd, a.add_kv});
-    product<L>(rows, TileArgs<T>{j0, n, pp + j0, 1, tp, gp, hdp, a.dv + j0 * a.ld, a.ld, hd, a.add_kv});
+  constexpr int kRc = L::kRCols, kNVc = kRc > L::kR ? 2 : L::kNV;  // 16 accumulators
+  static_assert(kRc == L::kR || (kRc % L::kR == 0 && L::kBytes / int(sizeof(T)) % kRc == 0 && kRc * kNVc <= 16));
+  for (int64_t j0 = 0; j0 < n; j0 += kRc) {
+    const int rows = int(std::min<int64_t>(kRc, n - j0));
+    product<L, T, kRc, kNVc>(rows, TileArgs<T>{j0, n, ds + j0, 1, tp, qp, hdp, a.dk + j0 * a.ld, a.ld, hd, a.add_kv});
+    product<L, T, kRc, kNVc>(rows, TileArgs<T>{j0, n, pp + j0, 1, tp, gp, hdp, a.dv + j0 * a.ld, a.ld, hd, a.add_kv});
   }
   if (a.rope.cos) {  // the gradients of the turned q and k, turned back
     unrope_rows(a.dq, a.ld, n, hd, a.rope.cos, a.rope.sin);
