@@ -55,15 +55,17 @@ STRATA_AVX512 inline __m512 gelu(__m512 h) {
 }
 
 // gelu_tanh'(h) = s + h s (1 - s) 2 du/dh, s = 1 / (1 + exp(-2u)); h clamped to +-30
-// (vmaxps / vminps return their second operand when either is NaN: NaN stays NaN).
+// (vmaxps / vminps return their second operand when either is NaN: NaN stays NaN). Then
+// |2u| < 2000 and the exp needs no clamp of its own: vscalefps saturates 2^n to inf or 0,
+// giving s = 0 or 1 exactly (the row's exp chain is what paces it).
 STRATA_AVX512 inline __m512 gelu_grad(__m512 h) {
   h = _mm512_min_ps(_mm512_set1_ps(30.0f), _mm512_max_ps(_mm512_set1_ps(-30.0f), h));
   const __m512 h2 = _mm512_mul_ps(h, h);
-  const __m512 s =
-      _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), exp_clamped(minus_two_u(h, h2))));
-  const __m512 du2 = _mm512_fmadd_ps(h2, _mm512_set1_ps(2 * kK * 3 * kCubic), _mm512_set1_ps(2 * kK));
-  const __m512 t = _mm512_mul_ps(_mm512_mul_ps(h, s), _mm512_sub_ps(_mm512_set1_ps(1.0f), s));
-  return _mm512_fmadd_ps(t, du2, s);
+  const __m512 s = _mm512_div_ps(_mm512_set1_ps(1.0f),
+                                 _mm512_add_ps(_mm512_set1_ps(1.0f), detail::exp_reduced_avx512(minus_two_u(h, h2))));
+  // h 2 du/dh while the exp runs; after s two steps: s (1 - s) = s - s s, then the FMA
+  const __m512 hdu2 = _mm512_mul_ps(h, _mm512_fmadd_ps(h2, _mm512_set1_ps(2 * kK * 3 * kCubic), _mm512_set1_ps(2 * kK)));
+  return _mm512_fmadd_ps(hdu2, _mm512_fnmadd_ps(s, s, s), s);
 }
 
 // sigmoid(z) = 1 / (1 + exp(-z)); exp(-z) = inf (z < -89) gives 0.
