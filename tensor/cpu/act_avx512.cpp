@@ -3,25 +3,17 @@
 #include <strata/tensor/cpu/act_avx512.h>
 
 #include <strata/core/error.h>
+#include <strata/tensor/cpu/avx512_source.h>
 
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-// GCC 12's avx512fintrin.h starts masked intrinsics and the lane reductions from
-// _mm512_undefined_ps(), which -W(maybe-)uninitialized reports inside the headers (GCC bug
-// 105593)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-
+#if STRATA_AVX512_SOURCE
 #include <limits>
 
 #include <strata/tensor/cpu/exp_avx512.h>
 
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,fma")))
-
 namespace strata::cpu {
 namespace {
+
+using avx512::tail_mask;
 
 constexpr float kK = 0.79788456080286535588f;  // sqrt(2/pi)
 constexpr float kCubic = 0.044715f;
@@ -86,9 +78,6 @@ STRATA_AVX512 inline void pre_activation_pair(const float* y, const float* b, in
   }
 }
 
-STRATA_AVX512 inline __mmask16 tail_mask(int64_t left) {
-  return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-}
 
 }  // namespace
 

@@ -2,29 +2,17 @@
 #include <strata/tensor/cpu/norm_avx512.h>
 
 #include <strata/core/error.h>
+#include <strata/tensor/cpu/avx512_source.h>
 
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-// GCC 12's avx512fintrin.h starts masked intrinsics, shuffles and casts from
-// _mm512_undefined_ps(), which -W(maybe-)uninitialized reports inside the headers (GCC bug
-// 105593)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-
+#if STRATA_AVX512_SOURCE
 #include <cmath>
 
 #include <strata/tensor/cpu/prefetch.h>
 
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,fma")))
-
 namespace strata::cpu {
 namespace {
 
-STRATA_AVX512 inline __mmask16 tail_mask(int64_t left) {
-  return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-}
+using avx512::tail_mask;
 
 // Loads and stores of a row's 16-element chunk at mask m: whole chunks plain, only the tail
 // masked (in a training step masked loads and stores of whole chunks ran the backward

@@ -2,24 +2,23 @@
 // (layer_norm and the residual add fused with it) and the backward's row blocks
 // (layer_norm_backward and its pending-adding form). The generic loops (norm_rows.h) reduce
 // each row through one accumulator chain per `omp simd` reduction and walk the row five
-// times in the backward; these keep two or four independent chains and two passes, and
-// ran 2-3x faster per element on rows held in L1 (docs/performance.md).
+// times in the backward; these keep two chains per reduction and make two passes: at 2048 x
+// 128, forward 49 -> 33 us on rows in L1 and 57 -> 48 us on rows from DRAM, backward 90 ->
+// 55 and 94 -> 81 us (docs/performance.md, "LayerNorm rows").
 #pragma once
 #include <cstdint>
 
+#include <strata/tensor/cpu/act_avx512.h>
+
 namespace strata::cpu {
 
-/// Whether this build has the AVX-512 LayerNorm rows (GCC or clang on x86-64). Call them only
-/// when simd_level() == SimdLevel::v4.
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-inline constexpr bool kHaveNormAvx512 = true;
-#else
-inline constexpr bool kHaveNormAvx512 = false;
-#endif
+/// Whether this build has the AVX-512 LayerNorm rows: where it has the activation rows. Call
+/// them only when simd_level() == SimdLevel::v4.
+inline constexpr bool kHaveNormAvx512 = kHaveActAvx512;
 
 /// y = layer_norm(x) for n rows of C elements (row i at x + i C, y + i C), w / b null for
-/// none; each row's mean and rstd written to mean[i], rstd[i]. Rows two at a time, the next
-/// rows prefetched.
+/// none; each row's mean and rstd written to mean[i], rstd[i]. Row by row, the rows ahead
+/// prefetched.
 void layer_norm_rows_avx512(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                             int64_t n, int64_t C, float eps);
 
