@@ -100,29 +100,42 @@ template <class T, int R, int NV>
   attn::tile<T, kBaseBytes, R, NV>(t.l0, t.l1, t.a, t.ars, t.als, t.b, t.ldb, t.out, t.ldo, t.ncols, t.add);
 }
 
-// kRCols: the rows of the tiles of dk and dv (column blocks of P and dS, outputs hd wide),
-// 8 at v4, in 8 x 2 accumulators (the GPT T64 backward alone 700 -> 665-683 us, in its
-// step 3.12 -> 3.06 ms). Only where a vector holds at least 8 lanes: a column block of 8
-// must lie within the rows' valid columns, which end on whole vectors after blocks of kR
-// rows. (Row blocks of 8 throughout, kR = 8 x kNV = 2, ran the pair alone faster, forward
-// 366 -> 331 us, but slower in the step, backward 3.1 -> 3.4 ms.)
+// Row blocks of kR rows and tiles of kR x kNV accumulators, but for two products at v4:
+// the backward's dk and dv (formed column block by column block after the row blocks) in
+// tiles of kRCols = 8 rows x 2 vectors (the GPT T64 backward alone 700 -> 665-683 us, in
+// its step 3.12 -> 3.06 ms), and the forward in row blocks of kRFwd = 8 rows, tiles of 8 x 2
+// (alone 366 -> 330-340 us, in the step 1.45-1.52 -> 1.38-1.46 ms over two runs of
+// alternating rounds), the next pair's rows prefetched in parts of at most 4 rows between
+// a block's steps. (Blocks of 8 in the
+// backward as well ran it no faster; prefetching a whole 8-row block's lines in one burst
+// ran the step's backward 3.1 -> 3.4 ms.) A column block of 8 must lie within the rows'
+// valid columns, which end on whole vectors after blocks of kR rows: it needs vectors of at
+// least 8 lanes.
 struct LevelBase {
-  static constexpr int kBytes = kBaseBytes, kR = 4, kNV = kBaseBytes == 64 ? 4 : 2, kRCols = 4;
+  static constexpr int kBytes = kBaseBytes, kR = 4, kNV = kBaseBytes == 64 ? 4 : 2, kRCols = 4, kRFwd = 4;
   template <class T, int R, int NV>
   static void tile(const TileArgs<T>& t) { tile_base<T, R, NV>(t); }
 };
 #if STRATA_CPU_DISPATCH
 struct LevelV4 {
-  static constexpr int kBytes = 64, kR = 4, kNV = 4, kRCols = 8;
+  static constexpr int kBytes = 64, kR = 4, kNV = 4, kRCols = 8, kRFwd = 8;
   template <class T, int R, int NV>
   static void tile(const TileArgs<T>& t) { tile_v4<T, R, NV>(t); }
 };
 struct LevelV3 {
-  static constexpr int kBytes = 32, kR = 4, kNV = 2, kRCols = 4;
+  static constexpr int kBytes = 32, kR = 4, kNV = 2, kRCols = 4, kRFwd = 4;
   template <class T, int R, int NV>
   static void tile(const TileArgs<T>& t) { tile_v3<T, R, NV>(t); }
 };
 #endif
+
+// The vectors per tile row for R rows: the level's kNV at its kR, 2 for the 8-row tiles
+// (16 accumulators).
+template <class L>
+constexpr int narrow_nv(int R) {
+  return R > L::kR ? 2 : L::kNV;
+}
+constexpr int kMaxRows = 8;  // the most rows of any level's forward blocks (its scratch)
 
 template <class L, class T, int R, int NV>
 inline void tile_n(int rows, int nv, const TileArgs<T>& t) {
@@ -274,8 +287,9 @@ inline void forward_pair(const FwdPair<T>& a) {
   T* vp = kt + hd * tp;   // (n, hdp): v
   T* qr = vp + n * hdp;   // (n, hdp): q turned, with the rotary embedding
   T* kr = qr + n * hdp;   // (n, hdp): k turned
-  T* s = kr + n * hdp;    // (kR, tp): the row block's scores, then probabilities
-  T* mx = s + L::kR * tp;  // (n): the rows' maxima, until lse_rows
+  constexpr int R = L::kRFwd, NV = narrow_nv<L>(R);
+  T* s = kr + n * hdp;    // (R, tp): the row block's scores, then probabilities
+  T* mx = s + R * tp;     // (n): the rows' maxima, until lse_rows
   if (!a.kv_held) {
     if (a.rope.cos) {
       rope_rows(a.k, a.ld, n, hd, a.rope.cos, a.rope.sin, kr, hdp);
@@ -292,21 +306,28 @@ inline void forward_pair(const FwdPair<T>& a) {
     q = qr;
     ldq = hdp;
   }
-  for (int64_t i0 = 0; i0 < n; i0 += L::kR) {
-    const int rows = int(std::min<int64_t>(L::kR, n - i0));
+  for (int64_t i0 = 0; i0 < n; i0 += R) {
+    const int rows = int(std::min<int64_t>(R, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;  // columns [0, m): to the diagonal
-    product<L>(rows, TileArgs<T>{0, hd, q + i0 * ldq, ldq, 1, kt, tp, s, tp, m});
-    if (rows == L::kR)  // a constant row count: the rows' accumulators stay in registers
-      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, L::kR, i0, m, a.lse + i0, mx + i0);
+    // the next pair's rows of this block, in parts of at most 4 rows between its steps
+    int pf = 0;
+    const auto prefetch_next = [&] {
+      if (!a.next.q || pf >= rows) return;
+      const int64_t at = i0 + pf, part = std::min(4, rows - pf);
+      prefetch_rows(a.next.q + at * a.ld, a.ld, part, hd);
+      if (a.next.k) prefetch_rows(a.next.k + at * a.ld, a.ld, part, hd);
+      if (a.next.v) prefetch_rows(a.next.v + at * a.ld, a.ld, part, hd);
+      prefetch_rows<true>(a.next_y + at * a.ldy, a.ldy, part, hd);
+      pf += int(part);
+    };
+    product<L, T, R, NV>(rows, TileArgs<T>{0, hd, q + i0 * ldq, ldq, 1, kt, tp, s, tp, m});
+    prefetch_next();
+    if (rows == R)  // a constant row count: the rows' accumulators stay in registers
+      attn::softmax_rows<T, L::kBytes, R>(s, tp, R, i0, m, a.lse + i0, mx + i0);
     else
-      attn::softmax_rows<T, L::kBytes, L::kR>(s, tp, rows, i0, m, a.lse + i0, mx + i0);
-    product<L>(rows, TileArgs<T>{0, last, s, tp, 1, vp, hdp, a.y + i0 * a.ldy, a.ldy, hd});  // y = P v
-    if (a.next.q) {
-      prefetch_rows(a.next.q + i0 * a.ld, a.ld, rows, hd);
-      if (a.next.k) prefetch_rows(a.next.k + i0 * a.ld, a.ld, rows, hd);
-      if (a.next.v) prefetch_rows(a.next.v + i0 * a.ld, a.ld, rows, hd);
-      prefetch_rows<true>(a.next_y + i0 * a.ldy, a.ldy, rows, hd);
-    }
+      attn::softmax_rows<T, L::kBytes, R>(s, tp, rows, i0, m, a.lse + i0, mx + i0);
+    product<L, T, R, NV>(rows, TileArgs<T>{0, last, s, tp, 1, vp, hdp, a.y + i0 * a.ldy, a.ldy, hd});  // y = P v
+    prefetch_next();
   }
   attn::lse_rows<T, L::kBytes>(a.lse, mx, n);
 }
@@ -398,7 +419,7 @@ inline void backward_pair(const BwdPair<T>& a) {
   }
   // dk = (scale dS)^T q and dv = P^T dy over the rows i >= j of each column block; the
   // blocks line up with the row blocks above, so row i >= j0 is valid at columns < j0 + kR
-  constexpr int kRc = L::kRCols, kNVc = kRc > L::kR ? 2 : L::kNV;  // 16 accumulators
+  constexpr int kRc = L::kRCols, kNVc = narrow_nv<L>(kRc);
   static_assert(kRc == L::kR || (kRc % L::kR == 0 && L::kBytes / int(sizeof(T)) % kRc == 0 && kRc * kNVc <= 16));
   for (int64_t j0 = 0; j0 < n; j0 += kRc) {
     const int rows = int(std::min<int64_t>(kRc, n - j0));
@@ -476,7 +497,7 @@ template <class T>
 void forward_impl(const T* qkv, T* y, T* lse, const Dims& d, Rope<T> rope = {}) {
   const T scale = T(1.0 / std::sqrt(double(d.hd)));
   const int nt = block_threads(d.B * d.H);
-  Scratch<T> scratch(nt, fwd_scratch<T>(d.T, d.hd, 4));
+  Scratch<T> scratch(nt, fwd_scratch<T>(d.T, d.hd, kMaxRows));
   const FwdFn<T> fn = forward_fn<T>();
   for_blocks(d.B * d.H, nt, [&](int tid, int64_t bh0, int64_t bh1) {
     T* ws = scratch.at(tid);
