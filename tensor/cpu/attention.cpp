@@ -106,11 +106,10 @@ template <class T, int R, int NV>
 // its step 3.12 -> 3.06 ms), and the forward in row blocks of kRFwd = 8 rows, tiles of 8 x 2
 // (alone 366 -> 330-340 us, in the step 1.45-1.52 -> 1.38-1.46 ms over two runs of
 // alternating rounds), the next pair's rows prefetched in parts of at most 4 rows between
-// a block's steps. (Blocks of 8 in the
-// backward as well ran it no faster; prefetching a whole 8-row block's lines in one burst
-// ran the step's backward 3.1 -> 3.4 ms.) A column block of 8 must lie within the rows'
-// valid columns, which end on whole vectors after blocks of kR rows: it needs vectors of at
-// least 8 lanes.
+// a block's steps. (Blocks of 8 in the backward as well ran it no faster; prefetching a
+// whole 8-row block's lines in one burst ran the step's backward 3.1 -> 3.4 ms.) A column
+// block of 8 must lie within the rows' valid columns, which end on whole vectors after
+// blocks of kR rows: it needs vectors of at least 8 lanes.
 struct LevelBase {
   static constexpr int kBytes = kBaseBytes, kR = 4, kNV = kBaseBytes == 64 ? 4 : 2, kRCols = 4, kRFwd = 4;
   template <class T, int R, int NV>
