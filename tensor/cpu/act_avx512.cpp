@@ -49,16 +49,24 @@ STRATA_AVX512 inline __m512 gelu(__m512 h) {
 // gelu_tanh'(h) = s + h s (1 - s) 2 du/dh, s = 1 / (1 + exp(-2u)); h clamped to +-30
 // (vmaxps / vminps return their second operand when either is NaN: NaN stays NaN). Then
 // |2u| < 2000 and the exp needs no clamp of its own: vscalefps saturates 2^n to inf or 0,
-// giving s = 0 or 1 exactly (the row's exp chain is what paces it).
-STRATA_AVX512 inline __m512 gelu_grad(__m512 h) {
+// giving s = 0 or 1 exactly. In two stages, so that a row can run the first of one block
+// of vectors beside the second of the block before (the row's pace is its chains' latency):
+// the exp, with h 2du/dh formed while it runs; then s and, after it, s (1 - s) = s - s s
+// and the FMA.
+struct GeluGradPart {
+  __m512 e, hdu2;
+};
+STRATA_AVX512 inline GeluGradPart gelu_grad_first(__m512 h) {
   h = _mm512_min_ps(_mm512_set1_ps(30.0f), _mm512_max_ps(_mm512_set1_ps(-30.0f), h));
   const __m512 h2 = _mm512_mul_ps(h, h);
-  const __m512 s = _mm512_div_ps(_mm512_set1_ps(1.0f),
-                                 _mm512_add_ps(_mm512_set1_ps(1.0f), detail::exp_reduced_avx512(minus_two_u(h, h2))));
-  // h 2 du/dh while the exp runs; after s two steps: s (1 - s) = s - s s, then the FMA
-  const __m512 hdu2 = _mm512_mul_ps(h, _mm512_fmadd_ps(h2, _mm512_set1_ps(2 * kK * 3 * kCubic), _mm512_set1_ps(2 * kK)));
-  return _mm512_fmadd_ps(hdu2, _mm512_fnmadd_ps(s, s, s), s);
+  return {detail::exp_reduced_avx512(minus_two_u(h, h2)),
+          _mm512_mul_ps(h, _mm512_fmadd_ps(h2, _mm512_set1_ps(2 * kK * 3 * kCubic), _mm512_set1_ps(2 * kK)))};
 }
+STRATA_AVX512 inline __m512 gelu_grad_second(const GeluGradPart& a) {
+  const __m512 s = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), a.e));
+  return _mm512_fmadd_ps(a.hdu2, _mm512_fnmadd_ps(s, s, s), s);
+}
+STRATA_AVX512 inline __m512 gelu_grad(__m512 h) { return gelu_grad_second(gelu_grad_first(h)); }
 
 // sigmoid(z) = 1 / (1 + exp(-z)); exp(-z) = inf (z < -89) gives 0.
 STRATA_AVX512 inline __m512 sigmoid(__m512 z) {
@@ -88,19 +96,42 @@ STRATA_AVX512 inline void pre_activation_pair(const float* y, const float* b, in
 STRATA_AVX512 void gelu_tanh_grad_row_avx512(const float* g, const float* y, const float* b, float* d, float* p,
                                              int64_t n) {
   int64_t j = 0;
-  for (; j + 64 <= n; j += 64) {  // four chains: the gradient's is the longer one
-    for (int64_t o = 0; o < 64; o += 32) {
-      prefetch_pair(g, j + o);
-      prefetch_pair(y, j + o);
-      prefetch_pair<true>(d, j + o);
+  // Blocks of four vectors (four chains: the gradient's is the longer one), software-
+  // pipelined: each step runs the first stage of the next block beside the second stage of
+  // this one (alone 0.243 -> 0.232 ns per element; in the GPT T64 step 1.06-1.11 -> 1.00-1.05
+  // ms). The parts stay in registers.
+  if (n >= 64) {
+    GeluGradPart cur[4];
+    {
+      __m512 h[4];
+      pre_activation_pair(y, b, 0, h[0], h[1]);
+      pre_activation_pair(y, b, 32, h[2], h[3]);
+      for (int k = 0; k < 4; ++k) cur[k] = gelu_grad_first(h[k]);
     }
-    __m512 h[4], v[4];
-    pre_activation_pair(y, b, j, h[0], h[1]);
-    pre_activation_pair(y, b, j + 32, h[2], h[3]);
-    for (int k = 0; k < 4; ++k) v[k] = _mm512_mul_ps(_mm512_loadu_ps(g + j + 16 * k), gelu_grad(h[k]));
-    for (int k = 0; k < 4; ++k) _mm512_storeu_ps(d + j + 16 * k, v[k]);
-    if (p)
-      for (int k = 0; k < 4; ++k) _mm512_storeu_ps(p + j + 16 * k, _mm512_add_ps(_mm512_loadu_ps(p + j + 16 * k), v[k]));
+    for (;; j += 64) {
+      for (int64_t o = 0; o < 64; o += 32) {
+        prefetch_pair(g, j + o);
+        prefetch_pair(y, j + o);
+        prefetch_pair<true>(d, j + o);
+      }
+      const bool more = j + 128 <= n;
+      GeluGradPart next[4];
+      if (more) {
+        __m512 h[4];
+        pre_activation_pair(y, b, j + 64, h[0], h[1]);
+        pre_activation_pair(y, b, j + 96, h[2], h[3]);
+        for (int k = 0; k < 4; ++k) next[k] = gelu_grad_first(h[k]);
+      }
+      __m512 v[4];
+      for (int k = 0; k < 4; ++k) v[k] = _mm512_mul_ps(_mm512_loadu_ps(g + j + 16 * k), gelu_grad_second(cur[k]));
+      for (int k = 0; k < 4; ++k) _mm512_storeu_ps(d + j + 16 * k, v[k]);
+      if (p)
+        for (int k = 0; k < 4; ++k)
+          _mm512_storeu_ps(p + j + 16 * k, _mm512_add_ps(_mm512_loadu_ps(p + j + 16 * k), v[k]));
+      if (!more) break;
+      for (int k = 0; k < 4; ++k) cur[k] = next[k];
+    }
+    j += 64;
   }
   for (; j + 32 <= n; j += 32) {
     prefetch_pair(g, j);
