@@ -1,8 +1,9 @@
 // Activations in f32 rows with AVX-512 intrinsics, at SIMD level x86-64-v4: GPT-2's tanh
 // GELU and its derivative, for the fused bias + GELU passes (bias_act.cpp) and the unfused
 // GELU and its gradient (elementwise.cpp), and the Llama MLP's SwiGLU, silu(g) * u, and its
-// gradients (swiglu.cpp). The exp is the clamped Cephes polynomial (cpu/exp_poly.h) scaled
-// by vscalefps, the sigmoid's reciprocal one vdivps (exact to 0.5 ulp). The generic loops
+// gradients (swiglu.cpp); and cross-entropy's softmax rows (loss.cpp). The exp is Cephes'
+// reduction and polynomial (cpu/exp_avx512.h) scaled by vscalefps, the sigmoid's reciprocal
+// one vdivps (exact to 0.5 ulp). The generic loops
 // compiled for the same level (the same formulas) turn their clamps and NaN checks into
 // masked blends; against them, per element on one core of this host (AMD EPYC):
 //   ops::bias_gelu (2048 x 512)       0.38 -> 0.26 ns, its backward 0.53 -> 0.41 ns
@@ -12,15 +13,21 @@
 #pragma once
 #include <cstdint>
 
+#include <strata/tensor/cpu/simd_level.h>
+
 namespace strata::cpu {
 
-/// Whether this build has the AVX-512 activation rows (GCC or clang on x86-64). Call them only
-/// when simd_level() == SimdLevel::v4.
+/// Whether this build has the AVX-512 rows (GCC or clang on x86-64): these and
+/// norm_avx512.h's.
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 inline constexpr bool kHaveActAvx512 = true;
 #else
 inline constexpr bool kHaveActAvx512 = false;
 #endif
+
+/// Whether the AVX-512 rows run now: built, and the SIMD level in effect is x86-64-v4. The
+/// one test every caller of these rows and of norm_avx512.h's makes before calling them.
+inline bool avx512_rows() { return kHaveActAvx512 && simd_level() == SimdLevel::v4; }
 
 /// out[j] = gelu_tanh(y[j] + b[j]) for j < n (b null: no bias).
 void gelu_tanh_row_avx512(const float* y, const float* b, float* out, int64_t n);

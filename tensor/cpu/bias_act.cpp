@@ -33,7 +33,7 @@ template <bool Tanh, class A>
 // backward.
 template <class T, bool Tanh>
 bool use_avx512() {
-  return kHaveActAvx512 && std::is_same_v<T, float> && Tanh && simd_level() == SimdLevel::v4;
+  return std::is_same_v<T, float> && Tanh && avx512_rows();
 }
 
 template <class T, bool Tanh, class A = acc_t<T>>

@@ -282,7 +282,7 @@ namespace {
 // (act_avx512.h) that the fused bias_gelu and bias_gelu_backward use, so the fused and
 // unfused GPT MLPs compute the same activations and gradients.
 bool gelu_avx512_applies(const Tensor& out, const std::vector<const Tensor*>& in) {
-  if (!kHaveActAvx512 || out.dtype() != DType::f32 || simd_level() != SimdLevel::v4 || !out.is_contiguous())
+  if (out.dtype() != DType::f32 || !avx512_rows() || !out.is_contiguous())
     return false;
   for (const Tensor* t : in)
     if (t->dtype() != DType::f32 || !t->is_contiguous() || t->shape() != out.shape()) return false;

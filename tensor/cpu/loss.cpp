@@ -11,7 +11,6 @@
 #include <strata/tensor/cpu/act_avx512.h>
 #include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/cpu/prefetch.h>
-#include <strata/tensor/cpu/simd_level.h>
 #include <strata/tensor/cpu/softmax.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
@@ -44,32 +43,33 @@ std::vector<int64_t> read_targets(const Tensor& target, int64_t C, int64_t ignor
 template <class T, class A = acc_t<T>>
 double cross_entropy_impl(const T* xp, const int64_t* t, A* pp, int64_t N, int64_t C, int64_t ignore_index) {
   std::vector<double> row_loss(size_t(N), 0.0);
+  // loss_r = logsumexp(x) - x[t] = log(s) + mx - x[t], from the row's max and sum of exp
+  const auto row_done = [&](int64_t r, double mx, double s) {
+    if (t[r] != ignore_index) row_loss[size_t(r)] = std::log(s) + mx - double(ld(xp[r * C + t[r]]));
+  };
+  bool rows_done = false;
   if constexpr (std::is_same_v<T, float>) {
     // f32 at x86-64-v4: the softmax rows in AVX-512 intrinsics (act_avx512.h)
-    if (kHaveActAvx512 && simd_level() == SimdLevel::v4 && C > 0) {
+    if (avx512_rows() && C > 0) {
       parallel_for(N, std::max<int64_t>(1, 16384 / C), [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) {
           prefetch_row_ahead(xp, r, e, C);
           prefetch_row_ahead<true>(pp, r, e, C);
           float mx, s;
           softmax_row_avx512(xp + r * C, pp + r * C, C, &mx, &s);
-          if (t[r] != ignore_index) row_loss[size_t(r)] = std::log(double(s)) + double(mx) - double(xp[r * C + t[r]]);
+          row_done(r, mx, s);
         }
       });
-      double total = 0;
-      for (double l : row_loss) total += l;
-      return total;
+      rows_done = true;
     }
   }
-  parallel_for_simd(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const T* x = xp + r * C;
-      A* p = pp + r * C;
-      const auto [mx, s] = softmax_row(x, p, C, /*log=*/false);
-      // loss_r = logsumexp(x) - x[t] = log(s) + mx - x[t]
-      if (t[r] != ignore_index) row_loss[size_t(r)] = std::log(double(s)) + double(mx) - double(ld(x[t[r]]));
-    }
-  });
+  if (!rows_done)
+    parallel_for_simd(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const auto [mx, s] = softmax_row(xp + r * C, pp + r * C, C, /*log=*/false);
+        row_done(r, double(mx), double(s));
+      }
+    });
   double total = 0;
   for (double l : row_loss) total += l;
   return total;

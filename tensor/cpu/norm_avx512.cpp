@@ -179,11 +179,11 @@ void layer_norm_backward_rows_avx512(const float* dy, const float* x, const floa
 
 namespace strata::cpu {
 void layer_norm_rows_avx512(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t, float) {
-  STRATA_THROW(Error, "[layer_norm_rows_avx512] not built for this target (kHaveNormAvx512 is false)");
+  STRATA_THROW(Error, "[layer_norm_rows_avx512] not built for this target (kHaveActAvx512 is false)");
 }
 void layer_norm_backward_rows_avx512(const float*, const float*, const float*, const float*, const float*, float*,
                                      float*, float*, int64_t, int64_t, int64_t, const float*) {
-  STRATA_THROW(Error, "[layer_norm_backward_rows_avx512] not built for this target (kHaveNormAvx512 is false)");
+  STRATA_THROW(Error, "[layer_norm_backward_rows_avx512] not built for this target (kHaveActAvx512 is false)");
 }
 }  // namespace strata::cpu
 

@@ -8,13 +8,9 @@
 #pragma once
 #include <cstdint>
 
-#include <strata/tensor/cpu/act_avx512.h>
-
 namespace strata::cpu {
 
-/// Whether this build has the AVX-512 LayerNorm rows: where it has the activation rows. Call
-/// them only when simd_level() == SimdLevel::v4.
-inline constexpr bool kHaveNormAvx512 = kHaveActAvx512;
+// Call these only where avx512_rows() (act_avx512.h).
 
 /// y = layer_norm(x) for n rows of C elements (row i at x + i C, y + i C), w / b null for
 /// none; each row's mean and rstd written to mean[i], rstd[i]. Row by row, the rows ahead

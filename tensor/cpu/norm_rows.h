@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <strata/tensor/cpu/act_avx512.h>
 #include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/cpu/norm_avx512.h>
 #include <strata/tensor/cpu/prefetch.h>
-#include <strata/tensor/cpu/simd_level.h>
 #include <strata/tensor/cpu/widen.h>
 
 namespace strata::cpu::norm_rows {
@@ -23,7 +23,7 @@ namespace strata::cpu::norm_rows {
 template <class T>
 bool use_avx512() {
   if constexpr (std::is_same_v<T, float>)
-    return kHaveNormAvx512 && simd_level() == SimdLevel::v4;
+    return avx512_rows();
   else
     return false;
 }

@@ -33,7 +33,7 @@ template <class F>
 
 template <class T>
 bool use_avx512() {
-  return kHaveActAvx512 && std::is_same_v<T, float> && simd_level() == SimdLevel::v4;
+  return std::is_same_v<T, float> && avx512_rows();
 }
 
 template <class T, class A = acc_t<T>>
