@@ -243,13 +243,8 @@ STRATA_AVX512 void softmax_row_avx512(const float* x, float* p, int64_t n, float
   if (full < n) m1 = _mm512_max_ps(m1, _mm512_mask_loadu_ps(ninf, tm, x + full));
   const float mx = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
   const __m512 mv = _mm512_set1_ps(mx);
-  // e = exp(x - max): 0 below -86 (as vexp), NaN where x - max is NaN
-  const auto expv = [mv](__m512 v) STRATA_AVX512 {
-    const __m512 z = _mm512_sub_ps(v, mv);
-    __m512 e = exp_clamped(z);
-    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(z, _mm512_set1_ps(-86.0f), _CMP_LT_OQ), _mm512_setzero_ps());
-    return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(z, z, _CMP_UNORD_Q), z);
-  };
+  // e = exp(x - max) as vexp: 0 below -86, NaN where x - max is NaN
+  const auto expv = [mv](__m512 v) STRATA_AVX512 { return detail::exp_as_vexp_avx512(_mm512_sub_ps(v, mv)); };
   __m512 s0 = _mm512_setzero_ps(), s1 = s0;
   for (j = 0; j + 32 <= full; j += 32) {
     const __m512 e0 = expv(_mm512_loadu_ps(x + j)), e1 = expv(_mm512_loadu_ps(x + j + 16));

@@ -288,10 +288,7 @@ inline void tile(int64_t l0, int64_t l1, const T* a, int64_t ars, int64_t als, c
 /// as vrndscaleps and the scaling by 2^n as vscalefps; the polynomial in Estrin's order
 /// (exp_avx512.h), within an ulp of the generic steps' Horner order.
 [[gnu::target("avx512f")]] inline Vec<float, 64> exp_avx512(Vec<float, 64> x) {
-  const __m512 lo = _mm512_set1_ps(-86.0f), hi = _mm512_set1_ps(88.72283f);
-  __m512 e = cpu::detail::exp_reduced_avx512(_mm512_min_ps(hi, _mm512_max_ps(lo, x)));
-  e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
-  return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(__builtin_inff()));
+  return cpu::detail::exp_as_vexp_avx512(x);
 }
 #endif
 

@@ -1,6 +1,6 @@
-// exp on 16 f32 lanes with AVX-512: the core shared by the activation rows (act_avx512.cpp)
-// and the attention softmax (attention_tile.h), which clamp its argument each their own way;
-// and the log of the attention's row sums.
+// exp on 16 f32 lanes with AVX-512: the core shared by the activation rows (act_avx512.cpp),
+// which clamp its argument their own way, and the softmaxes (exp_as_vexp_avx512); and the
+// log of the attention's row sums.
 // Cephes' reduction and polynomial (exp_poly.h's scalar steps): v = n ln2 + r, n rounded
 // by vrndscaleps, ln2 in two parts, and 2^n applied by vscalefps.
 #pragma once
@@ -34,6 +34,16 @@ namespace strata::cpu::detail {
   const __m512 c = _mm512_fmadd_ps(_mm512_set1_ps(1.6666665459e-1f), r, _mm512_set1_ps(5.0000001201e-1f));
   const __m512 p = _mm512_fmadd_ps(a, r4, _mm512_fmadd_ps(b, r2, c));
   return _mm512_scalef_ps(_mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f))), n);
+}
+
+/// exp(x) as cpu::vexp (softmax.h) computes it, on 16 lanes: 0 below -86, inf above
+/// ln(FLT_MAX), NaN for NaN (vmaxps / vminps return a NaN second operand). The softmaxes'
+/// exp: the attention's (attention_tile.h) and cross-entropy's (act_avx512.cpp).
+[[gnu::target("avx512f")]] inline __m512 exp_as_vexp_avx512(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-86.0f), hi = _mm512_set1_ps(88.72283f);
+  __m512 e = exp_reduced_avx512(_mm512_min_ps(hi, _mm512_max_ps(lo, x)));
+  e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
+  return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(__builtin_inff()));
 }
 
 /// log(x) for finite x > 0 (the attention's row sums, in [1, T]): x = m 2^e with m in
