@@ -27,17 +27,6 @@ STRATA_AVX512 inline void store(float* p, __mmask16 m, __m512 v) {
     _mm512_mask_storeu_ps(p, m, v);
 }
 
-// The sum of v's lanes: 256-bit halves, then 128-bit quarters added by whole-register
-// shuffles (the 512-bit extracts start from an undefined vector, which GCC 12 reports as
-// used uninitialized), then the last four lanes.
-STRATA_AVX512 inline float hsum(__m512 v) {
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-  const __m128 b = _mm512_castps512_ps128(v);
-  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
-}
-
 // Calls f(j, k, m) for the 16-element chunks of a row of C (full of them whole): k = 0 for
 // even chunks and 1 for odd ones and the tail, as a constant of each call site (two
 // accumulator chains whose index the compiler resolves: a run-time index kept them in
@@ -62,14 +51,14 @@ STRATA_AVX512 void forward_row(const float* x, const float* w, const float* b, f
   const __mmask16 tm = tail_mask(C - full);
   __m512 a[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
   chunks(full, C, tm, [&](int64_t j, int k, __mmask16 m) STRATA_AVX512 { a[k] = _mm512_add_ps(a[k], load(x + j, m)); });
-  mean = hsum(_mm512_add_ps(a[0], a[1])) / float(C);
+  mean = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])) / float(C);
   const __m512 mu = _mm512_set1_ps(mean);
   a[0] = a[1] = _mm512_setzero_ps();
   chunks(full, C, tm, [&](int64_t j, int k, __mmask16 m) STRATA_AVX512 {
     const __m512 d = _mm512_maskz_sub_ps(m, load(x + j, m), mu);
     a[k] = _mm512_fmadd_ps(d, d, a[k]);
   });
-  rstd = 1.0f / std::sqrt(hsum(_mm512_add_ps(a[0], a[1])) / float(C) + eps);
+  rstd = 1.0f / std::sqrt(_mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])) / float(C) + eps);
   const __m512 rs = _mm512_set1_ps(rstd);
   for (int64_t j = 0; j < C; j += 16) {
     const __mmask16 m = j < full ? __mmask16(0xFFFF) : tm;
@@ -116,8 +105,8 @@ STRATA_AVX512 void backward_row(const float* dy, const float* x, float mean, flo
     if (dbp) store(dbp + j, m, _mm512_add_ps(load(dbp + j, m), d));
   });
   const float inv_c = 1.0f / float(C);
-  const __m512 mg = _mm512_set1_ps(hsum(_mm512_add_ps(sg[0], sg[1])) * inv_c);
-  const __m512 mgx = _mm512_set1_ps(hsum(_mm512_add_ps(sx[0], sx[1])) * inv_c);
+  const __m512 mg = _mm512_set1_ps(_mm512_reduce_add_ps(_mm512_add_ps(sg[0], sg[1])) * inv_c);
+  const __m512 mgx = _mm512_set1_ps(_mm512_reduce_add_ps(_mm512_add_ps(sx[0], sx[1])) * inv_c);
   // Pass 2: dx = rstd ((g - mean(g)) - xhat mean(g xhat)), rounded, then pending added
   // (embedded rounding: never contracted into an FMA, so the bits equal the add after the
   // plain backward).
