@@ -567,11 +567,10 @@ bool fuses_rotary_attention(const Tensor& qkv) {
 }
 
 namespace {
-// Checks causal_attention_rotary's inputs; returns the key/value heads.
-int64_t check_rotary_attention(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq, int64_t head_dim,
-                               int64_t kv_heads, const char* op) {
-  const auto [H, Hkv] = attention_heads(qkv, head_dim, kv_heads, op);
-  (void)H;
+// Checks causal_attention_rotary's inputs; returns the query and key/value heads.
+std::pair<int64_t, int64_t> check_rotary_attention(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                                                   int64_t head_dim, int64_t kv_heads, const char* op) {
+  const auto heads = attention_heads(qkv, head_dim, kv_heads, op);
   STRATA_CHECK(fuses_rotary_attention(qkv), "[", op, "] runs on CPU f32/f64 tensors, got ", qkv.str());
   STRATA_CHECK(head_dim % 2 == 0, "[", op, "] head_dim ", head_dim, " must be even (rotary pairs)");
   STRATA_CHECK(positions.defined() && positions.dtype() == DType::i64 && positions.shape() == Shape{qkv.size(1)} &&
@@ -582,14 +581,14 @@ int64_t check_rotary_attention(const Tensor& qkv, const Tensor& positions, const
                    inv_freq.device().is_cpu(),
                "[", op, "] inv_freq must be (", head_dim / 2, ") f64 on the CPU, got ",
                inv_freq.defined() ? inv_freq.str() : "undefined");
-  return Hkv;
+  return heads;
 }
 }  // namespace
 
 std::pair<Tensor, Tensor> causal_attention_rotary(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
                                                   int64_t head_dim, int64_t kv_heads) {
-  const int64_t Hkv = check_rotary_attention(qkv, positions, inv_freq, head_dim, kv_heads, "causal_attention_rotary");
-  const int64_t B = qkv.size(0), T = qkv.size(1), H = qkv.size(2) / head_dim - 2 * Hkv;
+  const auto [H, Hkv] = check_rotary_attention(qkv, positions, inv_freq, head_dim, kv_heads, "causal_attention_rotary");
+  const int64_t B = qkv.size(0), T = qkv.size(1);
   Tensor y = empty({B, T, H * head_dim}, qkv.dtype(), kCPU);
   Tensor lse = empty({B, H, T}, qkv.dtype(), kCPU);
   kAttentionRotary(kCPU)(contiguous(qkv), contiguous(positions), contiguous(inv_freq), y, lse, head_dim, Hkv);
@@ -600,8 +599,8 @@ Tensor causal_attention_rotary_backward(const Tensor& dy, const Tensor& qkv, con
                                         const Tensor& inv_freq, const Tensor& lse, int64_t head_dim,
                                         int64_t kv_heads) {
   const char* op = "causal_attention_rotary_backward";
-  const int64_t Hkv = check_rotary_attention(qkv, positions, inv_freq, head_dim, kv_heads, op);
-  const int64_t B = qkv.size(0), T = qkv.size(1), H = qkv.size(2) / head_dim - 2 * Hkv;
+  const auto [H, Hkv] = check_rotary_attention(qkv, positions, inv_freq, head_dim, kv_heads, op);
+  const int64_t B = qkv.size(0), T = qkv.size(1);
   STRATA_CHECK(dy.shape() == (Shape{B, T, H * head_dim}) && dy.dtype() == qkv.dtype() && dy.device().is_cpu(), "[",
                op, "] grad ", dy.str(), " does not match the output (", B, ", ", T, ", ", H * head_dim, ") of qkv ",
                qkv.str());
