@@ -253,6 +253,14 @@ struct NextRows {
   const T* q = nullptr;
   const T* k = nullptr;
   const T* v = nullptr;
+  // Prefetches their rows [i, i + rows) at row stride ld (k and v where set).
+  void prefetch(int64_t i, int64_t rows, int64_t ld, int64_t hd) const {
+    prefetch_rows(q + i * ld, ld, rows, hd);
+    if (k) {
+      prefetch_rows(k + i * ld, ld, rows, hd);
+      prefetch_rows(v + i * ld, ld, rows, hd);
+    }
+  }
 };
 
 template <class T>
@@ -313,9 +321,7 @@ inline void forward_pair(const FwdPair<T>& a) {
     const auto prefetch_next = [&] {
       if (!a.next.q || pf >= rows) return;
       const int64_t at = i0 + pf, part = std::min(4, rows - pf);
-      prefetch_rows(a.next.q + at * a.ld, a.ld, part, hd);
-      if (a.next.k) prefetch_rows(a.next.k + at * a.ld, a.ld, part, hd);
-      if (a.next.v) prefetch_rows(a.next.v + at * a.ld, a.ld, part, hd);
+      a.next.prefetch(at, part, a.ld, hd);
       prefetch_rows<true>(a.next_y + at * a.ldy, a.ldy, part, hd);
       pf += int(part);
     };
@@ -405,11 +411,9 @@ inline void backward_pair(const BwdPair<T>& a) {
     product<L>(rows, TileArgs<T>{0, last, d, tp, 1, kp, hdp, a.dq + i0 * a.ld, a.ld, hd});  // dq
     if (a.next.q) {
       const int64_t at = i0 * a.ld;
-      prefetch_rows(a.next.q + at, a.ld, rows, hd);
+      a.next.prefetch(i0, rows, a.ld, hd);
       prefetch_rows<true>(a.next_dq + at, a.ld, rows, hd);
       if (a.next.k) {
-        prefetch_rows(a.next.k + at, a.ld, rows, hd);
-        prefetch_rows(a.next.v + at, a.ld, rows, hd);
         prefetch_rows<true>(a.next_dk + at, a.ld, rows, hd);
         prefetch_rows<true>(a.next_dv + at, a.ld, rows, hd);
       }
