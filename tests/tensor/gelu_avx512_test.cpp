@@ -73,10 +73,11 @@ TEST(BiasGeluLevels, AgainstF64OverAWideRangeAtEveryLevel) {
 TEST(BiasGeluLevels, LevelsAgreeWithBiasAndBiasGrad) {
   LevelGuard guard;
   Generator g(5);
-  // 70 rows (three 32-row blocks of the bias-gradient partials), 101 columns: the AVX-512
-  // rows' steps of four and two vectors and a masked tail of 5
-  const Tensor y = ops::uniform({70, 101}, -6, 6, g), b = ops::uniform({101}, -1, 1, g);
-  const Tensor dout = ops::uniform({70, 101}, -1, 1, g);
+  // 70 rows (three 32-row blocks of the bias-gradient partials), 229 columns: the AVX-512
+  // rows' pipelined blocks of four vectors (three: a step that hands its next block on),
+  // a step of two and a masked tail of 5
+  const Tensor y = ops::uniform({70, 229}, -6, 6, g), b = ops::uniform({229}, -1, 1, g);
+  const Tensor dout = ops::uniform({70, 229}, -1, 1, g);
   cpu::set_simd_level(cpu::SimdLevel::baseline);
   const auto ref = ops::bias_gelu(y, b, true).to_vector<double>();
   const auto [rdh, rdb] = ops::bias_gelu_backward(dout, y, b, true, true);
