@@ -63,10 +63,11 @@ constexpr size_t kHugeChunk = size_t(64) << 20;
 // advised as transparent huge pages (MADV_HUGEPAGE: the default THP mode "madvise" backs
 // only advised ranges with 2 MiB pages). A training step's activations and gradients are
 // such blocks; with 4 KiB pages, the GEMMs' panel reads and the attention's strided rows
-// over ~100 MiB of them miss the TLB (docs/performance.md, "Caching host allocator"). Blocks are cut one after another from 64 MiB chunks (a block over a
-// chunk gets a mapping of its own) and returned with munmap of exactly their pages; the
-// cache above keeps them, so that happens only on empty_cache, past the cache limit or for
-// uncacheable sizes. Without THP the advice is ignored and the mappings are plain pages.
+// over ~100 MiB of them miss the TLB (docs/performance.md, "Caching host allocator").
+// Blocks are cut one after another from 64 MiB chunks (a block over a chunk gets a mapping
+// of its own) and returned with munmap of exactly their pages; the cache above keeps them,
+// so that happens only on empty_cache, past the cache limit or for uncacheable sizes.
+// Without THP the advice is ignored and the mappings are plain pages.
 class HugeArena {
  public:
   // nullptr when the OS refuses the mapping.
