@@ -39,6 +39,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   STRATA_CHECK(roots.size() == grad_outputs.size(), "[backward] ", roots.size(), " roots but ",
                grad_outputs.size(), " gradients");
   NoGradGuard no_grad;  // backward formulas are not themselves recorded
+  detail::FreesSavedScope frees_saved(!retain_graph);  // SavedTensor::take may hand over saved bytes
   std::unordered_map<Node*, Tensor> pending;
   std::vector<std::shared_ptr<Node>> keep_alive;
   for (size_t i = 0; i < roots.size(); ++i) {

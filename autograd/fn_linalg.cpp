@@ -33,6 +33,26 @@ Tensor weight_grad(const Tensor& g2, const Tensor& x2, const Tensor& leaf) {
   return Tensor();
 }
 
+// The (M, in) buffer of a linear's input gradient: on the CPU the saved input rows x2
+// themselves where SavedTensor::take hands them over (so the weight gradient, which reads
+// them, is formed first): the GEMM then stores into lines the weight gradient has just
+// read rather than into a block read in from memory before its stores. GPU stores do not
+// read lines in, so there a fresh buffer.
+Tensor input_grad_buffer(SavedTensor& sx, const Tensor& g2, int64_t in, const char* op) {
+  if (sx.defined() && g2.device().is_cpu()) {
+    auto [x2, own] = sx.take(op);
+    if (own && x2.dtype() == g2.dtype() && x2.shape() == (Shape{g2.size(0), in})) return x2;
+  }
+  return ops::empty({g2.size(0), in}, g2.dtype(), g2.device());
+}
+
+// A linear's input gradient g2 w (M, in) as shape xs; call after the weight gradient.
+Tensor input_grad(const Tensor& g2, const Tensor& w, SavedTensor& sx, const Shape& xs, const char* op) {
+  Tensor gx = input_grad_buffer(sx, g2, w.size(1), op);
+  ops::gemm_(gx, g2, w, 1.0, 0.0);  // (M,out)@(out,in)
+  return ops::reshape(gx, xs);
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -92,12 +112,12 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   const Tensor wl = leaf_weight(w);
   std::vector<Tensor> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
-  return record_fn("LinearBackward", y, inputs, [=](const Tensor& g) {
+  return record_fn("LinearBackward", y, inputs, [=](const Tensor& g) mutable {
     Tensor g2 = ops::reshape(g, {-1, outf});  // (M, out)
     Tensor gx, gw, gb;
-    if (need_x) gx = ops::reshape(ops::matmul(g2, sw.get("LinearBackward")), xs);  // (M,out)@(out,in)
     if (need_w) gw = weight_grad(g2, sx.get("LinearBackward"), wl);
     if (need_b) gb = ops::sum(g2, {0});
+    if (need_x) gx = input_grad(g2, sw.get("LinearBackward"), sx, xs, "LinearBackward");
     return std::vector{gx, gw, gb};
   });
 }
@@ -137,13 +157,14 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_
   const Tensor wl = leaf_weight(w);
   std::vector<Tensor> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
-  return record_fn("LinearGeluBackward", out, inputs, [=](const Tensor& g) {
+  return record_fn("LinearGeluBackward", out, inputs, [=](const Tensor& g) mutable {
     const Tensor bias = has_b ? sb.get("LinearGeluBackward") : Tensor();
-    auto [dh, gb] = ops::bias_gelu_backward(ops::reshape(g, {-1, outf}), sy.get("LinearGeluBackward"), bias,
-                                            tanh_approx, need_b);  // (M, out), (out)
+    const auto [y_saved, own_y] = sy.take("LinearGeluBackward");  // dh written over y where handed over
+    auto [dh, gb] = ops::bias_gelu_backward(ops::reshape(g, {-1, outf}), y_saved, bias, tanh_approx, need_b,
+                                            own_y);  // (M, out), (out)
     Tensor gx, gw;
-    if (need_x) gx = ops::reshape(ops::matmul(dh, sw.get("LinearGeluBackward")), xs);  // (M,out)@(out,in)
     if (need_w) gw = weight_grad(dh, sx.get("LinearGeluBackward"), wl);
+    if (need_x) gx = input_grad(dh, sw.get("LinearGeluBackward"), sx, xs, "LinearGeluBackward");
     return std::vector{gx, gw, gb};
   });
 }
@@ -190,16 +211,20 @@ Tensor linear_packed(const Tensor& x, const std::vector<Tensor>& ws) {
     leaves.push_back(leaf_weight(w));
   }
   const Shape xs = x.shape();
-  return record_fn("LinearPackedBackward", out, inputs, [=](const Tensor& g) {
+  return record_fn("LinearPackedBackward", out, inputs, [=](const Tensor& g) mutable {
     const Tensor g2 = ops::reshape(g, {-1, total});  // (M, total)
     std::vector<Tensor> grads(1 + ws.size());
-    Tensor gx = need_x ? ops::empty({g2.size(0), in}, g2.dtype(), g2.device()) : Tensor();
-    for (size_t i = 0, off = 0; i < ws.size(); off += size_t(outs[i]), ++i) {
-      const Tensor gi = ops::narrow(g2, 1, int64_t(off), outs[i]);  // (M, out_i), rows at stride total
-      if (need_x) ops::gemm_(gx, gi, sw[i].get("LinearPackedBackward"), 1.0, i == 0 ? 0.0 : 1.0);
-      if (need_w[i]) grads[1 + i] = weight_grad(gi, sx.get("LinearPackedBackward"), leaves[i]);
+    const auto part = [&](size_t i, size_t off) {  // (M, out_i), rows at stride total
+      return ops::narrow(g2, 1, int64_t(off), outs[i]);
+    };
+    for (size_t i = 0, off = 0; i < ws.size(); off += size_t(outs[i]), ++i)
+      if (need_w[i]) grads[1 + i] = weight_grad(part(i, off), sx.get("LinearPackedBackward"), leaves[i]);
+    if (need_x) {
+      Tensor gx = input_grad_buffer(sx, g2, in, "LinearPackedBackward");
+      for (size_t i = 0, off = 0; i < ws.size(); off += size_t(outs[i]), ++i)
+        ops::gemm_(gx, part(i, off), sw[i].get("LinearPackedBackward"), 1.0, i == 0 ? 0.0 : 1.0);
+      grads[0] = ops::reshape(gx, xs);
     }
-    if (need_x) grads[0] = ops::reshape(gx, xs);
     return grads;
   });
 }
@@ -218,12 +243,12 @@ Tensor record_linear_residual(Tensor out, const Tensor& x, const Tensor& x2, con
   const Tensor wl = leaf_weight(w);
   std::vector<Tensor> inputs{x, w, residual};
   if (b.defined()) inputs.push_back(b);
-  return record_fn("LinearResidualBackward", out, inputs, [=](const Tensor& g) {
+  return record_fn("LinearResidualBackward", out, inputs, [=](const Tensor& g) mutable {
     Tensor g2 = ops::reshape(g, {-1, outf});  // (M, out)
     Tensor gx, gw, gb;
-    if (need_x) gx = ops::reshape(ops::matmul(g2, sw.get("LinearResidualBackward")), xs);  // (M,out)@(out,in)
     if (need_w) gw = weight_grad(g2, sx.get("LinearResidualBackward"), wl);
     if (need_b) gb = ops::sum(g2, {0});
+    if (need_x) gx = input_grad(g2, sw.get("LinearResidualBackward"), sx, xs, "LinearResidualBackward");
     // the residual's gradient is g itself (no copy): the engine adds it to the other
     // consumers' gradients of the residual stream as it would AddBackward's
     return std::vector{gx, gw, need_r ? g : Tensor(), gb};

@@ -38,8 +38,11 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   if (!any_requires_grad(gate, up)) return y;
   const bool ng = needs(gate), nu = needs(up);
   SavedTensor sg(gate), su(up);
-  return record_fn("SwigluBackward", y, {gate, up}, [=](const Tensor& g) {
-    auto [dg, du] = ops::swiglu_backward(g, sg.get("SwigluBackward"), su.get("SwigluBackward"));
+  return record_fn("SwigluBackward", y, {gate, up}, [=](const Tensor& g) mutable {
+    // the gradients written over gate and up where they are handed over (SavedTensor::take)
+    const auto [gs, own_g] = sg.take("SwigluBackward");
+    const auto [us, own_u] = su.take("SwigluBackward");
+    auto [dg, du] = ops::swiglu_backward(g, gs, us, own_g && ng, own_u && nu);
     return std::vector{ng ? dg : Tensor(), nu ? du : Tensor()};
   });
 }

@@ -138,10 +138,12 @@ Tensor causal_attention(const Tensor& qkv, int64_t head_dim, int64_t kv_heads) {
   auto [y, probs] = ops::causal_attention(qkv, head_dim, kv_heads);
   if (!any_requires_grad(qkv)) return y;
   SavedTensor sq(qkv);
-  return record_fn("CausalAttentionBackward", y, {qkv}, [sq, head_dim, kv_heads, probs = probs](const Tensor& g) {
-    return std::vector{
-        ops::causal_attention_backward(g, sq.get("CausalAttentionBackward"), probs, head_dim, kv_heads)};
-  });
+  return record_fn("CausalAttentionBackward", y, {qkv},
+                   [sq, head_dim, kv_heads, probs = probs](const Tensor& g) mutable {
+                     // d qkv written over qkv where it is handed over (SavedTensor::take)
+                     const auto [saved, own] = sq.take("CausalAttentionBackward");
+                     return std::vector{ops::causal_attention_backward(g, saved, probs, head_dim, kv_heads, own)};
+                   });
 }
 
 Tensor causal_attention_rotary(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq, int64_t head_dim,
@@ -156,9 +158,10 @@ Tensor causal_attention_rotary(const Tensor& qkv, const Tensor& positions, const
   if (!any_requires_grad(qkv)) return y;
   SavedTensor sq(qkv);
   return record_fn("CausalAttentionRotaryBackward", y, {qkv},
-                   [sq, positions, inv_freq, head_dim, kv_heads, lse = lse](const Tensor& g) {
-                     return std::vector{ops::causal_attention_rotary_backward(
-                         g, sq.get("CausalAttentionRotaryBackward"), positions, inv_freq, lse, head_dim, kv_heads)};
+                   [sq, positions, inv_freq, head_dim, kv_heads, lse = lse](const Tensor& g) mutable {
+                     const auto [saved, own] = sq.take("CausalAttentionRotaryBackward");
+                     return std::vector{ops::causal_attention_rotary_backward(g, saved, positions, inv_freq, lse,
+                                                                              head_dim, kv_heads, own)};
                    });
 }
 

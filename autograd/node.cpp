@@ -1,6 +1,7 @@
 #include <strata/autograd/node.h>
 
 #include <atomic>
+#include <utility>
 
 #include <strata/core/trace.h>
 #include <strata/tensor/ops.h>
@@ -11,6 +12,14 @@ std::atomic<uint64_t> g_next_seq{0};
 }
 
 namespace detail {
+namespace {
+thread_local bool t_frees_saved = false;
+}  // namespace
+
+bool backward_frees_saved() { return t_frees_saved; }
+FreesSavedScope::FreesSavedScope(bool frees) : prev_(t_frees_saved) { t_frees_saved = frees; }
+FreesSavedScope::~FreesSavedScope() { t_frees_saved = prev_; }
+
 bool reusable_as(const Tensor& t, const Tensor& like) {
   return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous() &&
          t.shape() == like.shape() && t.dtype() == like.dtype() && t.device() == like.device();
@@ -78,6 +87,15 @@ const Tensor& SavedTensor::get(const char* op) const {
   STRATA_CHECK(t_.version() == version_, "[", op, "] a tensor needed for backward was modified in place (version ",
                version_, " -> ", t_.version(), ")");
   return t_;
+}
+
+std::pair<Tensor, bool> SavedTensor::take(const char* op) {
+  get(op);
+  const Storage& st = *t_.storage();
+  if (!detail::backward_frees_saved() || t_.impl_ptr().use_count() != 1 || t_.storage().use_count() != 1 ||
+      !t_.is_contiguous() || st.external() || st.released())
+    return {t_, false};
+  return {std::exchange(t_, Tensor()), true};
 }
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <strata/autograd/grad_mode.h>
@@ -94,6 +95,16 @@ class SavedTensor {
   // Stored detached (no grad_fn), so saving an op's own output makes no cycle.
   explicit SavedTensor(const Tensor& t) : t_(t.defined() ? t.detach() : t), version_(t.defined() ? t.version() : 0) {}
   const Tensor& get(const char* op) const;
+  /// The saved tensor, and whether it is handed over for a backward to write its result
+  /// over: it is (and this SavedTensor is emptied) when nobody can observe the overwrite:
+  /// the running backward frees saved tensors after use (no retain_graph), this is the only
+  /// handle on the tensor and on its bytes, and they are contiguous and allocated here (not
+  /// memory a caller lent). Else it is get()'s
+  /// tensor, to be read only. A result written over an operand the backward has just read
+  /// lands in cache lines the core already holds, where a fresh buffer (the caching
+  /// allocator's block, last touched a step earlier) is read in from memory line by line
+  /// before its stores.
+  std::pair<Tensor, bool> take(const char* op);
   void reset() { t_ = Tensor(); }
   bool defined() const { return t_.defined(); }
 
@@ -103,6 +114,21 @@ class SavedTensor {
 };
 
 namespace detail {
+/// True while the engine runs a backward that frees each node's saved tensors after its
+/// apply() (backward without retain_graph) on this thread.
+bool backward_frees_saved();
+/// Sets backward_frees_saved() for its lifetime (the engine; nested passes restore it).
+class FreesSavedScope {
+ public:
+  explicit FreesSavedScope(bool frees);
+  ~FreesSavedScope();
+  FreesSavedScope(const FreesSavedScope&) = delete;
+  FreesSavedScope& operator=(const FreesSavedScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 /// True when `t` is the only handle on its TensorImpl and its bytes, is contiguous and has
 /// `like`'s shape, dtype and device: a gradient the engine may add into, or a leaf may keep,
 /// in place of a new tensor without anyone else observing it.

@@ -74,11 +74,6 @@ int64_t gpt_activation_bytes(const GptActivationInput& a) {
   return bytes;
 }
 
-// What a backward holds on top of the stored activations, at its largest: in a block's MLP,
-// GELU's backward holds the gradients of its output and of c_fc's (4N·C/tp each), and
-// c_fc's weight gradient (4C²/tp) exists before it is accumulated. Once per rank (one
-// backward runs at a time); the freeing of the backwarded micro-batch's own activations
-// as its backward proceeds is not subtracted (PlannerMemory measures each rank's peak).
 int64_t gpt_recompute_bytes(const GptActivationInput& a) {
   if ((!a.checkpoint && !a.selective) || a.layers == 0) return 0;
   const int64_t tp = a.tp, nc = a.batch * a.seq * a.embd, att = a.batch * (a.heads / tp) * a.seq * a.seq;
@@ -87,9 +82,19 @@ int64_t gpt_recompute_bytes(const GptActivationInput& a) {
   return one_block_recompute_bytes(a, gpt_activation_bytes);
 }
 
+// What a backward holds on top of the stored activations, at its largest. In a block: the
+// residual stream's pending gradient (N·C/sp) and an MLP weight gradient (4C²/tp) before it
+// is accumulated; the MLP's own gradients take no new memory (GELU's is written over c_fc's
+// output and c_proj's input gradient over GELU's output: SavedTensor::take). On the last
+// stage the loss's gradient (N·V) while its probabilities are still held, when larger.
+// Once per rank (one backward runs at a time); what the backward frees before its largest
+// transient (the head's tensors before the blocks' backward, the backwarded micro-batch's
+// own activations as it proceeds) is not subtracted (PlannerMemory measures each rank's
+// peak).
 int64_t gpt_backward_transient_bytes(const GptActivationInput& a) {
-  const int64_t n = a.batch * a.seq, tp = a.tp;
-  const int64_t dense = (8 * n * a.embd / tp + 4 * a.embd * a.embd / tp) * 4;
+  const int64_t n = a.batch * a.seq, tp = a.tp, sp = a.sequence_parallel && tp > 1 ? tp : 1;
+  int64_t dense = (n * a.embd / sp + 4 * a.embd * a.embd / tp) * 4;
+  if (a.last) dense = std::max(dense, n * a.vocab * 4);
   if (a.moe_layers == 0) return dense;
   const int64_t moe = moe_backward_transient_bytes(a.moe);
   return a.moe_layers == a.layers ? moe : std::max(dense, moe);

@@ -37,8 +37,9 @@ int64_t gpt_activation_bytes(const GptActivationInput& in);
 /// block's activations (full) or one attention core's (selective); 0 without.
 int64_t gpt_recompute_bytes(const GptActivationInput& in);
 /// What one block's backward holds on top of the stored activations at its largest (the
-/// MLP's output-gradient pair and c_fc's weight gradient, or an MoE block's
-/// moe_backward_transient_bytes() when larger); a rank's peak adds it once.
+/// residual stream's pending gradient and an MLP weight gradient, or an MoE block's
+/// moe_backward_transient_bytes() when larger; with `last`, the loss's gradient when
+/// larger); a rank's peak adds it once.
 int64_t gpt_backward_transient_bytes(const GptActivationInput& in);
 
 /// wte, wpe, h.i.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj} (an MoE

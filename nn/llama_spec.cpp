@@ -65,9 +65,13 @@ int64_t llama_recompute_bytes(const LlamaActivationInput& a) {
   return one_block_recompute_bytes(a, llama_activation_bytes);
 }
 
+// As gpt_backward_transient_bytes: the residual stream's pending gradient (N·C/sp) and w1's
+// or w3's weight gradient (C·F/tp); SwiGLU's input gradients are written over the gate and
+// up projections (SavedTensor::take). On the last stage the loss's gradient (N·V), when larger.
 int64_t llama_backward_transient_bytes(const LlamaActivationInput& a) {
-  const int64_t n = a.batch * a.seq, tp = a.tp;
-  const int64_t dense = (2 * n * a.hidden / tp + a.embd * a.hidden / tp) * 4;
+  const int64_t n = a.batch * a.seq, tp = a.tp, sp = a.sequence_parallel && tp > 1 ? tp : 1;
+  int64_t dense = (n * a.embd / sp + a.embd * a.hidden / tp) * 4;
+  if (a.last) dense = std::max(dense, n * a.vocab * 4);
   if (a.moe_layers == 0) return dense;
   const int64_t moe = moe_backward_transient_bytes(a.moe);
   return a.moe_layers == a.layers ? moe : std::max(dense, moe);

@@ -33,8 +33,9 @@ int64_t llama_activation_bytes(const LlamaActivationInput& in);
 /// block's packed q|k|v and probabilities (selective); 0 without recomputation.
 int64_t llama_recompute_bytes(const LlamaActivationInput& in);
 /// What one block's backward holds on top of the stored activations at its largest (the
-/// SwiGLU's two input gradients and w1's weight gradient, or an MoE block's
-/// moe_backward_transient_bytes() when larger).
+/// residual stream's pending gradient and w1's weight gradient, or an MoE block's
+/// moe_backward_transient_bytes() when larger; with `last`, the loss's gradient when
+/// larger).
 int64_t llama_backward_transient_bytes(const LlamaActivationInput& in);
 
 /// tok_embeddings, layers.i.{attention_norm, attention.{wq,wk,wv,wo}, ffn_norm,

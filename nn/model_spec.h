@@ -64,7 +64,8 @@ void add_param(std::vector<ParamSpec>& out, const std::string& name, Shape shape
 
 /// A rank's activation peak from a family's per-tensor counts: `stored(in)` the bytes a
 /// micro-batch keeps from forward to backward for `in` (its blocks, or with layers = 0 its
-/// first/last-stage parts), `transient(in)` what one block's backward adds at its largest,
+/// first/last-stage parts), `transient(in)` what one block's backward adds at its largest
+/// (in.last set where the rank also runs the head's and the loss's backward),
 /// `recompute(in)` what one recomputation holds (0 without). `in_flight` micro-batches'
 /// stored bytes, one transient, and one recomputation, which never coexists with the last
 /// stage's head and loss activations (backwarded and freed before the blocks are).
@@ -80,7 +81,11 @@ int64_t rank_activation_bytes(const RankActivationQuery& q, const In& blocks, St
   ends.last = q.last;
   ends.pipeline = q.pipeline;  // a rank's stages: its output (or the logits) per in-flight micro-batch
   if (q.first || q.last || q.pipeline) bytes += int64_t(q.in_flight) * stored(ends);
-  if (q.layers > 0) bytes += transient(blocks);
+  if (q.layers > 0) {
+    In backward = blocks;
+    backward.last = q.last;  // the rank's backward starts with the head's and the loss's
+    bytes += transient(backward);
+  }
   if (const int64_t re = recompute(blocks); re > 0) {
     In head = ends;
     head.first = false;

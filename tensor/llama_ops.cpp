@@ -93,12 +93,18 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   return y;
 }
 
-std::pair<Tensor, Tensor> swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up) {
+std::pair<Tensor, Tensor> swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, bool overwrite_gate,
+                                          bool overwrite_up) {
   check_input(gate, "swiglu_backward", "gate");
   check_like(gate, up, "swiglu_backward", "up");
   check_like(gate, dy, "swiglu_backward", "grad");
   const Device d = gate.device();
-  Tensor dg = empty(gate.shape(), gate.dtype(), d), du = empty(gate.shape(), gate.dtype(), d);
+  // over the inputs on the CPU only, as bias_gelu_backward (each element is read before it
+  // is written)
+  const auto out = [&](const Tensor& t, bool over) {
+    return over && d.is_cpu() && t.is_contiguous() ? t : empty(gate.shape(), gate.dtype(), d);
+  };
+  Tensor dg = out(gate, overwrite_gate), du = out(up, overwrite_up);
   kSwigluBwd(d)(contiguous(dy), contiguous(gate), contiguous(up), dg, du, gate.numel());
   return {dg, du};
 }

@@ -538,7 +538,7 @@ std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim, 
 }
 
 Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, int64_t head_dim,
-                                 int64_t kv_heads) {
+                                 int64_t kv_heads, bool overwrite_qkv) {
   const auto [H, Hkv] = attention_heads(qkv, head_dim, kv_heads, "causal_attention_backward");
   if (Hkv != H && !runs_grouped(qkv))
     return detail::sum_kv_heads(
@@ -554,7 +554,10 @@ Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tens
                "[causal_attention_backward] saved statistics ", probs.str(), " do not match ", shape_str(want), " ",
                dtype_name(attention_stats_dtype(d, qkv.dtype())),
                runs_composed(d, qkv.dtype()) ? " (probabilities)" : " (log-sum-exp)");
-  Tensor dqkv = empty(qkv.shape(), qkv.dtype(), d);
+  // over qkv on the CPU's kernel only: the CUDA kernel reads a query block's rows after
+  // other blocks have written gradients, and GPU stores do not read lines in anyway
+  const bool over = overwrite_qkv && d.is_cpu() && !runs_composed(d, qkv.dtype()) && qkv.is_contiguous();
+  Tensor dqkv = over ? qkv : empty(qkv.shape(), qkv.dtype(), d);
   if (runs_composed(d, qkv.dtype()))
     detail::composed_causal_attention_backward(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
   else
@@ -597,7 +600,7 @@ std::pair<Tensor, Tensor> causal_attention_rotary(const Tensor& qkv, const Tenso
 
 Tensor causal_attention_rotary_backward(const Tensor& dy, const Tensor& qkv, const Tensor& positions,
                                         const Tensor& inv_freq, const Tensor& lse, int64_t head_dim,
-                                        int64_t kv_heads) {
+                                        int64_t kv_heads, bool overwrite_qkv) {
   const char* op = "causal_attention_rotary_backward";
   const auto [H, Hkv] = check_rotary_attention(qkv, positions, inv_freq, head_dim, kv_heads, op);
   const int64_t B = qkv.size(0), T = qkv.size(1);
@@ -606,7 +609,7 @@ Tensor causal_attention_rotary_backward(const Tensor& dy, const Tensor& qkv, con
                qkv.str());
   STRATA_CHECK(lse.shape() == (Shape{B, H, T}) && lse.dtype() == qkv.dtype() && lse.device().is_cpu(), "[", op,
                "] saved log-sum-exp ", lse.str(), " does not match (", B, ", ", H, ", ", T, ")");
-  Tensor dqkv = empty(qkv.shape(), qkv.dtype(), kCPU);
+  Tensor dqkv = overwrite_qkv && qkv.is_contiguous() ? qkv : empty(qkv.shape(), qkv.dtype(), kCPU);
   kAttentionRotaryBwd(kCPU)(contiguous(dy), contiguous(qkv), contiguous(positions), contiguous(inv_freq),
                             contiguous(lse), dqkv, head_dim, Hkv);
   return dqkv;

@@ -147,9 +147,10 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim);
 /// bias fused with the GELU after it); b may be undefined. CPU and CUDA.
 Tensor bias_gelu(const Tensor& y, const Tensor& b, bool tanh_approx);
 /// (dh, db) of bias_gelu: dh = dout * gelu'(y + b), db = dh summed over rows (undefined
-/// unless need_bias_grad), in one pass.
+/// unless need_bias_grad), in one pass. overwrite_y: the caller hands y over, and on the
+/// CPU a contiguous y gets dh written over it (each element read before it is written).
 std::pair<Tensor, Tensor> bias_gelu_backward(const Tensor& dout, const Tensor& y, const Tensor& b, bool tanh_approx,
-                                             bool need_bias_grad);
+                                             bool need_bias_grad, bool overwrite_y = false);
 /// y = r + (y + b) in place, one pass: a Linear's bias and the residual add after it,
 /// onto the bias-free GEMM output y (rows, C), contiguous; r has y's element count and
 /// last dim (any shape, e.g. (B, T, C)); b (C) may be undefined. CPU and CUDA.
@@ -230,8 +231,10 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& probs, const Te
 /// key/value head h / (H/Hkv); the CPU's f32/f64 kernel reads the groups in place.
 std::pair<Tensor, Tensor> causal_attention(const Tensor& qkv, int64_t head_dim, int64_t kv_heads = 0);
 /// d qkv (the shape of qkv) from dy (B, T, H*hd), the forward's qkv and saved statistics.
+/// overwrite_qkv: the caller hands qkv over, and the CPU's fused kernel writes d qkv over a
+/// contiguous qkv (it reads each (batch, head) pair's rows before it writes their gradients).
 Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& probs, int64_t head_dim,
-                                 int64_t kv_heads = 0);
+                                 int64_t kv_heads = 0, bool overwrite_qkv = false);
 /// Whether causal_attention_rotary runs for qkv: the CPU's fused f32/f64 kernel.
 bool fuses_rotary_attention(const Tensor& qkv);
 /// causal_attention of qkv with its q and k heads turned by the rotary embedding first, in
@@ -240,10 +243,11 @@ bool fuses_rotary_attention(const Tensor& qkv);
 /// tensor. positions (T) i64, inv_freq (hd/2) f64. Where fuses_rotary_attention(qkv) only.
 std::pair<Tensor, Tensor> causal_attention_rotary(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
                                                   int64_t head_dim, int64_t kv_heads);
-/// d qkv (as given, not turned) of causal_attention_rotary.
+/// d qkv (as given, not turned) of causal_attention_rotary; overwrite_qkv as for
+/// causal_attention_backward.
 Tensor causal_attention_rotary_backward(const Tensor& dy, const Tensor& qkv, const Tensor& positions,
                                         const Tensor& inv_freq, const Tensor& lse, int64_t head_dim,
-                                        int64_t kv_heads);
+                                        int64_t kv_heads, bool overwrite_qkv = false);
 
 // ---------------------------------------------------------------- Llama kernels (llama_ops.cpp)
 /// RMSNorm over the last dim of x (..., C): y = x / sqrt(mean(x^2) + eps) * weight; weight
@@ -262,8 +266,10 @@ Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, 
               int64_t rotated_heads = -1);
 /// silu(gate) * up elementwise (Llama's SwiGLU), gate and up of one shape and dtype. CPU and CUDA.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
-/// (dgate, dup) of swiglu.
-std::pair<Tensor, Tensor> swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up);
+/// (dgate, dup) of swiglu. overwrite_gate / overwrite_up: the caller hands gate / up over,
+/// and on the CPU a contiguous one gets its gradient written over it.
+std::pair<Tensor, Tensor> swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up,
+                                          bool overwrite_gate = false, bool overwrite_up = false);
 
 /// Inverted dropout: returns y = x * mask / (1-p) and the mask (u8).
 std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen);

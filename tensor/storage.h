@@ -55,6 +55,8 @@ class Storage {
   /// Allocates nbytes() again (uninitialised) after release(), charged to `c`.
   void reallocate(MemCategory c);
   bool released() const { return released_; }
+  /// True for memory the caller keeps alive (the external-memory constructor).
+  bool external() const { return alloc_ == nullptr; }
   uint32_t version() const { return version_; }
   void bump_version() { ++version_; }
 
