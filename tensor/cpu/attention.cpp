@@ -105,9 +105,8 @@ template <class T, int R, int NV>
 // tiles of kRCols = 8 rows x 2 vectors (the GPT T64 backward alone 700 -> 665-683 us, in
 // its step 3.12 -> 3.06 ms), and the forward in row blocks of kRFwd = 8 rows, tiles of 8 x 2
 // (alone 366 -> 330-340 us, in the step 1.45-1.52 -> 1.38-1.46 ms over two runs of
-// alternating rounds), the next pair's rows prefetched in parts of at most 4 rows between
-// a block's steps. (Blocks of 8 in the backward as well ran it no faster; prefetching a
-// whole 8-row block's lines in one burst ran the step's backward 3.1 -> 3.4 ms.) A column
+// alternating rounds). (Blocks of 8 in the backward as well ran it no faster; prefetching
+// a whole 8-row block's lines in one burst ran the step's backward 3.1 -> 3.4 ms.) A column
 // block of 8 must lie within the rows' valid columns, which end on whole vectors after
 // blocks of kR rows: it needs vectors of at least 8 lanes.
 struct LevelBase {
@@ -313,18 +312,30 @@ inline void forward_pair(const FwdPair<T>& a) {
     q = qr;
     ldq = hdp;
   }
+  // The next pair's rows, a part between each two steps of a block: first its k and v,
+  // which it packs whole before its first block, then its q and output rows, which it
+  // reaches block by block; 8 rows of two tensors a part. (Each block's rows of all four in
+  // turn left the next pair's packing waiting on k and v: the GPT T64 step's forward
+  // 1.9-2.2 -> 1.40-1.44 ms, 1.3 ms alone.)
+  int64_t pf_kv = a.next.k ? 0 : n, pf_q = 0;
+  const auto prefetch_next = [&] {
+    if (!a.next.q) return;
+    constexpr int64_t kPart = 8;
+    if (pf_kv < n) {
+      const int64_t part = std::min(kPart, n - pf_kv);
+      prefetch_rows(a.next.k + pf_kv * a.ld, a.ld, part, hd);
+      prefetch_rows(a.next.v + pf_kv * a.ld, a.ld, part, hd);
+      pf_kv += part;
+    } else if (pf_q < n) {
+      const int64_t part = std::min(kPart, n - pf_q);
+      prefetch_rows(a.next.q + pf_q * a.ld, a.ld, part, hd);
+      prefetch_rows<true>(a.next_y + pf_q * a.ldy, a.ldy, part, hd);
+      pf_q += part;
+    }
+  };
   for (int64_t i0 = 0; i0 < n; i0 += R) {
     const int rows = int(std::min<int64_t>(R, n - i0));
     const int64_t last = i0 + rows, m = (last + lanes - 1) / lanes * lanes;  // columns [0, m): to the diagonal
-    // the next pair's rows of this block, in parts of at most 4 rows between its steps
-    int pf = 0;
-    const auto prefetch_next = [&] {
-      if (!a.next.q || pf >= rows) return;
-      const int64_t at = i0 + pf, part = std::min(4, rows - pf);
-      a.next.prefetch(at, part, a.ld, hd);
-      prefetch_rows<true>(a.next_y + at * a.ldy, a.ldy, part, hd);
-      pf += int(part);
-    };
     product<L, T, R, NV>(rows, TileArgs<T>{0, hd, q + i0 * ldq, ldq, 1, kt, tp, s, tp, m});
     prefetch_next();
     if (rows == R)  // a constant row count: the rows' accumulators stay in registers
