@@ -9,19 +9,48 @@ namespace {
 
 bool needs(const Tensor& t) { return t.defined() && t.requires_grad(); }
 
+// RMSNorm's backward, which takes over the gradient its input has already received from
+// its other consumers (the residual stream's: Node::absorbs_edge) and adds it in its own
+// pass (ops::rms_norm_backward_add) instead of the engine's separate add.
+class RmsNormNode final : public Node {
+ public:
+  RmsNormNode(const Tensor& x, const Tensor& w, Tensor rstd, bool need_x, bool need_w)
+      : x_(x), w_(w), rstd_(std::move(rstd)), need_x_(need_x), need_w_(need_w) {
+    if (need_x) absorbs_edge_ = 0;
+  }
+  void absorb(Tensor pending) override { other_ = std::move(pending); }
+  std::vector<Tensor> apply(const Tensor& g) override {
+    const Tensor other = std::move(other_);
+    other_ = Tensor();
+    const Tensor& x = x_.get("RmsNormBackward");
+    const bool in_place = other.defined() && detail::reusable_as(other, x);
+    auto [dx, dw] = ops::rms_norm_backward_add(g, x, rstd_, w_.defined() ? w_.get("RmsNormBackward") : Tensor(),
+                                               other, in_place);
+    return {need_x_ ? dx : Tensor(), need_w_ ? dw : Tensor()};
+  }
+  std::string name() const override { return "RmsNormBackward"; }
+  void release_saved() override {
+    x_.reset();
+    w_.reset();
+    rstd_ = other_ = Tensor();
+    Node::release_saved();
+  }
+
+ private:
+  SavedTensor x_, w_;
+  Tensor rstd_, other_;
+  bool need_x_, need_w_;
+};
+
 }  // namespace
 
 Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) {
   const Tensor x = autocast::to_f32(x_in), weight = autocast::to_f32(w_in);  // f32 op under autocast
   auto [y, rstd] = ops::rms_norm(x, weight, eps);
   if (!any_requires_grad(x, weight)) return y;
-  const bool nx = needs(x), nw = needs(weight);
-  SavedTensor sx(x), sw(weight);
-  return record_fn("RmsNormBackward", y, {x, weight}, [=, rstd = rstd](const Tensor& g) {
-    auto [dx, dw] = ops::rms_norm_backward(g, sx.get("RmsNormBackward"), rstd,
-                                           sw.defined() ? sw.get("RmsNormBackward") : Tensor());
-    return std::vector{nx ? dx : Tensor(), nw ? dw : Tensor()};
-  });
+  auto node = std::make_shared<RmsNormNode>(x, weight, rstd, needs(x), needs(weight));
+  set_history(y, node, {x, weight});
+  return y;
 }
 
 Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int64_t rotated_heads) {

@@ -20,6 +20,10 @@ using SwigluBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, T
 
 const KernelTable<RmsNormFn> kRmsNorm{"rms_norm", {&cpu::rms_norm_kernel, nullptr}};
 const KernelTable<RmsNormBwdFn> kRmsNormBwd{"rms_norm_backward", {&cpu::rms_norm_backward_kernel, nullptr}};
+// Optional: devices without it run rms_norm_backward and add (rms_norm_backward_add).
+using RmsNormBwdAddFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
+                             Tensor&, int64_t, int64_t);
+const KernelTable<RmsNormBwdAddFn> kRmsNormBwdAdd{"rms_norm_backward_add", {&cpu::rms_norm_backward_add_kernel, nullptr}};
 const KernelTable<RotaryFn> kRotary{"rotary", {&cpu::rotary_kernel, nullptr}};
 const KernelTable<SwigluFn> kSwiglu{"swiglu", {&cpu::swiglu_kernel, nullptr}};
 const KernelTable<SwigluBwdFn> kSwigluBwd{"swiglu_backward", {&cpu::swiglu_backward_kernel, nullptr}};
@@ -55,16 +59,38 @@ std::pair<Tensor, Tensor> rms_norm(const Tensor& x, const Tensor& weight, double
 
 std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rstd,
                                             const Tensor& weight) {
-  check_input(x, "rms_norm_backward", "input");
-  check_like(x, dy, "rms_norm_backward", "grad");
+  return rms_norm_backward_add(dy, x, rstd, weight, Tensor(), false);
+}
+
+std::pair<Tensor, Tensor> rms_norm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                                                const Tensor& weight, const Tensor& pending, bool in_place) {
+  const char* op = pending.defined() ? "rms_norm_backward_add" : "rms_norm_backward";
+  check_input(x, op, "input");
+  check_like(x, dy, op, "grad");
   const int64_t C = x.size(-1), rows = C > 0 ? x.numel() / C : 0;
-  STRATA_CHECK(rstd.numel() == rows && rstd.dtype() == stat_dtype(x.dtype()), "[rms_norm_backward] rstd must be (",
-               rows, ") ", dtype_name(stat_dtype(x.dtype())), ", got ", rstd.str());
+  STRATA_CHECK(rstd.numel() == rows && rstd.dtype() == stat_dtype(x.dtype()), "[", op, "] rstd must be (", rows,
+               ") ", dtype_name(stat_dtype(x.dtype())), ", got ", rstd.str());
   const Device d = x.device();
-  Tensor dx = empty(x.shape(), x.dtype(), d);
+  if (pending.defined()) {
+    check_like(x, pending, op, "pending gradient");
+    STRATA_CHECK(!in_place || pending.is_contiguous(), "[", op, "] in place needs a contiguous gradient, got ",
+                 pending.str());
+    if (!kRmsNormBwdAdd.find(d)) {  // the two ops, as the engine would add them
+      auto [dx, dw] = rms_norm_backward(dy, x, rstd, weight);
+      if (!in_place) return {binary(BinaryOp::add, pending, dx), dw};
+      Tensor out = pending;
+      add_(out, dx);
+      return {out, dw};
+    }
+  }
+  Tensor dx = pending.defined() && in_place ? pending : empty(x.shape(), x.dtype(), d);
   Tensor dw = weight.defined() ? empty({C}, x.dtype(), d) : Tensor();
-  kRmsNormBwd(d)(contiguous(dy), contiguous(x), contiguous(rstd), weight.defined() ? contiguous(weight) : weight, dx,
-                 dw, rows, C);
+  const Tensor wc = weight.defined() ? contiguous(weight) : weight;
+  if (pending.defined())
+    kRmsNormBwdAdd(d)(contiguous(dy), contiguous(x), contiguous(rstd), wc, in_place ? pending : contiguous(pending),
+                      dx, dw, rows, C);
+  else
+    kRmsNormBwd(d)(contiguous(dy), contiguous(x), contiguous(rstd), wc, dx, dw, rows, C);
   return {dx, dw};
 }
 

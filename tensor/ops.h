@@ -256,6 +256,12 @@ std::pair<Tensor, Tensor> rms_norm(const Tensor& x, const Tensor& weight, double
 /// (dx, dweight) of rms_norm (dweight undefined when weight is).
 std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rstd,
                                             const Tensor& weight);
+/// rms_norm_backward with pending (x's shape) the gradient x already received from its
+/// other consumers: dx = pending + the RMSNorm's dx, bit for bit the engine's add of the two,
+/// in one pass on the CPU (other devices: the two ops). in_place: written into pending (a
+/// contiguous tensor the caller owns). Undefined pending: rms_norm_backward.
+std::pair<Tensor, Tensor> rms_norm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                                                const Tensor& weight, const Tensor& pending, bool in_place);
 /// Rotary position embedding of x (B, T, H, hd), hd even, in the rotate-half layout of
 /// Hugging Face's Llama: the pair (x[..., i], x[..., i + hd/2]) turns by the angle
 /// positions[t] * inv_freq[i]. positions (T) i64 (global positions: context parallelism

@@ -41,10 +41,15 @@ void rms_norm_impl(const T* x, const T* w, T* y, A* rstd, int64_t rows, int64_t 
 
 // One block of rows of the backward, one pass per row:
 //   dx = rstd * (g - xhat * mean(g * xhat)),  g = dy * w,  xhat = x * rstd
-// and, when dwp is given, this block's column sums dw += dy * xhat (in A).
+// and, when dwp is given, this block's column sums dw += dy * xhat (in A). With `pending`
+// (rows, C), the gradient x already received from its other consumers, dx is rounded into
+// the row scratch tmp (C) first and dx = pending + tmp written: the add reads tmp from
+// memory, so it is not contracted with dx's last multiply into an FMA, and the result is bit
+// for bit rms_norm_backward's dx added to pending as the engine's add_ would (dx may be
+// pending itself: each element is read before it is overwritten).
 template <class T, bool kHasW, class A = acc_t<T>>
 void rms_norm_backward_rows(const T* dy, const T* x, const A* rstd, const T* w, T* dx, A* dwp, int64_t r0,
-                            int64_t r1, int64_t C) {
+                            int64_t r1, int64_t C, const T* pending, T* tmp) {
   const A inv_c = A(1) / A(C);
   for (int64_t r = r0; r < r1; ++r) {
     const T* gr = dy + r * C;
@@ -52,7 +57,9 @@ void rms_norm_backward_rows(const T* dy, const T* x, const A* rstd, const T* w, 
     T* dxr = dx + r * C;
     prefetch_row_ahead(dy, r, r1, C);
     prefetch_row_ahead(x, r, r1, C);
+    if (pending) prefetch_row_ahead(pending, r, r1, C);
     prefetch_row_ahead<true>(dx, r, r1, C);
+    T* out = pending ? tmp : dxr;
     const A rs = rstd[r];
     A sgx = 0;
 #pragma omp simd reduction(+ : sgx)
@@ -64,7 +71,12 @@ void rms_norm_backward_rows(const T* dy, const T* x, const A* rstd, const T* w, 
 #pragma omp simd
     for (int64_t i = 0; i < C; ++i) {
       const A g = kHasW ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
-      dxr[i] = st<T>(rs * (g - ld(xr[i]) * rs * sgx));
+      out[i] = st<T>(rs * (g - ld(xr[i]) * rs * sgx));
+    }
+    if (pending) {
+      const T* pr = pending + r * C;
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) dxr[i] = st<T>(ld(pr[i]) + ld(tmp[i]));
     }
     if (dwp) {
 #pragma omp simd
@@ -79,19 +91,20 @@ constexpr int64_t kMinRowBlock = 32, kMaxBlocks = 256;
 
 template <class T, class A = acc_t<T>>
 void rms_norm_backward_impl(const T* dy, const T* x, const A* rstd, const T* w, T* dx, T* dw, int64_t rows,
-                            int64_t C) {
+                            int64_t C, const T* pending) {
   const int64_t block = std::max(kMinRowBlock, (rows + kMaxBlocks - 1) / kMaxBlocks);
   const int64_t blocks = (rows + block - 1) / block;
   std::vector<A> part(dw ? size_t(blocks * C) : 0, A(0));
   const int64_t grain = std::max<int64_t>(1, 8192 / (block * std::max<int64_t>(C, 1)));
   parallel_for_simd(blocks, grain, [&](int64_t b0, int64_t b1) {
+    std::vector<T> tmp(pending ? size_t(C) : 0);  // this chunk's row scratch (L1)
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
       A* pw = dw ? part.data() + blk * C : nullptr;
       if (w)
-        rms_norm_backward_rows<T, true>(dy, x, rstd, w, dx, pw, r0, r1, C);
+        rms_norm_backward_rows<T, true>(dy, x, rstd, w, dx, pw, r0, r1, C, pending, tmp.data());
       else
-        rms_norm_backward_rows<T, false>(dy, x, rstd, w, dx, pw, r0, r1, C);
+        rms_norm_backward_rows<T, false>(dy, x, rstd, w, dx, pw, r0, r1, C, pending, tmp.data());
     }
   });
   if (!dw) return;
@@ -115,10 +128,11 @@ void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, 
   });
 }
 
-void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,
-                              Tensor& dw, int64_t rows, int64_t C) {
+namespace {
+void rms_norm_backward_into(const char* op, const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w,
+                            const Tensor& pending, Tensor& dx, Tensor& dw, int64_t rows, int64_t C) {
   if (C == 0) return;
-  STRATA_DISPATCH_FLOAT16(x.dtype(), "rms_norm_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), op, [&] {
     using A = acc_t<scalar_t>;
     scalar_t* dwp = dw.data_or_null<scalar_t>();
     if (rows == 0) {
@@ -126,8 +140,20 @@ void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& r
       return;
     }
     rms_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), rstd.data<A>(),
-                                     w.data_or_null<scalar_t>(), dx.data<scalar_t>(), dwp, rows, C);
+                                     w.data_or_null<scalar_t>(), dx.data<scalar_t>(), dwp, rows, C,
+                                     pending.data_or_null<scalar_t>());
   });
+}
+}  // namespace
+
+void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,
+                              Tensor& dw, int64_t rows, int64_t C) {
+  rms_norm_backward_into("rms_norm_backward", dy, x, rstd, w, Tensor(), dx, dw, rows, C);
+}
+
+void rms_norm_backward_add_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w,
+                                  const Tensor& pending, Tensor& dx, Tensor& dw, int64_t rows, int64_t C) {
+  rms_norm_backward_into("rms_norm_backward_add", dy, x, rstd, w, pending, dx, dw, rows, C);
 }
 
 }  // namespace strata::cpu

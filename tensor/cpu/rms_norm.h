@@ -14,5 +14,9 @@ void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, 
 /// dx (always) and dw (when defined, shape (C)).
 void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,
                               Tensor& dw, int64_t rows, int64_t C);
+/// As rms_norm_backward_kernel with dx = pending + the RMSNorm's dx, bit for bit the two
+/// added as the autograd engine adds them; dx may be pending itself.
+void rms_norm_backward_add_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w,
+                                  const Tensor& pending, Tensor& dx, Tensor& dw, int64_t rows, int64_t C);
 
 }  // namespace strata::cpu

@@ -108,6 +108,31 @@ TEST(LlamaOps, RmsNormBackwardMatchesF64ReferenceAtEverySimdLevel) {
   }
 }
 
+TEST(LlamaOps, RmsNormBackwardAddIsTheBackwardPlusThePendingGradientBitForBitAtEveryLevel) {
+  // what the engine computes without the fusion: rms_norm_backward's dx, then pending += dx
+  testing::SimdLevelGuard guard;
+  for (const int64_t c : {5, 67, 128}) {
+    const int64_t rows = 70;
+    const Tensor x = rnd({rows, c}, 13), w = rnd({c}, 14), dy = rnd({rows, c}, 15), pending = rnd({rows, c}, 16);
+    for (const cpu::SimdLevel lvl : testing::runnable_simd_levels()) {
+      ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+      const std::string at = std::string(cpu::simd_level_name(lvl)) + ", c " + std::to_string(c);
+      const auto [y, rstd] = ops::rms_norm(x, w, 1e-5);
+      const auto [dx, dw] = ops::rms_norm_backward(dy, x, rstd, w);
+      Tensor want = ops::clone(pending);
+      ops::add_(want, dx);
+      const auto [fresh, dw1] = ops::rms_norm_backward_add(dy, x, rstd, w, pending, /*in_place=*/false);
+      EXPECT_FALSE(fresh.shares_storage(pending)) << at;
+      EXPECT_EQ(fresh.to_vector<float>(), want.to_vector<float>()) << at;
+      EXPECT_EQ(dw1.to_vector<float>(), dw.to_vector<float>()) << at;
+      Tensor own = ops::clone(pending);
+      const auto [into, dw2] = ops::rms_norm_backward_add(dy, x, rstd, w, own, /*in_place=*/true);
+      EXPECT_TRUE(into.shares_storage(own)) << at;
+      EXPECT_EQ(into.to_vector<float>(), want.to_vector<float>()) << at;
+    }
+  }
+}
+
 TEST(LlamaOps, RotaryMatchesF64ReferenceAtEverySimdLevel) {
   testing::SimdLevelGuard guard;
   const int64_t b = 2, t = 5, h = 3, hd = 10;
