@@ -291,18 +291,14 @@ bool fuses_residual_norm_on(Device d) {
 // the gradient already pending at s (its other consumers': the next residual add) and adds
 // it in layer_norm_backward's pass (ops::layer_norm_backward_add), in place when nothing
 // else holds it. The separate ops would write dx, and the engine read it back to add.
-class LayerNormAddNode final : public Node {
+class LayerNormAddNode final : public PendingAddNode {
  public:
   LayerNormAddNode(const Tensor& s, const Tensor& w, Tensor mean, Tensor rstd, bool need_w, bool need_b)
-      : s_(s), w_(w), mean_(std::move(mean)), rstd_(std::move(rstd)), need_w_(need_w), need_b_(need_b) {
-    absorbs_edge_ = 0;
-  }
-  void absorb(Tensor pending) override { other_ = std::move(pending); }
+      : PendingAddNode(true), s_(s), w_(w), mean_(std::move(mean)), rstd_(std::move(rstd)), need_w_(need_w),
+        need_b_(need_b) {}
   std::vector<Tensor> apply(const Tensor& g) override {
-    const Tensor other = std::move(other_);
-    other_ = Tensor();
     const Tensor& s = s_.get("LayerNormAddBackward");
-    const bool in_place = other.defined() && detail::reusable_as(other, s);
+    const auto [other, in_place] = take_pending(s);
     auto [ds, dw, db] = ops::layer_norm_backward_add(g, s, mean_, rstd_, w_.defined() ? w_.get("LayerNormAddBackward")
                                                                                       : Tensor(),
                                                      need_b_, other, in_place);
@@ -312,13 +308,13 @@ class LayerNormAddNode final : public Node {
   void release_saved() override {
     s_.reset();
     w_.reset();
-    mean_ = rstd_ = other_ = Tensor();
-    Node::release_saved();
+    mean_ = rstd_ = Tensor();
+    PendingAddNode::release_saved();
   }
 
  private:
   SavedTensor s_, w_;
-  Tensor mean_, rstd_, other_;
+  Tensor mean_, rstd_;
   bool need_w_, need_b_;
 };
 }  // namespace

@@ -12,18 +12,13 @@ bool needs(const Tensor& t) { return t.defined() && t.requires_grad(); }
 // RMSNorm's backward, which takes over the gradient its input has already received from
 // its other consumers (the residual stream's: Node::absorbs_edge) and adds it in its own
 // pass (ops::rms_norm_backward_add) instead of the engine's separate add.
-class RmsNormNode final : public Node {
+class RmsNormNode final : public PendingAddNode {
  public:
   RmsNormNode(const Tensor& x, const Tensor& w, Tensor rstd, bool need_x, bool need_w)
-      : x_(x), w_(w), rstd_(std::move(rstd)), need_x_(need_x), need_w_(need_w) {
-    if (need_x) absorbs_edge_ = 0;
-  }
-  void absorb(Tensor pending) override { other_ = std::move(pending); }
+      : PendingAddNode(need_x), x_(x), w_(w), rstd_(std::move(rstd)), need_x_(need_x), need_w_(need_w) {}
   std::vector<Tensor> apply(const Tensor& g) override {
-    const Tensor other = std::move(other_);
-    other_ = Tensor();
     const Tensor& x = x_.get("RmsNormBackward");
-    const bool in_place = other.defined() && detail::reusable_as(other, x);
+    const auto [other, in_place] = take_pending(x);
     auto [dx, dw] = ops::rms_norm_backward_add(g, x, rstd_, w_.defined() ? w_.get("RmsNormBackward") : Tensor(),
                                                other, in_place);
     return {need_x_ ? dx : Tensor(), need_w_ ? dw : Tensor()};
@@ -32,13 +27,13 @@ class RmsNormNode final : public Node {
   void release_saved() override {
     x_.reset();
     w_.reset();
-    rstd_ = other_ = Tensor();
-    Node::release_saved();
+    rstd_ = Tensor();
+    PendingAddNode::release_saved();
   }
 
  private:
   SavedTensor x_, w_;
-  Tensor rstd_, other_;
+  Tensor rstd_;
   bool need_x_, need_w_;
 };
 

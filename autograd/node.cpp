@@ -58,6 +58,12 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   return {};
 }
 
+std::pair<Tensor, bool> PendingAddNode::take_pending(const Tensor& like) {
+  Tensor p = std::exchange(pending_, Tensor());
+  const bool in_place = p.defined() && detail::reusable_as(p, like);
+  return {std::move(p), in_place};
+}
+
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return {};
   if (t.grad_fn()) return {t.grad_fn()};

@@ -50,6 +50,29 @@ class Node {
   uint32_t trace_label_ = 0;
 };
 
+/// A node whose backward takes over the gradient its input 0 has already received from that
+/// input's other consumers and adds it in its own pass (absorbs_edge() 0): absorb() keeps
+/// it until apply() takes it with take_pending().
+class PendingAddNode : public Node {
+ public:
+  void absorb(Tensor pending) override { pending_ = std::move(pending); }
+  void release_saved() override {
+    pending_ = Tensor();
+    Node::release_saved();
+  }
+
+ protected:
+  explicit PendingAddNode(bool absorbs) {
+    if (absorbs) absorbs_edge_ = 0;
+  }
+  /// The absorbed gradient (undefined: none came), and whether it may be written in place
+  /// as the gradient of `like` (nothing else holds it: detail::reusable_as).
+  std::pair<Tensor, bool> take_pending(const Tensor& like);
+
+ private:
+  Tensor pending_;
+};
+
 /// The sink of a leaf tensor: adds the incoming gradient to .grad and then runs the
 /// leaf's post-accumulate-grad hooks (where DDP/ZeRO attach).
 class AccumulateGrad final : public Node {
