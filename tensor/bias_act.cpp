@@ -40,9 +40,7 @@ std::pair<Tensor, Tensor> bias_gelu_backward(const Tensor& dout, const Tensor& y
   STRATA_CHECK(dout.defined() && dout.shape() == y.shape() && dout.dtype() == y.dtype(), "[bias_gelu_backward] grad ",
                dout.defined() ? dout.str() : std::string("undefined"), " does not match input ", y.str());
   const Device d = common_device("bias_gelu_backward", dout, y);
-  // CPU only: there the output's lines are then ones the pass has just read, not a block
-  // read in from memory first (GPU stores do not read lines in)
-  Tensor dh = overwrite_y && d.is_cpu() && y.is_contiguous() ? y : empty(y.shape(), y.dtype(), d);
+  Tensor dh = writes_over(y, overwrite_y) ? y : empty(y.shape(), y.dtype(), d);
   Tensor db = need_bias_grad ? empty({y.size(-1)}, y.dtype(), d) : Tensor();
   kBiasGeluBwd(d)(contiguous(dout), contiguous(y), b.defined() ? contiguous(b) : b, dh, db, tanh_approx);
   return {dh, db};

@@ -99,6 +99,16 @@ Device common_device(const char* op, const T0& t0, const Ts&... ts) {
   return d;
 }
 
+/// Whether an op writes its result over its input t, which the caller hands over (`handed`:
+/// nothing else will read t): on the CPU, and only over a contiguous t. There a fresh output
+/// block (the caching allocator's, last used a step earlier) has each line read in from
+/// memory before its stores, where t's lines are the ones the op has just read; GPU stores
+/// do not read lines in, so there the ops allocate as usual.
+template <class TensorT>
+bool writes_over(const TensorT& t, bool handed) {
+  return handed && t.device().is_cpu() && t.is_contiguous();
+}
+
 /// Index tensors are i64 or i32: calls f(int64_t{}) or f(int32_t{}) (a tag carrying the
 /// index type), else throws naming `op`. Shared by the CPU and CUDA index kernels.
 template <class TensorT, class F>

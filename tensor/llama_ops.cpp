@@ -125,10 +125,9 @@ std::pair<Tensor, Tensor> swiglu_backward(const Tensor& dy, const Tensor& gate, 
   check_like(gate, up, "swiglu_backward", "up");
   check_like(gate, dy, "swiglu_backward", "grad");
   const Device d = gate.device();
-  // over the inputs on the CPU only, as bias_gelu_backward (each element is read before it
-  // is written)
+  // each element is read before it is written
   const auto out = [&](const Tensor& t, bool over) {
-    return over && d.is_cpu() && t.is_contiguous() ? t : empty(gate.shape(), gate.dtype(), d);
+    return writes_over(t, over) ? t : empty(gate.shape(), gate.dtype(), d);
   };
   Tensor dg = out(gate, overwrite_gate), du = out(up, overwrite_up);
   kSwigluBwd(d)(contiguous(dy), contiguous(gate), contiguous(up), dg, du, gate.numel());

@@ -554,9 +554,9 @@ Tensor causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tens
                "[causal_attention_backward] saved statistics ", probs.str(), " do not match ", shape_str(want), " ",
                dtype_name(attention_stats_dtype(d, qkv.dtype())),
                runs_composed(d, qkv.dtype()) ? " (probabilities)" : " (log-sum-exp)");
-  // over qkv on the CPU's kernel only: the CUDA kernel reads a query block's rows after
-  // other blocks have written gradients, and GPU stores do not read lines in anyway
-  const bool over = overwrite_qkv && d.is_cpu() && !runs_composed(d, qkv.dtype()) && qkv.is_contiguous();
+  // over qkv in the CPU's fused kernel only (it reads a pair's rows before it writes their
+  // gradients; the composed ops do not)
+  const bool over = writes_over(qkv, overwrite_qkv && !runs_composed(d, qkv.dtype()));
   Tensor dqkv = over ? qkv : empty(qkv.shape(), qkv.dtype(), d);
   if (runs_composed(d, qkv.dtype()))
     detail::composed_causal_attention_backward(contiguous(dy), contiguous(qkv), contiguous(probs), dqkv, head_dim);
@@ -609,7 +609,7 @@ Tensor causal_attention_rotary_backward(const Tensor& dy, const Tensor& qkv, con
                qkv.str());
   STRATA_CHECK(lse.shape() == (Shape{B, H, T}) && lse.dtype() == qkv.dtype() && lse.device().is_cpu(), "[", op,
                "] saved log-sum-exp ", lse.str(), " does not match (", B, ", ", H, ", ", T, ")");
-  Tensor dqkv = overwrite_qkv && qkv.is_contiguous() ? qkv : empty(qkv.shape(), qkv.dtype(), kCPU);
+  Tensor dqkv = writes_over(qkv, overwrite_qkv) ? qkv : empty(qkv.shape(), qkv.dtype(), kCPU);
   kAttentionRotaryBwd(kCPU)(contiguous(dy), contiguous(qkv), contiguous(positions), contiguous(inv_freq),
                             contiguous(lse), dqkv, head_dim, Hkv);
   return dqkv;

@@ -19,6 +19,16 @@
 
 namespace strata::cpu::norm_rows {
 
+/// dx = pending + tmp over one row of C: the normalisation's dx rounded into the row
+/// scratch tmp first, so that the add reads it back from memory and is not contracted with
+/// dx's last multiply into an FMA: bit for bit the dx added to pending as the engine's add_
+/// would (dx may be pending itself: each element is read before it is overwritten).
+template <class T>
+[[gnu::always_inline]] inline void add_pending_row(const T* pending, const T* tmp, T* dx, int64_t C) {
+#pragma omp simd
+  for (int64_t i = 0; i < C; ++i) dx[i] = st<T>(ld(pending[i]) + ld(tmp[i]));
+}
+
 /// Whether T's rows run the AVX-512 row loops (f32 at SIMD level x86-64-v4).
 template <class T>
 bool use_avx512() {
@@ -57,11 +67,8 @@ template <class T, class A = acc_t<T>>
 /// One block of rows of the layer norm backward, in one pass per row:
 ///   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w,  xhat = (x - mean) * rstd
 /// and, when dwp/dbp are given, this block's column sums dw += dy * xhat, db += dy (in A).
-/// With `pending` (rows, C) the gradient x already received from its other consumers, dx is
-/// rounded into the row scratch tmp (C) first and dx = pending + tmp is written: the add
-/// reads tmp from memory, so it cannot be contracted with dx's last multiply into an FMA,
-/// and the result is bit for bit layer_norm_backward's dx added to pending as the engine's
-/// add_ would (dx may be pending itself: each element is read before it is overwritten).
+/// With `pending` (rows, C) the gradient x already received from its other consumers, dx goes
+/// through the row scratch tmp (C) and is added to it (add_pending_row).
 template <class T, bool kHasW, class A = acc_t<T>>
 [[gnu::always_inline]] inline void layer_norm_backward_rows(const T* dy, const T* x, const A* mean, const A* rstd,
                                                             const T* w, T* dx, A* dwp, A* dbp, int64_t r0,
@@ -90,11 +97,7 @@ template <class T, bool kHasW, class A = acc_t<T>>
       const A g = kHasW ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
       out[i] = st<T>(rs * (g - sg - (ld(xr[i]) - mu) * rs * sgx));
     }
-    if (pending) {
-      const T* pr = pending + r * C;
-#pragma omp simd
-      for (int64_t i = 0; i < C; ++i) dxr[i] = st<T>(ld(pr[i]) + ld(tmp[i]));
-    }
+    if (pending) add_pending_row(pending + r * C, tmp, dxr, C);
     if (dwp) {
 #pragma omp simd
       for (int64_t i = 0; i < C; ++i) dwp[i] += ld(gr[i]) * ((ld(xr[i]) - mu) * rs);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/norm_rows.h>
 #include <strata/tensor/cpu/prefetch.h>
 #include <strata/tensor/cpu/widen.h>
 
@@ -42,11 +43,8 @@ void rms_norm_impl(const T* x, const T* w, T* y, A* rstd, int64_t rows, int64_t 
 // One block of rows of the backward, one pass per row:
 //   dx = rstd * (g - xhat * mean(g * xhat)),  g = dy * w,  xhat = x * rstd
 // and, when dwp is given, this block's column sums dw += dy * xhat (in A). With `pending`
-// (rows, C), the gradient x already received from its other consumers, dx is rounded into
-// the row scratch tmp (C) first and dx = pending + tmp written: the add reads tmp from
-// memory, so it is not contracted with dx's last multiply into an FMA, and the result is bit
-// for bit rms_norm_backward's dx added to pending as the engine's add_ would (dx may be
-// pending itself: each element is read before it is overwritten).
+// (rows, C), the gradient x already received from its other consumers, dx goes through the
+// row scratch tmp (C) and is added to it (norm_rows::add_pending_row).
 template <class T, bool kHasW, class A = acc_t<T>>
 void rms_norm_backward_rows(const T* dy, const T* x, const A* rstd, const T* w, T* dx, A* dwp, int64_t r0,
                             int64_t r1, int64_t C, const T* pending, T* tmp) {
@@ -73,11 +71,7 @@ void rms_norm_backward_rows(const T* dy, const T* x, const A* rstd, const T* w, 
       const A g = kHasW ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
       out[i] = st<T>(rs * (g - ld(xr[i]) * rs * sgx));
     }
-    if (pending) {
-      const T* pr = pending + r * C;
-#pragma omp simd
-      for (int64_t i = 0; i < C; ++i) dxr[i] = st<T>(ld(pr[i]) + ld(tmp[i]));
-    }
+    if (pending) norm_rows::add_pending_row(pending + r * C, tmp, dxr, C);
     if (dwp) {
 #pragma omp simd
       for (int64_t i = 0; i < C; ++i) dwp[i] += ld(gr[i]) * (ld(xr[i]) * rs);
