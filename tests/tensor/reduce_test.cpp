@@ -5,7 +5,10 @@
 
 #include <cmath>
 
+#include <strata/tensor/cpu/simd_level.h>
 #include <strata/tensor/ops.h>
+
+#include "tests/simd_levels.h"
 
 using namespace strata;
 
@@ -95,6 +98,36 @@ TEST(Reduce, FastPathsAtThreadedSizes) {
                   1e-12);
   expect_near_vec(ops::sum(y, {0, 2}).to_vector<double>(), ref_sum(yv, y.shape(), {true, false, true}, nullptr),
                   1e-12);
+}
+
+// Column sums (bias gradients) keep one f64 accumulator per column, added in row order
+// within blocks of 512 rows, the blocks' partials then added in order: at every SIMD level
+// the result is that serial order's, bit for bit, however the columns are strided through
+// registers (widths below, at and past a 64-column strip, and a 256-column block's edge).
+TEST(Reduce, ColumnSumsAreTheSerialOrderBitForBitAtEveryLevel) {
+  strata::testing::SimdLevelGuard guard;
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{3, 5}, {700, 64}, {1100, 300}, {40, 384}}) {
+    Generator g(uint64_t(rows * cols));
+    const Tensor x = ops::uniform({rows, cols}, -1, 1, g, DType::f32);
+    const auto v = x.to_vector<float>();
+    std::vector<float> want(static_cast<size_t>(cols));
+    for (int64_t c = 0; c < cols; ++c) {
+      double total = 0;
+      for (int64_t r0 = 0; r0 < rows; r0 += 512) {
+        double block = 0;
+        for (int64_t r = r0; r < std::min(rows, r0 + 512); ++r) block += double(v[size_t(r * cols + c)]);
+        total = rows > 512 ? total + block : block;
+      }
+      want[size_t(c)] = float(total);
+    }
+    for (cpu::SimdLevel lvl : strata::testing::runnable_simd_levels()) {
+      cpu::set_simd_level(lvl);
+      const auto got = ops::sum(x, {0}).to_vector<float>();
+      for (int64_t c = 0; c < cols; ++c)
+        ASSERT_EQ(got[size_t(c)], want[size_t(c)]) << rows << "x" << cols << " column " << c << " at "
+                                                   << cpu::simd_level_name(lvl);
+    }
+  }
 }
 
 TEST(Reduce, F32SumAccumulatesWide) {
