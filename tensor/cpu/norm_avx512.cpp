@@ -5,6 +5,7 @@
 #include <strata/tensor/cpu/avx512_source.h>
 
 #if STRATA_AVX512_SOURCE
+#include <algorithm>
 #include <cmath>
 
 #include <strata/tensor/cpu/prefetch.h>
@@ -42,11 +43,9 @@ STRATA_AVX512 inline void chunks(int64_t full, int64_t C, __mmask16 tail, F&& f)
   if (full < C) f(full, 1, tail);
 }
 
-// One row's forward: the mean, then the mean of squared deviations (two chains each; the
-// tail's lanes zero), then y = xhat w + b.
-template <bool kW, bool kB>
-STRATA_AVX512 void forward_row(const float* x, const float* w, const float* b, float* y, float& mean, float& rstd,
-                               int64_t C, float eps) {
+// One row's statistics: the mean, then the mean of squared deviations (two chains each; the
+// tail's lanes zero) and from it rstd.
+STRATA_AVX512 inline void forward_stats(const float* x, float& mean, float& rstd, int64_t C, float eps) {
   const int64_t full = C & ~int64_t(15);
   const __mmask16 tm = tail_mask(C - full);
   __m512 a[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -59,7 +58,15 @@ STRATA_AVX512 void forward_row(const float* x, const float* w, const float* b, f
     a[k] = _mm512_fmadd_ps(d, d, a[k]);
   });
   rstd = 1.0f / std::sqrt(_mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])) / float(C) + eps);
-  const __m512 rs = _mm512_set1_ps(rstd);
+}
+
+// y = xhat w + b of one row whose statistics are known.
+template <bool kW, bool kB>
+STRATA_AVX512 inline void forward_normalize(const float* x, const float* w, const float* b, float* y, float mean,
+                                            float rstd, int64_t C) {
+  const int64_t full = C & ~int64_t(15);
+  const __mmask16 tm = tail_mask(C - full);
+  const __m512 mu = _mm512_set1_ps(mean), rs = _mm512_set1_ps(rstd);
   for (int64_t j = 0; j < C; j += 16) {
     const __mmask16 m = j < full ? __mmask16(0xFFFF) : tm;
     __m512 v = _mm512_mul_ps(_mm512_sub_ps(load(x + j, m), mu), rs);
@@ -73,27 +80,37 @@ STRATA_AVX512 void forward_row(const float* x, const float* w, const float* b, f
   }
 }
 
-// Row by row, the inputs and outputs of the rows ahead prefetched. (Two rows interleaved
-// chunk by chunk, to overlap their reduction chains, ran faster on rows in L1 but slower on
-// rows from DRAM, as a training step reads them: 2048 x 128, backward 87 -> 134 us.)
+// Blocks of kStatRows rows: each row's statistics, then each row normalised (from L1). A
+// row's normalisation waits on its statistics' reduction chains (two horizontal sums, a
+// division and a square root); the rows' statistics one after another keep those chains
+// overlapped. (Two rows interleaved chunk by chunk, to overlap their reduction chains, ran
+// faster on rows in L1 but slower on rows from DRAM, as a training step reads them:
+// 2048 x 128, backward 87 -> 134 us.) Each row's arithmetic is the one-row form's.
+constexpr int64_t kStatRows = 4;
 template <bool kW, bool kB>
 STRATA_AVX512 void forward_rows(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                                 int64_t n, int64_t C, float eps) {
-  for (int64_t r = 0; r < n; ++r) {
-    prefetch_row_ahead(x, r, n, C);
-    prefetch_row_ahead<true>(y, r, n, C);
-    forward_row<kW, kB>(x + r * C, w, b, y + r * C, mean[r], rstd[r], C, eps);
+  for (int64_t r0 = 0; r0 < n; r0 += kStatRows) {
+    const int64_t r1 = std::min(n, r0 + kStatRows);
+    for (int64_t r = r0; r < r1; ++r) {
+      prefetch_row_ahead(x, r, n, C);
+      forward_stats(x + r * C, mean[r], rstd[r], C, eps);
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      prefetch_row_ahead<true>(y, r, n, C);
+      forward_normalize<kW, kB>(x + r * C, w, b, y + r * C, mean[r], rstd[r], C);
+    }
   }
 }
 
-// One row's backward, in two passes over the row (the second from L1).
-template <bool kW, bool kPending>
-STRATA_AVX512 void backward_row(const float* dy, const float* x, float mean, float rstd, const float* w, float* dx,
-                                float* dwp, float* dbp, int64_t C, const float* pending) {
+// One row's backward, in two passes over the row (the second from L1). Pass 1: sum(g) and
+// sum(g xhat) (two chains each), the block's dw and db partials; it returns their means.
+template <bool kW>
+STRATA_AVX512 inline void backward_sums(const float* dy, const float* x, float mean, float rstd, const float* w,
+                                        float* dwp, float* dbp, int64_t C, float& mg, float& mgx) {
   const int64_t full = C & ~int64_t(15);
   const __mmask16 tm = tail_mask(C - full);
   const __m512 mu = _mm512_set1_ps(mean), rs = _mm512_set1_ps(rstd);
-  // Pass 1: sum(g) and sum(g xhat) (two chains each), the block's dw and db partials.
   __m512 sg[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, sx[2] = {sg[0], sg[1]};
   chunks(full, C, tm, [&](int64_t j, int k, __mmask16 m) STRATA_AVX512 {
     const __m512 d = load(dy + j, m);
@@ -105,11 +122,20 @@ STRATA_AVX512 void backward_row(const float* dy, const float* x, float mean, flo
     if (dbp) store(dbp + j, m, _mm512_add_ps(load(dbp + j, m), d));
   });
   const float inv_c = 1.0f / float(C);
-  const __m512 mg = _mm512_set1_ps(_mm512_reduce_add_ps(_mm512_add_ps(sg[0], sg[1])) * inv_c);
-  const __m512 mgx = _mm512_set1_ps(_mm512_reduce_add_ps(_mm512_add_ps(sx[0], sx[1])) * inv_c);
-  // Pass 2: dx = rstd ((g - mean(g)) - xhat mean(g xhat)), rounded, then pending added
-  // (embedded rounding: never contracted into an FMA, so the bits equal the add after the
-  // plain backward).
+  mg = _mm512_reduce_add_ps(_mm512_add_ps(sg[0], sg[1])) * inv_c;
+  mgx = _mm512_reduce_add_ps(_mm512_add_ps(sx[0], sx[1])) * inv_c;
+}
+
+// Pass 2: dx = rstd ((g - mean(g)) - xhat mean(g xhat)), rounded, then pending added
+// (embedded rounding: never contracted into an FMA, so the bits equal the add after the
+// plain backward).
+template <bool kW, bool kPending>
+STRATA_AVX512 inline void backward_dx(const float* dy, const float* x, float mean, float rstd, const float* w,
+                                      float* dx, int64_t C, const float* pending, float mean_g, float mean_gx) {
+  const int64_t full = C & ~int64_t(15);
+  const __mmask16 tm = tail_mask(C - full);
+  const __m512 mu = _mm512_set1_ps(mean), rs = _mm512_set1_ps(rstd);
+  const __m512 mg = _mm512_set1_ps(mean_g), mgx = _mm512_set1_ps(mean_gx);
   for (int64_t j = 0; j < C; j += 16) {
     const __mmask16 m = j < full ? __mmask16(0xFFFF) : tm;
     const __m512 d = load(dy + j, m);
@@ -122,16 +148,24 @@ STRATA_AVX512 void backward_row(const float* dy, const float* x, float mean, flo
   }
 }
 
+// Blocks of kStatRows rows, as the forward's: each row's pass 1, then each row's pass 2.
 template <bool kW, bool kPending>
 STRATA_AVX512 void backward_rows(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,
                                  float* dx, float* dwp, float* dbp, int64_t r0, int64_t r1, int64_t C,
                                  const float* pending) {
-  for (int64_t r = r0; r < r1; ++r) {
-    prefetch_row_ahead(dy, r, r1, C);
-    prefetch_row_ahead(x, r, r1, C);
-    if constexpr (kPending) prefetch_row_ahead(pending, r, r1, C);
-    backward_row<kW, kPending>(dy + r * C, x + r * C, mean[r], rstd[r], w, dx + r * C, dwp, dbp, C,
-                               kPending ? pending + r * C : nullptr);
+  float mg[kStatRows], mgx[kStatRows];
+  for (int64_t b0 = r0; b0 < r1; b0 += kStatRows) {
+    const int64_t b1 = std::min(r1, b0 + kStatRows);
+    for (int64_t r = b0; r < b1; ++r) {
+      prefetch_row_ahead(dy, r, r1, C);
+      prefetch_row_ahead(x, r, r1, C);
+      backward_sums<kW>(dy + r * C, x + r * C, mean[r], rstd[r], w, dwp, dbp, C, mg[r - b0], mgx[r - b0]);
+    }
+    for (int64_t r = b0; r < b1; ++r) {
+      if constexpr (kPending) prefetch_row_ahead(pending, r, r1, C);
+      backward_dx<kW, kPending>(dy + r * C, x + r * C, mean[r], rstd[r], w, dx + r * C, C,
+                                kPending ? pending + r * C : nullptr, mg[r - b0], mgx[r - b0]);
+    }
   }
 }
 

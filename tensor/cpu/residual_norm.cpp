@@ -27,29 +27,35 @@ void forward_impl(T* y, const T* b, const T* r, const T* w, const T* lb, T* z, A
                   int64_t C, double eps) {
   const bool avx512 = norm_rows::use_avx512<T>();
   parallel_for_simd(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0; i < r1; ++i) {
-      T* xr = y + i * C;  // (C): y in, s out
-      const T* rr = r + i * C;
-      T* zr = z + i * C;
-      prefetch_row_ahead(y, i, rows, C);
-      prefetch_row_ahead(r, i, rows, C);
-      prefetch_row_ahead<true>(z, i, rows, C);
-      // s = r + (y + b), rounded to T (bias_act.cpp's residual_impl)
-      if (b) {
+    // blocks of a few rows: each row's s, then the block's LayerNorm (its rows' statistics
+    // overlap: norm_avx512.cpp's forward_rows)
+    constexpr int64_t kRows = 4;
+    for (int64_t i0 = r0; i0 < r1; i0 += kRows) {
+      const int64_t i1 = std::min(r1, i0 + kRows);
+      for (int64_t i = i0; i < i1; ++i) {
+        T* xr = y + i * C;  // (C): y in, s out
+        const T* rr = r + i * C;
+        prefetch_row_ahead(y, i, rows, C);
+        prefetch_row_ahead(r, i, rows, C);
+        prefetch_row_ahead<true>(z, i, rows, C);
+        // s = r + (y + b), rounded to T (bias_act.cpp's residual_impl)
+        if (b) {
 #pragma omp simd
-        for (int64_t j = 0; j < C; ++j) xr[j] = st<T>(ld(rr[j]) + A(ld(xr[j]) + ld(b[j])));
-      } else {
+          for (int64_t j = 0; j < C; ++j) xr[j] = st<T>(ld(rr[j]) + A(ld(xr[j]) + ld(b[j])));
+        } else {
 #pragma omp simd
-        for (int64_t j = 0; j < C; ++j) xr[j] = st<T>(ld(rr[j]) + ld(xr[j]));
+          for (int64_t j = 0; j < C; ++j) xr[j] = st<T>(ld(rr[j]) + ld(xr[j]));
+        }
       }
-      // layer_norm(s) on the row just written (norm.cpp's row loops)
+      // layer_norm(s) on the rows just written (norm.cpp's row loops)
       if constexpr (std::is_same_v<T, float>) {
         if (avx512) {
-          layer_norm_rows_avx512(xr, w, lb, zr, mean + i, rstd + i, 1, C, float(eps));
+          layer_norm_rows_avx512(y + i0 * C, w, lb, z + i0 * C, mean + i0, rstd + i0, i1 - i0, C, float(eps));
           continue;
         }
       }
-      norm_rows::layer_norm_row(static_cast<const T*>(xr), w, lb, zr, mean[i], rstd[i], C, eps);
+      for (int64_t i = i0; i < i1; ++i)
+        norm_rows::layer_norm_row(static_cast<const T*>(y + i * C), w, lb, z + i * C, mean[i], rstd[i], C, eps);
     }
   });
 }
