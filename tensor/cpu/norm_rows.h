@@ -111,19 +111,37 @@ template <class T, bool kHasW, class A = acc_t<T>>
 
 /// Rows in blocks (in parallel) whose size depends only on the row count: at least
 /// kMinRowBlock rows, at most kMaxBlocks blocks (bounding the partials' memory). Each block
-/// writes its own dw/db partial sums, added up in block order afterwards, so the result
-/// does not depend on the thread count and dy and x are read once.
+/// writes its own dw/db partial sums, added up in block order afterwards (reduce_partials),
+/// so the result does not depend on the thread count and dy and x are read once.
 inline constexpr int64_t kMinRowBlock = 32, kMaxBlocks = 256;
+struct RowBlocks {
+  int64_t block, blocks;
+  explicit RowBlocks(int64_t rows)
+      : block(std::max(kMinRowBlock, (rows + kMaxBlocks - 1) / kMaxBlocks)), blocks((rows + block - 1) / block) {}
+  /// Blocks per parallel chunk for rows of C elements (~8192 elements a chunk).
+  int64_t grain(int64_t C) const { return std::max<int64_t>(1, 8192 / (block * std::max<int64_t>(C, 1))); }
+};
+
+/// out (C) = the blocks' partials (blocks x C) added in block order, rounded to T.
+template <class A, class T>
+void reduce_partials(std::vector<A>& part, int64_t blocks, int64_t C, T* out) {
+  for (int64_t blk = 1; blk < blocks; ++blk) {
+    const A* p = part.data() + blk * C;
+#pragma omp simd
+    for (int64_t i = 0; i < C; ++i) part[size_t(i)] += p[i];
+  }
+  for (int64_t i = 0; i < C; ++i) out[i] = st<T>(part[size_t(i)]);
+}
 
 /// The whole backward over (rows, C): dx (plus `pending` when given, see
 /// layer_norm_backward_rows), and dw, db (C) when not null.
 template <class T, class A = acc_t<T>>
 void layer_norm_backward(const T* dy, const T* x, const A* mean, const A* rstd, const T* w, T* dx, T* dw, T* db,
                          int64_t rows, int64_t C, const T* pending = nullptr) {
-  const int64_t block = std::max(kMinRowBlock, (rows + kMaxBlocks - 1) / kMaxBlocks);
-  const int64_t blocks = (rows + block - 1) / block;
+  const RowBlocks rb(rows);
+  const int64_t block = rb.block, blocks = rb.blocks;
   std::vector<A> part_w(dw ? size_t(blocks * C) : 0, A(0)), part_b(db ? size_t(blocks * C) : 0, A(0));
-  const int64_t grain = std::max<int64_t>(1, 8192 / (block * std::max<int64_t>(C, 1)));
+  const int64_t grain = rb.grain(C);
   const bool avx512 = use_avx512<T>();
   parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
     if constexpr (std::is_same_v<T, float>) {
@@ -150,16 +168,8 @@ void layer_norm_backward(const T* dy, const T* x, const A* mean, const A* rstd, 
     };
     simd_call(run, b0, b1);
   });
-  const auto reduce = [&](std::vector<A>& part, T* out) {
-    for (int64_t blk = 1; blk < blocks; ++blk) {
-      const A* p = part.data() + blk * C;
-#pragma omp simd
-      for (int64_t i = 0; i < C; ++i) part[size_t(i)] += p[i];
-    }
-    for (int64_t i = 0; i < C; ++i) out[i] = st<T>(part[size_t(i)]);
-  };
-  if (dw) reduce(part_w, dw);
-  if (db) reduce(part_b, db);
+  if (dw) reduce_partials(part_w, blocks, C, dw);
+  if (db) reduce_partials(part_b, blocks, C, db);
 }
 
 }  // namespace strata::cpu::norm_rows
