@@ -87,7 +87,7 @@ std::pair<Tensor, Tensor> rms_norm_backward_add(const Tensor& dy, const Tensor& 
   Tensor dw = weight.defined() ? empty({C}, x.dtype(), d) : Tensor();
   const Tensor wc = weight.defined() ? contiguous(weight) : weight;
   if (pending.defined())
-    kRmsNormBwdAdd(d)(contiguous(dy), contiguous(x), contiguous(rstd), wc, in_place ? pending : contiguous(pending),
+    kRmsNormBwdAdd(d)(contiguous(dy), contiguous(x), contiguous(rstd), wc, contiguous(pending),
                       dx, dw, rows, C);
   else
     kRmsNormBwd(d)(contiguous(dy), contiguous(x), contiguous(rstd), wc, dx, dw, rows, C);

@@ -77,7 +77,7 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward_add(const Tensor& dz, con
   Tensor dw = weight.defined() ? empty({C}, s.dtype(), d) : Tensor();
   Tensor db = has_bias ? empty({C}, s.dtype(), d) : Tensor();
   kNormBwdAdd(d)(contiguous(dz), contiguous(s), contiguous(mean), contiguous(rstd), contig_or_undef(weight),
-                 in_place ? g : contiguous(g), ds, dw, db, rows, C);
+                 contiguous(g), ds, dw, db, rows, C);
   return {ds, dw, db};
 }
 
