@@ -75,13 +75,6 @@ std::pair<Tensor, Tensor> rms_norm_backward_add(const Tensor& dy, const Tensor& 
     check_like(x, pending, op, "pending gradient");
     STRATA_CHECK(!in_place || pending.is_contiguous(), "[", op, "] in place needs a contiguous gradient, got ",
                  pending.str());
-    if (!kRmsNormBwdAdd.find(d)) {  // the two ops, as the engine would add them
-      auto [dx, dw] = rms_norm_backward(dy, x, rstd, weight);
-      if (!in_place) return {binary(BinaryOp::add, pending, dx), dw};
-      Tensor out = pending;
-      add_(out, dx);
-      return {out, dw};
-    }
   }
   Tensor dx = pending.defined() && in_place ? pending : empty(x.shape(), x.dtype(), d);
   Tensor dw = weight.defined() ? empty({C}, x.dtype(), d) : Tensor();

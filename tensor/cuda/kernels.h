@@ -139,6 +139,8 @@ bool attention_block_backward_kernel(const Tensor& q, const Tensor& k, const Ten
 void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, int64_t rows, int64_t C, double eps);
 void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,
                               Tensor& dw, int64_t rows, int64_t C);
+void rms_norm_backward_add_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w,
+                                  const Tensor& pending, Tensor& dx, Tensor& dw, int64_t rows, int64_t C);
 void rotary_kernel(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Tensor& y, int64_t B, int64_t T,
                    int64_t H, int64_t hd, bool inverse, int64_t rotated);
 void swiglu_kernel(const Tensor& g, const Tensor& u, Tensor& y, int64_t n);

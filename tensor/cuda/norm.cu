@@ -44,9 +44,12 @@ __global__ void rms_fwd_k(int64_t rows, int64_t C, const S* x, const S* w, S* y,
   }
 }
 
-// RMSNorm backward: dx = rstd * (g - xhat * mean(g * xhat)),  g = dy * w,  xhat = x * rstd.
+// RMSNorm backward: dx = rstd * (g - xhat * mean(g * xhat)),  g = dy * w,  xhat = x * rstd;
+// with `pending` (the gradient x already received from its other consumers) dx = pending +
+// that dx rounded to S, as norm_rows::ln_bwd_dx_k adds it (dx may be pending itself).
 template <class S, class A = acc_t<S>>
-__global__ void rms_bwd_dx_k(int64_t rows, int64_t C, const S* dy, const S* x, const A* rstd, const S* w, S* dx) {
+__global__ void rms_bwd_dx_k(int64_t rows, int64_t C, const S* dy, const S* x, const A* rstd, const S* w,
+                             const S* pending, S* dx) {
   __shared__ A smem[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const S* gr = dy + r * C;
@@ -59,7 +62,8 @@ __global__ void rms_bwd_dx_k(int64_t rows, int64_t C, const S* dy, const S* x, c
     sgx = block_reduce(sgx, SumOp(), A(0), smem) / A(C);
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
       const A g = w ? ld(gr[i]) * ld(w[i]) : ld(gr[i]);
-      dr[i] = st<S>(rs * (g - ld(xr[i]) * rs * sgx));
+      const S d = st<S>(rs * (g - ld(xr[i]) * rs * sgx));
+      dr[i] = pending ? st<S>(norm_rows::add_rn(ld(pending[r * C + i]), ld(d))) : d;
     }
   }
 }
@@ -289,11 +293,13 @@ void rms_norm_kernel(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, 
   STRATA_CUDA_CHECK_LAUNCH("rms_norm");
 }
 
-void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,
-                              Tensor& dw, int64_t rows, int64_t C) {
+namespace {
+// dx (plus `pending` when given, rms_bwd_dx_k) and dw of RMSNorm's backward.
+void rms_norm_backward_into(const char* op, const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w,
+                            const Tensor& pending, Tensor& dx, Tensor& dw, int64_t rows, int64_t C) {
   if (C == 0) return;
   OpContext ctx(dx);
-  STRATA_DISPATCH_FLOAT16(x.dtype(), "rms_norm_backward", [&] {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), op, [&] {
     using T = scalar_t;
     using A = acc_t<T>;
     if (rows == 0) {
@@ -301,19 +307,31 @@ void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& r
       return;
     }
     rms_bwd_dx_k<<<block_grid(rows), pow2_threads(C, 32, 512), 0, ctx.stream>>>(
-        rows, C, dptr<T>(dy), dptr<T>(x), dptr<A>(rstd), dptr_or_null<T>(w), dptr<T>(dx));
-    STRATA_CUDA_CHECK_LAUNCH("rms_norm_backward");
+        rows, C, dptr<T>(dy), dptr<T>(x), dptr<A>(rstd), dptr_or_null<T>(w),
+        static_cast<const T*>(dptr_or_null<T>(pending)), dptr<T>(dx));
+    STRATA_CUDA_CHECK_LAUNCH(op);
     if (!dw.defined()) return;
     const int64_t chunks = column_chunks(rows, C), chunk_len = (rows + chunks - 1) / chunks;
     Tensor pw = chunks > 1 ? Tensor::empty({chunks * C}, DType::f64, dx.device()) : Tensor();
     rms_bwd_w_k<<<dim3(grid_for(C), unsigned(chunks)), kThreads, 0, ctx.stream>>>(
         rows, C, chunk_len, dptr<T>(dy), dptr<T>(x), dptr<A>(rstd), dptr_or_null<double>(pw), dptr<T>(dw), chunks);
-    STRATA_CUDA_CHECK_LAUNCH("rms_norm_backward");
+    STRATA_CUDA_CHECK_LAUNCH(op);
     if (chunks > 1) {
       column_finish_k<<<grid_for(C), kThreads, 0, ctx.stream>>>(C, chunks, dptr<double>(pw), dptr<T>(dw));
-      STRATA_CUDA_CHECK_LAUNCH("rms_norm_backward");
+      STRATA_CUDA_CHECK_LAUNCH(op);
     }
   });
+}
+}  // namespace
+
+void rms_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w, Tensor& dx,
+                              Tensor& dw, int64_t rows, int64_t C) {
+  rms_norm_backward_into("rms_norm_backward", dy, x, rstd, w, Tensor(), dx, dw, rows, C);
+}
+
+void rms_norm_backward_add_kernel(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w,
+                                  const Tensor& pending, Tensor& dx, Tensor& dw, int64_t rows, int64_t C) {
+  rms_norm_backward_into("rms_norm_backward_add", dy, x, rstd, w, pending, dx, dw, rows, C);
 }
 
 void batch_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean, Tensor& running_var,

@@ -90,6 +90,7 @@ void register_kernels() {
   // llama_ops.cpp
   register_kernel("rms_norm", kCuda, &rms_norm_kernel);
   register_kernel("rms_norm_backward", kCuda, &rms_norm_backward_kernel);
+  register_kernel("rms_norm_backward_add", kCuda, &rms_norm_backward_add_kernel);
   register_kernel("rotary", kCuda, &rotary_kernel);
   register_kernel("swiglu", kCuda, &swiglu_kernel);
   register_kernel("swiglu_backward", kCuda, &swiglu_backward_kernel);

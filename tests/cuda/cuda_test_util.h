@@ -65,6 +65,12 @@ inline void expect_close(const Tensor& got, const Tensor& want, const std::strin
   expect_close(got, want, tol_for(want.dtype()), what);
 }
 
+/// a and b equal element for element (same shape, same values; -0 == 0).
+inline void expect_same_bits(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  EXPECT_EQ(a.to_vector<double>(), b.to_vector<double>()) << what;
+}
+
 /// Uniform [lo, hi) values of `dtype` (integers: floor) on the CPU from a fixed seed.
 inline Tensor rand_cpu(const Shape& shape, DType dtype, uint64_t seed, double lo = -2.0, double hi = 2.0) {
   Generator gen(seed);

@@ -11,7 +11,7 @@
 namespace strata {
 namespace {
 
-using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
+using namespace test;  // kGpu, Tol, tol_for, expect_close, expect_same_bits, rand_cpu, gpu
 
 TEST(CudaLlamaOps, RmsNormRotarySwigluMatchTheCpu) {
   STRATA_REQUIRE_GPU();
@@ -28,6 +28,19 @@ TEST(CudaLlamaOps, RmsNormRotarySwigluMatchTheCpu) {
       const auto [dxg, dwg] = ops::rms_norm_backward(dy.to(kGpu), x.to(kGpu), rg, wg);
       expect_close(dxg, dxc, name + " rms_norm dx");
       if (with_w) expect_close(dwg, dwc, name + " rms_norm dw");
+      // the pending gradient added in the pass: the CPU's within tolerance, and on the GPU
+      // rms_norm_backward then add_ bit for bit, fresh and in place
+      const Tensor pend = rand_cpu({3, 5, 2, 8}, dt, 9);
+      const auto [dac, dwac] = ops::rms_norm_backward_add(dy, x, rc, wc, pend, false);
+      const auto [dag, dwag] = ops::rms_norm_backward_add(dy.to(kGpu), x.to(kGpu), rg, wg, pend.to(kGpu), false);
+      expect_close(dag, dac, name + " rms_norm_backward_add dx");
+      Tensor sum2 = pend.to(kGpu);
+      ops::add_(sum2, dxg);
+      expect_same_bits(dag, sum2, name + " rms_norm_backward_add vs rms_norm_backward + add_");
+      if (with_w) expect_same_bits(dwag, dwg, name + " rms_norm_backward_add dw");
+      Tensor acc = pend.to(kGpu);
+      (void)ops::rms_norm_backward_add(dy.to(kGpu), x.to(kGpu), rg, wg, acc, true);
+      expect_same_bits(acc, sum2, name + " rms_norm_backward_add in place");
     }
     // 300 rows: the weight gradient's column sums over several chunks of rows
     const Tensor xl = rand_cpu({300, 8}, dt, 4), dyl = rand_cpu({300, 8}, dt, 5);

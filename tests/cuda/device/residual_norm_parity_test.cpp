@@ -14,12 +14,7 @@
 namespace strata {
 namespace {
 
-using namespace test;  // kGpu, Tol, tol_for, expect_close, rand_cpu, gpu
-
-void expect_same_bits(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  EXPECT_EQ(a.to_vector<double>(), b.to_vector<double>()) << what;
-}
+using namespace test;  // kGpu, Tol, tol_for, expect_close, expect_same_bits, rand_cpu, gpu
 
 TEST(CudaResidualNorm, MatchesTheCpuAndTheSeparateCudaKernels) {
   STRATA_REQUIRE_GPU();

@@ -79,9 +79,6 @@ TEST(KernelRegistry, EveryFrontEndOpHasACudaKernel) {
   // The rotary embedding inside the CPU attention kernel (ops::causal_attention_rotary):
   // other devices run rotary then causal_attention (autograd's causal_attention_rotary).
   cpu_only.insert({"causal_attention_rotary", "causal_attention_rotary_backward"});
-  // RMSNorm's backward adding the pending gradient in its pass: other devices run
-  // rms_norm_backward and add (ops::rms_norm_backward_add).
-  cpu_only.insert("rms_norm_backward_add");
 #ifndef STRATA_WITH_CUDNN
   cpu_only.insert({"conv2d", "conv2d_backward"});
 #endif
