@@ -13,8 +13,8 @@ namespace strata::cpu {
 // Call these only where avx512_rows() (act_avx512.h).
 
 /// y = layer_norm(x) for n rows of C elements (row i at x + i C, y + i C), w / b null for
-/// none; each row's mean and rstd written to mean[i], rstd[i]. Row by row, the rows ahead
-/// prefetched.
+/// none; each row's mean and rstd written to mean[i], rstd[i]. Rows in blocks of four (each
+/// row's statistics, then each row's output), the rows ahead prefetched.
 void layer_norm_rows_avx512(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                             int64_t n, int64_t C, float eps);
 
