@@ -20,9 +20,15 @@ bool backward_frees_saved() { return t_frees_saved; }
 FreesSavedScope::FreesSavedScope(bool frees) : prev_(t_frees_saved) { t_frees_saved = frees; }
 FreesSavedScope::~FreesSavedScope() { t_frees_saved = prev_; }
 
+namespace {
+// Nothing but this handle holds t or its bytes, and they are contiguous.
+bool sole_contiguous(const Tensor& t) {
+  return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous();
+}
+}  // namespace
+
 bool reusable_as(const Tensor& t, const Tensor& like) {
-  return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous() &&
-         t.shape() == like.shape() && t.dtype() == like.dtype() && t.device() == like.device();
+  return sole_contiguous(t) && t.shape() == like.shape() && t.dtype() == like.dtype() && t.device() == like.device();
 }
 }  // namespace detail
 
@@ -98,8 +104,7 @@ const Tensor& SavedTensor::get(const char* op) const {
 std::pair<Tensor, bool> SavedTensor::take(const char* op) {
   get(op);
   const Storage& st = *t_.storage();
-  if (!detail::backward_frees_saved() || t_.impl_ptr().use_count() != 1 || t_.storage().use_count() != 1 ||
-      !t_.is_contiguous() || st.external() || st.released())
+  if (!detail::backward_frees_saved() || !detail::sole_contiguous(t_) || st.external() || st.released())
     return {t_, false};
   return {std::exchange(t_, Tensor()), true};
 }

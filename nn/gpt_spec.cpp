@@ -93,11 +93,7 @@ int64_t gpt_recompute_bytes(const GptActivationInput& a) {
 // peak).
 int64_t gpt_backward_transient_bytes(const GptActivationInput& a) {
   const int64_t n = a.batch * a.seq, tp = a.tp, sp = a.sequence_parallel && tp > 1 ? tp : 1;
-  int64_t dense = (n * a.embd / sp + 4 * a.embd * a.embd / tp) * 4;
-  if (a.last) dense = std::max(dense, n * a.vocab * 4);
-  if (a.moe_layers == 0) return dense;
-  const int64_t moe = moe_backward_transient_bytes(a.moe);
-  return a.moe_layers == a.layers ? moe : std::max(dense, moe);
+  return backward_transient_bytes((n * a.embd / sp + 4 * a.embd * a.embd / tp) * 4, a);
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // registers them, the active parameters and all-to-all volume, and what its forward keeps
 // for the backward.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,6 +44,17 @@ int64_t moe_activation_bytes(const MoEActivationInput& in);
 /// What one MoE block's backward adds at its largest: the expert hidden's two gradients
 /// for the N·top_k rows and w1's weight gradient of this rank's E / ep experts.
 int64_t moe_backward_transient_bytes(const MoEActivationInput& in);
+
+/// A family's backward transient from its dense blocks' `dense` bytes: with in.last the
+/// loss's gradient (N·V) when larger, and its MoE blocks' moe_backward_transient_bytes()
+/// (all blocks MoE: that alone; some: the larger).
+template <class In>
+int64_t backward_transient_bytes(int64_t dense, const In& in) {
+  if (in.last) dense = std::max(dense, in.batch * in.seq * in.vocab * 4);
+  if (in.moe_layers == 0) return dense;
+  const int64_t moe = moe_backward_transient_bytes(in.moe);
+  return in.moe_layers == in.layers ? moe : std::max(dense, moe);
+}
 
 /// The layer's activation input for a micro-batch of `tokens` tokens of width `embd` (empty for
 /// a dense model: cfg.experts 0).

@@ -30,7 +30,7 @@ Tensor bias_gelu(const Tensor& y, const Tensor& b, bool tanh_approx) {
   check_rows("bias_gelu", y, b);
   const Device d = b.defined() ? common_device("bias_gelu", y, b) : y.device();
   Tensor out = empty(y.shape(), y.dtype(), d);
-  kBiasGelu(d)(contiguous(y), b.defined() ? contiguous(b) : b, out, tanh_approx);
+  kBiasGelu(d)(contiguous(y), contig_or_undef(b), out, tanh_approx);
   return out;
 }
 
@@ -42,7 +42,7 @@ std::pair<Tensor, Tensor> bias_gelu_backward(const Tensor& dout, const Tensor& y
   const Device d = common_device("bias_gelu_backward", dout, y);
   Tensor dh = writes_over(y, overwrite_y) ? y : empty(y.shape(), y.dtype(), d);
   Tensor db = need_bias_grad ? empty({y.size(-1)}, y.dtype(), d) : Tensor();
-  kBiasGeluBwd(d)(contiguous(dout), contiguous(y), b.defined() ? contiguous(b) : b, dh, db, tanh_approx);
+  kBiasGeluBwd(d)(contiguous(dout), contiguous(y), contig_or_undef(b), dh, db, tanh_approx);
   return {dh, db};
 }
 
@@ -54,7 +54,7 @@ void bias_residual_(Tensor& y, const Tensor& b, const Tensor& r) {
                " does not match y ", y.str(), " (same rows, columns and dtype)");
   const Device d = common_device("bias_residual_", y, r);
   if (b.defined()) (void)common_device("bias_residual_", y, b);
-  kBiasResidual(d)(y, b.defined() ? contiguous(b) : b, contiguous(r));
+  kBiasResidual(d)(y, contig_or_undef(b), contiguous(r));
 }
 
 }  // namespace strata::ops

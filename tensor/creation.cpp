@@ -98,6 +98,7 @@ Tensor clone(const Tensor& t) {
 }
 
 Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : clone(t); }
+Tensor contig_or_undef(const Tensor& t) { return t.defined() ? contiguous(t) : t; }
 
 Tensor to_dtype(const Tensor& t, DType d) {
   if (t.dtype() == d) return t;

@@ -13,6 +13,8 @@ namespace {
 using RmsNormFn = void(const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t, int64_t, double);
 using RmsNormBwdFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t,
                           int64_t);
+using RmsNormBwdAddFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
+                             Tensor&, int64_t, int64_t);
 using RotaryFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, int64_t, int64_t, int64_t, int64_t, bool,
                       int64_t);
 using SwigluFn = void(const Tensor&, const Tensor&, Tensor&, int64_t);
@@ -20,9 +22,6 @@ using SwigluBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, T
 
 const KernelTable<RmsNormFn> kRmsNorm{"rms_norm", {&cpu::rms_norm_kernel, nullptr}};
 const KernelTable<RmsNormBwdFn> kRmsNormBwd{"rms_norm_backward", {&cpu::rms_norm_backward_kernel, nullptr}};
-// Optional: devices without it run rms_norm_backward and add (rms_norm_backward_add).
-using RmsNormBwdAddFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
-                             Tensor&, int64_t, int64_t);
 const KernelTable<RmsNormBwdAddFn> kRmsNormBwdAdd{"rms_norm_backward_add", {&cpu::rms_norm_backward_add_kernel, nullptr}};
 const KernelTable<RotaryFn> kRotary{"rotary", {&cpu::rotary_kernel, nullptr}};
 const KernelTable<SwigluFn> kSwiglu{"swiglu", {&cpu::swiglu_kernel, nullptr}};
@@ -53,7 +52,7 @@ std::pair<Tensor, Tensor> rms_norm(const Tensor& x, const Tensor& weight, double
                  dtype_name(x.dtype()), ", got ", weight.str());
   const Device d = x.device();
   Tensor y = empty(x.shape(), x.dtype(), d), rstd = empty({rows}, stat_dtype(x.dtype()), d);
-  kRmsNorm(d)(contiguous(x), weight.defined() ? contiguous(weight) : weight, y, rstd, rows, C, eps);
+  kRmsNorm(d)(contiguous(x), contig_or_undef(weight), y, rstd, rows, C, eps);
   return {y, rstd};
 }
 
@@ -78,7 +77,7 @@ std::pair<Tensor, Tensor> rms_norm_backward_add(const Tensor& dy, const Tensor& 
   }
   Tensor dx = pending.defined() && in_place ? pending : empty(x.shape(), x.dtype(), d);
   Tensor dw = weight.defined() ? empty({C}, x.dtype(), d) : Tensor();
-  const Tensor wc = weight.defined() ? contiguous(weight) : weight;
+  const Tensor wc = contig_or_undef(weight);
   if (pending.defined())
     kRmsNormBwdAdd(d)(contiguous(dy), contiguous(x), contiguous(rstd), wc, contiguous(pending),
                       dx, dw, rows, C);

@@ -115,8 +115,6 @@ void check_vec(const Tensor& v, int64_t C, DType dt, const char* op, const char*
                dtype_name(dt));
 }
 
-Tensor contig_or_undef(const Tensor& t) { return t.defined() ? contiguous(t) : t; }
-
 // (outer, n, inner) around dim d of shape s.
 std::tuple<int64_t, int64_t, int64_t> split_at(const Shape& s, int64_t d) {
   int64_t outer = 1, inner = 1;

@@ -42,6 +42,8 @@ Tensor to_device(const Tensor& t, Device d);
 Tensor to_dtype(const Tensor& t, DType d);
 /// Returns t itself when already contiguous, else a contiguous copy.
 Tensor contiguous(const Tensor& t);
+/// contiguous(t), or t itself when undefined (an optional operand: a weight, a bias).
+Tensor contig_or_undef(const Tensor& t);
 Tensor clone(const Tensor& t);
 /// dst[...] = src broadcast to dst's shape (dtype converts). dst may be a strided view.
 /// src may sit on another device (as torch's copy_): it is transferred, then converted.
@@ -258,7 +260,7 @@ std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, c
                                             const Tensor& weight);
 /// rms_norm_backward with pending (x's shape) the gradient x already received from its
 /// other consumers: dx = pending + the RMSNorm's dx, bit for bit the engine's add of the two,
-/// in one pass on the CPU (other devices: the two ops). in_place: written into pending (a
+/// in one pass (CPU and CUDA). in_place: written into pending (a
 /// contiguous tensor the caller owns). Undefined pending: rms_norm_backward.
 std::pair<Tensor, Tensor> rms_norm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& rstd,
                                                 const Tensor& weight, const Tensor& pending, bool in_place);

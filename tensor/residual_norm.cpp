@@ -29,8 +29,6 @@ void check_vec(const char* op, const char* what, const Tensor& v, int64_t C, DTy
   STRATA_CHECK(v.device() == d, "[", op, "] ", what, " is on ", v.device().str(), ", the input on ", d.str());
 }
 
-Tensor contig_or_undef(const Tensor& t) { return t.defined() ? contiguous(t) : t; }
-
 }  // namespace
 
 std::tuple<Tensor, Tensor, Tensor> bias_residual_layer_norm_(Tensor& y, const Tensor& b, const Tensor& r,
