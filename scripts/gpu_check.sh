@@ -176,6 +176,8 @@ done
 
 # ------------------------------------------------------------------ kernels alone
 stage attn 180 "$strata" bench attn --device cuda --dtype bf16 --seq "$seqs"
+# the warp-per-row kernels on the shortest sequence: what the tensor-core kernels gain
+stage attn_warp 120 env STRATA_CUDA_ATTENTION=warp "$strata" bench attn --device cuda --dtype bf16 --seq "${seqs%%,*}"
 stage optim 120 "$strata" bench optim --device cuda -c "$root/configs/gpt2_124m.yaml"
 
 if [[ $dry = 1 ]]; then
@@ -244,6 +246,12 @@ summary="$results/summary.md"
       gsub(/ /, ""); printf "| attention fwd+bwd bf16, T %s B %s | %s TFLOP/s (%s ms; fwd %s TFLOP/s) | | | %s |\n", $2, $3, $7, $6, $5, $8 }'
   else
     echo "| attention fwd+bwd bf16 | ${status[attn]} | | | |"
+  fi
+  if [[ ${status[attn_warp]} = ok ]]; then
+    log attn_warp | awk -F'|' '$2 ~ /^ *[0-9]+ *$/ {
+      gsub(/ /, ""); printf "| the same, warp-per-row kernels (STRATA_CUDA_ATTENTION=warp), T %s B %s | %s TFLOP/s (%s ms) | | | %s |\n", $2, $3, $7, $6, $8 }'
+  else
+    echo "| attention, warp-per-row kernels | ${status[attn_warp]} | | | |"
   fi
   if [[ ${status[optim]} = ok ]]; then
     log optim | awk -F'|' '$2 ~ /step|clip/ { w = $2; gsub(/^ +| +$/, "", w); gsub(/ /, "", $3); gsub(/ /, "", $5); gsub(/ /, "", $6)

@@ -44,7 +44,7 @@ if(CASE STREQUAL "attn")
     if(dtype STREQUAL "f32")
       expect(OUT "fused causal_attention")
     else()
-      expect(OUT "composed: matmuls under autocast")
+      expect(OUT "causal_attention under autocast (a 16-bit op)")
     endif()
     table_rows(rows "${OUT}")
     list(LENGTH rows n)
@@ -128,7 +128,7 @@ elseif(CASE STREQUAL "gpu_check_dry_run")
   expect(OUT "-DSTRATA_CUDA=ON" "ctest --test-dir ${WORK}/build -L cuda"
          "[gpt2_strata_1]" "[gpt2_strata_2]" "[gpt2_torch_2]" "--precision bf16 --layers 12 --heads 12" "--vocab 50257"
          "[gpt_small_torch_1]" "[cnn_strata_2]" "[llama_torch_2]" "bench attn --device cuda --dtype bf16"
-         "bench optim --device cuda")
+         "STRATA_CUDA_ATTENTION=warp" "bench optim --device cuda")
   if(EXISTS ${WORK}/build)
     message(FATAL_ERROR "gpu_check.sh --dry-run made the build directory")
   endif()

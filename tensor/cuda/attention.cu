@@ -15,6 +15,7 @@
 //   dq        row i:  dq_i = scale sum_{j<=i} p_ij (dy_i.v_j - D_i) k_j
 //   dk, dv    row j:  dv_j = sum_{i>=j} p_ij dy_i,  dk_j = scale sum_{i>=j} p_ij (dy_i.v_j - D_i) q_i
 // 16-bit inputs are read and written in 16 bits with f32 arithmetic (autocast's native path).
+// 16-bit calls at head sizes 32, 64 and 128 go to the tensor-core kernels (attention_mma.cu).
 #include <cmath>
 
 #include <strata/tensor/cuda/attention_warp.h>
@@ -180,7 +181,7 @@ void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t 
   const Shape4 s = shape_of(qkv, head_dim);
   STRATA_CHECK(kv_heads == s.H, "[causal_attention] the CUDA kernel takes q|k|v of ", s.H, " heads each, got ",
                kv_heads, " key/value heads");
-  if (s.B * s.H * s.T == 0) return;
+  if (s.B * s.H * s.T == 0 || mma_causal_attention(qkv, y, lse, head_dim)) return;
   STRATA_CHECK(head_dim <= attention_max_head_dim(), "[causal_attention] head_dim ", head_dim,
                " exceeds the CUDA kernel's ", attention_max_head_dim());
   OpContext ctx(y);
@@ -198,7 +199,7 @@ void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const
   const Shape4 s = shape_of(qkv, head_dim);
   STRATA_CHECK(kv_heads == s.H, "[causal_attention_backward] the CUDA kernel takes q|k|v of ", s.H,
                " heads each, got ", kv_heads, " key/value heads");
-  if (s.B * s.H * s.T == 0) return;
+  if (s.B * s.H * s.T == 0 || mma_causal_attention_backward(dy, qkv, lse, dqkv, head_dim)) return;
   OpContext ctx(dqkv);
   dispatch_storage(qkv.dtype(), "causal_attention_backward", [&]<class S>() {
     using A = typename Acc<S>::type;

@@ -126,6 +126,11 @@ int64_t attention_max_head_dim();
 void causal_attention_kernel(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t head_dim, int64_t kv_heads);
 void causal_attention_backward_kernel(const Tensor& dy, const Tensor& qkv, const Tensor& lse, Tensor& dqkv,
                                       int64_t head_dim, int64_t kv_heads);
+// attention_mma.cu: the same op on tensor cores, for the calls attention_mma_plan.h's
+// choose_attention gives them (16-bit, hd 32/64/128, sm_80+); false (nothing done) otherwise.
+bool mma_causal_attention(const Tensor& qkv, Tensor& y, Tensor& lse, int64_t head_dim);
+bool mma_causal_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& lse, Tensor& dqkv,
+                                   int64_t head_dim);
 // attention_block.cu: blockwise causal attention (ring attention's blocks), exactly
 // cpu::attention_block_forward / _delta / _backward (tensor/cpu/attention_block.h); f32, f64.
 bool attention_block_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos, int64_t k_pos,

@@ -2,11 +2,14 @@
 // outputs and the packed gradient of q, k and v in f32 and f64, at head sizes that fill
 // a warp's lanes unevenly (hd 8, 40, 64, 128) and sequence lengths past one block of rows;
 // bf16 within bf16 rounding; the saved statistics are the rows' log-sum-exp (B, H, T);
-// grouped key/value heads.
+// grouped key/value heads; the tensor-core kernels (bf16, f16 at hd 32, 64, 128) within
+// 16-bit rounding of the CPU and of the warp-per-row kernels, deterministic.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "../cuda_test_util.h"
 
@@ -62,6 +65,95 @@ TEST(CudaAttention, Bf16WithinBf16RoundingOfTheF32Result) {
   EXPECT_EQ(yg.dtype(), DType::bf16);
   EXPECT_EQ(lse.dtype(), DType::f32);
   expect_close(ops::to_dtype(yg, DType::f32), yc, Tol{1e-2, 1e-2}, "bf16 y");
+}
+
+// max |got - want| <= frac max |want|, part by part of the packed (B, T, parts x C) tensors
+// (the q, k and v gradients differ in scale): 16-bit results against f32 on the same
+// rounded inputs, the error relative to the part's largest value.
+void expect_within_scaled(const Tensor& got, const Tensor& want, int parts, double frac, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const int64_t C = want.size(2) / parts;
+  for (int p = 0; p < parts; ++p) {
+    const auto g = ops::contiguous(ops::narrow(ops::to_dtype(got, DType::f64), 2, p * C, C)).to_vector<double>();
+    const auto w = ops::contiguous(ops::narrow(ops::to_dtype(want, DType::f64), 2, p * C, C)).to_vector<double>();
+    double peak = 0, err = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      peak = std::max(peak, std::abs(w[i]));
+      err = std::max(err, std::isfinite(g[i]) ? std::abs(g[i] - w[i]) : INFINITY);
+    }
+    EXPECT_LE(err, frac * peak) << what << " part " << p << ": max error " << err << " against max |value| " << peak;
+  }
+}
+
+// STRATA_CUDA_ATTENTION set for one scope (the tensor-core kernels or the warp-per-row ones).
+struct AttentionBackend {
+  explicit AttentionBackend(const char* v) { ::setenv("STRATA_CUDA_ATTENTION", v, 1); }
+  ~AttentionBackend() { ::unsetenv("STRATA_CUDA_ATTENTION"); }
+};
+
+struct Outputs {
+  Tensor y, lse, dqkv;
+};
+Outputs run_gpu(const Tensor& qkv, const Tensor& dy, int64_t hd) {
+  auto [y, lse] = ops::causal_attention(qkv.to(kGpu), hd);
+  Tensor d = ops::causal_attention_backward(dy.to(kGpu), qkv.to(kGpu), lse, hd);
+  return {y, lse, d};
+}
+
+// bf16 and f16 at the head sizes the tensor-core kernels are built for, T within one
+// tile, on its edge and across several (the causal diagonal inside a tile, rows and keys
+// past T in the last): y, the log-sum-exp and d(q|k|v) against the CPU's f32 kernel on the
+// same rounded inputs, and against the warp-per-row kernels; twice the same bits.
+TEST(CudaAttention, TensorCoreKernelsMatchTheCpuWithinSixteenBitRounding) {
+  STRATA_REQUIRE_GPU();
+  struct Size {
+    int64_t B, T, H;
+  };
+  uint64_t seed = 10;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t hd : {32, 64, 128})
+      for (const Size z : {Size{2, 1, 2}, Size{1, 17, 3}, Size{2, 64, 2}, Size{1, 100, 2}, Size{1, 200, 1}}) {
+        const std::string what = std::string(dtype_name(dt)) + " hd" + std::to_string(hd) + " B" +
+                                 std::to_string(z.B) + " T" + std::to_string(z.T) + " H" + std::to_string(z.H);
+        const Tensor qkv = ops::to_dtype(rand_cpu({z.B, z.T, 3 * z.H * hd}, DType::f32, ++seed, -1.5, 1.5), dt);
+        const Tensor dy = ops::to_dtype(rand_cpu({z.B, z.T, z.H * hd}, DType::f32, ++seed), dt);
+        const Tensor q32 = ops::to_dtype(qkv, DType::f32), g32 = ops::to_dtype(dy, DType::f32);
+        const auto [yc, lc] = ops::causal_attention(q32, hd);
+        const Tensor dc = ops::causal_attention_backward(g32, q32, lc, hd);
+        const double frac = dt == DType::bf16 ? 1.5e-2 : 2e-3;  // ~3x the rounding of P, dS and the outputs
+
+        const Outputs mma = run_gpu(qkv, dy, hd);
+        EXPECT_EQ(mma.y.dtype(), dt) << what;
+        expect_within_scaled(mma.y, yc, 1, frac, what + " y");
+        expect_close(mma.lse, lc, Tol{1e-4, 1e-4}, what + " lse");
+        expect_within_scaled(mma.dqkv, dc, 3, frac, what + " dqkv");
+
+        const Outputs again = run_gpu(qkv, dy, hd);
+        expect_same_bits(again.y, mma.y, what + " y twice");
+        expect_same_bits(again.dqkv, mma.dqkv, what + " dqkv twice");
+
+        Outputs warp;
+        {
+          const AttentionBackend backend("warp");
+          warp = run_gpu(qkv, dy, hd);
+        }
+        expect_within_scaled(mma.y, warp.y, 1, frac, what + " y against the warp kernels");
+        expect_close(mma.lse, warp.lse, Tol{1e-4, 1e-4}, what + " lse against the warp kernels");
+        expect_within_scaled(mma.dqkv, warp.dqkv, 3, frac, what + " dqkv against the warp kernels");
+      }
+}
+
+TEST(CudaAttention, RefusesAnUnknownBackendSetting) {
+  STRATA_REQUIRE_GPU();
+  const Tensor qkv = ops::to_dtype(rand_cpu({1, 4, 3 * 64}, DType::f32, 1), DType::bf16).to(kGpu);
+  const AttentionBackend backend("flash");
+  try {
+    (void)ops::causal_attention(qkv, 64);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("STRATA_CUDA_ATTENTION must be auto, mma or warp"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
