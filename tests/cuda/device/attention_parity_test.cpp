@@ -7,7 +7,6 @@
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -65,24 +64,6 @@ TEST(CudaAttention, Bf16WithinBf16RoundingOfTheF32Result) {
   EXPECT_EQ(yg.dtype(), DType::bf16);
   EXPECT_EQ(lse.dtype(), DType::f32);
   expect_close(ops::to_dtype(yg, DType::f32), yc, Tol{1e-2, 1e-2}, "bf16 y");
-}
-
-// max |got - want| <= frac max |want|, part by part of the packed (B, T, parts x C) tensors
-// (the q, k and v gradients differ in scale): 16-bit results against f32 on the same
-// rounded inputs, the error relative to the part's largest value.
-void expect_within_scaled(const Tensor& got, const Tensor& want, int parts, double frac, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const int64_t C = want.size(2) / parts;
-  for (int p = 0; p < parts; ++p) {
-    const auto g = ops::contiguous(ops::narrow(ops::to_dtype(got, DType::f64), 2, p * C, C)).to_vector<double>();
-    const auto w = ops::contiguous(ops::narrow(ops::to_dtype(want, DType::f64), 2, p * C, C)).to_vector<double>();
-    double peak = 0, err = 0;
-    for (size_t i = 0; i < w.size(); ++i) {
-      peak = std::max(peak, std::abs(w[i]));
-      err = std::max(err, std::isfinite(g[i]) ? std::abs(g[i] - w[i]) : INFINITY);
-    }
-    EXPECT_LE(err, frac * peak) << what << " part " << p << ": max error " << err << " against max |value| " << peak;
-  }
 }
 
 // STRATA_CUDA_ATTENTION set for one scope (the tensor-core kernels or the warp-per-row ones).
