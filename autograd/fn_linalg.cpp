@@ -34,8 +34,10 @@ struct RowChunks {
   explicit RowChunks(const Tensor& g2) : M(g2.size(0)), rows(g2.size(0)) {
     if (!g2.device().is_cpu() || M == 0 || get_num_threads() != 1) return;
     const int64_t row_bytes = std::max<int64_t>(1, g2.size(1) * int64_t(element_size(g2.dtype())));
-    const int64_t r = std::max<int64_t>(64, kChunkBytes / row_bytes / 16 * 16);
-    if (2 * r <= M) rows = r;
+    const int64_t r = std::max<int64_t>(64, kChunkBytes / row_bytes);
+    if (2 * r > M) return;
+    const int64_t n = (M + r - 1) / r;  // chunks of even size (multiples of 16 rows), no small tail
+    rows = ((M + n - 1) / n + 15) / 16 * 16;
   }
   int64_t count() const { return rows > 0 ? (M + rows - 1) / rows : 1; }  // M = 0: one empty chunk (gw = 0)
   int64_t start(int64_t c) const { return c * rows; }

@@ -20,8 +20,8 @@ using namespace strata;
 
 namespace {
 
-// 3 x 371 = 1113 rows of 512 outputs: f32 chunks of 256 rows (4 and a partial fifth), f64
-// chunks of 128; 24 inputs.
+// 3 x 371 = 1113 rows of 512 outputs: five f32 chunks (224 rows, the last 217), nine f64
+// chunks (128 rows, the last 89); 24 inputs.
 constexpr int64_t kB = 3, kT = 371, kIn = 24, kOut = 512;
 const char* kKinds[] = {"linear", "linear_gelu", "linear_residual", "linear_packed"};
 
