@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <atomic>
 
-#include <strata/core/threads.h>
-
 #include <strata/autograd/autocast.h>
 #include <strata/autograd/engine.h>
 #include <strata/autograd/functions.h>
 #include <strata/autograd/lambda_node.h>
+#include <strata/tensor/row_chunks.h>
 
 namespace strata {
 namespace {
@@ -17,32 +16,18 @@ namespace {
 // undefined (an autocast copy, or no gradient wanted).
 Tensor leaf_weight(const Tensor& w) { return w.requires_grad() && !w.grad_fn() ? w : Tensor(); }
 
-// Row chunks of a linear's backward: on one CPU thread, chunks of about kChunkBytes of
-// output gradient (at least two of them, else one: small calls stay single GEMMs), so that
-// the weight gradient's GEMM reads a chunk's gradient rows just after the GELU's backward
-// wrote them, and the input gradient's GEMM reads them again and writes over the chunk's
-// input rows, from the core's L2 rather than from memory; elsewhere one chunk. The weight
-// gradient sums the chunks' products in order (the first GEMM with beta 0, the others
-// accumulating): the same calls in a plain backward and a deferred one, so the same bits.
-// GPT L4 C128 T64 B32 step, one core: the c_fc weight gradient (512 x 128 x 2048 TN) ran
-// at 0.79 of its rate alone, reading 5 MiB from memory; chunked, the step took 82.8-83.9
-// instead of 85.5-86.9 ms. With two threads each GEMM's rows already split over two L2s,
-// and the smaller calls measured slower (47.0 against 45.5 ms): one chunk there.
-struct RowChunks {
-  static constexpr int64_t kChunkBytes = 512 * 1024;
-  int64_t M = 0, rows = 0;
-  explicit RowChunks(const Tensor& g2) : M(g2.size(0)), rows(g2.size(0)) {
-    if (!g2.device().is_cpu() || M == 0 || get_num_threads() != 1) return;
-    const int64_t row_bytes = std::max<int64_t>(1, g2.size(1) * int64_t(element_size(g2.dtype())));
-    const int64_t r = std::max<int64_t>(64, kChunkBytes / row_bytes);
-    if (2 * r > M) return;
-    const int64_t n = (M + r - 1) / r;  // chunks of even size (multiples of 16 rows), no small tail
-    rows = ((M + n - 1) / n + 15) / 16 * 16;
-  }
-  int64_t count() const { return rows > 0 ? (M + rows - 1) / rows : 1; }  // M = 0: one empty chunk (gw = 0)
-  int64_t start(int64_t c) const { return c * rows; }
-  int64_t size(int64_t c) const { return std::min(rows, M - c * rows); }
-};
+// A linear's backward takes its rows in chunks (tensor/row_chunks.h) of the output
+// gradient: the weight gradient's GEMM reads a chunk's gradient rows just after the GELU's
+// backward wrote them, and the input gradient's GEMM reads them again and writes over the
+// chunk's input rows, from the core's L2 rather than from memory. The weight gradient sums
+// the chunks' products in order (the first GEMM with beta 0, the others accumulating): the
+// same calls in a plain backward and a deferred one, so the same bits. GPT L4 C128 T64 B32
+// step, one core: the c_fc weight gradient (512 x 128 x 2048 TN) ran at 0.79 of its rate
+// alone, reading 5 MiB from memory; chunked, the step took 82.8-83.9 instead of 85.5-86.9 ms.
+// The chunks of g2's rows (tensor/row_chunks.h).
+RowChunks row_chunks(const Tensor& g2) {
+  return RowChunks(g2.size(0), g2.size(1) * int64_t(element_size(g2.dtype())), g2.device().is_cpu());
+}
 
 // gw = g_c^T x_c (chunk 0) or gw += g_c^T x_c: gc the rows (n, out) of chunk c of the output
 // gradient, x2 all the input rows (M, in). weight_grad_chunks: every chunk, gs[c] chunk c's.
@@ -81,7 +66,7 @@ Tensor input_grad_buffer(SavedTensor& sx, const Tensor& g2, int64_t in, const ch
 template <class Chunk>
 std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, int64_t in, Chunk&& chunk, SavedTensor& sx, SavedTensor& sw,
                                        const Tensor& leaf, bool need_w, bool need_x, const Shape& xs, const char* op) {
-  const RowChunks rc(g2);
+  const RowChunks rc = row_chunks(g2);
   DeferredGrads* later = need_w && leaf.defined() ? DeferWeightGrads::active() : nullptr;
   Tensor x2, gx, gw;
   if (need_x && !later) gx = input_grad_buffer(sx, g2, in, op, need_w ? &x2 : nullptr);
@@ -195,11 +180,10 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_
                " does not match weight ", shape_str(w.shape()), " (out, in)");
   const int64_t in = w.size(1), outf = w.size(0);
   Tensor x2 = ops::reshape(x, {-1, in});  // (M, in)
-  Tensor y = ops::empty({x2.size(0), outf}, x.dtype(), x.device());
-  ops::gemm_(y, x2, ops::transpose(w, 0, 1), 1.0, 0.0);  // (M, out), no bias
+  auto [y, h] = ops::linear_bias_gelu(x2, w, b, tanh_approx);  // y = x2 w^T (M, out), h = gelu(y + b)
   Shape out_shape = x.shape();
   out_shape.back() = outf;
-  Tensor out = ops::view(ops::bias_gelu(y, b, tanh_approx), out_shape);  // gelu(y + b)
+  Tensor out = ops::view(h, out_shape);
   if (!any_requires_grad(x, w, b)) return out;
   const bool need_x = x.requires_grad(), need_w = w.requires_grad();
   const bool has_b = b.defined(), need_b = has_b && b.requires_grad();
@@ -271,7 +255,7 @@ Tensor linear_packed(const Tensor& x, const std::vector<Tensor>& ws) {
   return record_fn("LinearPackedBackward", out, inputs, [=](const Tensor& g) mutable {
     const char* op = "LinearPackedBackward";
     const Tensor g2 = ops::contiguous(ops::reshape(g, {-1, total}));  // (M, total)
-    const RowChunks rc(g2);  // as linear_grads, over the weights' parts of each chunk
+    const RowChunks rc = row_chunks(g2);  // as linear_grads, over the weights' parts of each chunk
     DeferredGrads* active = DeferWeightGrads::active();
     std::vector<bool> defer(ws.size());
     bool defer_any = false;

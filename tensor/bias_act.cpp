@@ -4,6 +4,7 @@
 #include <strata/tensor/cpu/bias_act.h>
 #include <strata/tensor/dispatch.h>
 #include <strata/tensor/ops.h>
+#include <strata/tensor/row_chunks.h>
 
 namespace strata::ops {
 namespace {
@@ -32,6 +33,24 @@ Tensor bias_gelu(const Tensor& y, const Tensor& b, bool tanh_approx) {
   Tensor out = empty(y.shape(), y.dtype(), d);
   kBiasGelu(d)(contiguous(y), contig_or_undef(b), out, tanh_approx);
   return out;
+}
+
+std::pair<Tensor, Tensor> linear_bias_gelu(const Tensor& x2, const Tensor& w, const Tensor& b, bool tanh_approx) {
+  STRATA_CHECK(x2.dim() == 2 && w.dim() == 2 && x2.size(1) == w.size(1), "[linear_bias_gelu] input ", x2.str(),
+               " does not match weight ", w.str(), " (out, in)");
+  const int64_t M = x2.size(0), outf = w.size(0);
+  const Device d = common_device("linear_bias_gelu", x2, w);
+  Tensor y = empty({M, outf}, x2.dtype(), d), out = empty({M, outf}, x2.dtype(), d);
+  check_rows("linear_bias_gelu", y, b);
+  if (b.defined()) (void)common_device("linear_bias_gelu", y, b);
+  const Tensor wt = transpose(w, 0, 1), bias = contig_or_undef(b);
+  const RowChunks rc(M, outf * int64_t(element_size(y.dtype())), d.is_cpu());
+  for (int64_t c = 0; c < rc.count(); ++c) {
+    Tensor yc = narrow(y, 0, rc.start(c), rc.size(c)), oc = narrow(out, 0, rc.start(c), rc.size(c));
+    gemm_(yc, narrow(x2, 0, rc.start(c), rc.size(c)), wt, 1.0, 0.0);  // no bias
+    kBiasGelu(d)(yc, bias, oc, tanh_approx);
+  }
+  return {y, out};
 }
 
 std::pair<Tensor, Tensor> bias_gelu_backward(const Tensor& dout, const Tensor& y, const Tensor& b, bool tanh_approx,

@@ -148,6 +148,11 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim);
 /// gelu(y + b) with b (C) broadcast over the rows of y (..., C), in one pass (a Linear's
 /// bias fused with the GELU after it); b may be undefined. CPU and CUDA.
 Tensor bias_gelu(const Tensor& y, const Tensor& b, bool tanh_approx);
+/// A linear's GEMM and bias_gelu as one op: y = x2 w^T (M, out) with x2 (M, in), w (out, in),
+/// and gelu(y + b); returns {y, gelu(y + b)}. On one CPU thread in row chunks
+/// (tensor/row_chunks.h), so that the GELU reads each chunk of y from L2 just after the GEMM
+/// wrote it. The same values as gemm_ then bias_gelu.
+std::pair<Tensor, Tensor> linear_bias_gelu(const Tensor& x2, const Tensor& w, const Tensor& b, bool tanh_approx);
 /// (dh, db) of bias_gelu: dh = dout * gelu'(y + b), db = dh summed over rows (undefined
 /// unless need_bias_grad), in one pass. overwrite_y: the caller hands y over, and on the
 /// CPU a contiguous y gets dh written over it (each element read before it is written).

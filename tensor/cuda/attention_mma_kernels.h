@@ -332,15 +332,21 @@ STRATA_DEV void dq_block(const MmaArgs& s, int64_t bh, int64_t qt, uint16_t* sme
     lse2[half] = t < s.T ? s.lse[bh * s.T + t] * kLog2e : 0.f;
   }
 
-  // D_i = sum_j p_ij dP_ij
-  float dd[2] = {0.f, 0.f};
-  for (int64_t kt = 0; kt <= qt; ++kt) {
+  // Key tile kt staged (K and V rows, and K^T for dQ), and the warp's P and dP of it.
+  float p[NT][4], dp[NT][4];
+  const auto key_tile = [&](int64_t kt, bool k_transposed) {
     P::sync();
     stage_rows<P, D, kTile>(ks, s.qkv, kt * kTile, s.T, k_off);
     stage_rows<P, D, kTile>(vs, s.qkv, kt * kTile, s.T, v_off);
+    if (k_transposed) stage_cols<P, D, kTile>(kt_t, s.qkv, kt * kTile, s.T, k_off);
     P::sync();
-    float p[NT][4], dp[NT][4];
     probs_and_dp<P, DT>(qa, ga, ks, vs, KS, kt * kTile, r0, s.scale_log2, lse2, p, dp);
+  };
+
+  // D_i = sum_j p_ij dP_ij
+  float dd[2] = {0.f, 0.f};
+  for (int64_t kt = 0; kt <= qt; ++kt) {
+    key_tile(kt, false);
     STRATA_UNROLL
     for (int n = 0; n < NT; ++n) {
       STRATA_UNROLL
@@ -357,13 +363,7 @@ STRATA_DEV void dq_block(const MmaArgs& s, int64_t bh, int64_t qt, uint16_t* sme
   // dQ = scale sum_j P (dP - D) K
   float dq[ND][4] = {};
   for (int64_t kt = 0; kt <= qt; ++kt) {
-    P::sync();
-    stage_rows<P, D, kTile>(ks, s.qkv, kt * kTile, s.T, k_off);
-    stage_rows<P, D, kTile>(vs, s.qkv, kt * kTile, s.T, v_off);
-    stage_cols<P, D, kTile>(kt_t, s.qkv, kt * kTile, s.T, k_off);
-    P::sync();
-    float p[NT][4], dp[NT][4];
-    probs_and_dp<P, DT>(qa, ga, ks, vs, KS, kt * kTile, r0, s.scale_log2, lse2, p, dp);
+    key_tile(kt, true);
     STRATA_UNROLL
     for (int n = 0; n < NT; ++n) {
       STRATA_UNROLL

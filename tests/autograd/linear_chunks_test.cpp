@@ -1,7 +1,8 @@
-// The CPU linears' backward in row chunks (autograd/fn_linalg.cpp, RowChunks: chunks of
-// about 512 KiB of output gradient, the weight gradient summed over them): at sizes that
-// take several chunks, a partial last one included, linear, linear_gelu, linear_residual
-// and linear_packed give the gradients of the f64 computation within f32 rounding; a
+// The CPU linears in row chunks (tensor/row_chunks.h: chunks of about 512 KiB; the
+// backward's weight gradient summed over them, autograd/fn_linalg.cpp; linear_gelu's
+// forward, ops::linear_bias_gelu): at sizes that take several chunks, linear_gelu's output
+// is the unfused ops' within rounding, and linear, linear_gelu, linear_residual and
+// linear_packed give the gradients of the f64 computation within f32 rounding; a
 // deferred weight gradient (zero-bubble pipelines) equals the plain one bit for bit; and
 // with the saved rows handed over and written over, every gradient equals that of a
 // retained graph bit for bit. On one thread (with more, each call is one chunk).
@@ -89,6 +90,18 @@ TEST(LinearChunks, GradientsMatchFloat64AcrossSeveralChunks) {
       }
       EXPECT_LE(err, 2e-5 * peak) << "gradient " << i << ": max error " << err << " of " << peak;
     }
+  }
+}
+
+TEST(LinearChunks, FusedGeluForwardMatchesTheUnfusedOps) {
+  const strata::testing::ThreadsGuard one(1);
+  const Leaves a = leaves(DType::f32), d = leaves(DType::f64);
+  const auto fused = values(linear_gelu(a.x, a.w, a.b, true)), plain = values(gelu(linear(a.x, a.w, a.b), true));
+  const auto exact = values(linear_gelu(d.x, d.w, d.b, true));
+  ASSERT_EQ(fused.size(), size_t(kB * kT * kOut));
+  for (size_t k = 0; k < fused.size(); ++k) {
+    ASSERT_NEAR(fused[k], plain[k], 1e-6 * (1 + std::abs(plain[k]))) << k;
+    ASSERT_NEAR(fused[k], exact[k], 1e-5 * (1 + std::abs(exact[k]))) << k;
   }
 }
 
