@@ -89,6 +89,16 @@ STRATA_DEV int64_t y_at(const MmaArgs& s, int64_t b, int64_t t, int64_t h) {
   return (b * s.T + t) * s.H * D + h * D;
 }
 
+// The element offset of token t's row of head h of sequence b: part p (0 q, 1 k, 2 v) of
+// the packed projection, or (p = 3) of y or dy.
+template <int D>
+struct HeadRows {
+  const MmaArgs* s;
+  int64_t b, h;
+  int p;
+  STRATA_DEV int64_t operator()(int64_t t) const { return p < 3 ? qkv_at<D>(*s, b, t, h, p) : y_at<D>(*s, b, t, h); }
+};
+
 // Rows [r0, r0 + N) (element offset off(t) each, D elements) into dst[N][D + kPad];
 // rows at or past T are zero. 16-byte loads and stores.
 template <class P, int D, int N, class Off>
@@ -217,9 +227,7 @@ STRATA_DEV void forward_block(const MmaArgs& s, int64_t bh, int64_t qt, uint16_t
   const int64_t b = bh / s.H, h = bh % s.H;
   const int warp = P::tid() / 32, lane = P::tid() & 31;
   const int64_t r0 = qt * kTile + warp * kRowsPerWarp;
-  const auto q_off = [&](int64_t t) { return qkv_at<D>(s, b, t, h, 0); };
-  const auto k_off = [&](int64_t t) { return qkv_at<D>(s, b, t, h, 1); };
-  const auto v_off = [&](int64_t t) { return qkv_at<D>(s, b, t, h, 2); };
+  const HeadRows<D> q_off{&s, b, h, 0}, k_off{&s, b, h, 1}, v_off{&s, b, h, 2};
 
   uint32_t qa[KK][4];
   STRATA_UNROLL
@@ -275,7 +283,7 @@ STRATA_DEV void forward_block(const MmaArgs& s, int64_t bh, int64_t qt, uint16_t
     l[half] = quad_sum<P>(l[half]);
     inv[half] = 1.f / l[half];
   }
-  store_rows<P, DT>(o, inv, s.out, [&](int64_t t) { return y_at<D>(s, b, t, h); }, r0, s.T);
+  store_rows<P, DT>(o, inv, s.out, HeadRows<D>{&s, b, h, 3}, r0, s.T);
   if ((lane & 3) == 0) {
     STRATA_UNROLL
     for (int half = 0; half < 2; ++half) {
@@ -314,10 +322,7 @@ STRATA_DEV void dq_block(const MmaArgs& s, int64_t bh, int64_t qt, uint16_t* sme
   const int64_t b = bh / s.H, h = bh % s.H;
   const int warp = P::tid() / 32, lane = P::tid() & 31;
   const int64_t r0 = qt * kTile + warp * kRowsPerWarp;
-  const auto q_off = [&](int64_t t) { return qkv_at<D>(s, b, t, h, 0); };
-  const auto k_off = [&](int64_t t) { return qkv_at<D>(s, b, t, h, 1); };
-  const auto v_off = [&](int64_t t) { return qkv_at<D>(s, b, t, h, 2); };
-  const auto y_off = [&](int64_t t) { return y_at<D>(s, b, t, h); };
+  const HeadRows<D> q_off{&s, b, h, 0}, k_off{&s, b, h, 1}, v_off{&s, b, h, 2}, y_off{&s, b, h, 3};
 
   uint32_t qa[KK][4], ga[KK][4];
   STRATA_UNROLL
@@ -392,10 +397,7 @@ STRATA_DEV void dkv_block(const MmaArgs& s, int64_t bh, int64_t kt, uint16_t* sm
   const int64_t b = bh / s.H, h = bh % s.H;
   const int warp = P::tid() / 32, lane = P::tid() & 31;
   const int64_t j0 = kt * kTile + warp * kRowsPerWarp;  // the warp's first key
-  const auto q_off = [&](int64_t t) { return qkv_at<D>(s, b, t, h, 0); };
-  const auto k_off = [&](int64_t t) { return qkv_at<D>(s, b, t, h, 1); };
-  const auto v_off = [&](int64_t t) { return qkv_at<D>(s, b, t, h, 2); };
-  const auto y_off = [&](int64_t t) { return y_at<D>(s, b, t, h); };
+  const HeadRows<D> q_off{&s, b, h, 0}, k_off{&s, b, h, 1}, v_off{&s, b, h, 2}, y_off{&s, b, h, 3};
 
   stage_rows<P, D, kTile>(kown, s.qkv, kt * kTile, s.T, k_off);
   stage_rows<P, D, kTile>(vown, s.qkv, kt * kTile, s.T, v_off);
