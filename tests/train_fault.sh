@@ -162,6 +162,12 @@ for r in $survivors; do
     # "lost peer: rank 0 (world rank 1) (pid N on host)" (seen under TSan's timing).
     if echo "$line" | grep -Eq "lost peer: .*(rank $victim|\(world rank $victim\)) \(pid $pid on "; then
       named_victim=$((${named_victim:-0} + 1))
+    elif [[ "$line" == *"stopped by the launcher (SIGTERM)"* ]] &&
+      echo "$line" | grep -Eq "rank $victim \(pid $pid on [^)]*\)(, rank [0-9]+ \(pid [0-9]+ on [^)]*\))* never joined"; then
+      # The launcher's SIGTERM (it ends the job at the first survivor's exit) came before
+      # this rank saw the death itself: its report names the ranks that did not answer its
+      # status exchange, the dead one among them.
+      echo "note: rank $r was stopped by the launcher first; its report names rank $victim among the ranks that never joined"
     else
       # A cascade: a survivor whose op involves only another survivor (under pp, the first
       # and last stages' tied-embedding sum) sees that one exit after it reported the death.
