@@ -2,6 +2,7 @@
 // operand is ever copied to be transposed.
 #include <algorithm>
 #include <atomic>
+#include <span>
 
 #include <strata/autograd/autocast.h>
 #include <strata/autograd/engine.h>
@@ -39,52 +40,78 @@ Tensor weight_grad_chunks(const std::vector<Tensor>& gs, const Tensor& x2, const
   return gw;
 }
 
-// The (M, in) buffer of a linear's input gradient: on the CPU the saved input rows x2
-// themselves where SavedTensor::take hands them over (the weight gradient reads a chunk's
-// rows before the input gradient writes over them): the GEMM then stores into lines the
-// weight gradient has just read rather than into a block read in from memory before its
-// stores. GPU stores do not read lines in, so there a fresh buffer. x2 (out): the input
-// rows, for the weight gradient.
-Tensor input_grad_buffer(SavedTensor& sx, const Tensor& g2, int64_t in, const char* op, Tensor* x2_out = nullptr) {
-  if (sx.defined() && g2.device().is_cpu()) {
-    auto [x2, own] = sx.take(op);
-    if (x2_out) *x2_out = x2;
-    if (own && x2.dtype() == g2.dtype() && x2.shape() == (Shape{g2.size(0), in})) return x2;
-  } else if (sx.defined() && x2_out) {
-    *x2_out = sx.get(op);
+// The weight and input gradients of linears packed along the output (weight i's rows of
+// the output gradient are its columns [off_i, off_i + outs[i]); one weight: outs = {out}),
+// chunk by chunk (RowChunks): chunk(r0, n) gives the chunk's gradient rows (n, sum outs) (a
+// view of g2, or the GELU's backward of those rows); then each weight's gradient
+// accumulates its part's product with the input rows, and the chunk's rows of gx are formed
+// (the parts' products summed in order). A weight that needs its gradient in a
+// DeferWeightGrads scope with its leaf defined hands its parts' rows and x2 to the deferred
+// work (the same GEMMs later) and its gradient comes back undefined. Returns {gx as shape
+// xs, the weights' gradients}.
+template <class Chunk>
+std::pair<Tensor, std::vector<Tensor>> linear_grads_packed(const Tensor& g2, int64_t in, Chunk&& chunk, SavedTensor& sx,
+                                                           std::span<SavedTensor> sw, std::span<const int64_t> outs,
+                                                           std::span<const Tensor> leaves,
+                                                           const std::vector<bool>& need_w, bool need_x,
+                                                           const Shape& xs, const char* op) {
+  const size_t k = outs.size();
+  const RowChunks rc = row_chunks(g2);
+  DeferredGrads* active = DeferWeightGrads::active();
+  std::vector<bool> defer(k);
+  bool defer_any = false, any_w = false;
+  for (size_t i = 0; i < k; ++i) {
+    defer_any |= defer[i] = need_w[i] && active && leaves[i].defined();
+    any_w |= need_w[i];
   }
-  return ops::empty({g2.size(0), in}, g2.dtype(), g2.device());
+  // The input rows x2 (saved where a weight needs its gradient). On the CPU, with nothing
+  // deferred, they are taken: where SavedTensor::take hands them over they are the input
+  // gradient's buffer (the weight gradient reads a chunk's rows before the input gradient
+  // writes over them), so its GEMM stores into lines just read rather than into a block read
+  // in from memory before its stores. GPU stores do not read lines in: a fresh buffer there.
+  Tensor x2, gx;
+  if (any_w && need_x && !defer_any && g2.device().is_cpu()) {
+    auto [rows, own] = sx.take(op);
+    x2 = rows;
+    if (own && x2.dtype() == g2.dtype() && x2.shape() == (Shape{g2.size(0), in})) gx = x2;
+  } else if (any_w) {
+    x2 = sx.get(op);
+  }
+  if (need_x && !gx.defined()) gx = ops::empty({g2.size(0), in}, g2.dtype(), g2.device());
+  std::vector<Tensor> ws(k), gw(k);
+  std::vector<std::vector<Tensor>> gs(k);  // the deferred weights' chunk rows
+  for (size_t i = 0; i < k; ++i) {
+    if (need_x) ws[i] = sw[i].get(op);
+    if (need_w[i] && !defer[i]) gw[i] = ops::empty({outs[i], in}, g2.dtype(), g2.device());
+  }
+  for (int64_t c = 0; c < rc.count(); ++c) {
+    const Tensor rows = chunk(rc.start(c), rc.size(c));
+    std::vector<Tensor> parts;  // (n, out_i), rows at stride sum outs
+    for (size_t i = 0, off = 0; i < k; off += size_t(outs[i]), ++i)
+      parts.push_back(k == 1 ? rows : ops::narrow(rows, 1, int64_t(off), outs[i]));
+    for (size_t i = 0; i < k; ++i) {
+      if (defer[i]) gs[i].push_back(parts[i]);
+      else if (need_w[i]) weight_grad_chunk(gw[i], parts[i], x2, rc, c);
+    }
+    if (need_x) {
+      Tensor gxc = ops::narrow(gx, 0, rc.start(c), rc.size(c));
+      for (size_t i = 0; i < k; ++i) ops::gemm_(gxc, parts[i], ws[i], 1.0, i == 0 ? 0.0 : 1.0);  // (n,out)@(out,in)
+    }
+  }
+  for (size_t i = 0; i < k; ++i)
+    if (defer[i])
+      active->push_back([g = gs[i], x2, leaf = leaves[i], rc] { accumulate_grad(leaf, weight_grad_chunks(g, x2, rc)); });
+  return {need_x ? ops::reshape(gx, xs) : Tensor(), gw};
 }
 
-// A linear's weight and input gradients from its output gradient's rows, chunk by chunk
-// (RowChunks): chunk(r0, n) gives the chunk's gradient rows (n, out) (a view of g2, or the
-// GELU's backward of those rows); then gw accumulates the chunk's product with the input
-// rows and the chunk's rows of gx are formed. In a DeferWeightGrads scope with `leaf`
-// defined, the chunks' rows and x2 go to the deferred work (the same GEMMs later) and gw
-// comes back undefined. Returns {gx as shape xs, gw}.
+// One linear's {gx, gw} (linear_grads_packed with one weight).
 template <class Chunk>
 std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, int64_t in, Chunk&& chunk, SavedTensor& sx, SavedTensor& sw,
                                        const Tensor& leaf, bool need_w, bool need_x, const Shape& xs, const char* op) {
-  const RowChunks rc = row_chunks(g2);
-  DeferredGrads* later = need_w && leaf.defined() ? DeferWeightGrads::active() : nullptr;
-  Tensor x2, gx, gw;
-  if (need_x && !later) gx = input_grad_buffer(sx, g2, in, op, need_w ? &x2 : nullptr);
-  else if (need_w) x2 = sx.get(op);
-  if (need_x && !gx.defined()) gx = ops::empty({g2.size(0), in}, g2.dtype(), g2.device());
-  const Tensor w = need_x ? sw.get(op) : Tensor();
-  if (need_w && !later) gw = ops::empty({g2.size(1), in}, g2.dtype(), g2.device());
-  std::vector<Tensor> gs;  // the chunks' rows, for deferred work
-  for (int64_t c = 0; c < rc.count(); ++c) {
-    const Tensor gc = chunk(rc.start(c), rc.size(c));
-    if (need_w && later) gs.push_back(gc);
-    else if (need_w) weight_grad_chunk(gw, gc, x2, rc, c);
-    if (need_x) {
-      Tensor gxc = ops::narrow(gx, 0, rc.start(c), rc.size(c));
-      ops::gemm_(gxc, gc, w, 1.0, 0.0);  // (n,out)@(out,in)
-    }
-  }
-  if (later) later->push_back([gs, x2, leaf, rc] { accumulate_grad(leaf, weight_grad_chunks(gs, x2, rc)); });
-  return {need_x ? ops::reshape(gx, xs) : Tensor(), gw};
+  const int64_t out = g2.size(1);
+  auto [gx, gw] = linear_grads_packed(g2, in, chunk, sx, std::span(&sw, 1), std::span(&out, 1), std::span(&leaf, 1),
+                                      {need_w}, need_x, xs, op);
+  return {gx, gw[0]};
 }
 
 }  // namespace
@@ -251,40 +278,12 @@ Tensor linear_packed(const Tensor& x, const std::vector<Tensor>& ws) {
   }
   const Shape xs = x.shape();
   return record_fn("LinearPackedBackward", out, inputs, [=](const Tensor& g) mutable {
-    const char* op = "LinearPackedBackward";
     const Tensor g2 = ops::contiguous(ops::reshape(g, {-1, total}));  // (M, total)
-    const RowChunks rc = row_chunks(g2);  // as linear_grads, over the weights' parts of each chunk
-    DeferredGrads* active = DeferWeightGrads::active();
-    std::vector<bool> defer(ws.size());
-    bool defer_any = false;
-    for (size_t i = 0; i < ws.size(); ++i) defer_any |= defer[i] = need_w[i] && active && leaves[i].defined();
-    Tensor x2, gx;
-    if (need_x && !defer_any) gx = input_grad_buffer(sx, g2, in, op, any_w ? &x2 : nullptr);
-    else if (any_w) x2 = sx.get(op);
-    if (need_x && !gx.defined()) gx = ops::empty({g2.size(0), in}, g2.dtype(), g2.device());
-    std::vector<Tensor> grads(1 + ws.size());
-    std::vector<std::vector<Tensor>> gs(ws.size());  // deferred weights' chunk rows
-    for (size_t i = 0; i < ws.size(); ++i)
-      if (need_w[i] && !defer[i]) grads[1 + i] = ops::empty({outs[i], in}, g2.dtype(), g2.device());
-    for (int64_t c = 0; c < rc.count(); ++c) {
-      const Tensor rows = ops::narrow(g2, 0, rc.start(c), rc.size(c));
-      const auto part = [&](size_t i, size_t off) {  // (n, out_i), rows at stride total
-        return ops::narrow(rows, 1, int64_t(off), outs[i]);
-      };
-      for (size_t i = 0, off = 0; i < ws.size(); off += size_t(outs[i]), ++i) {
-        if (defer[i]) gs[i].push_back(part(i, off));
-        else if (need_w[i]) weight_grad_chunk(grads[1 + i], part(i, off), x2, rc, c);
-      }
-      if (need_x) {
-        Tensor gxc = ops::narrow(gx, 0, rc.start(c), rc.size(c));
-        for (size_t i = 0, off = 0; i < ws.size(); off += size_t(outs[i]), ++i)
-          ops::gemm_(gxc, part(i, off), sw[i].get(op), 1.0, i == 0 ? 0.0 : 1.0);
-      }
-    }
-    for (size_t i = 0; i < ws.size(); ++i)
-      if (defer[i])
-        active->push_back([g = gs[i], x2, leaf = leaves[i], rc] { accumulate_grad(leaf, weight_grad_chunks(g, x2, rc)); });
-    if (need_x) grads[0] = ops::reshape(gx, xs);
+    auto [gx, gw] = linear_grads_packed(
+        g2, in, [&](int64_t r0, int64_t n) { return ops::narrow(g2, 0, r0, n); }, sx, std::span(sw), outs, leaves,
+        need_w, need_x, xs, "LinearPackedBackward");
+    std::vector<Tensor> grads{gx};
+    grads.insert(grads.end(), gw.begin(), gw.end());
     return grads;
   });
 }
