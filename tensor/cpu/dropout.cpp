@@ -1,10 +1,14 @@
 // Dropout: each Philox block gives the keep decisions of 4 consecutive elements,
-// and blocks are split over threads, so the mask is the same for any thread count.
+// and blocks are split over threads, so the mask is the same for any thread count. f32 at
+// x86-64-v4 runs the intrinsics rows of dropout_avx512.h (the same bits).
 #include <strata/tensor/cpu/dropout.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
+#include <strata/tensor/cpu/act_avx512.h>
+#include <strata/tensor/cpu/dropout_avx512.h>
 #include <strata/tensor/cpu/isa_dispatch.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
@@ -60,6 +64,16 @@ void dropout_impl(const T* x, T* y, uint8_t* mask, int64_t n, double p, const Ge
   using A = acc_t<T>;
   const A scale = keep_scale<A>(p);
   const int64_t blocks = (n + 3) / 4, groups = (blocks + kLanes - 1) / kLanes;
+  if constexpr (std::is_same_v<T, float>) {
+    if (avx512_rows()) {
+      const uint64_t seed = gen.seed();
+      parallel_for(groups, 64, [=](int64_t b, int64_t e) {
+        const int64_t i0 = b * kLanes * 4, len = std::min(n, e * kLanes * 4) - i0;
+        dropout_row_avx512(x + i0, y + i0, mask + i0, len, seed, base + uint64_t(b * kLanes), threshold, scale);
+      });
+      return;
+    }
+  }
   parallel_for_simd(groups, 64, [&, threshold, scale](int64_t b, int64_t e) {
     uint32_t words[4][kLanes], elem[4 * kLanes];
     for (int64_t gi = b; gi < e; ++gi) {
@@ -84,7 +98,15 @@ template <class T>
 void dropout_backward_impl(const T* dy, const uint8_t* mask, T* dx, int64_t n, double p) {
   using A = acc_t<T>;
   const A scale = keep_scale<A>(p);
-  parallel_for_simd(n, 32768, [&](int64_t b, int64_t e) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (avx512_rows()) {
+      parallel_for(n, 32768, [=](int64_t b, int64_t e) { dropout_backward_row_avx512(dy + b, mask + b, dx + b, e - b, scale); });
+      return;
+    }
+  }
+  // by value: captured by reference, the pointers and the scale were reloaded after every
+  // store (dx might alias them) and the loop ran scalar
+  parallel_for_simd(n, 32768, [=](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) dx[i] = st<T>(mask[i] ? ld(dy[i]) * scale : A(0));
   });

@@ -4,12 +4,14 @@
 // odd sizes with padding, stride 2 and batch 3.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
 #include <strata/core/threads.h>
 #include <strata/tensor/ops.h>
 #include "conv_reference.h"
+#include "tests/simd_levels.h"
 #include "tests/test_tensors.h"
 
 using namespace strata;
@@ -530,6 +532,51 @@ TEST_P(NnOps, DropoutMaskScaleAndThreadIndependence) {
   auto [yz, mz] = ops::dropout(x, 1.0, g1);
   for (double v : yz.to_vector<double>()) ASSERT_EQ(v, 0.0);
   EXPECT_THROW(ops::dropout(x, 1.5, g1), Error);
+}
+
+// Every SIMD level (f32 at x86-64-v4 runs the intrinsics rows, 16 Philox blocks a vector):
+// the mask is the generator's at each element, y and dx are x * scale (or +0) to the bit,
+// at sizes around the 64-element groups and the 128-element steps, from a counter whose low
+// word wraps inside a group, split over one and two threads.
+TEST(NnOpsDropout, EveryLevelDrawsTheGeneratorsMaskAndScalesExactly) {
+  const strata::testing::SimdLevelGuard guard;
+  const int prev = get_num_threads();
+  const double p = 0.375;
+  const float scale = float(1.0 / (1.0 - p));
+  for (const int64_t n : {int64_t(1), int64_t(3), int64_t(63), int64_t(64), int64_t(65), int64_t(127),
+                          int64_t(128), int64_t(129), int64_t(1000), int64_t(70001)}) {
+    for (const uint64_t offset : {uint64_t(0), (uint64_t(1) << 32) - 7}) {
+      Tensor x = rnd({n}, DType::f32, 130 + uint64_t(n));
+      Tensor dy = rnd({n}, DType::f32, 131 + uint64_t(n));
+      const std::vector<float> xv = x.to_vector<float>(), dyv = dy.to_vector<float>();
+      Generator ref(7);
+      ref.set_state(7, offset);
+      std::vector<uint8_t> want(size_t(n), 0);
+      for (int64_t i = 0; i < n; ++i) want[size_t(i)] = ref.uniform(offset, uint64_t(i)) >= float(p);
+      for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels()) {
+        ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+        for (const int threads : {1, 2}) {
+          set_num_threads(threads);
+          const std::string at = "n " + std::to_string(n) + ", offset " + std::to_string(offset) + ", " +
+                                 cpu::simd_level_name(lvl) + ", " + std::to_string(threads) + " thread(s)";
+          Generator g(7);
+          g.set_state(7, offset);
+          auto [y, mask] = ops::dropout(x, p, g);
+          EXPECT_EQ(g.offset(), offset + uint64_t((n + 3) / 4)) << at;
+          ASSERT_EQ(mask.to_vector<uint8_t>(), want) << at;
+          const std::vector<float> yv = y.to_vector<float>(), dxv = ops::dropout_backward(dy, mask, p).to_vector<float>();
+          for (int64_t i = 0; i < n; ++i) {
+            const size_t k = size_t(i);
+            ASSERT_EQ(std::bit_cast<uint32_t>(yv[k]), std::bit_cast<uint32_t>(want[k] ? xv[k] * scale : 0.0f))
+                << at << " y element " << i;
+            ASSERT_EQ(std::bit_cast<uint32_t>(dxv[k]), std::bit_cast<uint32_t>(want[k] ? dyv[k] * scale : 0.0f))
+                << at << " dx element " << i;
+          }
+        }
+      }
+    }
+  }
+  set_num_threads(prev);
 }
 
 // ---------------------------------------------------------------- optimizers
