@@ -1,11 +1,15 @@
 // Pooling kernels: one (H,W) plane per iteration, planes in parallel. Windows are
-// clipped to the input, so padding is never read.
+// clipped to the input, so padding is never read. The f32 2x2 stride-2 max pool of planes
+// up to 32 wide runs pool_avx512.h's rows at x86-64-v4.
 #include <strata/tensor/cpu/pool.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
+#include <strata/tensor/cpu/act_avx512.h>
 #include <strata/tensor/cpu/isa_dispatch.h>
+#include <strata/tensor/cpu/pool_avx512.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 
@@ -78,6 +82,17 @@ void max2x2_row_short(const T* r0, int64_t W, int64_t Wo, int64_t i0, T* y, int6
   }
 }
 
+// The AVX-512 plane (pool_avx512.h) for f32; false (nothing done) for other types.
+template <class T>
+bool max2x2_plane_f32(const T* x, const PlaneGeom& g, T* y, int64_t* idx) {
+  if constexpr (std::is_same_v<T, float>) {
+    max2x2_plane_avx512(x, g.W, y, idx, g.Ho, g.Wo);
+    return true;
+  } else {
+    return false;
+  }
+}
+
 }  // namespace
 
 void max_pool2d_kernel(const Tensor& x, Tensor& y, Tensor& idx, const ops::Pool2dParams& p) {
@@ -91,10 +106,12 @@ void max_pool2d_kernel(const Tensor& x, Tensor& y, Tensor& idx, const ops::Pool2
     // preserves order and NaN)
     const bool k2s2 = !kIs16<scalar_t> && p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 &&
                       p.pad_w == 0;
+    const bool narrow_avx512 = g.W <= 32 && avx512_rows();  // one masked vector per output row
     for_planes(g, [&](int64_t pl) {
       const scalar_t* xs = xp + pl * g.H * g.W;
       scalar_t* ys = yp + pl * g.Ho * g.Wo;
       int64_t* is = ip + pl * g.Ho * g.Wo;
+      if (k2s2 && narrow_avx512 && max2x2_plane_f32(xs, g, ys, is)) return;
       if constexpr (!kIs16<scalar_t>) {
         if (k2s2) {
           for (int64_t oh = 0; oh < g.Ho; ++oh) {

@@ -415,6 +415,46 @@ TEST(NnOpsPool, MaxPoolTiesAndNaNInFastAndGeneralPaths) {
   }
 }
 
+// The 2x2 stride-2 max pool at every SIMD level (f32 planes up to 32 wide take the AVX-512
+// rows at x86-64-v4) against the direct loop: values bit for bit and indices, with ties
+// (the first wins), NaNs (a NaN wins), infinities, odd sizes and widths past one vector.
+TEST(NnOpsPool, MaxPool2x2EveryLevelMatchesTheDirectLoop) {
+  const strata::testing::SimdLevelGuard guard;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const auto& [H, W] : std::vector<std::pair<int64_t, int64_t>>{
+           {2, 2}, {3, 3}, {7, 7}, {14, 14}, {28, 28}, {5, 17}, {4, 30}, {6, 31}, {4, 32}, {4, 33}, {3, 64}}) {
+    const int64_t P = 5, Ho = H / 2, Wo = W / 2;
+    std::vector<float> xv = rnd({P, 1, H, W}, DType::f32, 140 + uint64_t(H * W)).to_vector<float>();
+    for (size_t i = 0; i < xv.size(); i += 3) xv[i] = float(int(xv[i] * 2));  // ties: few distinct values
+    for (size_t i = 5; i < xv.size(); i += 23) xv[i] = nan;
+    for (size_t i = 7; i < xv.size(); i += 31) xv[i] = (i % 2) ? inf : -inf;
+    Tensor x = ops::from_vector<float>(xv, {P, 1, H, W});
+    std::vector<float> want_y;
+    std::vector<int64_t> want_i;
+    for (int64_t pl = 0; pl < P; ++pl)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          int64_t best = 2 * oh * W + 2 * ow;
+          for (const int64_t at : {best + 1, best + W, best + W + 1}) {
+            const float v = xv[size_t(pl * H * W + at)], m = xv[size_t(pl * H * W + best)];
+            if (v > m || (std::isnan(v) && !std::isnan(m))) best = at;
+          }
+          want_y.push_back(xv[size_t(pl * H * W + best)]);
+          want_i.push_back(best);
+        }
+    for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels()) {
+      ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+      const std::string at = std::to_string(H) + " x " + std::to_string(W) + ", " + cpu::simd_level_name(lvl);
+      auto [y, idx] = ops::max_pool2d(x, ops::Pool2dParams{2, 2, 2, 2, 0, 0});
+      ASSERT_EQ(idx.to_vector<int64_t>(), want_i) << at;
+      const std::vector<float> yv = y.to_vector<float>();
+      ASSERT_EQ(yv.size(), want_y.size()) << at;
+      for (size_t i = 0; i < yv.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(yv[i]), std::bit_cast<uint32_t>(want_y[i])) << at << " element " << i;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- embedding
 
 TEST_P(NnOps, EmbeddingGatherAndScatterAdd) {

@@ -1,0 +1,72 @@
+// See pool_avx512.h. Scalar twins: max2x2_row / max2x2_row_short (cpu/pool.cpp).
+#include <strata/tensor/cpu/pool_avx512.h>
+
+#include <strata/core/error.h>
+#include <strata/tensor/cpu/avx512_source.h>
+
+#if STRATA_AVX512_SOURCE
+
+namespace strata::cpu {
+namespace {
+
+// x replaces the running max m where x > m, or x is NaN and m is not.
+STRATA_AVX512 inline __mmask16 replaces(__m512 x, __m512 m) {
+  return _mm512_cmp_ps_mask(x, m, _CMP_GT_OQ) |
+         (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(m, m, _CMP_ORD_Q));
+}
+
+// The even (e) and odd (o) columns of the first 2 * Wo elements of a row.
+STRATA_AVX512 inline void split_row(const float* r, __mmask16 lo, __mmask16 hi, __m512& e, __m512& o) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 v0 = _mm512_maskz_loadu_ps(lo, r), v1 = _mm512_maskz_loadu_ps(hi, r + 16);
+  e = _mm512_permutex2var_ps(v0, even, v1);
+  o = _mm512_permutex2var_ps(v0, odd, v1);
+}
+
+}  // namespace
+
+STRATA_AVX512 void max2x2_plane_avx512(const float* x, int64_t W, float* y, int64_t* idx, int64_t Ho, int64_t Wo) {
+  const int64_t n = 2 * Wo;  // input columns read per row (an odd W's last one is outside every window)
+  const __mmask16 lo = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+  const __mmask16 hi = n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
+  const __mmask16 out = __mmask16((1u << Wo) - 1);
+  const __m512i col0 = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), col8 = _mm512_setr_epi64(16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i one = _mm512_set1_epi64(1), below = _mm512_set1_epi64(W), diag = _mm512_set1_epi64(W + 1);
+  for (int64_t oh = 0; oh < Ho; ++oh) {
+    const float* r0 = x + 2 * oh * W;
+    __m512 a, b, c, d;
+    split_row(r0, lo, hi, a, b);
+    split_row(r0 + W, lo, hi, c, d);
+    const __mmask16 tb = replaces(b, a);
+    const __m512 m1 = _mm512_mask_blend_ps(tb, a, b);
+    const __mmask16 tc = replaces(c, m1);
+    const __m512 m2 = _mm512_mask_blend_ps(tc, m1, c);
+    const __mmask16 td = replaces(d, m2);
+    _mm512_mask_storeu_ps(y + oh * Wo, out, _mm512_mask_blend_ps(td, m2, d));
+    // index = 2 oh W + 2 ow + (d: W + 1, else c: W, else b: 1, else 0), eight lanes a vector
+    const __m512i row = _mm512_set1_epi64(2 * oh * W);
+    for (int h = 0; h < 2; ++h) {
+      const int s = 8 * h;
+      if (!(out >> s)) break;
+      __m512i k = _mm512_setzero_si512();
+      k = _mm512_mask_mov_epi64(k, __mmask8(tb >> s), one);
+      k = _mm512_mask_mov_epi64(k, __mmask8(tc >> s), below);
+      k = _mm512_mask_mov_epi64(k, __mmask8(td >> s), diag);
+      const __m512i at = _mm512_add_epi64(_mm512_add_epi64(row, h ? col8 : col0), k);
+      _mm512_mask_storeu_epi64(idx + oh * Wo + s, __mmask8(out >> s), at);
+    }
+  }
+}
+
+}  // namespace strata::cpu
+
+#else
+
+namespace strata::cpu {
+void max2x2_plane_avx512(const float*, int64_t, float*, int64_t*, int64_t, int64_t) {
+  STRATA_THROW(Error, "[max2x2_plane_avx512] not built for this target (kHaveActAvx512 is false)");
+}
+}  // namespace strata::cpu
+
+#endif
