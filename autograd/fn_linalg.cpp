@@ -100,8 +100,15 @@ std::pair<Tensor, std::vector<Tensor>> linear_grads_packed(const Tensor& g2, int
   }
   for (size_t i = 0; i < k; ++i)
     if (defer[i])
-      active->push_back([g = gs[i], x2, leaf = leaves[i], rc] { accumulate_grad(leaf, weight_grad_chunks(g, x2, rc)); });
+      active->push_back(
+          [g = gs[i], x2, leaf = leaves[i], rc] { accumulate_grad(leaf, weight_grad_chunks(g, x2, rc)); });
   return {need_x ? ops::reshape(gx, xs) : Tensor(), gw};
+}
+
+// The chunk function of a backward whose gradient rows need no pass of their own: the
+// chunk's rows of g2 as a view.
+auto rows_of(const Tensor& g2) {
+  return [&g2](int64_t r0, int64_t n) { return ops::narrow(g2, 0, r0, n); };
 }
 
 // One linear's {gx, gw} (linear_grads_packed with one weight).
@@ -176,9 +183,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   return record_fn("LinearBackward", y, inputs, [=](const Tensor& g) mutable {
     const Tensor g2 = ops::contiguous(ops::reshape(g, {-1, outf}));  // (M, out)
     Tensor gb = need_b ? ops::sum(g2, {0}) : Tensor();
-    auto [gx, gw] = linear_grads(
-        g2, in, [&](int64_t r0, int64_t n) { return ops::narrow(g2, 0, r0, n); }, sx, sw, wl, need_w, need_x, xs,
-        "LinearBackward");
+    auto [gx, gw] = linear_grads(g2, in, rows_of(g2), sx, sw, wl, need_w, need_x, xs, "LinearBackward");
     return std::vector{gx, gw, gb};
   });
 }
@@ -279,9 +284,8 @@ Tensor linear_packed(const Tensor& x, const std::vector<Tensor>& ws) {
   const Shape xs = x.shape();
   return record_fn("LinearPackedBackward", out, inputs, [=](const Tensor& g) mutable {
     const Tensor g2 = ops::contiguous(ops::reshape(g, {-1, total}));  // (M, total)
-    auto [gx, gw] = linear_grads_packed(
-        g2, in, [&](int64_t r0, int64_t n) { return ops::narrow(g2, 0, r0, n); }, sx, std::span(sw), outs, leaves,
-        need_w, need_x, xs, "LinearPackedBackward");
+    auto [gx, gw] = linear_grads_packed(g2, in, rows_of(g2), sx, std::span(sw), outs, leaves, need_w, need_x, xs,
+                                        "LinearPackedBackward");
     std::vector<Tensor> grads{gx};
     grads.insert(grads.end(), gw.begin(), gw.end());
     return grads;
@@ -305,9 +309,7 @@ Tensor record_linear_residual(Tensor out, const Tensor& x, const Tensor& x2, con
   return record_fn("LinearResidualBackward", out, inputs, [=](const Tensor& g) mutable {
     const Tensor g2 = ops::contiguous(ops::reshape(g, {-1, outf}));  // (M, out)
     Tensor gb = need_b ? ops::sum(g2, {0}) : Tensor();
-    auto [gx, gw] = linear_grads(
-        g2, in, [&](int64_t r0, int64_t n) { return ops::narrow(g2, 0, r0, n); }, sx, sw, wl, need_w, need_x, xs,
-        "LinearResidualBackward");
+    auto [gx, gw] = linear_grads(g2, in, rows_of(g2), sx, sw, wl, need_w, need_x, xs, "LinearResidualBackward");
     // the residual's gradient is g itself (no copy): the engine adds it to the other
     // consumers' gradients of the residual stream as it would AddBackward's
     return std::vector{gx, gw, need_r ? g : Tensor(), gb};

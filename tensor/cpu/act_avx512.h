@@ -18,7 +18,7 @@
 namespace strata::cpu {
 
 /// Whether this build has the AVX-512 rows (GCC or clang on x86-64): these and
-/// norm_avx512.h's.
+/// norm_avx512.h's, dropout_avx512.h's and pool_avx512.h's.
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 inline constexpr bool kHaveActAvx512 = true;
 #else
@@ -26,7 +26,8 @@ inline constexpr bool kHaveActAvx512 = false;
 #endif
 
 /// Whether the AVX-512 rows run now: built, and the SIMD level in effect is x86-64-v4. The
-/// one test every caller of these rows and of norm_avx512.h's makes before calling them.
+/// one test every caller of these rows and of the other *_avx512.h rows makes before
+/// calling them.
 inline bool avx512_rows() { return kHaveActAvx512 && simd_level() == SimdLevel::v4; }
 
 /// out[j] = gelu_tanh(y[j] + b[j]) for j < n (b null: no bias).

@@ -1,4 +1,5 @@
-// The preamble of the AVX-512 intrinsics sources (act_avx512.cpp, norm_avx512.cpp), included
+// The preamble of the AVX-512 intrinsics sources (act_avx512.cpp, norm_avx512.cpp,
+// dropout_avx512.cpp, pool_avx512.cpp), included
 // by those .cpp files only: where the compiler has x86 intrinsics (GCC or clang on x86-64)
 // STRATA_AVX512_SOURCE is 1 and the functions marked STRATA_AVX512 are compiled for
 // AVX-512 whatever the file's target; the callers pick them only when simd_level() is
@@ -17,7 +18,8 @@
 #endif
 #include <immintrin.h>
 
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,fma")))
+// The subsets of x86-64-v4 (the level the callers require) the rows use; BW for byte masks.
+#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 
 namespace strata::cpu::avx512 {
 

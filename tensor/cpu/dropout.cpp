@@ -100,7 +100,9 @@ void dropout_backward_impl(const T* dy, const uint8_t* mask, T* dx, int64_t n, d
   const A scale = keep_scale<A>(p);
   if constexpr (std::is_same_v<T, float>) {
     if (avx512_rows()) {
-      parallel_for(n, 32768, [=](int64_t b, int64_t e) { dropout_backward_row_avx512(dy + b, mask + b, dx + b, e - b, scale); });
+      parallel_for(n, 32768, [=](int64_t b, int64_t e) {
+        dropout_backward_row_avx512(dy + b, mask + b, dx + b, e - b, scale);
+      });
       return;
     }
   }

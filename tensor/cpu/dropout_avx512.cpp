@@ -7,9 +7,6 @@
 
 #if STRATA_AVX512_SOURCE
 
-// The byte masks need AVX512BW, part of x86-64-v4 as AVX512DQ and VL are.
-#define STRATA_AVX512BW __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
-
 namespace strata::cpu {
 namespace {
 
@@ -19,23 +16,23 @@ constexpr int64_t kStep = kGroups * 64;  // elements per step
 
 // The low and high 32 bits of a[i] * m for the 16 lanes: vpmuludq multiplies the even lanes;
 // the odd ones, shifted down, take a second.
-STRATA_AVX512BW inline void mul_lo_hi(__m512i a, __m512i m, __m512i& lo, __m512i& hi) {
+STRATA_AVX512 inline void mul_lo_hi(__m512i a, __m512i m, __m512i& lo, __m512i& hi) {
   const __m512i e = _mm512_mul_epu32(a, m), o = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
   lo = _mm512_mask_blend_epi32(0xAAAA, e, _mm512_slli_epi64(o, 32));
   hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(e, 32), o);
 }
 
 // The four words of blocks c0 + g * 16 + l (l < 16) for each group g, word k in w[g][k].
-STRATA_AVX512BW inline void philox_groups(uint64_t seed, uint64_t c0, __m512i w[kGroups][4]) {
+STRATA_AVX512 inline void philox_groups(uint64_t seed, uint64_t c0, __m512i w[kGroups][4]) {
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int g = 0; g < kGroups; ++g) {
     const uint64_t c = c0 + uint64_t(g) * 16;
     const __m512i lo = _mm512_add_epi32(_mm512_set1_epi32(int(uint32_t(c))), lane);
     // a lane whose low word wrapped past 2^32 carries into its high word
     const __mmask16 carry = _mm512_cmplt_epu32_mask(lo, lane);
+    const __m512i hi = _mm512_set1_epi32(int(uint32_t(c >> 32)));
     w[g][0] = lo;
-    w[g][1] = _mm512_mask_add_epi32(_mm512_set1_epi32(int(uint32_t(c >> 32))), carry,
-                                    _mm512_set1_epi32(int(uint32_t(c >> 32))), _mm512_set1_epi32(1));
+    w[g][1] = _mm512_mask_add_epi32(hi, carry, hi, _mm512_set1_epi32(1));
     w[g][2] = w[g][3] = _mm512_setzero_si512();
   }
   const __m512i m0 = _mm512_set1_epi64(kM0), m1 = _mm512_set1_epi64(kM1);
@@ -60,7 +57,7 @@ STRATA_AVX512BW inline void philox_groups(uint64_t seed, uint64_t c0, __m512i w[
 
 // The keep bytes (0 or 1) of a group's 64 elements in element order: element 4l + k is word
 // k of lane l, so byte k of lane l.
-STRATA_AVX512BW inline __m512i keep_bytes(const __m512i w[4], __m512i threshold) {
+STRATA_AVX512 inline __m512i keep_bytes(const __m512i w[4], __m512i threshold) {
   __m512i bytes = _mm512_setzero_si512();
   for (int k = 0; k < 4; ++k) {
     const __mmask16 keep = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(w[k], 8), threshold);
@@ -69,11 +66,11 @@ STRATA_AVX512BW inline __m512i keep_bytes(const __m512i w[4], __m512i threshold)
   return bytes;
 }
 
-STRATA_AVX512BW inline __mmask64 first_n(int64_t n) { return n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1; }
+STRATA_AVX512 inline __mmask64 first_n(int64_t n) { return n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1; }
 
 }  // namespace
 
-STRATA_AVX512BW void dropout_row_avx512(const float* x, float* y, uint8_t* mask, int64_t n, uint64_t seed,
+STRATA_AVX512 void dropout_row_avx512(const float* x, float* y, uint8_t* mask, int64_t n, uint64_t seed,
                                         uint64_t c0, uint32_t threshold, float scale) {
   const __m512i thr = _mm512_set1_epi32(int(threshold));
   const __m512 s = _mm512_set1_ps(scale);
@@ -96,7 +93,7 @@ STRATA_AVX512BW void dropout_row_avx512(const float* x, float* y, uint8_t* mask,
   }
 }
 
-STRATA_AVX512BW void dropout_backward_row_avx512(const float* dy, const uint8_t* mask, float* dx, int64_t n,
+STRATA_AVX512 void dropout_backward_row_avx512(const float* dy, const uint8_t* mask, float* dx, int64_t n,
                                                  float scale) {
   const __m512 s = _mm512_set1_ps(scale);
   for (int64_t i0 = 0; i0 < n; i0 += 64) {

@@ -31,7 +31,8 @@ STRATA_AVX512 void max2x2_plane_avx512(const float* x, int64_t W, float* y, int6
   const __mmask16 lo = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   const __mmask16 hi = n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
   const __mmask16 out = __mmask16((1u << Wo) - 1);
-  const __m512i col0 = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), col8 = _mm512_setr_epi64(16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i col0 = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);  // 2 ow for the lanes' ow
+  const __m512i col8 = _mm512_setr_epi64(16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i one = _mm512_set1_epi64(1), below = _mm512_set1_epi64(W), diag = _mm512_set1_epi64(W + 1);
   for (int64_t oh = 0; oh < Ho; ++oh) {
     const float* r0 = x + 2 * oh * W;

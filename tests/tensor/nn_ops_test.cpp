@@ -604,7 +604,8 @@ TEST(NnOpsDropout, EveryLevelDrawsTheGeneratorsMaskAndScalesExactly) {
           auto [y, mask] = ops::dropout(x, p, g);
           EXPECT_EQ(g.offset(), offset + uint64_t((n + 3) / 4)) << at;
           ASSERT_EQ(mask.to_vector<uint8_t>(), want) << at;
-          const std::vector<float> yv = y.to_vector<float>(), dxv = ops::dropout_backward(dy, mask, p).to_vector<float>();
+          const std::vector<float> yv = y.to_vector<float>();
+          const std::vector<float> dxv = ops::dropout_backward(dy, mask, p).to_vector<float>();
           for (int64_t i = 0; i < n; ++i) {
             const size_t k = size_t(i);
             ASSERT_EQ(std::bit_cast<uint32_t>(yv[k]), std::bit_cast<uint32_t>(want[k] ? xv[k] * scale : 0.0f))
