@@ -51,19 +51,18 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, do
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                  Tensor& running_var, bool training, double momentum, double eps) {
+                  Tensor& running_var, bool training, double momentum, double eps, bool relu) {
   auto [y, save_mean, save_invstd] =
-      ops::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+      ops::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, relu);
   if (!any_requires_grad(x, weight, bias)) return y;
   const bool nx = needs(x), nw = needs(weight), nb = needs(bias);
-  SavedTensor sx(x), sw(weight);
-  return record_fn("BatchNormBackward", y, {x, weight, bias},
-                   [=, sm = save_mean, si = save_invstd](const Tensor& g) {
-                     auto [dx, dw, db] = ops::batch_norm_backward(
-                         g, sx.get("BatchNormBackward"), sw.defined() ? sw.get("BatchNormBackward") : Tensor(), sm,
-                         si, training);
-                     return std::vector{if_needed(nx, dx), if_needed(nw, dw), if_needed(nb, db)};
-                   });
+  const char* name = relu ? "BatchNormReluBackward" : "BatchNormBackward";
+  SavedTensor sx(x), sw(weight), sy(relu ? y : Tensor());
+  return record_fn(name, y, {x, weight, bias}, [=, sm = save_mean, si = save_invstd](const Tensor& g) {
+    auto [dx, dw, db] = ops::batch_norm_backward(g, sx.get(name), sw.defined() ? sw.get(name) : Tensor(), sm, si,
+                                                 training, sy.defined() ? sy.get(name) : Tensor());
+    return std::vector{if_needed(nx, dx), if_needed(nw, dw), if_needed(nb, db)};
+  });
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p) {

@@ -131,9 +131,11 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int64_t rotated_heads = -1);
 /// silu(gate) * up (Llama's SwiGLU MLP), one fused op; saves gate and up.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
-/// Updates running stats in place when training.
+/// Updates running stats in place when training. With relu, relu(batch_norm(...)) as one
+/// op (ops::batch_norm's fused pass): the same values and gradients as the two ops, without
+/// the tensor between them; it saves its output for the ReLU's mask, as relu does.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                  Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+                  Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5, bool relu = false);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p);
 Tensor max_pool2d(const Tensor& x, const ops::Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& x, const ops::Pool2dParams& p);

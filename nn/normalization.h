@@ -46,6 +46,9 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
   Tensor forward(const Tensor& x) override;
+  /// relu(forward(x)) as one op (batch_norm's fused pass): a Sequential runs a BatchNorm2d
+  /// and the ReLU after it this way. The same values and gradients as the two modules.
+  Tensor forward_relu(const Tensor& x);
   std::string type_name() const override { return "BatchNorm2d"; }
   const Tensor& weight() const { return *weight_; }
   const Tensor& bias() const { return *bias_; }
@@ -54,6 +57,8 @@ class BatchNorm2d : public Module {
   int64_t num_batches_tracked() const;
 
  private:
+  Tensor run(const Tensor& x, bool relu);
+
   int64_t channels_;
   double eps_, momentum_;
   Tensor *weight_, *bias_, *running_mean_, *running_var_, *num_batches_;

@@ -31,6 +31,8 @@ using BatchNormFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, T
                          int64_t, int64_t, int64_t, bool, double, double);
 using BatchNormBwdFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
                             Tensor&, Tensor&, int64_t, int64_t, int64_t, bool);
+using BatchNormReluBwdFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                const Tensor&, Tensor&, Tensor&, Tensor&, int64_t, int64_t, int64_t, bool);
 using ConvFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, const Conv2dParams&);
 using ConvBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, const Conv2dParams&);
 using MaxPoolFn = void(const Tensor&, Tensor&, Tensor&, const Pool2dParams&);
@@ -54,6 +56,10 @@ const KernelTable<LayerNormFn> kLayerNorm{"layer_norm", {&cpu::layer_norm_kernel
 const KernelTable<LayerNormBwdFn> kLayerNormBwd{"layer_norm_backward", {&cpu::layer_norm_backward_kernel, nullptr}};
 const KernelTable<BatchNormFn> kBatchNorm{"batch_norm", {&cpu::batch_norm_kernel, nullptr}};
 const KernelTable<BatchNormBwdFn> kBatchNormBwd{"batch_norm_backward", {&cpu::batch_norm_backward_kernel, nullptr}};
+// BatchNorm + ReLU in one pass; devices without these run the two ops.
+const KernelTable<BatchNormFn> kBatchNormRelu{"batch_norm_relu", {&cpu::batch_norm_relu_kernel, nullptr}};
+const KernelTable<BatchNormReluBwdFn> kBatchNormReluBwd{"batch_norm_relu_backward",
+                                                        {&cpu::batch_norm_relu_backward_kernel, nullptr}};
 const KernelTable<ConvFn> kConv{"conv2d", {&cpu::conv2d_kernel, nullptr}};
 const KernelTable<ConvBwdFn> kConvBwd{"conv2d_backward", {&cpu::conv2d_backward_kernel, nullptr}};
 const KernelTable<MaxPoolFn> kMaxPool{"max_pool2d", {&cpu::max_pool2d_kernel, nullptr}};
@@ -249,7 +255,7 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& dy, const T
 // ---------------------------------------------------------------- batch norm
 std::tuple<Tensor, Tensor, Tensor> batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                               Tensor& running_mean, Tensor& running_var, bool training,
-                                              double momentum, double eps) {
+                                              double momentum, double eps, bool relu) {
   check_float16(x, "batch_norm", "input");
   const auto [N, C, S] = nc_s(x, "batch_norm");
   check_vec(weight, C, x.dtype(), "batch_norm", "weight");
@@ -267,22 +273,25 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm(const Tensor& x, const Tensor& wei
     STRATA_CHECK(running_mean.defined(), "[batch_norm] eval mode needs running_mean and running_var");
   }
   const Device d = x.device();
+  const bool fused = relu && kBatchNormRelu.find(d);
   Tensor y = empty(x.shape(), x.dtype(), d);
   Tensor save_mean = empty({C}, x.dtype(), d), save_invstd = empty({C}, x.dtype(), d);
-  kBatchNorm(d)(contiguous(x), contig_or_undef(weight), contig_or_undef(bias), running_mean, running_var, y,
-                save_mean, save_invstd, N, C, S, training, momentum, eps);
+  (fused ? kBatchNormRelu : kBatchNorm)(d)(contiguous(x), contig_or_undef(weight), contig_or_undef(bias), running_mean,
+                                           running_var, y, save_mean, save_invstd, N, C, S, training, momentum, eps);
   if (training && running_mean.defined()) {
     running_mean.bump_version();
     running_var.bump_version();
   }
+  if (relu && !fused) y = unary(UnaryOp::relu, y);
   return {y, save_mean, save_invstd};
 }
 
 std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                                        const Tensor& save_mean, const Tensor& save_invstd,
-                                                       bool training) {
+                                                       bool training, const Tensor& relu_out) {
   check_float16(x, "batch_norm_backward", "input");
   check_same(x, dy, "batch_norm_backward", "grad");
+  if (relu_out.defined()) check_same(x, relu_out, "batch_norm_backward", "relu output");
   const auto [N, C, S] = nc_s(x, "batch_norm_backward");
   check_vec(weight, C, x.dtype(), "batch_norm_backward", "weight");
   check_vec(save_mean, C, x.dtype(), "batch_norm_backward", "save_mean");
@@ -290,7 +299,13 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& dy, const T
   const Device d = x.device();
   Tensor dx = empty(x.shape(), x.dtype(), d);
   Tensor dw = empty({C}, x.dtype(), d), db = empty({C}, x.dtype(), d);
-  kBatchNormBwd(d)(contiguous(dy), contiguous(x), contig_or_undef(weight), contiguous(save_mean),
+  if (relu_out.defined() && kBatchNormReluBwd.find(d)) {
+    kBatchNormReluBwd(d)(contiguous(dy), contiguous(relu_out), contiguous(x), contig_or_undef(weight),
+                         contiguous(save_mean), contiguous(save_invstd), dx, dw, db, N, C, S, training);
+    return {dx, dw, db};
+  }
+  const Tensor g = relu_out.defined() ? relu_backward(dy, relu_out) : dy;
+  kBatchNormBwd(d)(contiguous(g), contiguous(x), contig_or_undef(weight), contiguous(save_mean),
                    contiguous(save_invstd), dx, dw, db, N, C, S, training);
   return {dx, dw, db};
 }

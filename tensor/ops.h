@@ -187,12 +187,16 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& dy, const T
 
 /// x (N,C,H,W) or (N,C); training uses batch stats and updates running stats in
 /// place (unbiased var, PyTorch momentum convention). Returns y, save_mean, save_invstd.
+/// With relu, y is relu(batch norm of x): the values of batch_norm then unary(relu), in one
+/// pass where the device has the fused kernel (the CPU), else those two ops.
 std::tuple<Tensor, Tensor, Tensor> batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                               Tensor& running_mean, Tensor& running_var, bool training,
-                                              double momentum, double eps);
+                                              double momentum, double eps, bool relu = false);
+/// With relu_out (the y of batch_norm(..., relu = true)) defined, dy is first masked by
+/// relu_out > 0 (relu_backward), in the same pass where the device has the fused kernel.
 std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                                        const Tensor& save_mean, const Tensor& save_invstd,
-                                                       bool training);
+                                                       bool training, const Tensor& relu_out = Tensor());
 
 struct Conv2dParams {
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;

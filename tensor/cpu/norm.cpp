@@ -52,20 +52,30 @@ A run_sq_dev(const T* r, int64_t S, A m) {
   for (int64_t i = 0; i < S; ++i) s += (ld(r[i]) - m) * (ld(r[i]) - m);
   return s;
 }
-// sum(dy) and sum(dy * (x - m)) of one run in a single pass.
-template <class T, class A = acc_t<T>>
-void run_grad_sums(const T* dy, const T* x, int64_t S, A m, double& sdy, double& sdyx) {
+// sum(g) and sum(g * (x - m)) of one run in a single pass, g = dy; with the ReLU after the
+// batch norm fused (kRelu, y its output), g = relu_backward's y > 0 ? dy : 0, also stored
+// to g_out (dx's run: the second pass then reads g and x, two streams instead of three, a
+// channel's whole working set staying in L2).
+template <bool kRelu, class T, class A = acc_t<T>>
+void run_grad_sums(const T* dy, const T* y, const T* x, T* g_out, int64_t S, A m, double& sdy, double& sdyx) {
   A a = 0, b = 0;
 #pragma omp simd reduction(+ : a, b)
   for (int64_t i = 0; i < S; ++i) {
-    a += ld(dy[i]);
-    b += ld(dy[i]) * (ld(x[i]) - m);
+    A g = ld(dy[i]);
+    if constexpr (kRelu) {
+      g = ld(y[i]) > A(0) ? g : A(0);
+      g_out[i] = st<T>(g);  // exact: dy's own value or 0
+    }
+    a += g;
+    b += g * (ld(x[i]) - m);
   }
   sdy += double(a);
   sdyx += double(b);
 }
 
-template <class T, class A = acc_t<T>>
+// kRelu: y = max(y, 0) by ReLU's rule (NaN -> 0) on the rounded value, as the relu op
+// would apply it to this kernel's output.
+template <class T, bool kRelu, class A = acc_t<T>>
 void batch_norm_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T* y, T* smean, T* sinv, int64_t N,
                      int64_t C, int64_t S, bool training, double momentum, double eps) {
   const int64_t M = N * S;
@@ -94,21 +104,31 @@ void batch_norm_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T* y
       for (int64_t n = 0; n < N; ++n) {
         const int64_t base = (n * C + c) * S;
 #pragma omp simd
-        for (int64_t i = base; i < base + S; ++i) y[i] = st<T>(ld(x[i]) * scale + shift);
+        for (int64_t i = base; i < base + S; ++i) {
+          const T v = st<T>(ld(x[i]) * scale + shift);
+          if constexpr (kRelu) y[i] = ld(v) > A(0) ? v : st<T>(A(0));
+          else y[i] = v;
+        }
       }
     }
   });
 }
 
-template <class T, class A = acc_t<T>>
-void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* smean, const T* sinv, T* dx, T* dw,
-                              T* db, int64_t N, int64_t C, int64_t S, bool training) {
+// kRelu: y is the fused ReLU's output, dy is masked by y > 0 as it is read, and the
+// masked gradient goes through dx between the two passes.
+template <class T, bool kRelu, class A = acc_t<T>>
+void batch_norm_backward_impl(const T* dy, const T* y, const T* x, const T* w, const T* smean, const T* sinv, T* dx,
+                              T* dw, T* db, int64_t N, int64_t C, int64_t S, bool training) {
   const int64_t M = N * S;
   parallel_for_simd(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const A mu = ld(smean[c]), inv = ld(sinv[c]);
       double sdy = 0, sdyx = 0;
-      for (int64_t n = 0; n < N; ++n) run_grad_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, mu, sdy, sdyx);
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t base = (n * C + c) * S;
+        run_grad_sums<kRelu>(dy + base, y + base, x + base, dx + base, S, mu, sdy, sdyx);
+      }
+      const T* g = kRelu ? dx : dy;
       sdyx *= double(inv);
       dw[c] = st<T>(sdyx);
       db[c] = st<T>(sdy);
@@ -119,13 +139,14 @@ void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* smea
         for (int64_t n = 0; n < N; ++n) {
           const int64_t base = (n * C + c) * S;
 #pragma omp simd
-          for (int64_t i = base; i < base + S; ++i) dx[i] = st<T>(k * (ld(dy[i]) - a - (ld(x[i]) - mu) * bq));
+          for (int64_t i = base; i < base + S; ++i)
+            dx[i] = st<T>(k * (ld(g[i]) - a - (ld(x[i]) - mu) * bq));
         }
       } else {
         for (int64_t n = 0; n < N; ++n) {
           const int64_t base = (n * C + c) * S;
 #pragma omp simd
-          for (int64_t i = base; i < base + S; ++i) dx[i] = st<T>(k * ld(dy[i]));
+          for (int64_t i = base; i < base + S; ++i) dx[i] = st<T>(k * ld(g[i]));
         }
       }
     }
@@ -168,25 +189,58 @@ void layer_norm_backward_into(const char* op, const Tensor& dy, const Tensor& x,
   });
 }
 
+namespace {
+template <bool kRelu>
+void batch_norm_into(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean,
+                     Tensor& running_var, Tensor& y, Tensor& save_mean, Tensor& save_invstd, int64_t N, int64_t C,
+                     int64_t S, bool training, double momentum, double eps) {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), op, [&] {
+    batch_norm_impl<scalar_t, kRelu>(x.data<scalar_t>(), w.data_or_null<scalar_t>(), b.data_or_null<scalar_t>(),
+                                     running_mean.data_or_null<scalar_t>(), running_var.data_or_null<scalar_t>(),
+                                     y.data<scalar_t>(), save_mean.data<scalar_t>(), save_invstd.data<scalar_t>(), N,
+                                     C, S, training, momentum, eps);
+  });
+}
+
+template <bool kRelu>
+void batch_norm_backward_into(const char* op, const Tensor& dy, const Tensor& y, const Tensor& x, const Tensor& w,
+                              const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx, Tensor& dw, Tensor& db,
+                              int64_t N, int64_t C, int64_t S, bool training) {
+  STRATA_DISPATCH_FLOAT16(x.dtype(), op, [&] {
+    batch_norm_backward_impl<scalar_t, kRelu>(dy.data<scalar_t>(), y.data_or_null<scalar_t>(), x.data<scalar_t>(),
+                                              w.data_or_null<scalar_t>(), save_mean.data<scalar_t>(),
+                                              save_invstd.data<scalar_t>(), dx.data<scalar_t>(), dw.data<scalar_t>(),
+                                              db.data<scalar_t>(), N, C, S, training);
+  });
+}
+}  // namespace
+
 void batch_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean,
                        Tensor& running_var, Tensor& y, Tensor& save_mean, Tensor& save_invstd, int64_t N,
                        int64_t C, int64_t S, bool training, double momentum, double eps) {
-  STRATA_DISPATCH_FLOAT16(x.dtype(), "batch_norm", [&] {
-    batch_norm_impl<scalar_t>(x.data<scalar_t>(), w.data_or_null<scalar_t>(), b.data_or_null<scalar_t>(),
-                              running_mean.data_or_null<scalar_t>(), running_var.data_or_null<scalar_t>(),
-                              y.data<scalar_t>(), save_mean.data<scalar_t>(), save_invstd.data<scalar_t>(), N, C,
-                              S, training, momentum, eps);
-  });
+  batch_norm_into<false>("batch_norm", x, w, b, running_mean, running_var, y, save_mean, save_invstd, N, C, S,
+                         training, momentum, eps);
+}
+
+void batch_norm_relu_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean,
+                            Tensor& running_var, Tensor& y, Tensor& save_mean, Tensor& save_invstd, int64_t N,
+                            int64_t C, int64_t S, bool training, double momentum, double eps) {
+  batch_norm_into<true>("batch_norm_relu", x, w, b, running_mean, running_var, y, save_mean, save_invstd, N, C, S,
+                        training, momentum, eps);
 }
 
 void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& save_mean,
                                 const Tensor& save_invstd, Tensor& dx, Tensor& dw, Tensor& db, int64_t N,
                                 int64_t C, int64_t S, bool training) {
-  STRATA_DISPATCH_FLOAT16(x.dtype(), "batch_norm_backward", [&] {
-    batch_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data_or_null<scalar_t>(),
-                                       save_mean.data<scalar_t>(), save_invstd.data<scalar_t>(), dx.data<scalar_t>(),
-                                       dw.data<scalar_t>(), db.data<scalar_t>(), N, C, S, training);
-  });
+  batch_norm_backward_into<false>("batch_norm_backward", dy, Tensor(), x, w, save_mean, save_invstd, dx, dw, db, N, C,
+                                  S, training);
+}
+
+void batch_norm_relu_backward_kernel(const Tensor& dy, const Tensor& y, const Tensor& x, const Tensor& w,
+                                     const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx, Tensor& dw,
+                                     Tensor& db, int64_t N, int64_t C, int64_t S, bool training) {
+  batch_norm_backward_into<true>("batch_norm_relu_backward", dy, y, x, w, save_mean, save_invstd, dx, dw, db, N, C,
+                                 S, training);
 }
 
 }  // namespace strata::cpu

@@ -32,4 +32,15 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
                                 const Tensor& save_invstd, Tensor& dx, Tensor& dw, Tensor& db, int64_t N,
                                 int64_t C, int64_t S, bool training);
 
+/// batch_norm_kernel with the ReLU after it in the same pass: y = relu(batch norm of x),
+/// bit for bit the two kernels one after the other, without the intermediate tensor.
+void batch_norm_relu_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean,
+                            Tensor& running_var, Tensor& y, Tensor& save_mean, Tensor& save_invstd, int64_t N,
+                            int64_t C, int64_t S, bool training, double momentum, double eps);
+/// The backward of batch_norm_relu_kernel, y its output: dy masked by y > 0 (relu's
+/// backward) as it is read, then batch_norm_backward_kernel's arithmetic, bit for bit.
+void batch_norm_relu_backward_kernel(const Tensor& dy, const Tensor& y, const Tensor& x, const Tensor& w,
+                                     const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx, Tensor& dw,
+                                     Tensor& db, int64_t N, int64_t C, int64_t S, bool training);
+
 }  // namespace strata::cpu

@@ -65,6 +65,20 @@ TEST(GradcheckNn, BatchNormTrainingOn4dAnd2dAndEval) {
   }
 }
 
+// BatchNorm with the ReLU in the same op (BatchNormReluBackward masks by its saved output).
+TEST(GradcheckNn, BatchNormReluTrainingAndEval) {
+  for (const Shape& s : {Shape{3, 2, 3, 2}, Shape{5, 3}}) {
+    const int64_t C = s[1];
+    for (bool training : {true, false}) {
+      auto fn = [C, training](const std::vector<Tensor>& in) {
+        Tensor rm = ops::full({C}, 0.2, DType::f64), rv = ops::full({C}, 1.7, DType::f64);
+        return batch_norm(in[0], in[1], in[2], rm, rv, training, 0.1, 1e-5, true);
+      };
+      expect_gradcheck(fn, (std::vector<Tensor>{rnd(s, 19), rnd({C}, 20), rnd({C}, 21)}));
+    }
+  }
+}
+
 TEST(GradcheckNn, Conv2dStridePaddingBias) {
   const ops::Conv2dParams p{2, 1, 1, 1};
   expect_gradcheck([p](const std::vector<Tensor>& in) { return strata::conv2d(in[0], in[1], in[2], p); },

@@ -129,6 +129,39 @@ TEST(BatchNorm2d, TrainingNormalizesWithBatchStatsAndUpdatesRunningStats) {
   EXPECT_EQ(bn.num_batches_tracked(), 1);
 }
 
+// A Sequential runs a BatchNorm2d and the ReLU after it as one op (BatchNormReluBackward)
+// unless either has a forward hook; the outputs, gradients and running statistics are the
+// same bits either way.
+TEST(BatchNorm2d, SequentialFusesTheReluAfterItWithTheSameResults) {
+  using strata::testing::graph_has;
+  Tensor x0 = ops::binary_scalar(ops::BinaryOp::add, randn({4, 3, 5, 5}, 7), 0.5);
+  std::vector<std::vector<float>> outs, grads, stats;
+  for (const bool hooked : {false, true}) {
+    auto bn = std::make_shared<nn::BatchNorm2d>(3);
+    auto relu = std::make_shared<nn::ReLU>();
+    nn::Sequential seq({bn, relu, std::make_shared<nn::MaxPool2d>(2)});
+    int hook_calls = 0;
+    if (hooked) relu->register_forward_hooks([&](nn::Module&) { ++hook_calls; }, nullptr);
+    Tensor x = ops::clone(x0);
+    x.set_requires_grad(true);
+    Tensor y = seq(x);
+    EXPECT_EQ(graph_has(y, "BatchNormReluBackward"), !hooked);
+    EXPECT_EQ(graph_has(y, "ReluBackward"), hooked);
+    EXPECT_EQ(hook_calls, hooked ? 1 : 0);
+    backward(sum(mul(y, y)));
+    outs.push_back(y.to_vector<float>());
+    grads.push_back(x.grad().to_vector<float>());
+    grads.push_back(bn->weight().grad().to_vector<float>());
+    grads.push_back(bn->bias().grad().to_vector<float>());
+    stats.push_back(bn->running_mean().to_vector<float>());
+    stats.push_back(bn->running_var().to_vector<float>());
+  }
+  EXPECT_EQ(outs[0], outs[1]);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(grads[i], grads[i + 3]) << "gradient " << i;
+  EXPECT_EQ(stats[0], stats[2]);
+  EXPECT_EQ(stats[1], stats[3]);
+}
+
 TEST(LayerNorm, ForwardMatchesNaive) {
   const int R = 6, D = 7;
   nn::LayerNorm ln(D);

@@ -4,11 +4,14 @@
 // odd sizes with padding, stride 2 and batch 3.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <strata/core/threads.h>
+#include <strata/tensor/cpu/op_profile.h>
 #include <strata/tensor/ops.h>
 #include "conv_reference.h"
 #include "tests/simd_levels.h"
@@ -294,6 +297,64 @@ TEST_P(NnOps, BatchNormTrainingAndEvalOn4dAnd2d) {
   EXPECT_THROW(ops::batch_norm(x, Tensor(), Tensor(), rm, rv, false, 0.1, 1e-5), Error);
   Tensor one = rnd({1, 3}, dt, 1);
   EXPECT_THROW(ops::batch_norm(one, Tensor(), Tensor(), rm, rv, true, 0.1, 1e-5), Error);
+}
+
+// BatchNorm + ReLU in one pass (the CPU kernels batch_norm_relu and its backward) against
+// batch_norm then relu, and relu_backward then batch_norm_backward: bit for bit in every
+// floating dtype, training and eval, with and without the affine parameters, with a NaN in
+// one channel (ReLU's rule maps it to 0 and the statistics carry it).
+TEST(NnOpsBatchNorm, ReluInTheSamePassIsTheTwoOpsBitForBit) {
+  {  // one pass each way: the fused kernels run, and no separate ReLU
+    namespace prof = cpu::op_profile;
+    const Tensor x = rnd({2, 3, 4, 4}, DType::f32, 30), dy = rnd({2, 3, 4, 4}, DType::f32, 36);
+    Tensor rm, rv;
+    const int threads = get_num_threads();
+    set_num_threads(1);  // scopes are recorded on the calling thread
+    prof::start();
+    auto [y, sm, si] = ops::batch_norm(x, Tensor(), Tensor(), rm, rv, true, 0.1, 1e-5, true);
+    (void)ops::batch_norm_backward(dy, x, Tensor(), sm, si, true, y);
+    prof::stop();
+    set_num_threads(threads);
+    std::vector<std::string> names;
+    for (const prof::Stat& st : prof::results()) names.push_back(st.name);
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"batch_norm_relu", "batch_norm_relu_backward"}));
+  }
+  const auto same_bytes = [](const Tensor& a, const Tensor& b) {
+    return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() &&
+           std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
+  };
+  for (const DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
+    for (const Shape& s : {Shape{3, 4, 5, 7}, Shape{9, 5}, Shape{2, 3, 33, 33}})
+      for (const bool affine : {true, false}) {
+        const int64_t C = s[1];
+        std::vector<double> xv = rnd(s, DType::f64, 31, 2.0).to_vector<double>();
+        xv[xv.size() / 2] = std::numeric_limits<double>::quiet_NaN();
+        const Tensor x = ops::to_dtype(ops::from_vector<double>(xv, s), dt);
+        const auto rnd_as = [dt](const Shape& sh, uint64_t seed) { return ops::to_dtype(rnd(sh, DType::f64, seed), dt); };
+        const Tensor dy = rnd_as(s, 32);
+        const Tensor w = affine ? rnd_as({C}, 33) : Tensor(), b = affine ? rnd_as({C}, 34) : Tensor();
+        Tensor rm1 = rnd_as({C}, 35), rv1 = ops::full({C}, 1.5, dt);
+        Tensor rm0 = ops::clone(rm1), rv0 = ops::clone(rv1);
+        for (const bool training : {true, false}) {
+          const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + (affine ? "" : " no affine") +
+                                   (training ? " train" : " eval");
+          auto [y1, sm1, si1] = ops::batch_norm(x, w, b, rm1, rv1, training, 0.1, 1e-5, true);
+          auto [y0, sm0, si0] = ops::batch_norm(x, w, b, rm0, rv0, training, 0.1, 1e-5);
+          const Tensor r0 = ops::unary(ops::UnaryOp::relu, y0);
+          EXPECT_TRUE(same_bytes(y1, r0)) << what << " y";
+          EXPECT_TRUE(same_bytes(sm1, sm0) && same_bytes(si1, si0)) << what << " saved statistics";
+          EXPECT_TRUE(same_bytes(rm1, rm0) && same_bytes(rv1, rv0)) << what << " running statistics";
+          const Vec yv = y1.to_vector<double>();
+          EXPECT_GT(std::count(yv.begin(), yv.end(), 0.0), int64_t(yv.size()) / 4) << what;
+          EXPECT_GT(std::count_if(yv.begin(), yv.end(), [](double v) { return v > 0; }), int64_t(yv.size()) / 4)
+              << what;
+          auto [dx1, dw1, db1] = ops::batch_norm_backward(dy, x, w, sm1, si1, training, y1);
+          auto [dx0, dw0, db0] = ops::batch_norm_backward(ops::relu_backward(dy, r0), x, w, sm0, si0, training);
+          EXPECT_TRUE(same_bytes(dx1, dx0)) << what << " dx";
+          EXPECT_TRUE(same_bytes(dw1, dw0) && same_bytes(db1, db0)) << what << " dw, db";
+        }
+      }
 }
 
 // ---------------------------------------------------------------- conv2d

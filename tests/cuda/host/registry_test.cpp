@@ -79,6 +79,9 @@ TEST(KernelRegistry, EveryFrontEndOpHasACudaKernel) {
   // The rotary embedding inside the CPU attention kernel (ops::causal_attention_rotary):
   // other devices run rotary then causal_attention (autograd's causal_attention_rotary).
   cpu_only.insert({"causal_attention_rotary", "causal_attention_rotary_backward"});
+  // BatchNorm with the ReLU in its pass (ops::batch_norm(..., relu)): other devices run
+  // batch_norm then relu (and relu_backward then batch_norm_backward).
+  cpu_only.insert({"batch_norm_relu", "batch_norm_relu_backward"});
 #ifndef STRATA_WITH_CUDNN
   cpu_only.insert({"conv2d", "conv2d_backward"});
 #endif
