@@ -65,6 +65,24 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   });
 }
 
+Tensor batch_norm_relu_max_pool2(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                                 Tensor& running_var, bool training, double momentum, double eps) {
+  if (!x.device().is_cpu())
+    return strata::max_pool2d(batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, true),
+                              ops::Pool2dParams{2, 2, 2, 2, 0, 0});
+  auto [p, win, save_mean, save_invstd] =
+      ops::batch_norm_relu_max_pool2(x, weight, bias, running_mean, running_var, training, momentum, eps);
+  if (!any_requires_grad(x, weight, bias)) return p;
+  const bool nx = needs(x), nw = needs(weight), nb = needs(bias);
+  const char* name = "BatchNormReluMaxPoolBackward";
+  SavedTensor sx(x), sw(weight), sp(p);
+  return record_fn(name, p, {x, weight, bias}, [=, win = win, sm = save_mean, si = save_invstd](const Tensor& g) {
+    auto [dx, dw, db] = ops::batch_norm_relu_max_pool2_backward(
+        g, sp.get(name), win, sx.get(name), sw.defined() ? sw.get(name) : Tensor(), sm, si, training);
+    return std::vector{if_needed(nx, dx), if_needed(nw, dw), if_needed(nb, db)};
+  });
+}
+
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p) {
   if (autocast::wants_low_precision({x, w, b}))
     return autocast::run_low_precision(

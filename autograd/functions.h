@@ -136,6 +136,12 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 /// the tensor between them; it saves its output for the ReLU's mask, as relu does.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5, bool relu = false);
+/// batch_norm(..., relu = true) then max_pool2d with a 2x2 window and stride 2, as one op
+/// on the CPU (ops::batch_norm_relu_max_pool2: the same values and gradients, the ReLU's
+/// output never stored; it saves x, the pooled output and each max's place); elsewhere the
+/// two ops. x (N, C, H, W), H, W >= 2.
+Tensor batch_norm_relu_max_pool2(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                                 Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p);
 Tensor max_pool2d(const Tensor& x, const ops::Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& x, const ops::Pool2dParams& p);

@@ -46,14 +46,19 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum)
 
 int64_t BatchNorm2d::num_batches_tracked() const { return num_batches_->item<int64_t>(); }
 
-Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, false); }
-Tensor BatchNorm2d::forward_relu(const Tensor& x) { return run(x, true); }
+Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, Tail::none); }
+Tensor BatchNorm2d::forward_relu(const Tensor& x) { return run(x, Tail::relu); }
+Tensor BatchNorm2d::forward_relu_max_pool2(const Tensor& x) { return run(x, Tail::relu_max_pool2); }
 
-Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
+Tensor BatchNorm2d::run(const Tensor& x, Tail tail) {
   STRATA_CHECK(x.dim() == 4 && x.size(1) == channels_, "[BatchNorm2d] expects (N, ", channels_,
                ", H, W), got ", shape_str(x.shape()));
   const bool training = is_training();
-  Tensor y = batch_norm(x, *weight_, *bias_, *running_mean_, *running_var_, training, momentum_, eps_, relu);
+  Tensor y = tail == Tail::relu_max_pool2
+                 ? batch_norm_relu_max_pool2(x, *weight_, *bias_, *running_mean_, *running_var_, training, momentum_,
+                                             eps_)
+                 : batch_norm(x, *weight_, *bias_, *running_mean_, *running_var_, training, momentum_, eps_,
+                              tail == Tail::relu);
   if (training) {
     if (num_batches_->device().is_cpu()) {
       num_batches_->data<int64_t>()[0] += 1;

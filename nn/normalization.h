@@ -49,6 +49,9 @@ class BatchNorm2d : public Module {
   /// relu(forward(x)) as one op (batch_norm's fused pass): a Sequential runs a BatchNorm2d
   /// and the ReLU after it this way. The same values and gradients as the two modules.
   Tensor forward_relu(const Tensor& x);
+  /// max_pool2d(forward_relu(x)) with a 2x2 window and stride 2 as one op
+  /// (batch_norm_relu_max_pool2): a Sequential runs BatchNorm2d, ReLU, MaxPool2d(2) this way.
+  Tensor forward_relu_max_pool2(const Tensor& x);
   std::string type_name() const override { return "BatchNorm2d"; }
   const Tensor& weight() const { return *weight_; }
   const Tensor& bias() const { return *bias_; }
@@ -57,7 +60,8 @@ class BatchNorm2d : public Module {
   int64_t num_batches_tracked() const;
 
  private:
-  Tensor run(const Tensor& x, bool relu);
+  enum class Tail { none, relu, relu_max_pool2 };  // what runs after the normalisation, fused
+  Tensor run(const Tensor& x, Tail tail);
 
   int64_t channels_;
   double eps_, momentum_;

@@ -11,6 +11,7 @@ class MaxPool2d : public Module {
   /// x (N, C, H, W) -> (N, C, Ho, Wo)
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "MaxPool2d"; }
+  const ops::Pool2dParams& params() const { return p_; }
 
  private:
   ops::Pool2dParams p_;

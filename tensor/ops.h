@@ -198,6 +198,21 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& dy, const T
                                                        const Tensor& save_mean, const Tensor& save_invstd,
                                                        bool training, const Tensor& relu_out = Tensor());
 
+/// batch_norm(..., relu = true) then a 2x2 stride-2 unpadded max pool of x (N, C, H, W),
+/// H, W >= 2, in one pass (CPU only: other devices run the ops one after another). Returns
+/// p (N, C, H/2, W/2) with max_pool2d's values, win (u8, p's shape: each max's place in its
+/// 2x2 window, 0..3 row-major), save_mean, save_invstd. The ReLU's output is not stored.
+std::tuple<Tensor, Tensor, Tensor, Tensor> batch_norm_relu_max_pool2(const Tensor& x, const Tensor& weight,
+                                                                     const Tensor& bias, Tensor& running_mean,
+                                                                     Tensor& running_var, bool training,
+                                                                     double momentum, double eps);
+/// Its backward, dp the gradient of p: dx, dw, db, the bits of max_pool2d_backward then
+/// batch_norm_backward(..., relu_out).
+std::tuple<Tensor, Tensor, Tensor> batch_norm_relu_max_pool2_backward(const Tensor& dp, const Tensor& p,
+                                                                       const Tensor& win, const Tensor& x,
+                                                                       const Tensor& weight, const Tensor& save_mean,
+                                                                       const Tensor& save_invstd, bool training);
+
 struct Conv2dParams {
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
 };

@@ -43,4 +43,19 @@ void batch_norm_relu_backward_kernel(const Tensor& dy, const Tensor& y, const Te
                                      const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx, Tensor& dw,
                                      Tensor& db, int64_t N, int64_t C, int64_t S, bool training);
 
+/// batch_norm_relu_kernel then a 2x2 stride-2 unpadded max pool of x (N, C, H, W), H, W >= 2,
+/// in one pass: p (N, C, H/2, W/2) the window maxima, bit for bit max_pool2d's values, and
+/// win (u8, same shape) each max's place in its window (0..3, row-major; the first of equal
+/// maxima). The ReLU's output is not stored.
+void batch_norm_relu_max_pool2_kernel(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean,
+                                      Tensor& running_var, Tensor& p, Tensor& win, Tensor& save_mean,
+                                      Tensor& save_invstd, int64_t N, int64_t C, int64_t H, int64_t W, bool training,
+                                      double momentum, double eps);
+/// Its backward (dp the gradient of p): dx, dw, db, bit for bit max_pool2d_backward, then
+/// batch_norm_relu_backward_kernel.
+void batch_norm_relu_max_pool2_backward_kernel(const Tensor& dp, const Tensor& p, const Tensor& win, const Tensor& x,
+                                               const Tensor& w, const Tensor& save_mean, const Tensor& save_invstd,
+                                               Tensor& dx, Tensor& dw, Tensor& db, int64_t N, int64_t C, int64_t H,
+                                               int64_t W, bool training);
+
 }  // namespace strata::cpu

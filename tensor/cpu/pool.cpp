@@ -9,7 +9,7 @@
 
 #include <strata/tensor/cpu/act_avx512.h>
 #include <strata/tensor/cpu/isa_dispatch.h>
-#include <strata/tensor/cpu/pool_avx512.h>
+#include <strata/tensor/cpu/pool_rows.h>
 #include <strata/tensor/cpu/widen.h>
 #include <strata/tensor/dispatch.h>
 
@@ -32,67 +32,6 @@ void for_planes(const PlaneGeom& g, F&& fn) {
   });
 }
 
-// One output row of a 2x2 stride-2 unpadded max pool as vectorised selects: the
-// same result as the general loop (first max on ties, NaN wins). r0 is input row
-// 2*oh, i0 its flat index.
-template <class T>
-void max2x2_row(const T* r0, int64_t W, int64_t Wo, int64_t i0, T* y, int64_t* idx) {
-  const T* r1 = r0 + W;
-#pragma omp simd
-  for (int64_t ow = 0; ow < Wo; ++ow) {
-    const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
-    // x replaces the running max m when x > m, or x is NaN and m is not
-    const bool tb = b > a || (b != b && a == a);
-    const T m1 = tb ? b : a;
-    const bool tc = c > m1 || (c != c && m1 == m1);
-    const T m2 = tc ? c : m1;
-    const bool td = d > m2 || (d != d && m2 == m2);
-    y[ow] = td ? d : m2;
-    idx[ow] = i0 + 2 * ow + (td ? W + 1 : (tc ? W : (tb ? 1 : 0)));
-  }
-}
-
-// The same row for short rows (Wo below a vector's width, e.g. 14 or 7 in small CNNs):
-// a vector loop there runs only its scalar remainder, which branches on every NaN
-// test; this scalar form compiles to selects and is several times faster.
-template <class T>
-void max2x2_row_short(const T* r0, int64_t W, int64_t Wo, int64_t i0, T* y, int64_t* idx) {
-  const T* r1 = r0 + W;
-  for (int64_t ow = 0; ow < Wo; ++ow) {
-    const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
-    int64_t k = 0;
-    T m = a;
-    if (!(a + b + c + d == a + b + c + d)) {  // a NaN (or +inf with -inf): the exact NaN rule
-      if (b > m || (b != b && m == m)) m = b, k = 1;
-      if (c > m || (c != c && m == m)) m = c, k = W;
-      if (d > m || (d != d && m == m)) m = d, k = W + 1;
-    } else {  // integer masks keep the compiler from branching on random comparisons
-      int64_t t = -int64_t(b > m);
-      k = (1 & t) | (k & ~t);
-      m = b > m ? b : m;
-      t = -int64_t(c > m);
-      k = (W & t) | (k & ~t);
-      m = c > m ? c : m;
-      t = -int64_t(d > m);
-      k = ((W + 1) & t) | (k & ~t);
-      m = d > m ? d : m;
-    }
-    y[ow] = m;
-    idx[ow] = i0 + 2 * ow + k;
-  }
-}
-
-// The AVX-512 plane (pool_avx512.h) for f32; false (nothing done) for other types.
-template <class T>
-bool max2x2_plane_f32(const T* x, const PlaneGeom& g, T* y, int64_t* idx) {
-  if constexpr (std::is_same_v<T, float>) {
-    max2x2_plane_avx512(x, g.W, y, idx, g.Ho, g.Wo);
-    return true;
-  } else {
-    return false;
-  }
-}
-
 }  // namespace
 
 void max_pool2d_kernel(const Tensor& x, Tensor& y, Tensor& idx, const ops::Pool2dParams& p) {
@@ -106,22 +45,12 @@ void max_pool2d_kernel(const Tensor& x, Tensor& y, Tensor& idx, const ops::Pool2
     // preserves order and NaN)
     const bool k2s2 = !kIs16<scalar_t> && p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 &&
                       p.pad_w == 0;
-    const bool narrow_avx512 = g.W <= 32 && avx512_rows();  // one masked vector per output row
     for_planes(g, [&](int64_t pl) {
       const scalar_t* xs = xp + pl * g.H * g.W;
       scalar_t* ys = yp + pl * g.Ho * g.Wo;
       int64_t* is = ip + pl * g.Ho * g.Wo;
-      if (k2s2 && narrow_avx512 && max2x2_plane_f32(xs, g, ys, is)) return;
       if constexpr (!kIs16<scalar_t>) {
-        if (k2s2) {
-          for (int64_t oh = 0; oh < g.Ho; ++oh) {
-            if (g.Wo < 16)
-              max2x2_row_short(xs + 2 * oh * g.W, g.W, g.Wo, 2 * oh * g.W, ys + oh * g.Wo, is + oh * g.Wo);
-            else
-              max2x2_row(xs + 2 * oh * g.W, g.W, g.Wo, 2 * oh * g.W, ys + oh * g.Wo, is + oh * g.Wo);
-          }
-          return;
-        }
+        if (k2s2) return max2x2_plane(xs, g.H, g.W, ys, is);
       }
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
         const int64_t h0 = std::max<int64_t>(oh * p.stride_h - p.pad_h, 0);

@@ -79,6 +79,18 @@ TEST(GradcheckNn, BatchNormReluTrainingAndEval) {
   }
 }
 
+// BatchNorm, ReLU and a 2x2 max pool in one op (odd sizes: the last row and column feed
+// the statistics only).
+TEST(GradcheckNn, BatchNormReluMaxPoolTrainingAndEval) {
+  for (bool training : {true, false}) {
+    auto fn = [training](const std::vector<Tensor>& in) {
+      Tensor rm = ops::full({2}, 0.2, DType::f64), rv = ops::full({2}, 1.7, DType::f64);
+      return batch_norm_relu_max_pool2(in[0], in[1], in[2], rm, rv, training, 0.1, 1e-5);
+    };
+    expect_gradcheck(fn, (std::vector<Tensor>{rnd({3, 2, 5, 4}, 22), rnd({2}, 23), rnd({2}, 24)}));
+  }
+}
+
 TEST(GradcheckNn, Conv2dStridePaddingBias) {
   const ops::Conv2dParams p{2, 1, 1, 1};
   expect_gradcheck([p](const std::vector<Tensor>& in) { return strata::conv2d(in[0], in[1], in[2], p); },

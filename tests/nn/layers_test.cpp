@@ -129,25 +129,30 @@ TEST(BatchNorm2d, TrainingNormalizesWithBatchStatsAndUpdatesRunningStats) {
   EXPECT_EQ(bn.num_batches_tracked(), 1);
 }
 
-// A Sequential runs a BatchNorm2d and the ReLU after it as one op (BatchNormReluBackward)
-// unless either has a forward hook; the outputs, gradients and running statistics are the
-// same bits either way.
-TEST(BatchNorm2d, SequentialFusesTheReluAfterItWithTheSameResults) {
+// A Sequential runs a BatchNorm2d, the ReLU after it and a 2x2 stride-2 MaxPool2d after
+// that as one op (BatchNormReluMaxPoolBackward), BatchNorm2d + ReLU as one when the pool has
+// a forward hook, and each module alone when the ReLU has one; the outputs, gradients and
+// running statistics are the same bits every way.
+TEST(BatchNorm2d, SequentialFusesTheReluAndPoolAfterItWithTheSameResults) {
   using strata::testing::graph_has;
-  Tensor x0 = ops::binary_scalar(ops::BinaryOp::add, randn({4, 3, 5, 5}, 7), 0.5);
+  Tensor x0 = ops::binary_scalar(ops::BinaryOp::add, randn({4, 3, 5, 6}, 7), 0.5);
   std::vector<std::vector<float>> outs, grads, stats;
-  for (const bool hooked : {false, true}) {
+  for (const int hooked : {0, 1, 2}) {  // none, the pool, the ReLU
     auto bn = std::make_shared<nn::BatchNorm2d>(3);
     auto relu = std::make_shared<nn::ReLU>();
-    nn::Sequential seq({bn, relu, std::make_shared<nn::MaxPool2d>(2)});
+    auto pool = std::make_shared<nn::MaxPool2d>(2);
+    nn::Sequential seq({bn, relu, pool});
     int hook_calls = 0;
-    if (hooked) relu->register_forward_hooks([&](nn::Module&) { ++hook_calls; }, nullptr);
+    if (hooked) (hooked == 1 ? *pool : static_cast<nn::Module&>(*relu)).register_forward_hooks([&](nn::Module&) { ++hook_calls; }, nullptr);
     Tensor x = ops::clone(x0);
     x.set_requires_grad(true);
     Tensor y = seq(x);
-    EXPECT_EQ(graph_has(y, "BatchNormReluBackward"), !hooked);
-    EXPECT_EQ(graph_has(y, "ReluBackward"), hooked);
-    EXPECT_EQ(hook_calls, hooked ? 1 : 0);
+    const std::string what = "hooked " + std::to_string(hooked);
+    EXPECT_EQ(graph_has(y, "BatchNormReluMaxPoolBackward"), hooked == 0) << what;
+    EXPECT_EQ(graph_has(y, "BatchNormReluBackward"), hooked == 1) << what;
+    EXPECT_EQ(graph_has(y, "MaxPool2dBackward"), hooked != 0) << what;
+    EXPECT_EQ(graph_has(y, "ReluBackward"), hooked == 2) << what;
+    EXPECT_EQ(hook_calls, hooked ? 1 : 0) << what;
     backward(sum(mul(y, y)));
     outs.push_back(y.to_vector<float>());
     grads.push_back(x.grad().to_vector<float>());
@@ -156,10 +161,12 @@ TEST(BatchNorm2d, SequentialFusesTheReluAfterItWithTheSameResults) {
     stats.push_back(bn->running_mean().to_vector<float>());
     stats.push_back(bn->running_var().to_vector<float>());
   }
-  EXPECT_EQ(outs[0], outs[1]);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(grads[i], grads[i + 3]) << "gradient " << i;
-  EXPECT_EQ(stats[0], stats[2]);
-  EXPECT_EQ(stats[1], stats[3]);
+  for (size_t v = 1; v < 3; ++v) {
+    EXPECT_EQ(outs[0], outs[v]) << v;
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(grads[i], grads[3 * v + i]) << "gradient " << i << ", variant " << v;
+    EXPECT_EQ(stats[0], stats[2 * v]) << v;
+    EXPECT_EQ(stats[1], stats[2 * v + 1]) << v;
+  }
 }
 
 TEST(LayerNorm, ForwardMatchesNaive) {

@@ -300,8 +300,8 @@ TEST_P(NnOps, BatchNormTrainingAndEvalOn4dAnd2d) {
 }
 
 // BatchNorm + ReLU in one pass (the CPU kernels batch_norm_relu and its backward) against
-// batch_norm then relu, and relu_backward then batch_norm_backward: bit for bit in every
-// floating dtype, training and eval, with and without the affine parameters, with a NaN in
+// batch_norm then relu, and relu_backward then batch_norm_backward: bit for bit at every
+// SIMD level in every floating dtype, training and eval, with and without the affine parameters, with a NaN in
 // one channel (ReLU's rule maps it to 0 and the statistics carry it).
 TEST(NnOpsBatchNorm, ReluInTheSamePassIsTheTwoOpsBitForBit) {
   {  // one pass each way: the fused kernels run, and no separate ReLU
@@ -324,9 +324,12 @@ TEST(NnOpsBatchNorm, ReluInTheSamePassIsTheTwoOpsBitForBit) {
     return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() &&
            std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
   };
+  const strata::testing::SimdLevelGuard guard;
+  for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels())
   for (const DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
     for (const Shape& s : {Shape{3, 4, 5, 7}, Shape{9, 5}, Shape{2, 3, 33, 33}})
       for (const bool affine : {true, false}) {
+        ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
         const int64_t C = s[1];
         std::vector<double> xv = rnd(s, DType::f64, 31, 2.0).to_vector<double>();
         xv[xv.size() / 2] = std::numeric_limits<double>::quiet_NaN();
@@ -338,7 +341,7 @@ TEST(NnOpsBatchNorm, ReluInTheSamePassIsTheTwoOpsBitForBit) {
         Tensor rm0 = ops::clone(rm1), rv0 = ops::clone(rv1);
         for (const bool training : {true, false}) {
           const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + (affine ? "" : " no affine") +
-                                   (training ? " train" : " eval");
+                                   (training ? " train " : " eval ") + cpu::simd_level_name(lvl);
           auto [y1, sm1, si1] = ops::batch_norm(x, w, b, rm1, rv1, training, 0.1, 1e-5, true);
           auto [y0, sm0, si0] = ops::batch_norm(x, w, b, rm0, rv0, training, 0.1, 1e-5);
           const Tensor r0 = ops::unary(ops::UnaryOp::relu, y0);
@@ -355,6 +358,69 @@ TEST(NnOpsBatchNorm, ReluInTheSamePassIsTheTwoOpsBitForBit) {
           EXPECT_TRUE(same_bytes(dw1, dw0) && same_bytes(db1, db0)) << what << " dw, db";
         }
       }
+}
+
+// BatchNorm, ReLU and a 2x2 stride-2 max pool in one pass (batch_norm_relu_max_pool2 and its
+// backward) against the ops one after another: the pooled values bit for bit, each max's
+// place equal to max_pool2d's index, dx, dw and db bit for bit; every SIMD level (f32 planes up
+// to 32 wide take the AVX-512 rows at x86-64-v4, wider ones the generic loops), every floating
+// dtype, training and eval, odd sizes (a row and column in no window), ties (x on a few values,
+// and windows the ReLU makes all 0), a NaN channel.
+TEST(NnOpsBatchNorm, ReluAndMaxPoolInTheSamePassAreTheThreeOpsBitForBit) {
+  const auto same_bytes = [](const Tensor& a, const Tensor& b) {
+    return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() &&
+           std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
+  };
+  const strata::testing::SimdLevelGuard guard;
+  int64_t zero_windows = 0, positive_windows = 0;  // windows the ReLU made all 0 (ties), and the others
+  for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels())
+  for (const DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
+    for (const Shape& s : {Shape{3, 4, 6, 8}, Shape{2, 3, 7, 9}, Shape{2, 2, 28, 28}, Shape{5, 2, 2, 3},
+                           Shape{2, 3, 5, 35}})
+      for (const bool affine : {true, false}) {
+        ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+        const int64_t N = s[0], C = s[1], H = s[2], W = s[3], Ho = H / 2, Wo = W / 2;
+        std::vector<double> xv = rnd(s, DType::f64, 41, 2.0).to_vector<double>();
+        for (size_t i = 0; i < xv.size(); i += 2) xv[i] = std::round(xv[i]);  // ties
+        if (C > 2) xv[size_t(H * W + 3)] = std::numeric_limits<double>::quiet_NaN();  // channel 1 of sample 0
+        const auto rnd_as = [dt](const Shape& sh, uint64_t seed) { return ops::to_dtype(rnd(sh, DType::f64, seed), dt); };
+        const Tensor x = ops::to_dtype(ops::from_vector<double>(xv, s), dt);
+        const Tensor dp = rnd_as({N, C, Ho, Wo}, 42);
+        const Tensor w = affine ? rnd_as({C}, 43) : Tensor(), b = affine ? rnd_as({C}, 44) : Tensor();
+        Tensor rm1 = rnd_as({C}, 45), rv1 = ops::full({C}, 1.5, dt);
+        Tensor rm0 = ops::clone(rm1), rv0 = ops::clone(rv1);
+        for (const bool training : {true, false}) {
+          const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + (affine ? "" : " no affine") +
+                                   (training ? " train " : " eval ") + cpu::simd_level_name(lvl);
+          auto [p1, win, sm1, si1] = ops::batch_norm_relu_max_pool2(x, w, b, rm1, rv1, training, 0.1, 1e-5);
+          auto [y0, sm0, si0] = ops::batch_norm(x, w, b, rm0, rv0, training, 0.1, 1e-5);
+          const Tensor r0 = ops::unary(ops::UnaryOp::relu, y0);
+          auto [p0, idx] = ops::max_pool2d(r0, ops::Pool2dParams{2, 2, 2, 2, 0, 0});
+          ASSERT_TRUE(same_bytes(p1, p0)) << what << " pooled values";
+          EXPECT_TRUE(same_bytes(sm1, sm0) && same_bytes(si1, si0)) << what << " saved statistics";
+          EXPECT_TRUE(same_bytes(rm1, rm0) && same_bytes(rv1, rv0)) << what << " running statistics";
+          const std::vector<uint8_t> wv = win.to_vector<uint8_t>();
+          const std::vector<int64_t> iv = idx.to_vector<int64_t>();
+          for (size_t j = 0; j < iv.size(); ++j) {
+            const int64_t oh = int64_t(j) / Wo % Ho, ow = int64_t(j) % Wo;
+            ASSERT_EQ((2 * oh + wv[j] / 2) * W + 2 * ow + wv[j] % 2, iv[j]) << what << " window " << j;
+          }
+          const Vec pv = p1.to_vector<double>();
+          zero_windows += std::count(pv.begin(), pv.end(), 0.0);
+          positive_windows += std::count_if(pv.begin(), pv.end(), [](double v) { return v > 0; });
+          auto [dx1, dw1, db1] = ops::batch_norm_relu_max_pool2_backward(dp, p1, win, x, w, sm1, si1, training);
+          const Tensor dr = ops::max_pool2d_backward(dp, idx, s);
+          auto [dx0, dw0, db0] = ops::batch_norm_backward(ops::relu_backward(dr, r0), x, w, sm0, si0, training);
+          EXPECT_TRUE(same_bytes(dx1, dx0)) << what << " dx";
+          EXPECT_TRUE(same_bytes(dw1, dw0) && same_bytes(db1, db0)) << what << " dw, db";
+        }
+      }
+  EXPECT_GT(zero_windows, 100);
+  EXPECT_GT(positive_windows, 100);
+  Tensor rm, rv;
+  EXPECT_THROW(ops::batch_norm_relu_max_pool2(rnd({2, 3, 1, 4}, DType::f32, 1), Tensor(), Tensor(), rm, rv, true, 0.1,
+                                              1e-5),
+               Error);  // no 2x2 window
 }
 
 // ---------------------------------------------------------------- conv2d

@@ -82,6 +82,8 @@ TEST(KernelRegistry, EveryFrontEndOpHasACudaKernel) {
   // BatchNorm with the ReLU in its pass (ops::batch_norm(..., relu)): other devices run
   // batch_norm then relu (and relu_backward then batch_norm_backward).
   cpu_only.insert({"batch_norm_relu", "batch_norm_relu_backward"});
+  // ... and with a 2x2 max pool too: autograd runs batch_norm (relu) then max_pool2d there.
+  cpu_only.insert({"batch_norm_relu_max_pool2", "batch_norm_relu_max_pool2_backward"});
 #ifndef STRATA_WITH_CUDNN
   cpu_only.insert({"conv2d", "conv2d_backward"});
 #endif
