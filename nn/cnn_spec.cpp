@@ -46,7 +46,8 @@ ModelSpec cnn_spec(const CNNConfig& cfg) {
   int64_t per_sample = cfg.in_channels * cfg.image_size * cfg.image_size;
   side = cfg.image_size;
   for (const ParamSpec& p : s.params)
-    if (p.shape.size() == 4) {  // per block conv, BN, ReLU outputs and the pooled one
+    if (p.shape.size() == 4) {  // per block conv, BN, ReLU outputs and the pooled one (an upper
+                                // bound: on the CPU BN + ReLU + pool keep the conv's and the pooled)
       per_sample += p.shape[0] * side * side * (cfg.batch_norm ? 3 : 2) + p.shape[0] * side * side / 4;
       side /= 2;
     } else if (p.shape.size() == 2) {  // per Linear its output and its activation's

@@ -52,30 +52,18 @@ TEST(GradcheckNn, LayerNormWithAndWithoutAffine) {
                    std::vector<Tensor>{rnd({3, 5}, 7, false), rnd({5}, 8)});
 }
 
-TEST(GradcheckNn, BatchNormTrainingOn4dAnd2dAndEval) {
+// With relu, the ReLU in the same op (BatchNormReluBackward masks by its saved output).
+TEST(GradcheckNn, BatchNormTrainingOn4dAnd2dAndEvalWithAndWithoutRelu) {
   for (const Shape& s : {Shape{3, 2, 3, 2}, Shape{5, 3}}) {
     const int64_t C = s[1];
-    for (bool training : {true, false}) {
-      auto fn = [C, training](const std::vector<Tensor>& in) {
-        Tensor rm = ops::full({C}, 0.2, DType::f64), rv = ops::full({C}, 1.7, DType::f64);
-        return batch_norm(in[0], in[1], in[2], rm, rv, training, 0.1, 1e-5);
-      };
-      expect_gradcheck(fn, (std::vector<Tensor>{rnd(s, 9), rnd({C}, 10), rnd({C}, 11)}));
-    }
-  }
-}
-
-// BatchNorm with the ReLU in the same op (BatchNormReluBackward masks by its saved output).
-TEST(GradcheckNn, BatchNormReluTrainingAndEval) {
-  for (const Shape& s : {Shape{3, 2, 3, 2}, Shape{5, 3}}) {
-    const int64_t C = s[1];
-    for (bool training : {true, false}) {
-      auto fn = [C, training](const std::vector<Tensor>& in) {
-        Tensor rm = ops::full({C}, 0.2, DType::f64), rv = ops::full({C}, 1.7, DType::f64);
-        return batch_norm(in[0], in[1], in[2], rm, rv, training, 0.1, 1e-5, true);
-      };
-      expect_gradcheck(fn, (std::vector<Tensor>{rnd(s, 19), rnd({C}, 20), rnd({C}, 21)}));
-    }
+    for (bool training : {true, false})
+      for (bool relu : {false, true}) {
+        auto fn = [C, training, relu](const std::vector<Tensor>& in) {
+          Tensor rm = ops::full({C}, 0.2, DType::f64), rv = ops::full({C}, 1.7, DType::f64);
+          return batch_norm(in[0], in[1], in[2], rm, rv, training, 0.1, 1e-5, relu);
+        };
+        expect_gradcheck(fn, (std::vector<Tensor>{rnd(s, 9), rnd({C}, 10), rnd({C}, 11)}));
+      }
   }
 }
 
