@@ -191,6 +191,30 @@ void bn_relu_pool_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T*
   });
 }
 
+// The end of channel c's batch norm backward once sdy = sum(g) and sdyx = sum(g (x - mu))
+// are known: dw, db, then dx = k (g - sdy/M - xhat sdyx'/M) in training (the statistics'
+// gradient), k g in eval, from g (dy, or the masked gradient dx itself holds).
+template <class T, class A = acc_t<T>>
+void bn_backward_finish(const T* g, const T* x, const T* w, T* dx, T* dw, T* db, int64_t N, int64_t C, int64_t S,
+                        int64_t c, A mu, A inv, double sdy, double sdyx, bool training) {
+  const int64_t M = N * S;
+  sdyx *= double(inv);
+  dw[c] = st<T>(sdyx);
+  db[c] = st<T>(sdy);
+  const A k = inv * (w ? ld(w[c]) : A(1));
+  const A a = A(sdy / double(M)), bq = A(sdyx / double(M)) * inv;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t base = (n * C + c) * S;
+    if (training) {
+#pragma omp simd
+      for (int64_t i = base; i < base + S; ++i) dx[i] = st<T>(k * (ld(g[i]) - a - (ld(x[i]) - mu) * bq));
+    } else {
+#pragma omp simd
+      for (int64_t i = base; i < base + S; ++i) dx[i] = st<T>(k * ld(g[i]));
+    }
+  }
+}
+
 // kRelu: y is the fused ReLU's output, dy is masked by y > 0 as it is read, and the
 // masked gradient goes through dx between the two passes.
 template <class T, bool kRelu, class A = acc_t<T>>
@@ -205,27 +229,7 @@ void batch_norm_backward_impl(const T* dy, const T* y, const T* x, const T* w, c
         const int64_t base = (n * C + c) * S;
         run_grad_sums<kRelu>(dy + base, y + base, x + base, dx + base, S, mu, sdy, sdyx);
       }
-      const T* g = kRelu ? dx : dy;
-      sdyx *= double(inv);
-      dw[c] = st<T>(sdyx);
-      db[c] = st<T>(sdy);
-      const A k = inv * (w ? ld(w[c]) : A(1));
-      if (training) {
-        // dx = k * (dy - sum(dy)/M - xhat * sum(dy*xhat)/M)
-        const A a = A(sdy / double(M)), bq = A(sdyx / double(M)) * inv;
-        for (int64_t n = 0; n < N; ++n) {
-          const int64_t base = (n * C + c) * S;
-#pragma omp simd
-          for (int64_t i = base; i < base + S; ++i)
-            dx[i] = st<T>(k * (ld(g[i]) - a - (ld(x[i]) - mu) * bq));
-        }
-      } else {
-        for (int64_t n = 0; n < N; ++n) {
-          const int64_t base = (n * C + c) * S;
-#pragma omp simd
-          for (int64_t i = base; i < base + S; ++i) dx[i] = st<T>(k * ld(g[i]));
-        }
-      }
+      bn_backward_finish(kRelu ? dx : dy, x, w, dx, dw, db, N, C, S, c, mu, inv, sdy, sdyx, training);
     }
   });
 }
@@ -268,8 +272,8 @@ template <class T, class A = acc_t<T>>
 void bn_relu_pool_backward_impl(const T* dp, const T* p, const uint8_t* win, const T* x, const T* w,
                                 const T* smean, const T* sinv, T* dx, T* dw, T* db, int64_t N, int64_t C,
                                 int64_t H, int64_t W, bool training) {
-  const int64_t S = H * W, Ho = H / 2, Wo = W / 2, M = N * S;
-  parallel_for_simd(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
+  const int64_t S = H * W, Ho = H / 2, Wo = W / 2;
+  parallel_for_simd(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(N * S, 1)), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const A mu = ld(smean[c]), inv = ld(sinv[c]);
       double sdy = 0, sdyx = 0;
@@ -279,21 +283,7 @@ void bn_relu_pool_backward_impl(const T* dp, const T* p, const uint8_t* win, con
         unpool_plane(dp + pbase, p + pbase, win + pbase, g, H, W);
         run_grad_sums<false, T>(g, nullptr, x + base, nullptr, S, mu, sdy, sdyx);
       }
-      sdyx *= double(inv);
-      dw[c] = st<T>(sdyx);
-      db[c] = st<T>(sdy);
-      const A k = inv * (w ? ld(w[c]) : A(1));
-      const A a = A(sdy / double(M)), bq = A(sdyx / double(M)) * inv;
-      for (int64_t n = 0; n < N; ++n) {
-        const int64_t base = (n * C + c) * S;
-        if (training) {
-#pragma omp simd
-          for (int64_t i = base; i < base + S; ++i) dx[i] = st<T>(k * (ld(dx[i]) - a - (ld(x[i]) - mu) * bq));
-        } else {
-#pragma omp simd
-          for (int64_t i = base; i < base + S; ++i) dx[i] = st<T>(k * ld(dx[i]));
-        }
-      }
+      bn_backward_finish(dx, x, w, dx, dw, db, N, C, S, c, mu, inv, sdy, sdyx, training);
     }
   });
 }
