@@ -1,8 +1,6 @@
 // Sequential and ModuleList.
 #include <strata/nn/container.h>
 
-#include <typeinfo>
-
 #include <strata/nn/activation.h>
 #include <strata/nn/normalization.h>
 #include <strata/nn/pooling.h>
@@ -16,11 +14,6 @@ Sequential::Sequential(const std::vector<std::shared_ptr<Module>>& layers) {
 void Sequential::push_back(std::shared_ptr<Module> m) { register_module(std::to_string(size()), std::move(m)); }
 
 namespace {
-// child is exactly T (not a subclass that may override forward) and has no forward hooks.
-template <class T>
-T* plain(Module& m) {
-  return typeid(m) == typeid(T) && !m.has_forward_hooks() ? static_cast<T*>(&m) : nullptr;
-}
 bool pool_2x2(const ops::Pool2dParams& p) {
   return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0;
 }
@@ -35,9 +28,9 @@ Tensor Sequential::forward(const Tensor& x) {
   // same values and gradients either way.
   Tensor h = x;
   for (size_t i = 0; i < size(); ++i) {
-    BatchNorm2d* bn = plain<BatchNorm2d>(child_at(i));
-    if (bn && i + 1 < size() && plain<ReLU>(child_at(i + 1))) {
-      const MaxPool2d* pool = i + 2 < size() ? plain<MaxPool2d>(child_at(i + 2)) : nullptr;
+    BatchNorm2d* bn = plain_module<BatchNorm2d>(child_at(i));
+    if (bn && i + 1 < size() && plain_module<ReLU>(child_at(i + 1))) {
+      const MaxPool2d* pool = i + 2 < size() ? plain_module<MaxPool2d>(child_at(i + 2)) : nullptr;
       const bool with_pool = pool && pool_2x2(pool->params()) && h.device().is_cpu() && h.dim() == 4 &&
                              h.size(2) >= 2 && h.size(3) >= 2;
       h = bn->traced([&] { return with_pool ? bn->forward_relu_max_pool2(h) : bn->forward_relu(h); });

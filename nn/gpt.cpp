@@ -27,12 +27,9 @@ double resid_std(const GPTConfig& c) { return kInitStd / std::sqrt(2.0 * double(
 // proj for a RowParallelLinear and keeps the unfused ops. Same values either way.
 // proj as a plain Linear when the residual add may be fused after its GEMM, else null.
 const Linear* fusable_proj(Module& proj, Module& drop, const Tensor& residual) {
-  const auto* lin = dynamic_cast<const Linear*>(&proj);
-  const auto* d = dynamic_cast<const Dropout*>(&drop);
-  if (residual.defined() && lin && typeid(*lin) == typeid(Linear) && !proj.has_forward_hooks() && d &&
-      typeid(*d) == typeid(Dropout) && !drop.has_forward_hooks() && (d->p() == 0 || !d->is_training()))
-    return lin;
-  return nullptr;
+  const Linear* lin = plain_module<Linear>(proj);
+  const Dropout* d = plain_module<Dropout>(drop);
+  return residual.defined() && lin && d && (d->p() == 0 || !d->is_training()) ? lin : nullptr;
 }
 
 Tensor project_residual(Module& proj, Module& drop, const Tensor& y, const Tensor& residual) {
@@ -159,11 +156,10 @@ Tensor GPTMLP::activation(const Tensor& x) {
   // c_fc's bias and the GELU run as one pass after a bias-free GEMM (linear_gelu), unless
   // c_fc was swapped for another layer (tensor parallelism) or either child has forward
   // hooks (ZeRO-3 gathers), which must then see their own calls. Same values either way.
-  const auto fc = std::dynamic_pointer_cast<Linear>(child("c_fc"));
-  const auto act = std::dynamic_pointer_cast<GELU>(child("gelu"));
+  const Linear* fc = plain_module<Linear>(*child("c_fc"));
+  const GELU* act = plain_module<GELU>(*child("gelu"));
   Tensor h;
-  if (fc && act && typeid(*fc) == typeid(Linear) && typeid(*act) == typeid(GELU) && !fc->has_forward_hooks() &&
-      !act->has_forward_hooks())
+  if (fc && act)
     h = linear_gelu(x, fc->weight(), fc->bias(), act->tanh_approx());  // (B, T, 4C)
   else
     h = (*child("gelu"))((*child("c_fc"))(x));

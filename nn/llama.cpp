@@ -18,8 +18,8 @@ double resid_std(const LlamaConfig& c) { return kInitStd / std::sqrt(2.0 * doubl
 // m as a plain bias-free Linear with nothing acting around its forward (no forward hook:
 // FSDP; not a subclass: tensor parallelism's column-parallel projections), or null.
 const Linear* plain_linear(const std::shared_ptr<Module>& m) {
-  const auto* l = dynamic_cast<const Linear*>(m.get());
-  return l && typeid(*l) == typeid(Linear) && !l->has_bias() && !m->has_forward_hooks() ? l : nullptr;
+  const Linear* l = plain_module<Linear>(*m);
+  return l && !l->has_bias() ? l : nullptr;
 }
 
 // residual + proj(y) (residual undefined: proj(y)). When proj is a plain bias-free Linear

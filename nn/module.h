@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -138,5 +139,13 @@ class Module : public std::enable_shared_from_this<Module> {
   int next_hook_id_ = 0;
   bool training_ = true;
 };
+
+/// m as exactly a T with nothing acting around its forward (not a subclass, such as tensor
+/// parallelism's replacements; no forward hook, such as ZeRO-3's gathers), else null: what a
+/// parent checks before running a child's forward fused with a sibling's.
+template <class T>
+T* plain_module(Module& m) {
+  return typeid(m) == typeid(T) && !m.has_forward_hooks() ? static_cast<T*>(&m) : nullptr;
+}
 
 }  // namespace strata::nn

@@ -3,7 +3,6 @@
 // Shared by the GPT and Llama blocks.
 #pragma once
 #include <memory>
-#include <typeinfo>
 
 #include <strata/autograd/autocast.h>
 #include <strata/nn/module.h>
@@ -17,9 +16,8 @@ namespace strata::nn {
 /// is that of the unfused ops (CudaAutocast.GptForwardHoldsLessActivationMemoryInBf16).
 template <class M>
 M* residual_fusable(const std::shared_ptr<Module>& m, const Tensor& x) {
-  auto* p = dynamic_cast<M*>(m.get());
   const bool fuses_here = (x.dtype() == DType::f32 || x.dtype() == DType::f64) && !autocast_dtype();
-  return p && fuses_here && typeid(*p) == typeid(M) && !p->has_forward_hooks() ? p : nullptr;
+  return m && fuses_here ? plain_module<M>(*m) : nullptr;
 }
 
 }  // namespace strata::nn
