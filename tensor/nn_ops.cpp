@@ -1,6 +1,6 @@
 // Neural-network op front ends: shape/dtype checks, output allocation, contiguous
 // inputs, then dispatch to the kernels in tensor/cpu/{softmax,norm,conv,pool,
-// embedding,loss,dropout,attention}.
+// embedding,loss,dropout,attention}. Batch norm's: tensor/batch_norm_ops.cpp.
 #include <array>
 #include <cmath>
 #include <limits>
@@ -16,6 +16,7 @@
 #include <strata/tensor/cpu/softmax.h>
 #include <strata/tensor/dispatch.h>
 #include <strata/tensor/half_ops.h>
+#include <strata/tensor/op_checks.h>
 #include <strata/tensor/ops.h>
 
 namespace strata::ops {
@@ -27,17 +28,6 @@ using LayerNormFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, T
                          double);
 using LayerNormBwdFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
                             Tensor&, Tensor&, int64_t, int64_t);
-using BatchNormFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, Tensor&, Tensor&,
-                         int64_t, int64_t, int64_t, bool, double, double);
-using BatchNormBwdFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
-                            Tensor&, Tensor&, int64_t, int64_t, int64_t, bool);
-using BnReluPoolFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, Tensor&, Tensor&,
-                          Tensor&, int64_t, int64_t, int64_t, int64_t, bool, double, double);
-using BnReluPoolBwdFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                             const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, int64_t, int64_t, int64_t,
-                             int64_t, bool);
-using BatchNormReluBwdFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                const Tensor&, Tensor&, Tensor&, Tensor&, int64_t, int64_t, int64_t, bool);
 using ConvFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, const Conv2dParams&);
 using ConvBwdFn = void(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, const Conv2dParams&);
 using MaxPoolFn = void(const Tensor&, Tensor&, Tensor&, const Pool2dParams&);
@@ -59,16 +49,6 @@ const KernelTable<SoftmaxFn> kSoftmax{"softmax", {&cpu::softmax_kernel, nullptr}
 const KernelTable<SoftmaxBwdFn> kSoftmaxBwd{"softmax_backward", {&cpu::softmax_backward_kernel, nullptr}};
 const KernelTable<LayerNormFn> kLayerNorm{"layer_norm", {&cpu::layer_norm_kernel, nullptr}};
 const KernelTable<LayerNormBwdFn> kLayerNormBwd{"layer_norm_backward", {&cpu::layer_norm_backward_kernel, nullptr}};
-const KernelTable<BatchNormFn> kBatchNorm{"batch_norm", {&cpu::batch_norm_kernel, nullptr}};
-const KernelTable<BatchNormBwdFn> kBatchNormBwd{"batch_norm_backward", {&cpu::batch_norm_backward_kernel, nullptr}};
-// BatchNorm + ReLU in one pass; devices without these run the two ops.
-const KernelTable<BatchNormFn> kBatchNormRelu{"batch_norm_relu", {&cpu::batch_norm_relu_kernel, nullptr}};
-const KernelTable<BatchNormReluBwdFn> kBatchNormReluBwd{"batch_norm_relu_backward",
-                                                        {&cpu::batch_norm_relu_backward_kernel, nullptr}};
-// BatchNorm + ReLU + 2x2 max pool in one pass (CPU only: autograd composes the ops elsewhere).
-const KernelTable<BnReluPoolFn> kBnReluPool{"batch_norm_relu_max_pool2", {&cpu::batch_norm_relu_max_pool2_kernel, nullptr}};
-const KernelTable<BnReluPoolBwdFn> kBnReluPoolBwd{"batch_norm_relu_max_pool2_backward",
-                                                  {&cpu::batch_norm_relu_max_pool2_backward_kernel, nullptr}};
 const KernelTable<ConvFn> kConv{"conv2d", {&cpu::conv2d_kernel, nullptr}};
 const KernelTable<ConvBwdFn> kConvBwd{"conv2d_backward", {&cpu::conv2d_backward_kernel, nullptr}};
 const KernelTable<MaxPoolFn> kMaxPool{"max_pool2d", {&cpu::max_pool2d_kernel, nullptr}};
@@ -103,32 +83,13 @@ void check_float(const Tensor& t, const char* op, const char* what) {
                t.str());
 }
 
-bool is_16bit(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
-
-// check_float, plus f16/bf16 (the CPU and CUDA kernels widen them to f32 inside).
-void check_float16(const Tensor& t, const char* op, const char* what) {
-  STRATA_CHECK(t.defined(), "[", op, "] ", what, " is undefined");
-  STRATA_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64 || is_16bit(t.dtype()), "[", op, "] ", what,
-               " must be f32, f64, bf16 or f16, got ", t.str());
-}
+using detail::check_float16;
+using detail::check_same;
+using detail::check_vec;
+using detail::is_16bit;
 
 // The dtype statistics and losses of x are kept in: f32 for 16-bit x, else x's.
 DType stat_dtype(DType dt) { return is_16bit(dt) ? DType::f32 : dt; }
-
-void check_same(const Tensor& a, const Tensor& b, const char* op, const char* what) {
-  STRATA_CHECK(b.shape() == a.shape(), "[", op, "] ", what, " shape ", shape_str(b.shape()), " does not match ",
-               shape_str(a.shape()));
-  STRATA_CHECK(b.dtype() == a.dtype(), "[", op, "] ", what, " dtype ", dtype_name(b.dtype()), " does not match ",
-               dtype_name(a.dtype()));
-}
-
-// A per-channel / per-feature vector of length C (undefined allowed) in x's dtype.
-void check_vec(const Tensor& v, int64_t C, DType dt, const char* op, const char* what) {
-  if (!v.defined()) return;
-  STRATA_CHECK(v.shape() == Shape{C}, "[", op, "] ", what, " must have shape (", C, "), got ", shape_str(v.shape()));
-  STRATA_CHECK(v.dtype() == dt, "[", op, "] ", what, " dtype ", dtype_name(v.dtype()), " does not match input ",
-               dtype_name(dt));
-}
 
 // (outer, n, inner) around dim d of shape s.
 std::tuple<int64_t, int64_t, int64_t> split_at(const Shape& s, int64_t d) {
@@ -159,14 +120,6 @@ Tensor softmax_backward_impl(const Tensor& dy, const Tensor& y, int64_t dim, boo
   Tensor dx = empty(y.shape(), y.dtype(), y.device());
   kSoftmaxBwd(y.device())(contiguous(dy), contiguous(y), dx, outer, n, inner, log);
   return dx;
-}
-
-// x (N,C,*) -> (N, C, S)
-std::tuple<int64_t, int64_t, int64_t> nc_s(const Tensor& x, const char* op) {
-  STRATA_CHECK(x.dim() >= 2, "[", op, "] expects (N,C) or (N,C,H,W) input, got ", shape_str(x.shape()));
-  int64_t S = 1;
-  for (int64_t i = 2; i < x.dim(); ++i) S *= x.size(i);
-  return {x.size(0), x.size(1), S};
 }
 
 Shape pool_out_shape(const Shape& xs, const Pool2dParams& p, const char* op) {
@@ -258,116 +211,6 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& dy, const T
   Tensor db = has_bias ? empty({C}, x.dtype(), d) : Tensor();
   kLayerNormBwd(d)(contiguous(dy), contiguous(x), contiguous(mean), contiguous(rstd), contig_or_undef(weight), dx,
                    dw, db, rows, C);
-  return {dx, dw, db};
-}
-
-// ---------------------------------------------------------------- batch norm
-namespace {
-// A batch norm's affine parameters and running statistics for x's C channels.
-void check_bn_params(const Tensor& x, int64_t C, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                     const Tensor& running_var, bool training, const char* op) {
-  check_vec(weight, C, x.dtype(), op, "weight");
-  check_vec(bias, C, x.dtype(), op, "bias");
-  check_vec(running_mean, C, x.dtype(), op, "running_mean");
-  check_vec(running_var, C, x.dtype(), op, "running_var");
-  STRATA_CHECK(running_mean.defined() == running_var.defined(), "[", op,
-               "] running_mean and running_var must both be defined or both undefined");
-  for (const Tensor* r : {&running_mean, &running_var})
-    STRATA_CHECK(!r->defined() || r->is_contiguous(), "[", op, "] running statistics must be contiguous");
-  STRATA_CHECK(training || running_mean.defined(), "[", op, "] eval mode needs running_mean and running_var");
-}
-}  // namespace
-
-std::tuple<Tensor, Tensor, Tensor> batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                              Tensor& running_mean, Tensor& running_var, bool training,
-                                              double momentum, double eps, bool relu) {
-  check_float16(x, "batch_norm", "input");
-  const auto [N, C, S] = nc_s(x, "batch_norm");
-  check_bn_params(x, C, weight, bias, running_mean, running_var, training, "batch_norm");
-  STRATA_CHECK(!training || N * S > 1, "[batch_norm] expected more than 1 value per channel when training, got input ",
-               shape_str(x.shape()));
-  const Device d = x.device();
-  const bool fused = relu && kBatchNormRelu.find(d);
-  Tensor y = empty(x.shape(), x.dtype(), d);
-  Tensor save_mean = empty({C}, x.dtype(), d), save_invstd = empty({C}, x.dtype(), d);
-  (fused ? kBatchNormRelu : kBatchNorm)(d)(contiguous(x), contig_or_undef(weight), contig_or_undef(bias), running_mean,
-                                           running_var, y, save_mean, save_invstd, N, C, S, training, momentum, eps);
-  if (training && running_mean.defined()) {
-    running_mean.bump_version();
-    running_var.bump_version();
-  }
-  if (relu && !fused) y = unary(UnaryOp::relu, y);
-  return {y, save_mean, save_invstd};
-}
-
-std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                                       const Tensor& save_mean, const Tensor& save_invstd,
-                                                       bool training, const Tensor& relu_out) {
-  check_float16(x, "batch_norm_backward", "input");
-  check_same(x, dy, "batch_norm_backward", "grad");
-  if (relu_out.defined()) check_same(x, relu_out, "batch_norm_backward", "relu output");
-  const auto [N, C, S] = nc_s(x, "batch_norm_backward");
-  check_vec(weight, C, x.dtype(), "batch_norm_backward", "weight");
-  check_vec(save_mean, C, x.dtype(), "batch_norm_backward", "save_mean");
-  check_vec(save_invstd, C, x.dtype(), "batch_norm_backward", "save_invstd");
-  const Device d = x.device();
-  Tensor dx = empty(x.shape(), x.dtype(), d);
-  Tensor dw = empty({C}, x.dtype(), d), db = empty({C}, x.dtype(), d);
-  if (relu_out.defined() && kBatchNormReluBwd.find(d)) {
-    kBatchNormReluBwd(d)(contiguous(dy), contiguous(relu_out), contiguous(x), contig_or_undef(weight),
-                         contiguous(save_mean), contiguous(save_invstd), dx, dw, db, N, C, S, training);
-    return {dx, dw, db};
-  }
-  const Tensor g = relu_out.defined() ? relu_backward(dy, relu_out) : dy;
-  kBatchNormBwd(d)(contiguous(g), contiguous(x), contig_or_undef(weight), contiguous(save_mean),
-                   contiguous(save_invstd), dx, dw, db, N, C, S, training);
-  return {dx, dw, db};
-}
-
-std::tuple<Tensor, Tensor, Tensor, Tensor> batch_norm_relu_max_pool2(const Tensor& x, const Tensor& weight,
-                                                                     const Tensor& bias, Tensor& running_mean,
-                                                                     Tensor& running_var, bool training,
-                                                                     double momentum, double eps) {
-  const char* op = "batch_norm_relu_max_pool2";
-  check_float16(x, op, "input");
-  STRATA_CHECK(x.dim() == 4 && x.size(2) >= 2 && x.size(3) >= 2, "[", op, "] expects (N, C, H, W) with H, W >= 2, got ",
-               shape_str(x.shape()));
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  check_bn_params(x, C, weight, bias, running_mean, running_var, training, op);
-  const Device d = x.device();
-  Tensor p = empty({N, C, H / 2, W / 2}, x.dtype(), d), win = empty({N, C, H / 2, W / 2}, DType::u8, d);
-  Tensor save_mean = empty({C}, x.dtype(), d), save_invstd = empty({C}, x.dtype(), d);
-  kBnReluPool(d)(contiguous(x), contig_or_undef(weight), contig_or_undef(bias), running_mean, running_var, p, win,
-                 save_mean, save_invstd, N, C, H, W, training, momentum, eps);
-  if (training && running_mean.defined()) {
-    running_mean.bump_version();
-    running_var.bump_version();
-  }
-  return {p, win, save_mean, save_invstd};
-}
-
-std::tuple<Tensor, Tensor, Tensor> batch_norm_relu_max_pool2_backward(const Tensor& dp, const Tensor& p,
-                                                                       const Tensor& win, const Tensor& x,
-                                                                       const Tensor& weight, const Tensor& save_mean,
-                                                                       const Tensor& save_invstd, bool training) {
-  const char* op = "batch_norm_relu_max_pool2_backward";
-  check_float16(x, op, "input");
-  STRATA_CHECK(x.dim() == 4 && x.size(2) >= 2 && x.size(3) >= 2, "[", op, "] expects (N, C, H, W) with H, W >= 2, got ",
-               shape_str(x.shape()));
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const Shape ps{N, C, H / 2, W / 2};
-  check_same(p, dp, op, "grad");
-  STRATA_CHECK(p.shape() == ps && win.shape() == ps && win.dtype() == DType::u8 && p.dtype() == x.dtype(), "[", op,
-               "] p and win must be ", shape_str(ps), " (", dtype_name(x.dtype()), ", u8), got ", p.str(), ", ",
-               win.str());
-  check_vec(weight, C, x.dtype(), op, "weight");
-  check_vec(save_mean, C, x.dtype(), op, "save_mean");
-  check_vec(save_invstd, C, x.dtype(), op, "save_invstd");
-  const Device d = x.device();
-  Tensor dx = empty(x.shape(), x.dtype(), d);
-  Tensor dw = empty({C}, x.dtype(), d), db = empty({C}, x.dtype(), d);
-  kBnReluPoolBwd(d)(contiguous(dp), contiguous(p), contiguous(win), contiguous(x), contig_or_undef(weight),
-                    contiguous(save_mean), contiguous(save_invstd), dx, dw, db, N, C, H, W, training);
   return {dx, dw, db};
 }
 

@@ -199,7 +199,8 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& dy, const T
                                                        bool training, const Tensor& relu_out = Tensor());
 
 /// batch_norm(..., relu = true) then a 2x2 stride-2 unpadded max pool of x (N, C, H, W),
-/// H, W >= 2, in one pass (CPU only: other devices run the ops one after another). Returns
+/// H, W >= 2, in one pass; CPU only (autograd's batch_norm_relu_max_pool2 runs the ops one
+/// after another on other devices). Returns
 /// p (N, C, H/2, W/2) with max_pool2d's values, win (u8, p's shape: each max's place in its
 /// 2x2 window, 0..3 row-major), save_mean, save_invstd. The ReLU's output is not stored.
 std::tuple<Tensor, Tensor, Tensor, Tensor> batch_norm_relu_max_pool2(const Tensor& x, const Tensor& weight,

@@ -102,21 +102,27 @@ std::pair<A, A> channel_affine(const T* x, const T* w, const T* b, T* rmean, T* 
   return {A(scale_d), A((b ? double(ld(b[c])) : 0.0) - mu * scale_d)};
 }
 
-// relu(x * scale + shift) as the relu op applies it to the batch norm's rounded output
-// (ReLU's rule: NaN -> 0), widened.
+// The relu op's rule (v > 0 ? v : 0: NaN and -0 give +0) on a value rounded to T, widened.
 template <class T, class A = acc_t<T>>
-inline A bn_relu_of(T x, A scale, A shift) {
-  const A v = ld(st<T>(ld(x) * scale + shift));
-  return v > A(0) ? v : A(0);
+inline A relu_of(T v) {
+  return ld(v) > A(0) ? ld(v) : A(0);
 }
 
-// kRelu: y = max(y, 0) by ReLU's rule (NaN -> 0) on the rounded value, as the relu op
-// would apply it to this kernel's output.
+// relu(x * scale + shift) as the relu op applies it to the batch norm's rounded output.
+template <class T, class A = acc_t<T>>
+inline A bn_relu_of(T x, A scale, A shift) {
+  return relu_of(st<T>(ld(x) * scale + shift));
+}
+
+// The channels per parallel_for_simd grain of a batch norm pass over M values a channel.
+inline int64_t channel_grain(int64_t M) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)); }
+
+// kRelu: y = relu_of(the rounded value), as the relu op would apply it to this kernel's
+// output.
 template <class T, bool kRelu, class A = acc_t<T>>
 void batch_norm_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T* y, T* smean, T* sinv, int64_t N,
                      int64_t C, int64_t S, bool training, double momentum, double eps) {
-  const int64_t M = N * S;
-  parallel_for_simd(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
+  parallel_for_simd(C, channel_grain(N * S), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const auto [scale, shift] =
           channel_affine(x, w, b, rmean, rvar, smean, sinv, N, C, S, c, training, momentum, eps);
@@ -125,7 +131,7 @@ void batch_norm_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T* y
 #pragma omp simd
         for (int64_t i = base; i < base + S; ++i) {
           const T v = st<T>(ld(x[i]) * scale + shift);
-          if constexpr (kRelu) y[i] = ld(v) > A(0) ? v : st<T>(A(0));
+          if constexpr (kRelu) y[i] = st<T>(relu_of(v));  // exact: v or 0
           else y[i] = v;
         }
       }
@@ -150,20 +156,23 @@ inline void window_places(const int64_t* idx, uint8_t* win, int64_t Ho, int64_t 
 }
 
 // Batch norm, ReLU and a 2x2 stride-2 max pool (floor: an odd last row or column is in the
-// statistics but in no window) of (N, C, H, W), one channel per iteration: each plane's ReLU
-// output formed in a per-thread buffer (widened: exact) and pooled from there by
-// max_pool2d's own rows (pool_rows.h), so only the maxima p (N, C, H/2, W/2) are stored, with
-// win, each max's place in its window (0 to 3, row-major). p and the gradient are those of
-// the three ops one after another.
+// statistics but in no window) of (N, C, H, W), one channel per iteration. Only the maxima
+// p (N, C, H/2, W/2) are stored, with win, each max's place in its window (0 to 3,
+// row-major): f32 planes up to 32 wide at x86-64-v4 form each window's ReLU outputs in
+// registers (pool_avx512.h); elsewhere each plane's ReLU output goes to a per-thread buffer
+// (widened: exact) and max_pool2d's own rows (pool_rows.h) pool it. p and the gradient are
+// those of the three ops one after another.
 template <class T, class A = acc_t<T>>
 void bn_relu_pool_impl(const T* x, const T* w, const T* b, T* rmean, T* rvar, T* p, uint8_t* win, T* smean,
                        T* sinv, int64_t N, int64_t C, int64_t H, int64_t W, bool training, double momentum,
                        double eps) {
   const int64_t S = H * W, Ho = H / 2, Wo = W / 2, P = Ho * Wo;
-  const bool avx512 = W <= 32 && avx512_rows();  // one masked vector a row (pool_avx512.h)
-  parallel_for_simd(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(N * S, 1)), [&](int64_t c0, int64_t c1) {
-    std::vector<A> r(static_cast<size_t>(S)), pooled(std::is_same_v<T, A> ? 0 : static_cast<size_t>(P));
-    std::vector<int64_t> idx(static_cast<size_t>(P));
+  const bool avx512 = std::is_same_v<T, float> && W <= 32 && avx512_rows();  // one masked vector a row
+  parallel_for_simd(C, channel_grain(N * S), [&](int64_t c0, int64_t c1) {
+    // the generic rows' buffers: the ReLU plane, its pooled values (16-bit T) and indices
+    const size_t rs = avx512 ? 0 : size_t(S), ps = avx512 || std::is_same_v<T, A> ? 0 : size_t(P);
+    std::vector<A> r(rs), pooled(ps);
+    std::vector<int64_t> idx(avx512 ? 0 : size_t(P));
     for (int64_t c = c0; c < c1; ++c) {
       const auto [scale, shift] =
           channel_affine(x, w, b, rmean, rvar, smean, sinv, N, C, S, c, training, momentum, eps);
@@ -221,7 +230,7 @@ template <class T, bool kRelu, class A = acc_t<T>>
 void batch_norm_backward_impl(const T* dy, const T* y, const T* x, const T* w, const T* smean, const T* sinv, T* dx,
                               T* dw, T* db, int64_t N, int64_t C, int64_t S, bool training) {
   const int64_t M = N * S;
-  parallel_for_simd(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t c0, int64_t c1) {
+  parallel_for_simd(C, channel_grain(M), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const A mu = ld(smean[c]), inv = ld(sinv[c]);
       double sdy = 0, sdyx = 0;
@@ -236,12 +245,13 @@ void batch_norm_backward_impl(const T* dy, const T* y, const T* x, const T* w, c
 
 // One plane of max_pool2d's backward for a 2x2 stride-2 pool (0 + dp at each window's
 // max, zeros elsewhere, the rows and columns in no window too), masked by the ReLU before
-// it (p > 0), written into g (H x W) row pair by row pair.
+// it (p > 0), written into g (H x W) row pair by row pair; avx512: f32 planes up to 32
+// wide at x86-64-v4 take the masked-vector rows (pool_avx512.h).
 template <class T, class A = acc_t<T>>
-void unpool_plane(const T* dp, const T* p, const uint8_t* win, T* g, int64_t H, int64_t W) {
+void unpool_plane(const T* dp, const T* p, const uint8_t* win, T* g, int64_t H, int64_t W, bool avx512) {
   const int64_t Ho = H / 2, Wo = W / 2;
   if constexpr (std::is_same_v<T, float>) {
-    if (W <= 32 && avx512_rows()) return unpool2x2_relu_plane_avx512(dp, p, win, g, H, W);
+    if (avx512) return unpool2x2_relu_plane_avx512(dp, p, win, g, H, W);
   }
   const T zero = st<T>(A(0));
   for (int64_t oh = 0; oh < Ho; ++oh) {
@@ -273,14 +283,15 @@ void bn_relu_pool_backward_impl(const T* dp, const T* p, const uint8_t* win, con
                                 const T* smean, const T* sinv, T* dx, T* dw, T* db, int64_t N, int64_t C,
                                 int64_t H, int64_t W, bool training) {
   const int64_t S = H * W, Ho = H / 2, Wo = W / 2;
-  parallel_for_simd(C, std::max<int64_t>(1, 16384 / std::max<int64_t>(N * S, 1)), [&](int64_t c0, int64_t c1) {
+  const bool avx512 = std::is_same_v<T, float> && W <= 32 && avx512_rows();
+  parallel_for_simd(C, channel_grain(N * S), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const A mu = ld(smean[c]), inv = ld(sinv[c]);
       double sdy = 0, sdyx = 0;
       for (int64_t n = 0; n < N; ++n) {
         const int64_t base = (n * C + c) * S, pbase = (n * C + c) * Ho * Wo;
         T* g = dx + base;
-        unpool_plane(dp + pbase, p + pbase, win + pbase, g, H, W);
+        unpool_plane(dp + pbase, p + pbase, win + pbase, g, H, W, avx512);
         run_grad_sums<false, T>(g, nullptr, x + base, nullptr, S, mu, sdy, sdyx);
       }
       bn_backward_finish(dx, x, w, dx, dw, db, N, C, S, c, mu, inv, sdy, sdyx, training);

@@ -15,6 +15,17 @@ STRATA_AVX512 inline __mmask16 replaces(__m512 x, __m512 m) {
          (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(m, m, _CMP_ORD_Q));
 }
 
+// The masks of a row's first n <= 32 elements over its two vectors (lo: elements 0-15,
+// hi: 16-31), and of its first m <= 16 (one vector).
+struct RowMasks {
+  __mmask16 lo, hi;
+};
+inline RowMasks row_masks(int64_t n) {
+  return {n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1),
+          n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0)};
+}
+inline __mmask16 first_lanes(int64_t m) { return __mmask16((1u << m) - 1); }
+
 // The even (e) and odd (o) columns of the first 2 * Wo elements of a row.
 STRATA_AVX512 inline void split_row(const float* r, __mmask16 lo, __mmask16 hi, __m512& e, __m512& o) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -28,9 +39,8 @@ STRATA_AVX512 inline void split_row(const float* r, __mmask16 lo, __mmask16 hi, 
 
 STRATA_AVX512 void max2x2_plane_avx512(const float* x, int64_t W, float* y, int64_t* idx, int64_t Ho, int64_t Wo) {
   const int64_t n = 2 * Wo;  // input columns read per row (an odd W's last one is outside every window)
-  const __mmask16 lo = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
-  const __mmask16 hi = n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
-  const __mmask16 out = __mmask16((1u << Wo) - 1);
+  const auto [lo, hi] = row_masks(n);
+  const __mmask16 out = first_lanes(Wo);
   const __m512i col0 = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);  // 2 ow for the lanes' ow
   const __m512i col8 = _mm512_setr_epi64(16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i one = _mm512_set1_epi64(1), below = _mm512_set1_epi64(W), diag = _mm512_set1_epi64(W + 1);
@@ -63,9 +73,8 @@ STRATA_AVX512 void max2x2_plane_avx512(const float* x, int64_t W, float* y, int6
 STRATA_AVX512 void bn_relu_max2x2_plane_avx512(const float* x, float scale, float shift, int64_t W, float* y,
                                                uint8_t* win, int64_t Ho, int64_t Wo) {
   const int64_t n = 2 * Wo;
-  const __mmask16 lo = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
-  const __mmask16 hi = n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
-  const __mmask16 out = __mmask16((1u << Wo) - 1);
+  const auto [lo, hi] = row_masks(n);
+  const __mmask16 out = first_lanes(Wo);
   const __m512 s = _mm512_set1_ps(scale), t = _mm512_set1_ps(shift), zero = _mm512_setzero_ps();
   // max(v, 0) returns its second operand for a NaN v, and +0 for v = -0: the ReLU's rule
   const auto bn_relu = [&](__m512 v) STRATA_AVX512 { return _mm512_max_ps(_mm512_fmadd_ps(v, s, t), zero); };
@@ -92,9 +101,8 @@ STRATA_AVX512 void bn_relu_max2x2_plane_avx512(const float* x, float scale, floa
 STRATA_AVX512 void unpool2x2_relu_plane_avx512(const float* dy, const float* y, const uint8_t* win, float* g,
                                                int64_t H, int64_t W) {
   const int64_t Ho = H / 2, Wo = W / 2;
-  const __mmask16 in = __mmask16((1u << Wo) - 1);
-  const __mmask16 lo = W >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << W) - 1);
-  const __mmask16 hi = W > 16 ? __mmask16((1u << (W - 16)) - 1) : __mmask16(0);
+  const __mmask16 in = first_lanes(Wo);
+  const auto [lo, hi] = row_masks(W);
   // lane 2j of a row pair's first vector takes the even column's j, lane 2j + 1 the odd's
   const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);

@@ -299,10 +299,53 @@ TEST_P(NnOps, BatchNormTrainingAndEvalOn4dAnd2d) {
   EXPECT_THROW(ops::batch_norm(one, Tensor(), Tensor(), rm, rv, true, 0.1, 1e-5), Error);
 }
 
+// ---------------------------------------------------------------- batch norm + ReLU (+ pool)
+
+namespace {
+
+// Whether two tensors hold the same bytes (bit for bit, NaNs and signed zeros included).
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() &&
+         std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
+}
+
+// Normal values in dtype dt (drawn in f64: the generator has no 16-bit dtypes).
+Tensor rnd_as(const Shape& s, DType dt, uint64_t seed) { return ops::to_dtype(rnd(s, DType::f64, seed), dt); }
+
+// A fused batch norm case's parameters: the affine ones (undefined without affine) and two
+// equal pairs of running statistics, one for the fused op (1) and one for the ops it replaces (0).
+struct BnParams {
+  Tensor w, b, rm1, rv1, rm0, rv0;
+};
+
+// fn(dtype, shape, params, what) at every runnable SIMD level (set while fn runs), in every
+// floating dtype, for each shape, with and without the affine parameters (drawn from seed,
+// seed + 1; the running mean from seed + 2); `what` names the case in failure messages.
+template <class F>
+void for_each_bn_case(std::initializer_list<Shape> shapes, uint64_t seed, F&& fn) {
+  const strata::testing::SimdLevelGuard guard;
+  for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels())
+    for (const DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
+      for (const Shape& s : shapes)
+        for (const bool affine : {true, false}) {
+          ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+          const int64_t C = s[1];
+          BnParams p;
+          if (affine) p.w = rnd_as({C}, dt, seed), p.b = rnd_as({C}, dt, seed + 1);
+          p.rm1 = rnd_as({C}, dt, seed + 2), p.rv1 = ops::full({C}, 1.5, dt);
+          p.rm0 = ops::clone(p.rm1), p.rv0 = ops::clone(p.rv1);
+          const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + (affine ? "" : " no affine") +
+                                   " " + cpu::simd_level_name(lvl);
+          fn(dt, s, p, what);
+        }
+}
+
+}  // namespace
+
 // BatchNorm + ReLU in one pass (the CPU kernels batch_norm_relu and its backward) against
 // batch_norm then relu, and relu_backward then batch_norm_backward: bit for bit at every
-// SIMD level in every floating dtype, training and eval, with and without the affine parameters, with a NaN in
-// one channel (ReLU's rule maps it to 0 and the statistics carry it).
+// SIMD level in every floating dtype, training and eval, with and without the affine
+// parameters, with a NaN in one channel (ReLU's rule maps it to 0 and the statistics carry it).
 TEST(NnOpsBatchNorm, ReluInTheSamePassIsTheTwoOpsBitForBit) {
   {  // one pass each way: the fused kernels run, and no separate ReLU
     namespace prof = cpu::op_profile;
@@ -320,34 +363,22 @@ TEST(NnOpsBatchNorm, ReluInTheSamePassIsTheTwoOpsBitForBit) {
     std::sort(names.begin(), names.end());
     EXPECT_EQ(names, (std::vector<std::string>{"batch_norm_relu", "batch_norm_relu_backward"}));
   }
-  const auto same_bytes = [](const Tensor& a, const Tensor& b) {
-    return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() &&
-           std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
-  };
-  const strata::testing::SimdLevelGuard guard;
-  for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels())
-  for (const DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
-    for (const Shape& s : {Shape{3, 4, 5, 7}, Shape{9, 5}, Shape{2, 3, 33, 33}})
-      for (const bool affine : {true, false}) {
-        ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
-        const int64_t C = s[1];
+  for_each_bn_case(
+      {Shape{3, 4, 5, 7}, Shape{9, 5}, Shape{2, 3, 33, 33}}, 33,
+      [](DType dt, const Shape& s, BnParams& p, const std::string& where) {
         std::vector<double> xv = rnd(s, DType::f64, 31, 2.0).to_vector<double>();
         xv[xv.size() / 2] = std::numeric_limits<double>::quiet_NaN();
         const Tensor x = ops::to_dtype(ops::from_vector<double>(xv, s), dt);
-        const auto rnd_as = [dt](const Shape& sh, uint64_t seed) { return ops::to_dtype(rnd(sh, DType::f64, seed), dt); };
-        const Tensor dy = rnd_as(s, 32);
-        const Tensor w = affine ? rnd_as({C}, 33) : Tensor(), b = affine ? rnd_as({C}, 34) : Tensor();
-        Tensor rm1 = rnd_as({C}, 35), rv1 = ops::full({C}, 1.5, dt);
-        Tensor rm0 = ops::clone(rm1), rv0 = ops::clone(rv1);
+        const Tensor dy = rnd_as(s, dt, 32);
+        const Tensor &w = p.w, &b = p.b;
         for (const bool training : {true, false}) {
-          const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + (affine ? "" : " no affine") +
-                                   (training ? " train " : " eval ") + cpu::simd_level_name(lvl);
-          auto [y1, sm1, si1] = ops::batch_norm(x, w, b, rm1, rv1, training, 0.1, 1e-5, true);
-          auto [y0, sm0, si0] = ops::batch_norm(x, w, b, rm0, rv0, training, 0.1, 1e-5);
+          const std::string what = where + (training ? " train" : " eval");
+          auto [y1, sm1, si1] = ops::batch_norm(x, w, b, p.rm1, p.rv1, training, 0.1, 1e-5, true);
+          auto [y0, sm0, si0] = ops::batch_norm(x, w, b, p.rm0, p.rv0, training, 0.1, 1e-5);
           const Tensor r0 = ops::unary(ops::UnaryOp::relu, y0);
           EXPECT_TRUE(same_bytes(y1, r0)) << what << " y";
           EXPECT_TRUE(same_bytes(sm1, sm0) && same_bytes(si1, si0)) << what << " saved statistics";
-          EXPECT_TRUE(same_bytes(rm1, rm0) && same_bytes(rv1, rv0)) << what << " running statistics";
+          EXPECT_TRUE(same_bytes(p.rm1, p.rm0) && same_bytes(p.rv1, p.rv0)) << what << " running statistics";
           const Vec yv = y1.to_vector<double>();
           EXPECT_GT(std::count(yv.begin(), yv.end(), 0.0), int64_t(yv.size()) / 4) << what;
           EXPECT_GT(std::count_if(yv.begin(), yv.end(), [](double v) { return v > 0; }), int64_t(yv.size()) / 4)
@@ -357,7 +388,7 @@ TEST(NnOpsBatchNorm, ReluInTheSamePassIsTheTwoOpsBitForBit) {
           EXPECT_TRUE(same_bytes(dx1, dx0)) << what << " dx";
           EXPECT_TRUE(same_bytes(dw1, dw0) && same_bytes(db1, db0)) << what << " dw, db";
         }
-      }
+      });
 }
 
 // BatchNorm, ReLU and a 2x2 stride-2 max pool in one pass (batch_norm_relu_max_pool2 and its
@@ -367,38 +398,26 @@ TEST(NnOpsBatchNorm, ReluInTheSamePassIsTheTwoOpsBitForBit) {
 // dtype, training and eval, odd sizes (a row and column in no window), ties (x on a few values,
 // and windows the ReLU makes all 0), a NaN channel.
 TEST(NnOpsBatchNorm, ReluAndMaxPoolInTheSamePassAreTheThreeOpsBitForBit) {
-  const auto same_bytes = [](const Tensor& a, const Tensor& b) {
-    return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() &&
-           std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
-  };
-  const strata::testing::SimdLevelGuard guard;
   int64_t zero_windows = 0, positive_windows = 0;  // windows the ReLU made all 0 (ties), and the others
-  for (const cpu::SimdLevel lvl : strata::testing::runnable_simd_levels())
-  for (const DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
-    for (const Shape& s : {Shape{3, 4, 6, 8}, Shape{2, 3, 7, 9}, Shape{2, 2, 28, 28}, Shape{5, 2, 2, 3},
-                           Shape{2, 3, 5, 35}})
-      for (const bool affine : {true, false}) {
-        ASSERT_EQ(cpu::set_simd_level(lvl), lvl);
+  for_each_bn_case(
+      {Shape{3, 4, 6, 8}, Shape{2, 3, 7, 9}, Shape{2, 2, 28, 28}, Shape{5, 2, 2, 3}, Shape{2, 3, 5, 35}}, 43,
+      [&](DType dt, const Shape& s, BnParams& p, const std::string& where) {
         const int64_t N = s[0], C = s[1], H = s[2], W = s[3], Ho = H / 2, Wo = W / 2;
         std::vector<double> xv = rnd(s, DType::f64, 41, 2.0).to_vector<double>();
-        for (size_t i = 0; i < xv.size(); i += 2) xv[i] = std::round(xv[i]);  // ties
+        for (size_t i = 0; i < xv.size(); i += 2) xv[i] = std::round(xv[i]);          // ties
         if (C > 2) xv[size_t(H * W + 3)] = std::numeric_limits<double>::quiet_NaN();  // channel 1 of sample 0
-        const auto rnd_as = [dt](const Shape& sh, uint64_t seed) { return ops::to_dtype(rnd(sh, DType::f64, seed), dt); };
         const Tensor x = ops::to_dtype(ops::from_vector<double>(xv, s), dt);
-        const Tensor dp = rnd_as({N, C, Ho, Wo}, 42);
-        const Tensor w = affine ? rnd_as({C}, 43) : Tensor(), b = affine ? rnd_as({C}, 44) : Tensor();
-        Tensor rm1 = rnd_as({C}, 45), rv1 = ops::full({C}, 1.5, dt);
-        Tensor rm0 = ops::clone(rm1), rv0 = ops::clone(rv1);
+        const Tensor dp = rnd_as({N, C, Ho, Wo}, dt, 42);
+        const Tensor &w = p.w, &b = p.b;
         for (const bool training : {true, false}) {
-          const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + (affine ? "" : " no affine") +
-                                   (training ? " train " : " eval ") + cpu::simd_level_name(lvl);
-          auto [p1, win, sm1, si1] = ops::batch_norm_relu_max_pool2(x, w, b, rm1, rv1, training, 0.1, 1e-5);
-          auto [y0, sm0, si0] = ops::batch_norm(x, w, b, rm0, rv0, training, 0.1, 1e-5);
+          const std::string what = where + (training ? " train" : " eval");
+          auto [p1, win, sm1, si1] = ops::batch_norm_relu_max_pool2(x, w, b, p.rm1, p.rv1, training, 0.1, 1e-5);
+          auto [y0, sm0, si0] = ops::batch_norm(x, w, b, p.rm0, p.rv0, training, 0.1, 1e-5);
           const Tensor r0 = ops::unary(ops::UnaryOp::relu, y0);
           auto [p0, idx] = ops::max_pool2d(r0, ops::Pool2dParams{2, 2, 2, 2, 0, 0});
           ASSERT_TRUE(same_bytes(p1, p0)) << what << " pooled values";
           EXPECT_TRUE(same_bytes(sm1, sm0) && same_bytes(si1, si0)) << what << " saved statistics";
-          EXPECT_TRUE(same_bytes(rm1, rm0) && same_bytes(rv1, rv0)) << what << " running statistics";
+          EXPECT_TRUE(same_bytes(p.rm1, p.rm0) && same_bytes(p.rv1, p.rv0)) << what << " running statistics";
           const std::vector<uint8_t> wv = win.to_vector<uint8_t>();
           const std::vector<int64_t> iv = idx.to_vector<int64_t>();
           for (size_t j = 0; j < iv.size(); ++j) {
@@ -414,13 +433,13 @@ TEST(NnOpsBatchNorm, ReluAndMaxPoolInTheSamePassAreTheThreeOpsBitForBit) {
           EXPECT_TRUE(same_bytes(dx1, dx0)) << what << " dx";
           EXPECT_TRUE(same_bytes(dw1, dw0) && same_bytes(db1, db0)) << what << " dw, db";
         }
-      }
+      });
   EXPECT_GT(zero_windows, 100);
   EXPECT_GT(positive_windows, 100);
   Tensor rm, rv;
-  EXPECT_THROW(ops::batch_norm_relu_max_pool2(rnd({2, 3, 1, 4}, DType::f32, 1), Tensor(), Tensor(), rm, rv, true, 0.1,
-                                              1e-5),
-               Error);  // no 2x2 window
+  EXPECT_THROW(
+      ops::batch_norm_relu_max_pool2(rnd({2, 3, 1, 4}, DType::f32, 1), Tensor(), Tensor(), rm, rv, true, 0.1, 1e-5),
+      Error);  // no 2x2 window
 }
 
 // ---------------------------------------------------------------- conv2d
