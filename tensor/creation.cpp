@@ -1,5 +1,6 @@
 // Creation, copy and conversion front ends.
 #include <cmath>
+#include <utility>
 
 #include <strata/tensor/cpu/copy.h>
 #include <strata/tensor/dispatch.h>
@@ -18,7 +19,7 @@ const KernelTable<RandFn> kNormal{"normal", {&cpu::normal_kernel, nullptr}};
 const KernelTable<CopyFn> kTransfer{"to_device", {nullptr, nullptr}};
 }  // namespace
 
-Tensor empty(const Shape& shape, DType dtype, Device device) { return Tensor::empty(shape, dtype, device); }
+Tensor empty(Shape shape, DType dtype, Device device) { return Tensor::empty(std::move(shape), dtype, device); }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = Tensor::empty(shape, dtype, device);

@@ -18,7 +18,7 @@
 namespace strata::ops {
 
 // ---------------------------------------------------------------- creation
-Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+Tensor empty(Shape shape, DType dtype = DType::f32, Device device = kCPU);
 Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
 Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = kCPU);

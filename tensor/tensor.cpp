@@ -1,6 +1,7 @@
 #include <strata/tensor/tensor.h>
 
 #include <sstream>
+#include <utility>
 
 #include <strata/tensor/ops.h>
 
@@ -30,12 +31,12 @@ Shape contiguous_strides(const Shape& s) {
   return st;
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   for (auto d : shape) STRATA_CHECK(d >= 0, "[empty] negative dimension in shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(size_t(shape_numel(shape)) * element_size(dtype), device);
-  impl->shape = shape;
   impl->strides = contiguous_strides(shape);
+  impl->shape = std::move(shape);
   impl->dtype = dtype;
   impl->device = device;
   return Tensor(std::move(impl));

@@ -47,8 +47,9 @@ class Tensor {
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  /// A new contiguous, uninitialised tensor.
-  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+  /// A new contiguous, uninitialised tensor. The shape is taken by value: a temporary (a
+  /// braced list, as most ops' outputs) moves into the tensor instead of being copied.
+  static Tensor empty(Shape shape, DType dtype = DType::f32, Device device = kCPU);
   /// A view over existing storage.
   static Tensor make_view(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset,
                           DType dtype);
