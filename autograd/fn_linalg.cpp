@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <span>
+#include <type_traits>
 
 #include <strata/autograd/autocast.h>
 #include <strata/autograd/engine.h>
@@ -25,9 +26,6 @@ Tensor leaf_weight(const Tensor& w) { return w.requires_grad() && !w.grad_fn() ?
 // same calls in a plain backward and a deferred one, so the same bits. GPT L4 C128 T64 B32
 // step, one core: the c_fc weight gradient (512 x 128 x 2048 TN) ran at 0.79 of its rate
 // alone, reading 5 MiB from memory; chunked, the step took 82.8-83.9 instead of 85.5-86.9 ms.
-RowChunks row_chunks(const Tensor& g2) {
-  return RowChunks(g2.size(0), g2.size(1) * int64_t(element_size(g2.dtype())), g2.device().is_cpu());
-}
 
 // gw = g_c^T x_c (chunk 0) or gw += g_c^T x_c: gc the rows (n, out) of chunk c of the output
 // gradient, x2 all the input rows (M, in). weight_grad_chunks: every chunk, gs[c] chunk c's.
@@ -42,8 +40,10 @@ Tensor weight_grad_chunks(const std::vector<Tensor>& gs, const Tensor& x2, const
 
 // The weight and input gradients of linears packed along the output (weight i's rows of
 // the output gradient are its columns [off_i, off_i + outs[i]); one weight: outs = {out}),
-// chunk by chunk (RowChunks): chunk(r0, n) gives the chunk's gradient rows (n, sum outs) (a
-// view of g2, or the GELU's backward of those rows); then each weight's gradient
+// chunk by chunk (RowChunks over rows of sum outs): chunk(r0, n) gives the chunk's gradient
+// rows (n, sum outs) (a view of g2, or the GELU's backward of those rows), or each
+// weight's part of them (n, outs[i]) as a vector (the SwiGLU's backward of the chunk);
+// g2 gives the rows' count, dtype and device. Then each weight's gradient
 // accumulates its part's product with the input rows, and the chunk's rows of gx are formed
 // (the parts' products summed in order). A weight that needs its gradient in a
 // DeferWeightGrads scope with its leaf defined hands its parts' rows and x2 to the deferred
@@ -56,7 +56,9 @@ std::pair<Tensor, std::vector<Tensor>> linear_grads_packed(const Tensor& g2, int
                                                            const std::vector<bool>& need_w, bool need_x,
                                                            const Shape& xs, const char* op) {
   const size_t k = outs.size();
-  const RowChunks rc = row_chunks(g2);
+  int64_t width = 0;
+  for (int64_t o : outs) width += o;
+  const RowChunks rc(g2.size(0), width * int64_t(element_size(g2.dtype())), g2.device().is_cpu());
   DeferredGrads* active = DeferWeightGrads::active();
   std::vector<bool> defer(k);
   bool defer_any = false, any_w = false;
@@ -85,10 +87,14 @@ std::pair<Tensor, std::vector<Tensor>> linear_grads_packed(const Tensor& g2, int
     if (need_w[i] && !defer[i]) gw[i] = ops::empty({outs[i], in}, g2.dtype(), g2.device());
   }
   for (int64_t c = 0; c < rc.count(); ++c) {
-    const Tensor rows = chunk(rc.start(c), rc.size(c));
-    std::vector<Tensor> parts;  // (n, out_i), rows at stride sum outs
-    for (size_t i = 0, off = 0; i < k; off += size_t(outs[i]), ++i)
-      parts.push_back(k == 1 ? rows : ops::narrow(rows, 1, int64_t(off), outs[i]));
+    std::vector<Tensor> parts;  // (n, out_i)
+    if constexpr (std::is_same_v<std::invoke_result_t<Chunk&, int64_t, int64_t>, std::vector<Tensor>>) {
+      parts = chunk(rc.start(c), rc.size(c));
+    } else {  // rows at stride sum outs
+      const Tensor rows = chunk(rc.start(c), rc.size(c));
+      for (size_t i = 0, off = 0; i < k; off += size_t(outs[i]), ++i)
+        parts.push_back(k == 1 ? rows : ops::narrow(rows, 1, int64_t(off), outs[i]));
+    }
     for (size_t i = 0; i < k; ++i) {
       if (defer[i]) gs[i].push_back(parts[i]);
       else if (need_w[i]) weight_grad_chunk(gw[i], parts[i], x2, rc, c);
@@ -237,6 +243,41 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool tanh_
     };
     auto [gx, gw] = linear_grads(g2, in, chunk, sx, sw, wl, need_w, need_x, xs, "LinearGeluBackward");
     return std::vector{gx, gw, gb};
+  });
+}
+
+Tensor linear_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3) {
+  if (!fuses_linear(x, w1, Tensor(), {w3})) return swiglu(linear(x, w1, Tensor()), linear(x, w3, Tensor()));
+  STRATA_CHECK(w1.dim() == 2 && w1.shape() == w3.shape() && x.size(-1) == w1.size(1), "[linear_swiglu] input ",
+               shape_str(x.shape()), " does not match the weights ", shape_str(w1.shape()), " and ",
+               shape_str(w3.shape()), " (hidden, in) each");
+  const int64_t in = w1.size(1), hidden = w1.size(0);
+  Tensor x2 = ops::reshape(x, {-1, in});  // (M, in)
+  auto [gate, up, h] = ops::linear_swiglu(x2, w1, w3);  // (M, hidden) each
+  Shape out_shape = x.shape();
+  out_shape.back() = hidden;
+  const Tensor out = ops::view(h, out_shape);
+  if (!any_requires_grad(x, w1, w3)) return out;
+  const bool need_x = x.requires_grad();
+  const std::vector<bool> need_w{w1.requires_grad(), w3.requires_grad()};
+  SavedTensor sx(need_w[0] || need_w[1] ? x2 : Tensor()), sg(gate), su(up);
+  std::vector<SavedTensor> sw{SavedTensor(need_x ? w1 : Tensor()), SavedTensor(need_x ? w3 : Tensor())};
+  const std::vector<Tensor> leaves{leaf_weight(w1), leaf_weight(w3)};
+  const std::vector<int64_t> outs{hidden, hidden};
+  const Shape xs = x.shape();
+  return record_fn("LinearSwigluBackward", out, {x, w1, w3}, [=](const Tensor& g) mutable {
+    // the chunk's gate and up gradients written over its gate and up rows where handed over
+    const auto [gs, own_g] = sg.take("LinearSwigluBackward");
+    const auto [us, own_u] = su.take("LinearSwigluBackward");
+    const Tensor g2 = ops::contiguous(ops::reshape(g, {-1, hidden}));  // (M, hidden)
+    const auto chunk = [&](int64_t r0, int64_t n) {
+      auto [dg, du] = ops::swiglu_backward(ops::narrow(g2, 0, r0, n), ops::narrow(gs, 0, r0, n),
+                                           ops::narrow(us, 0, r0, n), own_g, own_u);
+      return std::vector<Tensor>{dg, du};
+    };
+    auto [gx, gw] = linear_grads_packed(g2, in, chunk, sx, std::span(sw), outs, leaves, need_w, need_x, xs,
+                                        "LinearSwigluBackward");
+    return std::vector{gx, gw[0], gw[1]};
   });
 }
 

@@ -131,6 +131,12 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int64_t rotated_heads = -1);
 /// silu(gate) * up (Llama's SwiGLU MLP), one fused op; saves gate and up.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
+/// swiglu(linear(x, w1), linear(x, w3)) (Llama's SwiGLU MLP up to its output projection)
+/// with the GEMMs and the activation in row chunks (ops::linear_swiglu), and in backward
+/// each chunk's SwiGLU gradient formed just before the chunk's weight- and input-gradient
+/// GEMMs read it (node "LinearSwigluBackward"). Saves x, w1, w3, gate and up, as the
+/// three ops do. For 16-bit dtypes, under autocast or with mixed dtypes: the three ops.
+Tensor linear_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3);
 /// Updates running stats in place when training. With relu, relu(batch_norm(...)) as one
 /// op (ops::batch_norm's fused pass): the same values and gradients as the two ops, without
 /// the tensor between them; it saves its output for the ReLU's mask, as relu does.

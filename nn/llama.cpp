@@ -161,8 +161,12 @@ LlamaFeedForward::LlamaFeedForward(const LlamaConfig& cfg, Generator& gen) {
 Tensor LlamaFeedForward::forward(const Tensor& x) { return forward_add(x, Tensor()); }
 
 Tensor LlamaFeedForward::forward_add(const Tensor& x, const Tensor& residual) {
-  const Tensor gate = (*child("w1"))(x), up = (*child("w3"))(x);  // (B, T, F) each
-  return project_residual(child("w2"), swiglu(gate, up), residual);  // (B, T, C)
+  // Plain projections: their GEMMs and the SwiGLU in row chunks (linear_swiglu); otherwise
+  // (column-parallel projections, a forward hook) the modules run. Same values either way.
+  const Linear *l1 = plain_linear(child("w1")), *l3 = plain_linear(child("w3"));
+  const Tensor h = l1 && l3 ? linear_swiglu(x, l1->weight(), l3->weight())
+                            : swiglu((*child("w1"))(x), (*child("w3"))(x));  // (B, T, F)
+  return project_residual(child("w2"), h, residual);  // (B, T, C)
 }
 
 // ---------------------------------------------------------------- block

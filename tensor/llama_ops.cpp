@@ -6,6 +6,7 @@
 #include <strata/tensor/cpu/swiglu.h>
 #include <strata/tensor/dispatch.h>
 #include <strata/tensor/ops.h>
+#include <strata/tensor/row_chunks.h>
 
 namespace strata::ops {
 namespace {
@@ -109,6 +110,27 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   Tensor y = empty(gate.shape(), gate.dtype(), gate.device());
   kSwiglu(gate.device())(contiguous(gate), contiguous(up), y, gate.numel());
   return y;
+}
+
+std::tuple<Tensor, Tensor, Tensor> linear_swiglu(const Tensor& x2, const Tensor& w1, const Tensor& w3) {
+  STRATA_CHECK(x2.dim() == 2 && w1.dim() == 2 && w1.shape() == w3.shape() && x2.size(1) == w1.size(1),
+               "[linear_swiglu] input ", x2.str(), " does not match the weights ", w1.str(), " and ", w3.str(),
+               " (hidden, in) each");
+  check_input(x2, "linear_swiglu", "input");
+  const Device d = common_device("linear_swiglu", x2, w1, w3);
+  const int64_t M = x2.size(0), F = w1.size(0);
+  Tensor gate = empty({M, F}, x2.dtype(), d), up = empty({M, F}, x2.dtype(), d), h = empty({M, F}, x2.dtype(), d);
+  const Tensor w1t = transpose(w1, 0, 1), w3t = transpose(w3, 0, 1);
+  const RowChunks rc(M, 2 * F * int64_t(element_size(x2.dtype())), d.is_cpu());
+  for (int64_t c = 0; c < rc.count(); ++c) {
+    const int64_t r0 = rc.start(c), n = rc.size(c);
+    const Tensor xc = narrow(x2, 0, r0, n);
+    Tensor gc = narrow(gate, 0, r0, n), uc = narrow(up, 0, r0, n), hc = narrow(h, 0, r0, n);
+    gemm_(gc, xc, w1t, 1.0, 0.0);
+    gemm_(uc, xc, w3t, 1.0, 0.0);
+    kSwiglu(d)(gc, uc, hc, gc.numel());
+  }
+  return {gate, up, h};
 }
 
 std::pair<Tensor, Tensor> swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, bool overwrite_gate,

@@ -299,6 +299,12 @@ Tensor rotary(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, 
               int64_t rotated_heads = -1);
 /// silu(gate) * up elementwise (Llama's SwiGLU), gate and up of one shape and dtype. CPU and CUDA.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
+/// The SwiGLU MLP's input projections and activation as one op: gate = x2 w1^T and
+/// up = x2 w3^T (M, F) each, with x2 (M, in) and w1, w3 (F, in), and h = swiglu(gate, up).
+/// On one CPU thread in row chunks (tensor/row_chunks.h, sized by a chunk's gate and up
+/// rows together), so the activation reads each chunk's GEMM outputs from L2. Returns
+/// {gate, up, h}: the same values as two gemm_ and swiglu.
+std::tuple<Tensor, Tensor, Tensor> linear_swiglu(const Tensor& x2, const Tensor& w1, const Tensor& w3);
 /// (dgate, dup) of swiglu. overwrite_gate / overwrite_up: the caller hands gate / up over,
 /// and on the CPU a contiguous one gets its gradient written over it.
 std::pair<Tensor, Tensor> swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up,

@@ -1,8 +1,9 @@
 // The CPU linears in row chunks (tensor/row_chunks.h: chunks of about 512 KiB; the
 // backward's weight gradient summed over them, autograd/fn_linalg.cpp; linear_gelu's
-// forward, ops::linear_bias_gelu): at sizes that take several chunks, linear_gelu's output
-// is the unfused ops' within rounding, and linear, linear_gelu, linear_residual and
-// linear_packed give the gradients of the f64 computation within f32 rounding; a
+// forward, ops::linear_bias_gelu; linear_swiglu both ways, ops::linear_swiglu): at sizes
+// that take several chunks, linear_gelu's and linear_swiglu's outputs are the unfused ops'
+// within rounding, and linear, linear_gelu, linear_residual, linear_packed and
+// linear_swiglu give the gradients of the f64 computation within f32 rounding; a
 // deferred weight gradient (zero-bubble pipelines) equals the plain one bit for bit; and
 // with the saved rows handed over and written over, every gradient equals that of a
 // retained graph bit for bit. On one thread (with more, each call is one chunk).
@@ -22,12 +23,14 @@ using namespace strata;
 namespace {
 
 // 3 x 371 = 1113 rows of 512 outputs: five f32 chunks (224 rows, the last 217), nine f64
-// chunks (128 rows, the last 89); 24 inputs.
+// chunks (128 rows, the last 89); 24 inputs. linear_swiglu's chunks hold its gate and up
+// rows together: nine f32 chunks, eighteen f64 ones.
 constexpr int64_t kB = 3, kT = 371, kIn = 24, kOut = 512;
-const char* kKinds[] = {"linear", "linear_gelu", "linear_residual", "linear_packed"};
+const char* kKinds[] = {"linear", "linear_gelu", "linear_residual", "linear_packed", "linear_swiglu"};
+constexpr int kKindCount = 5;
 
 struct Leaves {
-  Tensor x, w, w2, b, r;
+  Tensor x, w, w2, w3, b, r;
 };
 
 Leaves leaves(DType dt) {
@@ -41,6 +44,7 @@ Leaves leaves(DType dt) {
   l.x = leaf({kB, kT, kIn}, -2, 2);
   l.w = leaf({kOut, kIn}, -0.5, 0.5);
   l.w2 = leaf({kOut / 4, kIn}, -0.5, 0.5);  // linear_packed's second weight: 512 + 128 outputs
+  l.w3 = leaf({kOut, kIn}, -0.5, 0.5);  // linear_swiglu's up projection (w is its gate)
   l.b = leaf({kOut}, -1, 1);
   l.r = leaf({kB, kT, kOut}, -1, 1);
   return l;
@@ -53,7 +57,8 @@ Tensor loss_of(int kind, const Leaves& l) {
     case 0: y = linear(l.x, l.w, l.b); break;
     case 1: y = linear_gelu(l.x, l.w, l.b, /*tanh_approx=*/true); break;
     case 2: y = linear_residual(l.x, l.w, l.b, l.r); break;
-    default: y = linear_packed(l.x, {l.w, l.w2}); break;
+    case 3: y = linear_packed(l.x, {l.w, l.w2}); break;
+    default: y = linear_swiglu(l.x, l.w, l.w3); break;
   }
   Generator g(5);
   const Tensor c = ops::to_dtype(ops::uniform(y.shape(), -1, 1, g, DType::f64), y.dtype());
@@ -63,6 +68,7 @@ Tensor loss_of(int kind, const Leaves& l) {
 std::vector<Tensor> grads(const Leaves& l, int kind) {
   std::vector<Tensor> out{l.x.grad(), l.w.grad()};
   if (kind == 3) out.push_back(l.w2.grad());
+  else if (kind == 4) out.push_back(l.w3.grad());
   else out.push_back(l.b.grad());
   if (kind == 2) out.push_back(l.r.grad());
   return out;
@@ -74,7 +80,7 @@ std::vector<double> values(const Tensor& t) { return t.defined() ? t.to_vector<d
 
 TEST(LinearChunks, GradientsMatchFloat64AcrossSeveralChunks) {
   const strata::testing::ThreadsGuard one(1);
-  for (int kind = 0; kind < 4; ++kind) {
+  for (int kind = 0; kind < kKindCount; ++kind) {
     SCOPED_TRACE(kKinds[kind]);
     const Leaves a = leaves(DType::f32), d = leaves(DType::f64);
     backward(loss_of(kind, a));
@@ -105,9 +111,23 @@ TEST(LinearChunks, FusedGeluForwardMatchesTheUnfusedOps) {
   }
 }
 
+TEST(LinearChunks, FusedSwigluForwardMatchesTheUnfusedOps) {
+  const strata::testing::ThreadsGuard one(1);
+  const Leaves a = leaves(DType::f32), d = leaves(DType::f64);
+  const Tensor none;
+  const auto fused = values(linear_swiglu(a.x, a.w, a.w3));
+  const auto plain = values(swiglu(linear(a.x, a.w, none), linear(a.x, a.w3, none)));
+  const auto exact = values(linear_swiglu(d.x, d.w, d.w3));
+  ASSERT_EQ(fused.size(), size_t(kB * kT * kOut));
+  for (size_t k = 0; k < fused.size(); ++k) {
+    ASSERT_NEAR(fused[k], plain[k], 1e-6 * (1 + std::abs(plain[k]))) << k;
+    ASSERT_NEAR(fused[k], exact[k], 1e-5 * (1 + std::abs(exact[k]))) << k;
+  }
+}
+
 TEST(LinearChunks, DeferredWeightGradientEqualsThePlainOneBitForBit) {
   const strata::testing::ThreadsGuard one(1);
-  for (int kind = 0; kind < 4; ++kind) {
+  for (int kind = 0; kind < kKindCount; ++kind) {
     SCOPED_TRACE(kKinds[kind]);
     const Leaves a = leaves(DType::f32);
     backward(loss_of(kind, a));
@@ -117,7 +137,7 @@ TEST(LinearChunks, DeferredWeightGradientEqualsThePlainOneBitForBit) {
       DeferWeightGrads scope(work);
       backward(loss_of(kind, b));
     }
-    EXPECT_EQ(work.size(), kind == 3 ? 2u : 1u);
+    EXPECT_EQ(work.size(), kind >= 3 ? 2u : 1u);
     EXPECT_FALSE(b.w.grad().defined());
     run_deferred(work);
     const auto ga = grads(a, kind), gb = grads(b, kind);
@@ -127,7 +147,7 @@ TEST(LinearChunks, DeferredWeightGradientEqualsThePlainOneBitForBit) {
 
 TEST(LinearChunks, WrittenOverSavedRowsGiveTheRetainedGraphsGradientsBitForBit) {
   const strata::testing::ThreadsGuard one(1);
-  for (int kind = 0; kind < 4; ++kind) {
+  for (int kind = 0; kind < kKindCount; ++kind) {
     SCOPED_TRACE(kKinds[kind]);
     // x comes out of an op, so the linear's saved input rows are its own to hand over
     const Leaves a = leaves(DType::f32), b = leaves(DType::f32);
