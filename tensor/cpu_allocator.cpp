@@ -125,8 +125,9 @@ size_t env_limit() {
 // The bins' lock. Their critical sections are a few instructions (a free-list push or pop
 // and two counters), taken on every tensor's allocation and release: a test-and-test-and-set
 // lock takes one atomic exchange and drops with a plain release store, where a std::mutex
-// costs two calls into libpthread and two locked instructions. A waiter spins on plain loads, then yields the core, so a holder that an
-// oversubscribed host preempts is not spun against for its whole time slice.
+// costs two calls into libpthread and two locked instructions. A waiter spins on plain
+// loads, then yields the core, so a holder that an oversubscribed host preempts is not spun
+// against for its whole time slice.
 class BinLock {
  public:
   void lock() noexcept {
